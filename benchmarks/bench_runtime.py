@@ -1,0 +1,134 @@
+"""Runtime against Hugging Face transformers on smollm2-135m: same model, settings and prompts.
+
+Rows (greedy, fixed number of new tokens, EOS ignored by both sides so every run decodes the
+same number of tokens):
+  autoregressive   ours K=0                      vs  model.generate
+  prompt lookup    ours ngram:n=N,target (T)     vs  generate(prompt_lookup_num_tokens=T, max_matching_ngram_size=N)
+  assisted         ours drafter,target (T)       vs  generate(assistant_model=drafter, num_assistant_tokens=T, constant)
+
+Each prompt runs both sides back to back (order alternating), ``--repeats`` times; the ratio is
+taken per prompt in the same run, and the table reports medians. Times are end to end (prefill +
+decode) on both sides, since generate does not report them apart.
+
+    python benchmarks/bench_runtime.py --per-category 5 --repeats 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.common import machine, spec_bench_prompts
+from hsd_planner.generation import encode_prompt
+from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter
+
+
+def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int]]:
+    cfg = copy.deepcopy(model.generation_config)
+    cfg.eos_token_id = None  # decode exactly new_tokens, like ours below
+    cfg.do_sample = False
+    x = torch.tensor([ids])
+    t0 = time.perf_counter()
+    out = model.generate(x, attention_mask=torch.ones_like(x), generation_config=cfg, max_new_tokens=new_tokens, **kwargs)
+    return time.perf_counter() - t0, out[0, len(ids) :].tolist()
+
+
+def ours(hierarchy: Hierarchy, ids, new_tokens) -> tuple[float, list[int], float]:
+    r = hierarchy.generate(ids, new_tokens)
+    return r.prefill_s + r.decode_s, r.tokens, r.mean_accepted_length
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--per-category", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--drafter", default="smollm2-135m:layers=8")
+    ap.add_argument("--assist-width", type=int, default=3)
+    ap.add_argument("--lookup-width", type=int, default=10)
+    ap.add_argument("--lookup-n", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out/runtime.json"))
+    args = ap.parse_args()
+
+    loader = ModelLoader(device="cpu", dtype=args.dtype)
+    target = loader.load("smollm2-135m")
+    drafter = loader.load(args.drafter)
+    drafter.model.generation_config = copy.deepcopy(drafter.model.generation_config)  # the view shares it
+    drafter.model.generation_config.num_assistant_tokens_schedule = "constant"
+    drafter.model.generation_config.assistant_confidence_threshold = 0.0
+    names = ["smollm2-135m"]
+    rows = {
+        "autoregressive": (
+            Hierarchy([target.model], [], names=names),
+            dict(),
+        ),
+        "prompt lookup": (
+            Hierarchy([NgramDrafter(args.lookup_n), target.model], [args.lookup_width], names=["ngram", *names]),
+            dict(prompt_lookup_num_tokens=args.lookup_width, max_matching_ngram_size=args.lookup_n),
+        ),
+        "assisted": (
+            Hierarchy([drafter.model, target.model], [args.assist_width], names=[args.drafter, *names]),
+            dict(assistant_model=drafter.model, num_assistant_tokens=args.assist_width),
+        ),
+    }
+    categories = spec_bench_prompts(args.per_category)
+    warm = encode_prompt(target.tokenizer, "Hello there.")
+    for hierarchy, kwargs in rows.values():
+        ours(hierarchy, warm, 8)
+        hf_generate(target.model, warm, 8, **kwargs)
+
+    results = []
+    for row, (hierarchy, kwargs) in rows.items():
+        for category, prompts in categories.items():
+            if row == "prompt lookup" and category not in ("summarization", "rag"):
+                continue
+            for i, text in enumerate(prompts):
+                ids = encode_prompt(target.tokenizer, text)
+                t_ours, t_hf, mal = [], [], []
+                same = True
+                for rep in range(args.repeats):
+                    first_ours = (i + rep) % 2 == 0
+                    if not first_ours:
+                        t_hf.append(hf_generate(target.model, ids, args.new_tokens, **kwargs)[0])
+                    t, toks, m = ours(hierarchy, ids, args.new_tokens)
+                    t_ours.append(t)
+                    mal.append(m)
+                    if first_ours:
+                        t_h, hf_toks = hf_generate(target.model, ids, args.new_tokens, **kwargs)
+                        t_hf.append(t_h)
+                        same = same and hf_toks == toks
+                rec = dict(
+                    row=row, category=category, prompt=i, prompt_tokens=len(ids),
+                    ours_tok_s=args.new_tokens / statistics.median(t_ours),
+                    hf_tok_s=args.new_tokens / statistics.median(t_hf),
+                    ratio=statistics.median([h / o for h, o in zip(t_hf, t_ours)]),
+                    mean_accepted_length=statistics.median(mal),
+                    same_tokens_as_hf=same,
+                )
+                results.append(rec)
+                print(json.dumps(rec), flush=True)
+
+    print(f"\nmachine: {machine()}; smollm2-135m {args.dtype}, greedy, {args.new_tokens} new tokens, "
+          f"{args.per_category} prompts per category, {args.repeats} repeats\n")
+    print("| row | category | prompts | ours tok/s | HF tok/s | ratio ours/HF (median) | mean accepted length (ours) |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        sel = [r for r in results if r["row"] == row]
+        for category in [*dict.fromkeys(r["category"] for r in sel), "all"]:
+            part = [r for r in sel if category in ("all", r["category"])]
+            med = lambda key: statistics.median(r[key] for r in part)  # noqa: E731
+            print(f"| {row} | {category} | {len(part)} | {med('ours_tok_s'):.1f} | {med('hf_tok_s'):.1f} | "
+                  f"{med('ratio'):.3f} | {med('mean_accepted_length'):.2f} |")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"out": str(args.out)}, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Click options shared by several commands, each defined once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from hsd_runtime import ChainError
+
+__all__ = ["json_option", "runtime_options", "sampling_options", "parse_widths"]
+
+
+def json_option(f: Callable) -> Callable:
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
+
+
+def runtime_options(f: Callable) -> Callable:
+    f = click.option(
+        "--device", default="auto", show_default=True, help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ..."
+    )(f)
+    f = click.option(
+        "--dtype",
+        type=click.Choice(["fp32", "bf16", "fp16"]),
+        default="fp32",
+        show_default=True,
+        help="Weights and activations dtype for models whose spec sets none.",
+    )(f)
+    return f
+
+
+def sampling_options(f: Callable) -> Callable:
+    f = click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling generator.")(f)
+    f = click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=None, help="Nucleus sampling mass.")(f)
+    f = click.option("--top-k", type=click.IntRange(min=1), default=None, help="Sample among the k likeliest tokens.")(f)
+    f = click.option(
+        "--temperature", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True, help="Sampling temperature."
+    )(f)
+    f = click.option(
+        "--mode", type=click.Choice(["greedy", "sample"]), default="greedy", show_default=True, help="Decoding mode."
+    )(f)
+    return f
+
+
+def parse_widths(text: str | None) -> list[int]:
+    """``"4,2"`` -> ``[4, 2]``; empty or None -> ``[]``."""
+    if not text:
+        return []
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ChainError(f"--widths {text!r} is not a comma-separated list of integers, e.g. 4,2") from None

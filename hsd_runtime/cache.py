@@ -1,0 +1,91 @@
+"""One model's KV cache over one token sequence: the only place a level rolls back.
+
+Callers never crop caches themselves. They ask for logits over a whole sequence; the cache keeps
+the longest prefix it already holds, crops the rest (a rejection below, or a commit above that
+replaced a token) and feeds only the new tokens in one forward pass.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from .stats import LevelStats
+
+__all__ = ["CachedModel"]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class CachedModel:
+    """A causal LM with a rolling KV cache and its counters.
+
+    Args:
+        model: a transformers causal LM (or a truncated view of one).
+        logits_width: logits are sliced to this many columns (the chain's shared vocabulary).
+        stats: counters to update with each forward pass.
+    """
+
+    def __init__(self, model: nn.Module, logits_width: int, stats: LevelStats) -> None:
+        self.model = model
+        self.width = logits_width
+        self.stats = stats
+        self.device = next(model.parameters()).device
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the cached sequence (a new prompt)."""
+        from transformers import DynamicCache
+
+        self._cache = DynamicCache()
+        self._cached: list[int] = []
+
+    def _rollback(self, keep: int) -> None:
+        """Drop every cached position from ``keep`` on."""
+        if keep == 0:
+            self.reset()
+        elif keep < len(self._cached):
+            # a negative count removes that many positions in every transformers version
+            self._cache.crop(keep - len(self._cached))
+            self._cached = self._cached[:keep]
+
+    @torch.inference_mode()
+    def _forward(self, seq: list[int], first: int) -> tuple[torch.Tensor, int]:
+        start = min(_common_prefix(self._cached, seq), first)
+        self._rollback(start)
+        ids = torch.tensor([seq[start:]], device=self.device)  # [1, new tokens]
+        out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=len(seq) - first)
+        self._cached = list(seq)
+        return out.logits[0, :, : self.width], len(seq) - start  # [len(seq) - first, width], tokens fed
+
+    def logits(self, seq: list[int], first: int) -> torch.Tensor:
+        """Logits ``[len(seq) - first, V]``; row i predicts the token after ``seq[first + i]``.
+
+        Counted as one decode forward pass of ``len(seq) - start`` tokens.
+        """
+        t0 = time.perf_counter()
+        logits, fed = self._forward(seq, first)
+        if logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)
+        self.stats.forward_passes += 1
+        self.stats.tokens_fed += fed
+        self.stats.time_s += time.perf_counter() - t0
+        return logits
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Cache every prompt position but the last, which the first decode pass feeds."""
+        self.reset()
+        if len(prompt) < 2:
+            return
+        t0 = time.perf_counter()
+        self._forward(prompt[:-1], len(prompt) - 2)
+        self.stats.prefill_tokens += len(prompt) - 1
+        self.stats.prefill_s += time.perf_counter() - t0

@@ -1,0 +1,148 @@
+"""The ``Drafter`` protocol and the model-backed levels of a hierarchy.
+
+Every level below the target is a drafter: asked for ``n`` tokens after a context, it returns
+them with its **own** distributions for those tokens. A model at level 0 drafts autoregressively;
+a model above level 0 is a :class:`VerifierLevel` that drafts by verifying the level below,
+round after round, until it holds ``n`` tokens. The target is a :class:`VerifierLevel` whose rounds
+are committed one at a time. Chains are built by composing these objects, not by flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+import torch
+
+from .cache import CachedModel
+from .sampling import SamplingConfig, warp
+from .stats import LevelStats
+from .verify import verify_greedy, verify_sample
+
+__all__ = ["DraftContext", "Proposal", "Drafter", "ModelDrafter", "VerifierLevel"]
+
+
+@dataclass(frozen=True)
+class DraftContext:
+    """What a drafter is asked to continue, and how it must choose tokens."""
+
+    tokens: list[int]  # prompt + committed tokens + tokens pending at the levels above
+    sampling: SamplingConfig
+    generator: torch.Generator
+
+
+@dataclass
+class Proposal:
+    """Drafted tokens and the proposer's distributions for them.
+
+    ``probs`` is ``[len(tokens), V]``; it is None in greedy mode, and for a deterministic drafter,
+    whose distribution is one-hot on each token it proposes.
+    """
+
+    tokens: list[int]
+    probs: torch.Tensor | None = None
+
+
+class Drafter(Protocol):
+    """A level below the target."""
+
+    stats: LevelStats
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Start a new sequence from ``prompt``."""
+
+    def propose(self, ctx: DraftContext, n: int) -> Proposal:
+        """Propose up to ``n`` tokens after ``ctx.tokens`` (model levels always give exactly n)."""
+
+
+def _choose(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.Tensor | None]:
+    """Pick one token from logits ``[1, V]``; return it and its distribution ``[1, V]`` when sampling."""
+    if ctx.sampling.greedy:
+        return int(logits[0].argmax()), None
+    probs = warp(logits, ctx.sampling)
+    return int(torch.multinomial(probs[0], 1, generator=ctx.generator)), probs
+
+
+class ModelDrafter:
+    """Level 0 backed by a model: drafts ``n`` tokens, one forward pass each."""
+
+    def __init__(self, cached: CachedModel) -> None:
+        self.cached = cached
+        self.stats = cached.stats
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.cached.prefill(prompt)
+
+    def propose(self, ctx: DraftContext, n: int) -> Proposal:
+        seq = list(ctx.tokens)
+        probs: list[torch.Tensor] = []
+        for _ in range(n):
+            token, p = _choose(self.cached.logits(seq, len(seq) - 1), ctx)
+            seq.append(token)
+            if p is not None:
+                probs.append(p)
+        return Proposal(seq[len(ctx.tokens) :], torch.cat(probs) if probs else None)
+
+
+class VerifierLevel:
+    """A model that verifies batches from the level below in one forward pass each.
+
+    Args:
+        cached: this level's model and cache.
+        lower: the level below, or None for a target decoding on its own (K = 0).
+        width: how many tokens to ask of ``lower`` per round (T of the level below).
+    """
+
+    def __init__(self, cached: CachedModel, lower: Drafter | None, width: int) -> None:
+        self.cached = cached
+        self.stats = cached.stats
+        self.lower = lower
+        self.width = width
+
+    def prefill(self, prompt: list[int]) -> None:
+        self.cached.prefill(prompt)
+        if self.lower is not None:
+            self.lower.prefill(prompt)
+
+    def round(self, ctx: DraftContext) -> Proposal:
+        """One round: draft a batch below, verify it, return the accepted tokens plus one.
+
+        The returned tokens follow this level's own distribution exactly; ``probs`` holds this
+        level's distributions ``p`` for them (sampling mode).
+        """
+        draft = self.lower.propose(ctx, self.width) if self.lower is not None else Proposal([])
+        logits = self.cached.logits(ctx.tokens + draft.tokens, len(ctx.tokens) - 1)  # [b + 1, V]
+        if ctx.sampling.greedy:
+            n, token = verify_greedy(draft.tokens, logits.argmax(-1).tolist())
+            probs = None
+        else:
+            p = warp(logits, ctx.sampling)
+            n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generator)
+            probs = self.emitted_probs(p, draft, n)
+        if self.lower is not None:
+            self.lower.stats.proposed += len(draft.tokens)
+            self.lower.stats.accepted += n
+        return Proposal(draft.tokens[:n] + [token], probs)
+
+    @staticmethod
+    def emitted_probs(p: torch.Tensor, draft: Proposal, n: int) -> torch.Tensor:
+        """The distributions passed upward for the ``n + 1`` emitted tokens: this level's own p.
+
+        Never the drafter's q and never the residual: the tokens a level emits follow p, so p is
+        what the level above must divide by.
+        """
+        return p[: n + 1]
+
+    def propose(self, ctx: DraftContext, n: int) -> Proposal:
+        """Run rounds until ``n`` tokens are held and return exactly ``n``.
+
+        Dropping the overshoot keeps the output exact: when to stop depends only on the past.
+        """
+        tokens: list[int] = []
+        probs: list[torch.Tensor] = []
+        while len(tokens) < n:
+            got = self.round(replace(ctx, tokens=ctx.tokens + tokens))
+            tokens += got.tokens
+            if got.probs is not None:
+                probs.append(got.probs)
+        return Proposal(tokens[:n], torch.cat(probs)[:n] if probs else None)

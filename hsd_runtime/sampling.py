@@ -1,0 +1,53 @@
+"""Decoding settings and the one place logits become the distribution every level samples from.
+
+Temperature, top-k and top-p are applied identically at every level, so "the target's
+distribution" means the target's logits warped by these settings; speculative output follows it
+exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["SamplingConfig", "warp"]
+
+
+class SamplingConfig(BaseModel):
+    """How tokens are chosen: greedy (argmax) or sampled from warped distributions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["greedy", "sample"] = "greedy"
+    temperature: float = Field(1.0, gt=0)
+    top_k: int | None = Field(None, ge=1)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.mode == "greedy"
+
+
+def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
+    """Turn logits ``[n, V]`` into probabilities ``[n, V]`` (float32) under ``cfg``.
+
+    >>> warp(torch.tensor([[0.0, 0.0, -1e9]]), SamplingConfig(mode="sample")).tolist()
+    [[0.5, 0.5, 0.0]]
+    """
+    scores = logits.float() / cfg.temperature
+    if cfg.top_k is not None and cfg.top_k < scores.shape[-1]:
+        kth = torch.topk(scores, cfg.top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if cfg.top_p is not None and cfg.top_p < 1.0:
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p: drop a token when the mass before it
+        # already does. The most likely token is always kept.
+        drop_sorted = (sorted_p.cumsum(-1) - sorted_p) >= cfg.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs

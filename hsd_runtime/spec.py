@@ -1,0 +1,100 @@
+"""Model specs: one string names a model, ``NAME[:key=value]...``.
+
+NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``), ``ngram``, a Hugging Face model
+directory or a ``.gguf`` file. Options: ``layers=K`` (the first K decoder layers, sharing the
+parent's weights), ``dtype=bf16|fp16|fp32``, ``n=N`` (n-gram order, ``ngram`` only).
+
+A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
+valid ``s``: the string round-trips through the profiling database unchanged.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import ModelSpecError
+
+__all__ = ["ModelSpec", "parse_spec", "parse_chain", "NGRAM", "DTYPES"]
+
+NGRAM = "ngram"
+DTYPES = ("bf16", "fp16", "fp32")
+_INT_OPTIONS = {"layers", "n"}
+_KNOWN = {"layers", "dtype", "n"}
+
+
+class ModelSpec(BaseModel):
+    """A parsed model spec; ``options`` keeps the order in which they were written."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def get(self, key: str) -> str | None:
+        """Return the value of option ``key``, or None when it is not set."""
+        return dict(self.options).get(key)
+
+    @property
+    def layers(self) -> int | None:
+        value = self.get("layers")
+        return None if value is None else int(value)
+
+    @property
+    def dtype(self) -> str | None:
+        return self.get("dtype")
+
+    @property
+    def is_ngram(self) -> bool:
+        return self.name == NGRAM
+
+    @property
+    def base(self) -> "ModelSpec":
+        """The spec of the full model this one is a view of (``layers`` dropped)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] != "layers"))
+
+    def __str__(self) -> str:
+        return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
+
+
+def parse_spec(text: str) -> ModelSpec:
+    """Parse ``NAME[:key=value]...`` into a :class:`ModelSpec`.
+
+    >>> str(parse_spec("smollm2-135m:layers=8:dtype=bf16"))
+    'smollm2-135m:layers=8:dtype=bf16'
+    """
+    text = text.strip()
+    if not text:
+        raise ModelSpecError("empty model spec; write NAME[:key=value]..., e.g. smollm2-135m:layers=8")
+    name, *parts = text.split(":")
+    if not name:
+        raise ModelSpecError(f"model spec {text!r} has no name before the first ':'")
+    options: list[tuple[str, str]] = []
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or not key or not value:
+            raise ModelSpecError(f"option {part!r} in model spec {text!r} is not key=value")
+        if key not in _KNOWN:
+            raise ModelSpecError(
+                f"unknown option {key!r} in model spec {text!r}; known: {', '.join(sorted(_KNOWN))}"
+            )
+        if any(k == key for k, _ in options):
+            raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
+        if key in _INT_OPTIONS and not (value.isdigit() and int(value) >= 1):
+            raise ModelSpecError(f"option {key}={value} in model spec {text!r} must be an integer >= 1")
+        if key == "dtype" and value not in DTYPES:
+            raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")
+        options.append((key, value))
+    spec = ModelSpec(name=name, options=tuple(options))
+    if spec.is_ngram and (spec.layers is not None or spec.dtype is not None):
+        raise ModelSpecError(f"model spec {text!r}: ngram takes only the option n=N")
+    if not spec.is_ngram and spec.get("n") is not None:
+        raise ModelSpecError(f"model spec {text!r}: option n=N applies to ngram only")
+    return spec
+
+
+def parse_chain(text: str) -> list[ModelSpec]:
+    """Parse a comma-separated chain, smallest model first and the target last."""
+    specs = [parse_spec(part) for part in text.split(",")]
+    if specs[-1].is_ngram:
+        raise ModelSpecError("the last model of a chain is the target and cannot be ngram")
+    return specs

@@ -1,0 +1,82 @@
+"""What a run reports: per-level counters and the result of one generation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["LevelStats", "GenerationResult"]
+
+
+@dataclass
+class LevelStats:
+    """Counters of one level over one generation.
+
+    ``proposed`` counts the tokens this level handed to the level above and ``accepted`` how many
+    of them that level accepted (both 0 for the target). Forward passes and their tokens exclude
+    the prompt's prefill, which is counted apart.
+    """
+
+    model: str
+    forward_passes: int = 0
+    tokens_fed: int = 0
+    proposed: int = 0
+    accepted: int = 0
+    time_s: float = 0.0
+    prefill_tokens: int = 0
+    prefill_s: float = 0.0
+
+    def reset(self) -> None:
+        """Zero every counter (a new generation)."""
+        self.__init__(model=self.model)
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens_fed / self.forward_passes if self.forward_passes else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        """The fraction of proposed tokens the level above accepted (None when none proposed)."""
+        return self.accepted / self.proposed if self.proposed else None
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "tokens_per_pass": self.tokens_per_pass, "acceptance": self.acceptance}
+
+
+@dataclass
+class GenerationResult:
+    """New tokens of one generation and where its time went."""
+
+    tokens: list[int]
+    prompt_tokens: int
+    levels: list[LevelStats]
+    prefill_s: float
+    decode_s: float
+    target_rounds: int  # target verification passes = rounds that committed tokens
+    committed_per_round: list[int] = field(default_factory=list)
+
+    @property
+    def ms_per_token(self) -> float:
+        """Decode wall time per generated token, prefill excluded."""
+        return 1000.0 * self.decode_s / len(self.tokens) if self.tokens else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.decode_s if self.decode_s else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens committed per target forward pass, bonus included (block efficiency)."""
+        return len(self.tokens) / self.target_rounds if self.target_rounds else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "tokens": self.tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "measured_ms_per_token": self.ms_per_token,
+            "tokens_per_s": self.tokens_per_s,
+            "prefill_ms": 1000.0 * self.prefill_s,
+            "decode_s": self.decode_s,
+            "mean_accepted_length": self.mean_accepted_length,
+            "target_forward_passes": self.target_rounds,
+            "levels": [lv.to_dict() for lv in self.levels],
+        }

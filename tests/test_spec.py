@@ -1,0 +1,42 @@
+import pytest
+
+from hsd_runtime import ModelSpecError, parse_chain, parse_spec
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["smollm2-135m", "smollm2-135m:layers=8", "smollm2-135m:dtype=bf16:layers=8", "ngram:n=3", "/models/x.gguf:layers=2"],
+)
+def test_spec_round_trips_unchanged(text):
+    assert str(parse_spec(text)) == text
+
+
+def test_spec_fields():
+    spec = parse_spec("smollm2-135m:layers=8:dtype=bf16")
+    assert (spec.name, spec.layers, spec.dtype) == ("smollm2-135m", 8, "bf16")
+    assert str(spec.base) == "smollm2-135m:dtype=bf16"
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("", "empty model spec"),
+        ("m:layers=0", "integer >= 1"),
+        ("m:layers=x", "integer >= 1"),
+        ("m:depth=2", "unknown option 'depth'"),
+        ("m:layers", "is not key=value"),
+        ("m:dtype=int4", "dtype=int4"),
+        ("m:layers=2:layers=3", "given twice"),
+        ("ngram:layers=2", "ngram takes only"),
+        ("m:n=3", "ngram only"),
+    ],
+)
+def test_bad_specs_say_what_is_wrong(text, fragment):
+    with pytest.raises(ModelSpecError, match=fragment):
+        parse_spec(text)
+
+
+def test_chain_target_cannot_be_ngram():
+    with pytest.raises(ModelSpecError, match="target"):
+        parse_chain("m,ngram")
+    assert [str(s) for s in parse_chain("ngram,m:layers=2,m")] == ["ngram", "m:layers=2", "m"]
