@@ -1,7 +1,8 @@
 """Runtime against Hugging Face transformers on smollm2-135m: same model, settings and prompts.
 
-Rows (greedy, fixed number of new tokens, EOS ignored by both sides so every run decodes the
-same number of tokens):
+Rows (greedy; every run decodes exactly the same number of new tokens: ours is built without
+stop tokens, generate gets min_new_tokens, which masks EOS - the tokens after a would-be EOS may
+then differ, the cost per token does not):
   autoregressive   ours K=0                      vs  model.generate
   prompt lookup    ours ngram:n=N,target (T)     vs  generate(prompt_lookup_num_tokens=T, max_matching_ngram_size=N)
   assisted         ours drafter,target (T)       vs  generate(assistant_model=drafter, num_assistant_tokens=T, constant)
@@ -30,12 +31,12 @@ from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter
 
 
 def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int]]:
-    cfg = copy.deepcopy(model.generation_config)
-    cfg.eos_token_id = None  # decode exactly new_tokens, like ours below
-    cfg.do_sample = False
     x = torch.tensor([ids])
     t0 = time.perf_counter()
-    out = model.generate(x, attention_mask=torch.ones_like(x), generation_config=cfg, max_new_tokens=new_tokens, **kwargs)
+    # min_new_tokens masks EOS so that exactly new_tokens are decoded, as ours does below
+    out = model.generate(
+        x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs
+    )
     return time.perf_counter() - t0, out[0, len(ids) :].tolist()
 
 

@@ -47,6 +47,7 @@ class CachedModel:
 
         self._cache = DynamicCache()
         self._cached: list[int] = []
+        self._last: torch.Tensor | None = None  # [1, V] logits after the last cached token
 
     def _rollback(self, keep: int) -> None:
         """Drop every cached position from ``keep`` on."""
@@ -56,36 +57,54 @@ class CachedModel:
             # a negative count removes that many positions in every transformers version
             self._cache.crop(keep - len(self._cached))
             self._cached = self._cached[:keep]
+            self._last = None
 
     @torch.inference_mode()
     def _forward(self, seq: list[int], first: int) -> tuple[torch.Tensor, int]:
-        start = min(_common_prefix(self._cached, seq), first)
-        self._rollback(start)
-        ids = torch.tensor([seq[start:]], device=self.device)  # [1, new tokens]
-        out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=len(seq) - first)
+        """Logits rows ``first..len(seq)-1`` and the number of tokens fed to get them."""
+        common = _common_prefix(self._cached, seq)
+        held = len(self._cached)
+        if self._last is not None and common == held and first == held - 1:
+            # the first row wanted is the one kept from the previous pass: feed only what is new
+            new = seq[held:]
+            rows = [self._last]
+            if new:
+                rows.append(self._run(new, len(new)))
+        else:
+            start = min(common, first)
+            self._rollback(start)
+            new = seq[start:]
+            rows = [self._run(new, len(seq) - first)]
         self._cached = list(seq)
-        return out.logits[0, :, : self.width], len(seq) - start  # [len(seq) - first, width], tokens fed
+        logits = torch.cat(rows) if len(rows) > 1 else rows[0]  # [len(seq) - first, V]
+        self._last = logits[-1:]
+        return logits, len(new)
+
+    def _run(self, new: list[int], keep: int) -> torch.Tensor:
+        ids = torch.tensor([new], device=self.device)  # [1, new tokens]
+        out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep)
+        return out.logits[0, :, : self.width]  # [keep, V]
 
     def logits(self, seq: list[int], first: int) -> torch.Tensor:
         """Logits ``[len(seq) - first, V]``; row i predicts the token after ``seq[first + i]``.
 
-        Counted as one decode forward pass of ``len(seq) - start`` tokens.
+        Counted as one decode forward pass of the tokens not yet cached (none when the rows
+        wanted were all kept from the previous pass, e.g. the prompt's last position).
         """
         t0 = time.perf_counter()
         logits, fed = self._forward(seq, first)
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
-        self.stats.forward_passes += 1
-        self.stats.tokens_fed += fed
+        if fed:
+            self.stats.forward_passes += 1
+            self.stats.tokens_fed += fed
         self.stats.time_s += time.perf_counter() - t0
         return logits
 
     def prefill(self, prompt: list[int]) -> None:
-        """Cache every prompt position but the last, which the first decode pass feeds."""
+        """Cache the whole prompt and keep the logits that predict the first new token."""
         self.reset()
-        if len(prompt) < 2:
-            return
         t0 = time.perf_counter()
-        self._forward(prompt[:-1], len(prompt) - 2)
-        self.stats.prefill_tokens += len(prompt) - 1
+        self._forward(prompt, len(prompt) - 1)
+        self.stats.prefill_tokens += len(prompt)
         self.stats.prefill_s += time.perf_counter() - t0

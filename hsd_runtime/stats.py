@@ -51,7 +51,7 @@ class GenerationResult:
     levels: list[LevelStats]
     prefill_s: float
     decode_s: float
-    target_rounds: int  # target verification passes = rounds that committed tokens
+    target_rounds: int  # target verification rounds; each commits accepted tokens + 1
     committed_per_round: list[int] = field(default_factory=list)
 
     @property
@@ -65,7 +65,7 @@ class GenerationResult:
 
     @property
     def mean_accepted_length(self) -> float:
-        """Tokens committed per target forward pass, bonus included (block efficiency)."""
+        """Tokens committed per target verification round, bonus included (block efficiency)."""
         return len(self.tokens) / self.target_rounds if self.target_rounds else 0.0
 
     def to_dict(self) -> dict:
@@ -77,6 +77,6 @@ class GenerationResult:
             "prefill_ms": 1000.0 * self.prefill_s,
             "decode_s": self.decode_s,
             "mean_accepted_length": self.mean_accepted_length,
-            "target_forward_passes": self.target_rounds,
+            "target_rounds": self.target_rounds,
             "levels": [lv.to_dict() for lv in self.levels],
         }
