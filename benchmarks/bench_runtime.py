@@ -1,11 +1,10 @@
 """Runtime against Hugging Face transformers on smollm2-135m: same model, settings and prompts.
 
-Rows (greedy; every run decodes exactly the same number of new tokens: ours is built without
-stop tokens, generate gets min_new_tokens, which masks EOS - the tokens after a would-be EOS may
-then differ, the cost per token does not):
+Rows (greedy; every run decodes exactly the same number of new tokens, see NEVER below):
   autoregressive   ours K=0                      vs  model.generate
   prompt lookup    ours ngram:n=N,target (T)     vs  generate(prompt_lookup_num_tokens=T, max_matching_ngram_size=N)
-  assisted         ours drafter,target (T)       vs  generate(assistant_model=drafter, num_assistant_tokens=T, constant)
+  assisted         ours drafter,target (T)       vs  generate(assistant_model=drafter), the assistant's
+                                                     num_assistant_tokens=T, constant schedule, no confidence cut
 
 Each prompt runs both sides back to back (order alternating), ``--repeats`` times; the ratio is
 taken per prompt in the same run, and the table reports medians. Times are end to end (prefill +
@@ -17,7 +16,6 @@ decode) on both sides, since generate does not report them apart.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import time
@@ -30,14 +28,22 @@ from hsd_planner.generation import encode_prompt
 from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter
 
 
+# Both sides decode exactly --new-tokens tokens: ours is built without stop tokens, and generate
+# gets as its EOS a token id the model does not produce here (min_new_tokens would also force
+# HF's assistant to draft up to the remaining minimum in every round).
+NEVER = 49151
+
+
 def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int]]:
     x = torch.tensor([ids])
     t0 = time.perf_counter()
-    # min_new_tokens masks EOS so that exactly new_tokens are decoded, as ours does below
     out = model.generate(
-        x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens, **kwargs
+        x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, eos_token_id=NEVER, **kwargs
     )
-    return time.perf_counter() - t0, out[0, len(ids) :].tolist()
+    elapsed = time.perf_counter() - t0
+    tokens = out[0, len(ids) :].tolist()
+    assert len(tokens) == new_tokens, "generate stopped early"
+    return elapsed, tokens
 
 
 def ours(hierarchy: Hierarchy, ids, new_tokens) -> tuple[float, list[int], float]:
@@ -55,15 +61,16 @@ def main() -> None:
     ap.add_argument("--assist-width", type=int, default=3)
     ap.add_argument("--lookup-width", type=int, default=10)
     ap.add_argument("--lookup-n", type=int, default=3)
+    ap.add_argument("--rows", default="autoregressive,prompt lookup,assisted", help="comma-separated rows to run")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/runtime.json"))
     args = ap.parse_args()
 
     loader = ModelLoader(device="cpu", dtype=args.dtype)
     target = loader.load("smollm2-135m")
     drafter = loader.load(args.drafter)
-    drafter.model.generation_config = copy.deepcopy(drafter.model.generation_config)  # the view shares it
     drafter.model.generation_config.num_assistant_tokens_schedule = "constant"
     drafter.model.generation_config.assistant_confidence_threshold = 0.0
+    drafter.model.generation_config.num_assistant_tokens = args.assist_width  # HF reads T from the assistant
     names = ["smollm2-135m"]
     rows = {
         "autoregressive": (
@@ -76,9 +83,10 @@ def main() -> None:
         ),
         "assisted": (
             Hierarchy([drafter.model, target.model], [args.assist_width], names=[args.drafter, *names]),
-            dict(assistant_model=drafter.model, num_assistant_tokens=args.assist_width),
+            dict(assistant_model=drafter.model),
         ),
     }
+    rows = {name: rows[name] for name in args.rows.split(",")}
     categories = spec_bench_prompts(args.per_category)
     warm = encode_prompt(target.tokenizer, "Hello there.")
     for hierarchy, kwargs in rows.values():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import click
 from pydantic import ValidationError
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 from hsd_runtime import HSDError, ModelLoader, SamplingConfig
 
 from .generation import GenerateReport, generate_text
-from .options import json_option, parse_widths, runtime_options, sampling_options
+from .options import db_option, int_list, json_option, parse_widths, runtime_options, sampling_options
 
 __all__ = ["cli"]
 
@@ -120,3 +121,140 @@ def generate(
             err=True,
         )
         sys.exit(1)
+
+
+@cli.command()
+@click.option("--models", required=True, help="Comma-separated model specs to profile, e.g. ngram,smollm2-135m:layers=8,smollm2-135m.")
+@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False), default=None, help="JSONL ('prompt' or Spec-Bench 'turns') or text file, one prompt per line [default: the built-in set].")
+@click.option("--category", default=None, help="Keep only JSONL rows of this category.")
+@click.option("--max-prompts", type=click.IntRange(min=1), default=None, help="Profile at most this many prompts.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True, help="Length of each verifier continuation.")
+@click.option("--mode", type=click.Choice(["greedy", "sample"]), default="greedy", show_default=True)
+@click.option("--temperature", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True)
+@click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of sampled continuations.")
+@click.option("--latency-grid", default="1,2,4,8,16,32,64", show_default=True, help="Tokens per pass n to time.")
+@click.option("--context-lens", default="64,512", show_default=True, help="Cached context lengths to time at.")
+@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Timed passes per point (median kept).")
+@click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
+@click.option("--force", is_flag=True, help="Re-measure what is already stored.")
+@runtime_options
+@db_option
+@json_option
+def profile(models, prompts_file, category, max_prompts, max_new_tokens, mode, temperature, top_p, seed, latency_grid,
+            context_lens, repeats, skip_acceptance, force, dtype, device, db, as_json) -> None:
+    """Measure latency curves and pairwise acceptance into the database.
+
+    Latency: one cached forward pass of n new tokens after each context length. Acceptance: for
+    every pair (cheaper drafter, dearer verifier), the verifier's own continuation of each
+    prompt, with each drafter teacher-forced over it. Profiling uses the profiling split of the
+    prompts (a quarter is held out for validation). Each measurement is committed as it is taken:
+    rerun an interrupted command to resume it.
+
+    Example:
+
+        hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --dtype bf16 --max-prompts 12
+    """
+    from tqdm import tqdm
+
+    from .profiler import ProfileConfig, run_profile
+    from .store import open_engine
+    from .summary import format_summary, profile_summary
+    from .workloads import load_prompts, split
+
+    config = ProfileConfig(
+        models=[m for m in models.split(",") if m], mode=mode, temperature=temperature, top_p=top_p, seed=seed,
+        dtype=dtype, max_new_tokens=max_new_tokens, latency_grid=int_list(latency_grid, "--latency-grid"),
+        context_lens=int_list(context_lens, "--context-lens"), repeats=repeats, acceptance=not skip_acceptance, force=force,
+    )
+    prompts = split(load_prompts(prompts_file, category), "profile")
+    if max_prompts:
+        prompts = type(prompts)(prompts.name, prompts.prompts[:max_prompts])
+    engine = open_engine(db)
+    loader = ModelLoader(device=device, dtype=dtype)
+    bar = tqdm(desc="profiling", unit="step", file=sys.stderr, disable=None)
+    try:
+        outcome = run_profile(engine, config, prompts, loader, progress=bar.update, total=lambda n: setattr(bar, "total", n))
+    except KeyboardInterrupt:
+        bar.close()
+        raise click.ClickException("interrupted; every finished measurement is saved, rerun the same command to resume") from None
+    bar.close()
+    summary = profile_summary(engine, outcome)
+    click.echo(json.dumps(summary) if as_json else format_summary(summary))
+
+
+@cli.group()
+def profiles() -> None:
+    """Show, export and import the profiling database."""
+
+
+@profiles.command("show")
+@db_option
+@json_option
+def profiles_show(db, as_json) -> None:
+    """Show what the database holds.
+
+    Example:
+
+        hsd-plan profiles show --json
+    """
+    from .exchange import export_document
+    from .store import open_engine
+
+    doc = export_document(open_engine(db))
+    if as_json:
+        click.echo(doc.model_dump_json())
+        return
+    click.echo(f"{len(doc.hardware)} hardware, {len(doc.models)} models, {len(doc.workloads)} workloads, "
+               f"{len(doc.latency)} latency points, {len(doc.acceptance)} acceptance pairs")
+    for h in doc.hardware:
+        click.echo(f"hardware {h.fingerprint}: {h.device} {h.device_name}, {h.threads} threads, torch {h.torch_version}")
+    for w in doc.workloads:
+        click.echo(f"workload {w.name}: {w.count} prompts ({w.content_hash[:12]})")
+    for m in doc.models:
+        pts = [r for r in doc.latency if r.model == m.spec]
+        c1 = min((r for r in pts if r.n_tokens == 1), key=lambda r: r.context_len, default=None)
+        c1_text = f", c(1) = {c1.median_ms:.2f} ms" if c1 else ""
+        click.echo(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{c1_text}")
+    names = {w.content_hash: w.name for w in doc.workloads}
+    for a in doc.acceptance:
+        click.echo(f"acceptance {a.drafter} -> {a.verifier} on {names.get(a.workload, a.workload[:12])} "
+                   f"({a.setting.mode}, T={a.setting.temperature}, top-p={a.setting.top_p}, {a.setting.dtype}): "
+                   f"alpha {a.alpha:.3f} over {a.positions} positions")
+
+
+@profiles.command("export")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+def profiles_export(file, db) -> None:
+    """Write the whole database to FILE as versioned JSON.
+
+    Example:
+
+        hsd-plan profiles export my-machine.json
+    """
+    from .exchange import export_document
+    from .store import open_engine
+
+    doc = export_document(open_engine(db))
+    Path(file).write_text(doc.model_dump_json(indent=1))
+    click.echo(f"exported {len(doc.latency)} latency points and {len(doc.acceptance)} acceptance pairs to {file}")
+
+
+@profiles.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+@json_option
+def profiles_import(file, db, as_json) -> None:
+    """Merge an exported FILE into the database (rows already present are skipped).
+
+    Example:
+
+        hsd-plan profiles import my-machine.json --db team.db
+    """
+    from .exchange import import_document, read_document
+    from .store import open_engine
+
+    doc = read_document(Path(file))
+    added = import_document(open_engine(db), doc)
+    click.echo(json.dumps(added) if as_json else "imported: " + ", ".join(f"{v} {k}" for k, v in added.items()))

@@ -8,7 +8,7 @@ import click
 
 from hsd_runtime import ChainError
 
-__all__ = ["json_option", "runtime_options", "sampling_options", "parse_widths"]
+__all__ = ["db_option", "int_list", "json_option", "runtime_options", "sampling_options", "parse_widths"]
 
 
 def json_option(f: Callable) -> Callable:
@@ -46,7 +46,24 @@ def parse_widths(text: str | None) -> list[int]:
     """``"4,2"`` -> ``[4, 2]``; empty or None -> ``[]``."""
     if not text:
         return []
+    return int_list(text, "--widths")
+
+
+def db_option(f: Callable) -> Callable:
+    return click.option(
+        "--db",
+        envvar="HSD_PLAN_DB",
+        default=None,
+        help="Database path or SQLAlchemy URL [env HSD_PLAN_DB; default ~/.local/share/hsd-plan/hsd-plan.db].",
+    )(f)
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``, every value >= 1."""
     try:
-        return [int(part) for part in text.split(",")]
+        values = [int(part) for part in text.split(",")]
     except ValueError:
-        raise ChainError(f"--widths {text!r} is not a comma-separated list of integers, e.g. 4,2") from None
+        raise ChainError(f"{option} {text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise ChainError(f"{option} values must be >= 1")
+    return values

@@ -75,22 +75,31 @@ def _decoder(model: nn.Module) -> nn.Module:
 def truncated_view(model: nn.Module, k: int) -> nn.Module:
     """The first ``k`` decoder layers of ``model`` plus its final norm and head, sharing weights.
 
-    Shallow copies of the two outer modules get their own child dicts, so assigning the shorter
-    layer list touches neither the parent nor its parameters.
+    The two outer modules are shallow copies with their own containers (children, hooks,
+    generation config), so changing the view touches neither the parent nor its parameters.
     """
     cfg = copy.deepcopy(model.config)
     cfg.num_hidden_layers = k
     if getattr(cfg, "layer_types", None) is not None:
         cfg.layer_types = list(cfg.layer_types[:k])
-    inner = copy.copy(_decoder(model))
-    inner._modules = dict(inner._modules)
+    inner = _shallow(_decoder(model))
     inner.layers = nn.ModuleList(list(_decoder(model).layers)[:k])
     inner.config = cfg
-    outer = copy.copy(model)
-    outer._modules = dict(outer._modules)
+    outer = _shallow(model)
     setattr(outer, model.base_model_prefix, inner)
     outer.config = cfg
+    if getattr(model, "generation_config", None) is not None:
+        outer.generation_config = copy.deepcopy(model.generation_config)
     return outer
+
+
+def _shallow(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` sharing its parameters but not its dicts of children, hooks, buffers."""
+    clone = copy.copy(module)
+    for name, value in vars(module).items():
+        if isinstance(value, dict):
+            setattr(clone, name, copy.copy(value))
+    return clone
 
 
 def _silence_transformers() -> None:

@@ -18,3 +18,11 @@ def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
         "draft": save_tiny_model(root / "draft", seed=1, layers=2),
         "other": save_tiny_model(root / "other", seed=2, layers=2, words=[f"x{i}" for i in range(60)]),
     }
+
+
+@pytest.fixture(autouse=True)
+def isolated_db(tmp_path, monkeypatch) -> Path:
+    """Every test gets its own database through the environment, as a user would set it."""
+    path = tmp_path / "hsd-plan.db"
+    monkeypatch.setenv("HSD_PLAN_DB", str(path))
+    return path

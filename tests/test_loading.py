@@ -29,6 +29,18 @@ def test_layers_view_shares_weights_and_runs_first_k_layers(tiny_dirs):
         assert torch.allclose(view.model(ids).logits, expected, atol=1e-5)
 
 
+def test_a_view_has_its_own_hooks_and_generation_config(tiny_dirs):
+    loader = ModelLoader(device="cpu")
+    full = loader.load(str(tiny_dirs["target"])).model
+    view = loader.load(f"{tiny_dirs['target']}:layers=1").model
+    calls = []
+    view.register_forward_pre_hook(lambda *_: calls.append(1))
+    view.generation_config.num_assistant_tokens = 3
+    with torch.inference_mode():
+        full(torch.tensor([[0, 5]]))
+    assert calls == [] and full.generation_config.num_assistant_tokens != 3
+
+
 def test_dtype_option_loads_a_separate_copy(tiny_dirs):
     loader = ModelLoader(device="cpu")
     assert next(loader.load(f"{tiny_dirs['draft']}:dtype=bf16").model.parameters()).dtype == torch.bfloat16

@@ -1,0 +1,21 @@
+"""The profiling database: schema, opening and migrations."""
+
+from .db import StoreError, default_db_path, open_engine, resolve_url, upgrade_to_head
+from .schema import Acceptance, AcceptancePrompt, Base, Continuation, Hardware, Latency, ModelRow, Setting, Workload
+
+__all__ = [
+    "Acceptance",
+    "AcceptancePrompt",
+    "Base",
+    "Continuation",
+    "Hardware",
+    "Latency",
+    "ModelRow",
+    "Setting",
+    "StoreError",
+    "Workload",
+    "default_db_path",
+    "open_engine",
+    "resolve_url",
+    "upgrade_to_head",
+]

@@ -1,0 +1,110 @@
+"""Opening the profiling database: URL resolution, SQLite settings, migrations to head.
+
+``--db`` takes a path or an SQLAlchemy URL; without it, ``$HSD_PLAN_DB``; without that,
+``$XDG_DATA_HOME/hsd-plan/hsd-plan.db`` (``~/.local/share/hsd-plan/hsd-plan.db``). Every open
+upgrades the schema to head. A file that is not SQLite, or a database written by a newer
+hsd-plan, is refused and left untouched.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
+
+from hsd_runtime import HSDError
+
+__all__ = ["StoreError", "default_db_path", "resolve_url", "open_engine", "upgrade_to_head", "alembic_config"]
+
+MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+class StoreError(HSDError):
+    """The database cannot be opened or does not hold what was asked for."""
+
+
+def default_db_path() -> Path:
+    """``$XDG_DATA_HOME/hsd-plan/hsd-plan.db``, XDG_DATA_HOME defaulting to ``~/.local/share``."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "hsd-plan" / "hsd-plan.db"
+
+
+def resolve_url(db: str | None = None) -> str:
+    """An SQLAlchemy URL from ``--db`` (path or URL), ``$HSD_PLAN_DB`` or the default path."""
+    db = db or os.environ.get("HSD_PLAN_DB") or str(default_db_path())
+    if "://" in db:
+        return db
+    return f"sqlite:///{Path(db).expanduser().resolve()}"
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic configuration for ``url`` that needs no alembic.ini (works from a wheel)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return cfg
+
+
+def _sqlite_settings(engine: Engine) -> None:
+    """WAL, a busy timeout, foreign keys, and BEGIN IMMEDIATE so concurrent writers queue up."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA busy_timeout = 60000")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def open_engine(db: str | None = None, upgrade: bool = True) -> Engine:
+    """Open (and by default upgrade) the database named by ``db``."""
+    url = resolve_url(db)
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        path = Path(parsed.database)
+        if path.is_dir():
+            raise StoreError(f"database path {path} is a directory; pass a file path with --db")
+        if path.exists() and path.stat().st_size > 0:
+            with open(path, "rb") as fh:
+                if fh.read(16) != SQLITE_HEADER:
+                    raise StoreError(f"{path} is not an SQLite database; it was left untouched (pass another --db)")
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url)
+    if parsed.get_backend_name() == "sqlite":
+        _sqlite_settings(engine)
+    if upgrade:
+        upgrade_to_head(engine, url)
+    return engine
+
+
+def upgrade_to_head(engine: Engine, url: str | None = None) -> None:
+    """Migrate the schema to head inside one transaction; refuse newer or foreign databases."""
+    cfg = alembic_config(url or engine.url.render_as_string(hide_password=False))
+    script = ScriptDirectory.from_config(cfg)
+    known = {rev.revision for rev in script.walk_revisions()}
+    head = script.get_current_head()
+    with engine.begin() as conn:
+        current = MigrationContext.configure(conn).get_current_heads()
+        newer = [rev for rev in current if rev not in known]
+        if newer:
+            raise StoreError(
+                f"the database is at schema revision {newer[0]}, newer than this hsd-plan knows (head {head}); upgrade hsd-plan"
+            )
+        if not current and inspect(conn).get_table_names():
+            raise StoreError("the database has tables but no hsd-plan schema version; it is not an hsd-plan database")
+        if tuple(current) != (head,):
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")

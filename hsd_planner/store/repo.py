@@ -1,0 +1,77 @@
+"""Small queries on the profiling database shared by the commands."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
+
+__all__ = ["get_or_create", "hardware_row", "model_row", "workload_row", "setting_row", "aggregate_acceptance"]
+
+T = TypeVar("T", bound=Base)
+
+
+def get_or_create(session: Session, cls: type[T], key: dict, **defaults) -> T:
+    """The row of ``cls`` matching ``key``, inserted (with ``defaults``) when missing."""
+    row = session.scalars(select(cls).filter_by(**key)).first()
+    if row is None:
+        row = cls(**key, **defaults)
+        session.add(row)
+        session.flush()
+    return row
+
+
+def hardware_row(session: Session, info) -> Hardware:
+    return get_or_create(
+        session, Hardware, {"fingerprint": info.fingerprint},
+        device=info.device, device_name=info.device_name, threads=info.threads, torch_version=info.torch_version,
+    )
+
+
+def model_row(session: Session, spec: str, loaded=None) -> ModelRow:
+    """The row of ``spec``; ``loaded`` (a LoadedModel, None for ngram) fills in what loading revealed."""
+    if loaded is None:
+        return get_or_create(session, ModelRow, {"spec": spec}, parameters=0)
+    return get_or_create(
+        session, ModelRow, {"spec": spec},
+        parameters=loaded.num_parameters, layers=loaded.num_layers,
+        vocab_size=loaded.logits_width, tokenizer_fingerprint=loaded.fingerprint,
+    )
+
+
+def workload_row(session: Session, prompts) -> Workload:
+    return get_or_create(session, Workload, {"content_hash": prompts.content_hash}, name=prompts.name, count=len(prompts.prompts))
+
+
+def setting_row(session: Session, mode: str, temperature: float, top_p: float, dtype: str, max_new_tokens: int) -> Setting:
+    if mode == "greedy":  # warping does not change an argmax: one greedy setting per dtype and length
+        temperature, top_p = 1.0, 1.0
+    return get_or_create(
+        session, Setting,
+        {"mode": mode, "temperature": temperature, "top_p": top_p, "dtype": dtype, "max_new_tokens": max_new_tokens},
+    )
+
+
+def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, workload_id: int, setting_id: int) -> Acceptance | None:
+    """(Re)compute the workload-level acceptance row of a pair from its per-prompt rows."""
+    key = dict(drafter_id=drafter_id, verifier_id=verifier_id, workload_id=workload_id, setting_id=setting_id)
+    rows = session.scalars(select(AcceptancePrompt).filter_by(**key)).all()
+    if not rows:
+        return None
+    positions = sum(r.positions for r in rows)
+    g_len = max(len(r.run_sum) for r in rows)
+    sums = [sum(r.run_sum[g] for r in rows if g < len(r.run_sum)) for g in range(g_len)]
+    counts = [sum(r.run_count[g] for r in rows if g < len(r.run_count)) for g in range(g_len)]
+    run_lengths = [s / c for s, c in zip(sums, counts) if c > 0]
+    alpha = sum(r.alpha_sum for r in rows) / positions if positions else 0.0
+    agg = session.scalars(select(Acceptance).filter_by(**key)).first()
+    if agg is None:
+        agg = Acceptance(**key, alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths)
+        session.add(agg)
+    else:
+        agg.alpha, agg.positions, agg.prompts, agg.run_lengths = alpha, positions, len(rows), run_lengths
+    session.flush()
+    return agg

@@ -1,0 +1,164 @@
+"""The profiling database's tables (SQLAlchemy 2.0 typed ORM).
+
+Natural keys (spec strings, fingerprints, content hashes) are unique, so an export from one
+machine imports into another without duplicates. Changing a table needs a new Alembic revision
+in ``hsd_planner/migrations/versions``; a test checks that the ORM and the migrated schema agree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+__all__ = [
+    "Base",
+    "Hardware",
+    "ModelRow",
+    "Workload",
+    "Setting",
+    "Latency",
+    "Continuation",
+    "AcceptancePrompt",
+    "Acceptance",
+]
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class Hardware(Base):
+    """Where latencies were measured: device, its name, threads and torch version."""
+
+    __tablename__ = "hardware"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(32), unique=True)
+    device: Mapped[str] = mapped_column(String(16))
+    device_name: Mapped[str] = mapped_column(String(200))
+    threads: Mapped[int] = mapped_column(Integer)
+    torch_version: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ModelRow(Base):
+    """A model spec (``ngram`` included) and what loading it revealed."""
+
+    __tablename__ = "models"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    spec: Mapped[str] = mapped_column(String(500), unique=True)
+    parameters: Mapped[int] = mapped_column(Integer)  # 0 for ngram
+    layers: Mapped[int | None] = mapped_column(Integer)
+    vocab_size: Mapped[int | None] = mapped_column(Integer)
+    tokenizer_fingerprint: Mapped[str | None] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class Workload(Base):
+    """A prompt set, identified by the hash of its prompts."""
+
+    __tablename__ = "workloads"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class Setting(Base):
+    """How acceptance was measured: decoding mode and warping, dtype, continuation length."""
+
+    __tablename__ = "settings"
+    __table_args__ = (UniqueConstraint("mode", "temperature", "top_p", "dtype", "max_new_tokens"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    mode: Mapped[str] = mapped_column(String(8))
+    temperature: Mapped[float] = mapped_column(Float)
+    top_p: Mapped[float] = mapped_column(Float)  # 1.0 = off
+    dtype: Mapped[str] = mapped_column(String(8))
+    max_new_tokens: Mapped[int] = mapped_column(Integer)
+
+
+class Latency(Base):
+    """Median wall time of one cached forward pass of ``n_tokens`` after ``context_len`` tokens."""
+
+    __tablename__ = "latency"
+    __table_args__ = (UniqueConstraint("model_id", "hardware_id", "dtype", "n_tokens", "context_len"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id", ondelete="CASCADE"), index=True)
+    dtype: Mapped[str] = mapped_column(String(8))
+    n_tokens: Mapped[int] = mapped_column(Integer)
+    context_len: Mapped[int] = mapped_column(Integer)
+    median_ms: Mapped[float] = mapped_column(Float)
+    p10_ms: Mapped[float] = mapped_column(Float)
+    p90_ms: Mapped[float] = mapped_column(Float)
+    repeats: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class Continuation(Base):
+    """A verifier's own continuation of one prompt: the text drafters are teacher-forced over."""
+
+    __tablename__ = "continuations"
+    __table_args__ = (UniqueConstraint("verifier_id", "workload_id", "setting_id", "prompt_index"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    verifier_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
+    setting_id: Mapped[int] = mapped_column(ForeignKey("settings.id", ondelete="CASCADE"), index=True)
+    prompt_index: Mapped[int] = mapped_column(Integer)
+    tokens: Mapped[list[int]] = mapped_column(JSON)
+
+
+class AcceptancePrompt(Base):
+    """Acceptance of one drafter by one verifier on one prompt: sums that aggregate exactly.
+
+    ``run_sum[g]`` adds, over start positions t with g positions after them, the probability that
+    the g tokens from t are all accepted; ``run_count[g]`` counts those start positions.
+    """
+
+    __tablename__ = "acceptance_prompts"
+    __table_args__ = (UniqueConstraint("drafter_id", "verifier_id", "workload_id", "setting_id", "prompt_index"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    drafter_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    verifier_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
+    setting_id: Mapped[int] = mapped_column(ForeignKey("settings.id", ondelete="CASCADE"), index=True)
+    prompt_index: Mapped[int] = mapped_column(Integer)
+    positions: Mapped[int] = mapped_column(Integer)
+    alpha_sum: Mapped[float] = mapped_column(Float)
+    run_sum: Mapped[list[float]] = mapped_column(JSON)
+    run_count: Mapped[list[int]] = mapped_column(JSON)
+
+
+class Acceptance(Base):
+    """Acceptance of a drafter by a verifier over a whole workload.
+
+    ``alpha`` is the mean per-position acceptance; ``run_lengths[g]`` is P(G >= g), the
+    probability that g consecutive drafted tokens are accepted (g = 0..64, ``run_lengths[0] = 1``).
+    """
+
+    __tablename__ = "acceptance"
+    __table_args__ = (UniqueConstraint("drafter_id", "verifier_id", "workload_id", "setting_id"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    drafter_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    verifier_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
+    setting_id: Mapped[int] = mapped_column(ForeignKey("settings.id", ondelete="CASCADE"), index=True)
+    alpha: Mapped[float] = mapped_column(Float)
+    positions: Mapped[int] = mapped_column(Integer)
+    prompts: Mapped[int] = mapped_column(Integer)
+    run_lengths: Mapped[list[float]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)

@@ -1,0 +1,99 @@
+"""Prompt sets: reading prompt files, the built-in set, and the profiling/validation split.
+
+A prompt file is JSONL with a ``prompt`` field or Spec-Bench ``turns`` (the first turn is used),
+or plain text with one prompt per line. A quarter of every set, chosen by a hash of each prompt's
+text, is held out for validation and never used for profiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from hsd_runtime import PromptError
+
+__all__ = ["PromptSet", "BUILTIN", "load_prompts", "split"]
+
+BUILTIN = Path(__file__).resolve().parent / "profiles" / "prompts.jsonl"
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Named prompts; ``content_hash`` identifies exactly these prompts in this order."""
+
+    name: str
+    prompts: tuple[str, ...]
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(json.dumps(list(self.prompts)).encode()).hexdigest()
+
+
+def _held_out(prompt: str) -> bool:
+    return hashlib.sha256(prompt.encode()).digest()[0] % 4 == 0
+
+
+def split(prompts: PromptSet, part: str) -> PromptSet:
+    """The ``"profile"`` (about 3/4) or ``"validate"`` (about 1/4) part of ``prompts``."""
+    if part not in ("profile", "validate"):
+        raise ValueError(part)
+    keep = tuple(p for p in prompts.prompts if _held_out(p) == (part == "validate"))
+    if not keep:
+        raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty; give more prompts")
+    return PromptSet(f"{prompts.name}:{part}", keep)
+
+
+def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) -> str | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PromptError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise PromptError(f"{path}:{number}: expected a JSON object with a 'prompt' or 'turns' field")
+    if category is not None and row.get("category") != category:
+        return None
+    if isinstance(row.get("prompt"), str):
+        return row["prompt"]
+    turns = row.get("turns")
+    if isinstance(turns, list) and turns and isinstance(turns[0], str):
+        return turns[0]
+    raise PromptError(f"{path}:{number}: no 'prompt' string or non-empty 'turns' list")
+
+
+def load_prompts(path: str | Path | None = None, category: str | None = None, limit: int | None = None) -> PromptSet:
+    """Read a prompt file (the built-in set when ``path`` is None).
+
+    Args:
+        path: a ``.jsonl`` file or a plain-text file, one prompt per line.
+        category: keep only JSONL rows whose ``category`` equals this.
+        limit: keep the first ``limit`` prompts.
+    """
+    file = Path(path) if path is not None else BUILTIN
+    if not file.is_file():
+        raise PromptError(f"prompt file {file} does not exist")
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise PromptError(f"prompt file {file} is not UTF-8 text") from None
+    is_jsonl = file.suffix in (".jsonl", ".json") or (lines and lines[0].lstrip().startswith("{"))
+    prompts: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if is_jsonl:
+            text = _parse_jsonl_line(line, number, file, category)
+        else:
+            text = line.strip()
+        if text is not None and text.strip():
+            prompts.append(text)
+    if not prompts:
+        detail = f" in category {category!r}" if category else ""
+        raise PromptError(f"prompt file {file} has no prompts{detail}")
+    if limit is not None:
+        prompts = prompts[:limit]
+    name = "builtin" if path is None else file.stem
+    if category:
+        name += f"/{category}"
+    return PromptSet(name, tuple(prompts))

@@ -1,0 +1,214 @@
+"""``hsd-plan profile`` and ``hsd-plan profiles`` on tiny models, through the CLI."""
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hsd_planner.cli import cli
+from hsd_planner.measure import acceptance_from_logits, ngram_acceptance, run_length_sums
+from hsd_runtime import SamplingConfig
+
+FAST = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def count(db, table):
+    with sqlite3.connect(db) as conn:
+        return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+
+
+@pytest.fixture
+def prompt_file(tmp_path):
+    path = tmp_path / "prompts.txt"
+    path.write_text("\n".join(f"w{i} w{i + 1} w{i + 2} w{i} w{i + 1}" for i in range(12)))
+    return path
+
+
+def models(tiny_dirs, *names):
+    return ",".join(str(tiny_dirs[n]) if n in tiny_dirs else n for n in names)
+
+
+def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_db):
+    args = ["profile", "--models", models(tiny_dirs, "ngram", "draft", "target"), "--prompts", prompt_file, *FAST, "--json"]
+    first = run(*args)
+    assert first.exit_code == 0, first.output
+    summary = json.loads(first.output)
+    prompts = summary["workload"]["count"]
+    # 3 models x 2 points of latency; per prompt 1 continuation for each of 2 verifiers + 3 pairs
+    assert summary["measured"] == 3 * 2 + prompts * (2 + 3) and summary["skipped"] == 0
+    assert {(a["drafter"], a["verifier"]) for a in summary["acceptance"]} == {
+        ("ngram", str(tiny_dirs["draft"])), ("ngram", str(tiny_dirs["target"])), (str(tiny_dirs["draft"]), str(tiny_dirs["target"]))
+    }
+    for a in summary["acceptance"]:
+        assert 0.0 <= a["alpha"] <= 1.0 and a["run_lengths"][0] == 1.0
+        assert all(x >= y for x, y in zip(a["run_lengths"], a["run_lengths"][1:]))  # P(G >= g) decreases
+    assert count(isolated_db, "acceptance_prompts") == 3 * prompts
+    again = json.loads(run(*args).output)
+    assert again["measured"] == 0 and again["skipped"] == summary["measured"]
+    forced = json.loads(run(*args, "--force").output)
+    assert forced["measured"] == summary["measured"] and count(isolated_db, "acceptance_prompts") == 3 * prompts
+
+
+def test_sampling_profile_and_text_summary(tiny_dirs, prompt_file):
+    result = run("profile", "--models", models(tiny_dirs, "draft", "target"), "--prompts", prompt_file, "--max-prompts", "2",
+                 "--mode", "sample", "--temperature", "0.8", *FAST)
+    assert result.exit_code == 0, result.output
+    assert "acceptance alpha" in result.output and "c(1) ms" in result.output
+
+
+def test_export_then_import_into_a_fresh_db_reproduces_the_rows(tiny_dirs, prompt_file, tmp_path):
+    assert run("profile", "--models", models(tiny_dirs, "ngram", "target"), "--prompts", prompt_file, "--max-prompts", "3", *FAST).exit_code == 0
+    exported = tmp_path / "export.json"
+    assert run("profiles", "export", exported).exit_code == 0
+    fresh = tmp_path / "fresh.db"
+    first = run("profiles", "import", exported, "--db", fresh, "--json")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["latency"] == 4
+    again = json.loads(run("profiles", "import", exported, "--db", fresh, "--json").output)
+    assert sum(again.values()) == 0  # merging twice adds nothing
+    reexported = tmp_path / "re.json"
+    run("profiles", "export", reexported, "--db", fresh)
+    assert json.loads(reexported.read_text()) == json.loads(exported.read_text())
+    shown = run("profiles", "show", "--db", fresh)
+    assert "acceptance ngram ->" in shown.output
+
+
+def test_import_of_a_wrong_schema_version_is_refused(tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema_version": 0, "models": []}))
+    result = run("profiles", "import", path)
+    assert result.exit_code == 1 and "schema version 0" in result.output
+
+
+@pytest.mark.parametrize(
+    "names, extra, fragment",
+    [
+        (("draft", "no-such-model"), [], "unknown model 'no-such-model'"),
+        (("other", "target"), [], "different tokenizers"),
+        (("target",), [], "acceptance needs at least two models"),
+        (("target", "target"), [], "listed twice"),
+    ],
+)
+def test_bad_models_store_nothing(tiny_dirs, prompt_file, isolated_db, names, extra, fragment):
+    result = run("profile", "--models", models(tiny_dirs, *names), "--prompts", prompt_file, *FAST, *extra)
+    assert result.exit_code == 1 and fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not isolated_db.exists() or count(isolated_db, "latency") == 0
+
+
+def test_latency_only_profile_of_one_model(tiny_dirs, prompt_file, isolated_db):
+    result = run("profile", "--models", models(tiny_dirs, "target"), "--prompts", prompt_file, "--skip-acceptance", *FAST)
+    assert result.exit_code == 0, result.output
+    assert count(isolated_db, "latency") == 2 and count(isolated_db, "acceptance") == 0
+
+
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("", "has no prompts"),
+        ('{"prompt": "fine"}\n{"prompt": broken\n', "prompts.jsonl:2: malformed JSON"),
+        ('{"text": "no prompt field"}\n', "prompts.jsonl:1: no 'prompt'"),
+    ],
+)
+def test_bad_prompt_files(tiny_dirs, tmp_path, content, fragment):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(content)
+    result = run("profile", "--models", models(tiny_dirs, "draft", "target"), "--prompts", path, *FAST)
+    assert result.exit_code == 1 and fragment in result.output
+
+
+def test_a_non_sqlite_db_is_refused_and_untouched(tiny_dirs, prompt_file, tmp_path):
+    db = tmp_path / "notes.txt"
+    db.write_text("not a database")
+    result = run("profile", "--models", models(tiny_dirs, "draft", "target"), "--prompts", prompt_file, "--db", db, *FAST)
+    assert result.exit_code == 1 and "not an SQLite database" in result.output
+    assert db.read_text() == "not a database"
+
+
+def _profile_process(tiny_dirs, prompt_file, db, *extra):
+    cmd = [sys.executable, "-m", "hsd_planner", "profile", "--models", models(tiny_dirs, "ngram", "draft", "target"),
+           "--prompts", str(prompt_file), "--db", str(db), *FAST, "--max-new-tokens", "40", *extra]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _wait_for_rows(db, table, n, proc, timeout=120):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if db.exists():
+            try:
+                if count(db, table) >= n:
+                    return
+            except sqlite3.OperationalError:
+                pass
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    raise AssertionError("profiling made no progress")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
+def test_interrupted_profile_resumes_without_losing_work(tiny_dirs, prompt_file, tmp_path, sig):
+    db = tmp_path / "interrupted.db"
+    proc = _profile_process(tiny_dirs, prompt_file, db)
+    _wait_for_rows(db, "acceptance_prompts", 2, proc)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    if sig == signal.SIGINT:
+        assert "rerun the same command to resume" in err
+    with sqlite3.connect(db) as conn:
+        kept = conn.execute("SELECT id, alpha_sum FROM acceptance_prompts ORDER BY id").fetchall()
+    assert kept
+    rerun = _profile_process(tiny_dirs, prompt_file, db, "--json")
+    out, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["skipped"] >= len(kept)
+    with sqlite3.connect(db) as conn:
+        after = conn.execute("SELECT id, alpha_sum FROM acceptance_prompts ORDER BY id").fetchall()
+    assert after[: len(kept)] == kept and len(after) == 3 * summary["workload"]["count"]
+
+
+def test_two_processes_write_one_database_at_once(tiny_dirs, prompt_file, tmp_path):
+    db = tmp_path / "shared.db"
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join(f"w{i} w{i}" for i in range(20, 32)))
+    a = _profile_process(tiny_dirs, prompt_file, db, "--json")
+    b = subprocess.Popen(
+        [sys.executable, "-m", "hsd_planner", "profile", "--models", models(tiny_dirs, "ngram", "draft", "target"),
+         "--prompts", str(other), "--db", str(db), *FAST, "--max-new-tokens", "40", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)
+    assert a.returncode == 0, err_a
+    assert b.returncode == 0, err_b
+    n_a, n_b = json.loads(out_a)["workload"]["count"], json.loads(out_b)["workload"]["count"]
+    assert count(db, "acceptance_prompts") == 3 * (n_a + n_b)
+    assert count(db, "latency") == 3 * 2  # measured by one process, skipped or replaced by the other
+    assert count(db, "models") == 3 and count(db, "hardware") == 1
+
+
+def test_acceptance_math_on_known_cases():
+    logits = torch.randn(5, 11)
+    greedy, sample = SamplingConfig(), SamplingConfig(mode="sample")
+    assert acceptance_from_logits(logits, logits, greedy).tolist() == [1.0] * 5
+    assert torch.allclose(acceptance_from_logits(logits, logits, sample), torch.ones(5, dtype=torch.float64))
+    disjoint = torch.full((1, 4), -1e9)
+    p, q = disjoint.clone(), disjoint.clone()
+    p[0, 0], q[0, 1] = 0.0, 0.0
+    assert acceptance_from_logits(q, p, sample).tolist() == [0.0]
+    # prompt "1 2 3 1 2", continuation "3 1": the n-gram drafter predicts 3 then 1
+    p_logits = torch.nn.functional.one_hot(torch.tensor([3, 1]), 5).float()
+    assert ngram_acceptance(2, [1, 2, 3, 1, 2], [3, 1], p_logits, greedy).tolist() == [1.0, 1.0]
+    sums, counts = run_length_sums(torch.tensor([1.0, 0.5, 1.0]), g_max=3)
+    assert [s / c for s, c in zip(sums, counts)] == [1.0, 2.5 / 3, 1.0 / 2, 0.5 / 1]

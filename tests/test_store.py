@@ -1,0 +1,60 @@
+"""The database: migrations, refusal of foreign files and newer schemas, concurrent writers."""
+
+import sqlite3
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.command import downgrade, upgrade
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect
+
+from hsd_planner.store import Base, StoreError, open_engine, resolve_url
+from hsd_planner.store.db import alembic_config
+
+
+def test_migrations_have_a_single_head():
+    script = ScriptDirectory.from_config(alembic_config("sqlite://"))
+    assert len(script.get_heads()) == 1
+
+
+def test_upgrade_from_empty_matches_the_orm(isolated_db):
+    engine = open_engine(str(isolated_db))
+    assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts={"render_as_batch": True}), Base.metadata)
+    assert diff == []
+
+
+def test_downgrade_and_upgrade_round_trip(isolated_db):
+    url = resolve_url(str(isolated_db))
+    engine = open_engine(str(isolated_db))
+    cfg = alembic_config(url)
+    downgrade(cfg, "base")
+    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    upgrade(cfg, "head")
+    assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
+
+
+def test_a_file_that_is_not_sqlite_is_left_untouched(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"my precious notes\n" * 10)
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match="is not an SQLite database"):
+        open_engine(str(path))
+    assert path.read_bytes() == before
+
+
+def test_a_database_from_a_newer_schema_is_refused(isolated_db):
+    open_engine(str(isolated_db)).dispose()
+    with sqlite3.connect(isolated_db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999_future'")
+    with pytest.raises(StoreError, match="newer than this hsd-plan"):
+        open_engine(str(isolated_db))
+
+
+def test_a_foreign_sqlite_database_is_refused(isolated_db):
+    with sqlite3.connect(isolated_db) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER)")
+    with pytest.raises(StoreError, match="not an hsd-plan database"):
+        open_engine(str(isolated_db))
