@@ -258,3 +258,41 @@ def profiles_import(file, db, as_json) -> None:
     doc = read_document(Path(file))
     added = import_document(open_engine(db), doc)
     click.echo(json.dumps(added) if as_json else "imported: " + ", ".join(f"{v} {k}" for k, v in added.items()))
+
+
+@cli.command("solve")
+@click.option("--target", default=None, help="Target model spec [default: the largest profiled verifier].")
+@click.option("--workload", default=None, help="Workload name as profiled (see hsd-plan profiles show) [default: the newest].")
+@click.option("--mode", type=click.Choice(["greedy", "sample"]), default="greedy", show_default=True)
+@click.option("--temperature", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True)
+@click.option("--acceptance", type=click.Choice(["empirical", "iid"]), default="empirical", show_default=True,
+              help="Run-length model: the measured P(G >= g), or alpha^g.")
+@click.option("--top", "top_k", type=click.IntRange(min=1), default=5, show_default=True, help="How many hierarchies to list.")
+@click.option("--t-max", type=int, default=8, show_default=True, help="Largest width tried at any level.")
+@click.option("--max-depth", type=int, default=None, help="Most drafter levels [default: no limit].")
+@click.option("--context-len", type=click.IntRange(min=1), default=256, show_default=True, help="Context length the cost curves are read at.")
+@db_option
+@json_option
+def solve_command(target, workload, mode, temperature, acceptance, top_k, t_max, max_depth, context_len, db, as_json) -> None:
+    """Find the latency-optimal hierarchy from the stored profile, and store the plans.
+
+    Prints the best hierarchy, the alternatives, the best single drafter and autoregressive
+    decoding, each with predicted ms per token, mean accepted length and speed-up.
+
+    Example:
+
+        hsd-plan solve --target smollm2-135m --t-max 8 --json
+    """
+    from .plans import solve_and_store
+    from .store import open_engine
+
+    report = solve_and_store(open_engine(db), target, workload, mode, temperature, acceptance, top_k, t_max, max_depth, context_len)
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    click.echo(f"target {report['target']}, workload {report['workload']}, {mode}, {acceptance} acceptance, context {context_len}")
+    click.echo(f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9}  hierarchy")
+    for p in report["plans"]:
+        chain = " -> ".join([f"{m}[{w}]" for m, w in zip(p["chain"], p["widths"])] + [p["chain"][-1]])
+        click.echo(f"{p['id']:>5} {p['kind']:<15} {p['predicted_ms_per_token']:>9.2f} {p['predicted_mean_accepted_length']:>9.2f} "
+                   f"{p['predicted_speedup']:>8.2f}x  {chain}")

@@ -2,26 +2,40 @@
 
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-COMMANDS = sorted(cli.commands)
 
 
-@pytest.mark.parametrize("name", COMMANDS)
-def test_command_has_help_with_an_example(name):
-    result = CliRunner().invoke(cli, [name, "--help"])
+def _leaves(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
+    out = []
+    for name, cmd in sorted(group.commands.items()):
+        if isinstance(cmd, click.Group):
+            out += _leaves(cmd, prefix + (name,))
+        else:
+            out.append((prefix + (name,), cmd))
+    return out
+
+
+LEAVES = _leaves(cli)
+IDS = [" ".join(path) for path, _ in LEAVES]
+
+
+@pytest.mark.parametrize("path, command", LEAVES, ids=IDS)
+def test_command_has_help_with_an_example(path, command):
+    result = CliRunner().invoke(cli, [*path, "--help"])
     assert result.exit_code == 0
     assert "Example" in result.output
 
 
-@pytest.mark.parametrize("name", COMMANDS)
-def test_command_and_its_options_are_in_the_readme(name):
-    assert f"hsd-plan {name}" in README
-    for param in cli.commands[name].params:
-        for opt in param.opts:
+@pytest.mark.parametrize("path, command", LEAVES, ids=IDS)
+def test_command_and_its_options_are_in_the_readme(path, command):
+    assert f"hsd-plan {' '.join(path)}" in README
+    for param in command.params:
+        for opt in param.opts + param.secondary_opts:
             if opt.startswith("--") and opt != "--help":
-                assert opt in README, f"{opt} of hsd-plan {name} is missing from README.md"
+                assert opt in README, f"{opt} of hsd-plan {' '.join(path)} is missing from README.md"

@@ -73,3 +73,18 @@ def test_generate_command_as_a_user_runs_it():
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["check"]["identical"] and len(report["tokens"]) == 32
+
+
+def test_profile_real_models_on_three_prompts(tmp_path):
+    db = tmp_path / "real.db"
+    out = subprocess.run(
+        ["hsd-plan", "profile", "--models", "ngram,smollm2-135m:layers=2,smollm2-135m", "--max-prompts", "3",
+         "--max-new-tokens", "24", "--latency-grid", "1,4,16", "--context-lens", "64", "--repeats", "3",
+         "--dtype", "bf16", "--db", str(db), "--json"],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert len(summary["latency"]) == 3 and len(summary["acceptance"]) == 3
+    c = {row["model"]: row["c1_ms"] for row in summary["latency"]}
+    assert c["ngram"] < c["smollm2-135m:layers=2"] < c["smollm2-135m"]

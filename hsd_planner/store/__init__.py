@@ -1,7 +1,7 @@
 """The profiling database: schema, opening and migrations."""
 
 from .db import StoreError, default_db_path, open_engine, resolve_url, upgrade_to_head
-from .schema import Acceptance, AcceptancePrompt, Base, Continuation, Hardware, Latency, ModelRow, Setting, Workload
+from .schema import Acceptance, AcceptancePrompt, Base, Continuation, Hardware, Latency, ModelRow, PlanRow, Setting, Solve, Workload
 
 __all__ = [
     "Acceptance",
@@ -11,7 +11,9 @@ __all__ = [
     "Hardware",
     "Latency",
     "ModelRow",
+    "PlanRow",
     "Setting",
+    "Solve",
     "StoreError",
     "Workload",
     "default_db_path",

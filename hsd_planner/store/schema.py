@@ -22,6 +22,8 @@ __all__ = [
     "Continuation",
     "AcceptancePrompt",
     "Acceptance",
+    "Solve",
+    "PlanRow",
 ]
 
 NAMING = {
@@ -109,6 +111,15 @@ class Latency(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
+class _PairKey:
+    """The key columns of an acceptance measurement: which pair, on what, measured how."""
+
+    drafter_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    verifier_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
+    setting_id: Mapped[int] = mapped_column(ForeignKey("settings.id", ondelete="CASCADE"), index=True)
+
+
 class Continuation(Base):
     """A verifier's own continuation of one prompt: the text drafters are teacher-forced over."""
 
@@ -122,7 +133,7 @@ class Continuation(Base):
     tokens: Mapped[list[int]] = mapped_column(JSON)
 
 
-class AcceptancePrompt(Base):
+class AcceptancePrompt(_PairKey, Base):
     """Acceptance of one drafter by one verifier on one prompt: sums that aggregate exactly.
 
     ``run_sum[g]`` adds, over start positions t with g positions after them, the probability that
@@ -132,10 +143,6 @@ class AcceptancePrompt(Base):
     __tablename__ = "acceptance_prompts"
     __table_args__ = (UniqueConstraint("drafter_id", "verifier_id", "workload_id", "setting_id", "prompt_index"),)
     id: Mapped[int] = mapped_column(primary_key=True)
-    drafter_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
-    verifier_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
-    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
-    setting_id: Mapped[int] = mapped_column(ForeignKey("settings.id", ondelete="CASCADE"), index=True)
     prompt_index: Mapped[int] = mapped_column(Integer)
     positions: Mapped[int] = mapped_column(Integer)
     alpha_sum: Mapped[float] = mapped_column(Float)
@@ -143,7 +150,7 @@ class AcceptancePrompt(Base):
     run_count: Mapped[list[int]] = mapped_column(JSON)
 
 
-class Acceptance(Base):
+class Acceptance(_PairKey, Base):
     """Acceptance of a drafter by a verifier over a whole workload.
 
     ``alpha`` is the mean per-position acceptance; ``run_lengths[g]`` is P(G >= g), the
@@ -153,12 +160,39 @@ class Acceptance(Base):
     __tablename__ = "acceptance"
     __table_args__ = (UniqueConstraint("drafter_id", "verifier_id", "workload_id", "setting_id"),)
     id: Mapped[int] = mapped_column(primary_key=True)
-    drafter_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
-    verifier_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
-    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
-    setting_id: Mapped[int] = mapped_column(ForeignKey("settings.id", ondelete="CASCADE"), index=True)
     alpha: Mapped[float] = mapped_column(Float)
     positions: Mapped[int] = mapped_column(Integer)
     prompts: Mapped[int] = mapped_column(Integer)
     run_lengths: Mapped[list[float]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class Solve(Base):
+    """One ``hsd-plan solve``: what it was asked, on which profile."""
+
+    __tablename__ = "solves"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    target_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
+    workload_id: Mapped[int] = mapped_column(ForeignKey("workloads.id", ondelete="CASCADE"), index=True)
+    setting_id: Mapped[int] = mapped_column(ForeignKey("settings.id", ondelete="CASCADE"), index=True)
+    hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id", ondelete="CASCADE"), index=True)
+    acceptance_model: Mapped[str] = mapped_column(String(16))
+    t_max: Mapped[int] = mapped_column(Integer)
+    max_depth: Mapped[int | None] = mapped_column(Integer)
+    context_len: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class PlanRow(Base):
+    """One hierarchy a solve reported, with its prediction; ``kind`` is best, top, single or autoregressive."""
+
+    __tablename__ = "plans"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    solve_id: Mapped[int] = mapped_column(ForeignKey("solves.id", ondelete="CASCADE"), index=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(16))
+    chain: Mapped[list[str]] = mapped_column(JSON)
+    widths: Mapped[list[int]] = mapped_column(JSON)
+    predicted_ms_per_token: Mapped[float] = mapped_column(Float)
+    predicted_mean_accepted_length: Mapped[float] = mapped_column(Float)
+    predicted_speedup: Mapped[float] = mapped_column(Float)

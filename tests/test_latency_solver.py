@@ -1,0 +1,153 @@
+"""The latency model, its Monte Carlo cross-check, and the exact solver against brute force."""
+
+import itertools
+import random
+
+import pytest
+
+from hsd_planner.latency import Level, RunLengths, expected_rounds, hierarchy_latency
+from hsd_planner.simulate import simulate
+from hsd_planner.solver import Candidate, SolverError, solve
+
+
+def affine(c0: float, slope: float):
+    return lambda n: c0 + slope * (n - 1)
+
+
+def test_single_drafter_equals_leviathan_closed_form():
+    for a, t, c0, c1 in [(0.6, 4, 2.0, 30.0), (0.9, 7, 5.0, 33.0), (0.0, 3, 1.0, 10.0), (0.3, 1, 0.5, 12.0)]:
+        got = hierarchy_latency([Level(affine(c0, 0)), Level(affine(c1, 0), RunLengths.iid(a))], [t]).ms_per_token
+        expected = (t * c0 + c1) * (1 - a) / (1 - a ** (t + 1))
+        assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_expected_rounds_by_hand():
+    # b = 1, always accepted: every round yields 2 tokens; 5 tokens take 3 rounds
+    assert expected_rounds(RunLengths.iid(1.0), 1, 5) == pytest.approx(3.0)
+    # never accepted: one token per round
+    assert expected_rounds(RunLengths.iid(0.0), 4, 5) == pytest.approx(5.0)
+
+
+def _random_runs(rng: random.Random, empirical: bool) -> RunLengths:
+    a = rng.uniform(0.1, 0.95)
+    if not empirical:
+        return RunLengths.iid(a)
+    # bursty: a run continues with a probability that grows with its length
+    s = [1.0]
+    for g in range(1, 65):
+        s.append(s[-1] * min(0.99, a + 0.02 * g))
+    return RunLengths(s)
+
+
+def _random_levels(rng, depth, empirical):
+    levels = [Level(affine(rng.uniform(0.05, 3), rng.uniform(0, 0.2)), lookup=rng.random() < 0.3)]
+    for k in range(1, depth + 1):
+        levels.append(Level(affine(rng.uniform(3, 40) * k, rng.uniform(0, 1)), _random_runs(rng, empirical)))
+    return levels
+
+
+@pytest.mark.parametrize("empirical", [False, True], ids=["iid", "empirical"])
+def test_formula_agrees_with_monte_carlo(empirical):
+    rng = random.Random(7 if empirical else 3)
+    for case in range(6):
+        depth = rng.randint(1, 3)
+        levels = _random_levels(rng, depth, empirical)
+        widths = [rng.randint(1, 6) for _ in range(depth)]
+        predicted = hierarchy_latency(levels, widths)
+        ms, tokens = simulate(levels, widths, rounds=40_000, seed=case)
+        assert ms == pytest.approx(predicted.ms_per_token, rel=0.01), (case, widths)
+        assert tokens == pytest.approx(predicted.mean_accepted_length, rel=0.01)
+
+
+def _instance(rng: random.Random, n: int, empirical: bool):
+    cands = [Candidate(f"m{i}", affine(rng.uniform(0.05, 20), rng.uniform(0, 0.5)), lookup=(i == 0 and rng.random() < 0.5)) for i in range(n)]
+    target = Candidate("target", affine(rng.uniform(25, 40), rng.uniform(0, 1)))
+    acc = {}
+    names = [c.name for c in cands] + ["target"]
+    for i, j in itertools.permutations(names, 2):
+        if i != "target" and rng.random() < 0.9:
+            acc[(i, j)] = _random_runs(rng, empirical)
+    acc.setdefault((cands[0].name, "target"), _random_runs(rng, empirical))
+    return cands, target, acc
+
+
+def _brute_force(cands, target, acc, t_max, max_depth=None):
+    order = sorted(cands, key=lambda c: c.cost(1))
+    best = (target.cost(1), (target.name,), ())
+    for r in range(1, len(order) + 1 if max_depth is None else max_depth + 1):
+        for subset in itertools.combinations(order, r):
+            names = [c.name for c in subset] + [target.name]
+            pairs = list(zip(names, names[1:]))
+            if any(p not in acc for p in pairs):
+                continue
+            levels = [Level(subset[0].cost, lookup=subset[0].lookup)]
+            levels += [Level(c.cost, acc[p]) for c, p in zip([*subset[1:], target], pairs)]
+            for widths in itertools.product(range(1, t_max + 1), repeat=r):
+                ms = hierarchy_latency(levels, list(widths)).ms_per_token
+                if ms < best[0] - 1e-12:
+                    best = (ms, tuple(names), widths)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(0, 200, 25))
+def test_solver_equals_brute_force(seed):
+    for offset in range(25):
+        rng = random.Random(seed + offset)
+        n = rng.randint(1, 5 if offset % 5 == 0 else 4)
+        t_max = rng.randint(1, 6 if offset % 5 == 0 else 4)
+        cands, target, acc = _instance(rng, n, empirical=bool(offset % 2))
+        sol = solve(cands, target, acc, t_max=t_max, top_k=3)
+        ms, chain, widths = _brute_force(cands, target, acc, t_max)
+        assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
+        assert sol.best.chain == chain and sol.best.widths == widths
+
+
+def test_max_depth_is_respected_and_exact():
+    rng = random.Random(99)
+    for _ in range(20):
+        cands, target, acc = _instance(rng, 4, empirical=False)
+        sol = solve(cands, target, acc, t_max=4, max_depth=1)
+        ms, _, _ = _brute_force(cands, target, acc, 4, max_depth=1)
+        assert sol.best.depth <= 1 and sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
+
+
+def test_top_k_is_sorted_and_distinct():
+    cands, target, acc = _instance(random.Random(5), 4, empirical=True)
+    top = solve(cands, target, acc, t_max=5, top_k=6).top
+    assert len(top) == 6
+    ms = [p.prediction.ms_per_token for p in top]
+    assert ms == sorted(ms) and len({(p.chain, p.widths) for p in top}) == 6
+
+
+def test_useless_drafter_never_hurts_and_zero_acceptance_gives_autoregressive():
+    rng = random.Random(11)
+    cands, target, acc = _instance(rng, 3, empirical=False)
+    before = solve(cands, target, acc, t_max=4).best.prediction.ms_per_token
+    useless = Candidate("useless", affine(0.01, 0))
+    acc2 = dict(acc) | {("useless", c.name): RunLengths.iid(0.0) for c in [*cands, target]}
+    assert solve([*cands, useless], target, acc2, t_max=4).best.prediction.ms_per_token <= before + 1e-12
+    zero = {k: RunLengths.iid(0.0) for k in acc}
+    sol = solve(cands, target, zero, t_max=4)
+    assert sol.best.chain == (target.name,) and sol.best.widths == ()
+
+
+def test_hand_built_optimum():
+    # a free perfect drafter: the widest batch wins; per token, (c_K(t_max + 1)) / (t_max + 1)
+    sol = solve([Candidate("free", affine(0.0, 0))], Candidate("t", affine(10.0, 0)), {("free", "t"): RunLengths.iid(1.0)}, t_max=7)
+    assert sol.best.widths == (7,) and sol.best.prediction.ms_per_token == pytest.approx(10.0 / 8)
+    assert sol.best.prediction.mean_accepted_length == pytest.approx(8.0)
+    assert sol.best_single == sol.best and sol.autoregressive.prediction.ms_per_token == 10.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        (dict(t_max=0), "t_max must be >= 1"),
+        (dict(acceptance={}), "no candidate has acceptance data against the target"),
+        (dict(candidates=[]), "no drafter candidates"),
+    ],
+)
+def test_solver_bad_input(kwargs, fragment):
+    args = dict(candidates=[Candidate("d", affine(1, 0))], target=Candidate("t", affine(10, 0)), acceptance={("d", "t"): RunLengths.iid(0.5)})
+    with pytest.raises(SolverError, match=fragment):
+        solve(**(args | kwargs))

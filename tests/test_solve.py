@@ -1,0 +1,107 @@
+"""``hsd-plan solve`` on a real profile of tiny models, and the planner API without a database."""
+
+import json
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from hsd_planner import Profile, predict, solve
+from hsd_planner.cli import cli
+from hsd_planner.latency import RunLengths, hierarchy_latency, Level
+
+FAST = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def profiled(tiny_dirs, tmp_path):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(f"w{i} w{i + 1} w{i} w{i + 1}" for i in range(8)))
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    result = run("profile", "--models", chain, "--prompts", prompts, *FAST)
+    assert result.exit_code == 0, result.output
+    return tiny_dirs
+
+
+def test_solve_prints_and_stores_plans(profiled, isolated_db):
+    result = run("solve", "--t-max", "4", "--top", "3", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["target"] == str(profiled["target"])
+    assert report["chain"][-1] == report["target"] and len(report["widths"]) == len(report["chain"]) - 1
+    kinds = [p["kind"] for p in report["plans"]]
+    assert kinds[0] == "best" and "autoregressive" in kinds and "single" in kinds
+    best = report["plans"][0]
+    assert best["predicted_ms_per_token"] <= min(p["predicted_ms_per_token"] for p in report["plans"])
+    with sqlite3.connect(isolated_db) as conn:
+        stored = conn.execute("SELECT id, kind, predicted_ms_per_token FROM plans ORDER BY rank").fetchall()
+    assert [(r[0], r[1]) for r in stored] == [(p["id"], p["kind"]) for p in report["plans"]]
+    text = run("solve", "--acceptance", "iid", "--max-depth", "1")
+    assert text.exit_code == 0 and "autoregressive" in text.output
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--target", "nope-model"], "no profile for target nope-model"),
+        (["--mode", "sample"], "no acceptance profile for sample decoding"),
+        (["--workload", "missing"], "no workload named 'missing'"),
+        (["--t-max", "0"], "t_max must be >= 1"),
+    ],
+)
+def test_solve_bad_input(profiled, args, fragment):
+    result = run("solve", *args)
+    assert result.exit_code == 1 and fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_solve_without_any_profile():
+    result = run("solve")
+    assert result.exit_code == 1 and "run hsd-plan profile first" in result.output
+
+
+def test_target_without_acceptance_against_it(profiled):
+    result = run("solve", "--target", str(profiled["draft"]) + ":layers=1")
+    assert result.exit_code == 1 and "no profile for target" in result.output
+
+
+PROFILE = {
+    "target": "big",
+    "models": [
+        {"name": "ngram", "lookup": True, "latency": {64: {1: 0.05, 8: 0.05}}},
+        {"name": "small", "latency": {64: {1: 4.0, 8: 4.4}, 512: {1: 5.0, 8: 5.6}}},
+        {"name": "big", "latency": {64: {1: 30.0, 8: 33.0}, 512: {1: 34.0, 8: 38.0}}},
+    ],
+    "acceptance": [
+        {"drafter": "ngram", "verifier": "small", "alpha": 0.3},
+        {"drafter": "ngram", "verifier": "big", "alpha": 0.3},
+        {"drafter": "small", "verifier": "big", "alpha": 0.8, "run_lengths": [1.0, 0.8, 0.7, 0.65, 0.6]},
+    ],
+}
+
+
+def test_planner_api_without_a_database():
+    profile = Profile.model_validate(PROFILE)
+    sol = solve(profile, t_max=6, acceptance="iid", context_len=64)
+    assert sol.autoregressive.prediction.ms_per_token == 30.0
+    assert sol.best.prediction.ms_per_token < sol.best_single.prediction.ms_per_token * 1.0000001
+    again = predict(profile, list(sol.best.chain), list(sol.best.widths), acceptance="iid", context_len=64)
+    assert again.ms_per_token == pytest.approx(sol.best.prediction.ms_per_token)
+    # the cost curve interpolates in n and in context length
+    assert profile.model("big").latency(4, 288) == pytest.approx((31.2857142857 + 35.7142857143) / 2, rel=1e-6)
+    # empirical runs are used when given
+    emp = predict(profile, ["small", "big"], [3], acceptance="empirical", context_len=64)
+    levels = [Level(lambda n: 4.0 + 0.4 * (n - 1) / 7), Level(lambda n: 30 + 3 * (n - 1) / 7, RunLengths([1.0, 0.8, 0.7, 0.65, 0.6]))]
+    assert emp.ms_per_token == pytest.approx(hierarchy_latency(levels, [3]).ms_per_token)
+
+
+def test_planner_api_errors():
+    profile = Profile.model_validate(PROFILE)
+    with pytest.raises(Exception, match="no latency profile for huge"):
+        predict(profile, ["small", "huge"], [2])
+    with pytest.raises(Exception, match="no acceptance data for big verified by small"):
+        predict(profile, ["big", "small"], [2])
