@@ -34,21 +34,28 @@ from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter
 NEVER = 49151
 
 
-def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int]]:
+def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int], float]:
+    """Time generate; also count the target's forward passes to get its mean accepted length."""
+    passes = []
+    hook = model.register_forward_pre_hook(lambda *_: passes.append(1))
     x = torch.tensor([ids])
     t0 = time.perf_counter()
     out = model.generate(
         x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, eos_token_id=NEVER, **kwargs
     )
     elapsed = time.perf_counter() - t0
+    hook.remove()
     tokens = out[0, len(ids) :].tolist()
     assert len(tokens) == new_tokens, "generate stopped early"
-    return elapsed, tokens
+    # the prefill pass yields the first token; every later pass is one verification round
+    return elapsed, tokens, (new_tokens - 1) / max(1, len(passes) - 1)
 
 
-def ours(hierarchy: Hierarchy, ids, new_tokens) -> tuple[float, list[int], float]:
+def ours(hierarchy: Hierarchy, ids, new_tokens) -> tuple[float, list[int], float, float]:
+    """Time ours; also the share of decode time spent outside forward passes (runtime overhead)."""
     r = hierarchy.generate(ids, new_tokens)
-    return r.prefill_s + r.decode_s, r.tokens, r.mean_accepted_length
+    overhead = 1.0 - sum(level.time_s for level in r.levels) / r.decode_s
+    return r.prefill_s + r.decode_s, r.tokens, r.mean_accepted_length, overhead
 
 
 def main() -> None:
@@ -100,18 +107,22 @@ def main() -> None:
                 continue
             for i, text in enumerate(prompts):
                 ids = encode_prompt(target.tokenizer, text)
-                t_ours, t_hf, mal = [], [], []
+                t_ours, t_hf, mal, hf_mal, over = [], [], [], [], []
                 same = True
                 for rep in range(args.repeats):
                     first_ours = (i + rep) % 2 == 0
                     if not first_ours:
-                        t_hf.append(hf_generate(target.model, ids, args.new_tokens, **kwargs)[0])
-                    t, toks, m = ours(hierarchy, ids, args.new_tokens)
+                        t_h, _, m_h = hf_generate(target.model, ids, args.new_tokens, **kwargs)
+                        t_hf.append(t_h)
+                        hf_mal.append(m_h)
+                    t, toks, m, o = ours(hierarchy, ids, args.new_tokens)
                     t_ours.append(t)
                     mal.append(m)
+                    over.append(o)
                     if first_ours:
-                        t_h, hf_toks = hf_generate(target.model, ids, args.new_tokens, **kwargs)
+                        t_h, hf_toks, m_h = hf_generate(target.model, ids, args.new_tokens, **kwargs)
                         t_hf.append(t_h)
+                        hf_mal.append(m_h)
                         same = same and hf_toks == toks
                 rec = dict(
                     row=row, category=category, prompt=i, prompt_tokens=len(ids),
@@ -119,6 +130,8 @@ def main() -> None:
                     hf_tok_s=args.new_tokens / statistics.median(t_hf),
                     ratio=statistics.median([h / o for h, o in zip(t_hf, t_ours)]),
                     mean_accepted_length=statistics.median(mal),
+                    hf_mean_accepted_length=statistics.median(hf_mal),
+                    ours_overhead_share=statistics.median(over),
                     same_tokens_as_hf=same,
                 )
                 results.append(rec)
@@ -126,15 +139,16 @@ def main() -> None:
 
     print(f"\nmachine: {machine()}; smollm2-135m {args.dtype}, greedy, {args.new_tokens} new tokens, "
           f"{args.per_category} prompts per category, {args.repeats} repeats\n")
-    print("| row | category | prompts | ours tok/s | HF tok/s | ratio ours/HF (median) | mean accepted length (ours) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| row | category | prompts | ours tok/s | HF tok/s | ratio ours/HF (median) | mean accepted length ours / HF | ours: decode time outside forward passes |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         sel = [r for r in results if r["row"] == row]
         for category in [*dict.fromkeys(r["category"] for r in sel), "all"]:
             part = [r for r in sel if category in ("all", r["category"])]
             med = lambda key: statistics.median(r[key] for r in part)  # noqa: E731
             print(f"| {row} | {category} | {len(part)} | {med('ours_tok_s'):.1f} | {med('hf_tok_s'):.1f} | "
-                  f"{med('ratio'):.3f} | {med('mean_accepted_length'):.2f} |")
+                  f"{med('ratio'):.3f} | {med('mean_accepted_length'):.2f} / {med('hf_mean_accepted_length'):.2f} | "
+                  f"{med('ours_overhead_share'):.1%} |")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"out": str(args.out)}, "results": results}, indent=1))
 

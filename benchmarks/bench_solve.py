@@ -1,7 +1,9 @@
 """Solver time against the number of candidates N and the width limit t_max, on synthetic
-profiles, with the fitted growth exponents, and against brute-force enumeration.
+profiles, with the fitted growth exponents, and against brute-force enumeration; then, with
+--real, the plan solved on real profiles (from benchmarks.bench_profile) per Spec-Bench category.
 
     python -m benchmarks.bench_solve
+    python -m benchmarks.bench_solve --real benchmarks/out/profile-greedy.db benchmarks/out/profile-sample.db
 """
 
 from __future__ import annotations
@@ -65,8 +67,12 @@ def slope(xs, ys) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--real", nargs="*", default=None, help="profile databases to solve per category (skips the synthetic part)")
     args = ap.parse_args()
     print(f"machine: {machine()}\n")
+    if args.real is not None:
+        real_profiles(args.real)
+        return
     ns, ts = [2, 4, 8, 12, 16, 20, 24, 32], [4, 8, 16, 24, 32]
     print("| N \\ t_max | " + " | ".join(str(t) for t in ts) + " |")
     print("|---|" + "---|" * len(ts))
@@ -93,6 +99,27 @@ def main() -> None:
         tb = time.perf_counter() - t0
         same = math.isclose(solve(cands, target, acc, t_max=t).best.prediction.ms_per_token, b, rel_tol=1e-9)
         print(f"| {n} | {t} | {ts_:.4f} | {tb:.2f} | {same} |", flush=True)
+
+
+def real_profiles(dbs: list[str]) -> None:
+    """Best plan per category on real profiles, against the best single drafter."""
+    from benchmarks.common import SPEC_CATEGORIES
+    from hsd_planner.plans import solve_and_store
+    from hsd_planner.store import open_engine
+
+    print("| mode | category | best plan | predicted ms/token | speed-up vs autoregressive | best single drafter | its ms/token | best / single |")
+    print("|---|---|---|---|---|---|---|---|")
+    for db in dbs:
+        engine = open_engine(db)
+        for category in SPEC_CATEGORIES:
+            mode = "sample" if "sample" in db else "greedy"
+            r = solve_and_store(engine, target="smollm2-135m", workload=f"spec_bench/{category}", mode=mode, t_max=8)
+            plans = {p["kind"]: p for p in r["plans"]}
+            best, single = plans["best"], plans["single"]
+            fmt = lambda p: " -> ".join([f"{m}[{w}]" for m, w in zip(p["chain"], p["widths"])] + [p["chain"][-1]])  # noqa: E731
+            print(f"| {mode} | {category} | {fmt(best)} | {best['predicted_ms_per_token']:.2f} | {best['predicted_speedup']:.3f}x | "
+                  f"{fmt(single)} | {single['predicted_ms_per_token']:.2f} | "
+                  f"{single['predicted_ms_per_token'] / best['predicted_ms_per_token']:.3f}x |")
 
 
 if __name__ == "__main__":
