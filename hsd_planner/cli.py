@@ -271,9 +271,11 @@ def profiles_import(file, db, as_json) -> None:
 @click.option("--t-max", type=int, default=8, show_default=True, help="Largest width tried at any level.")
 @click.option("--max-depth", type=int, default=None, help="Most drafter levels [default: no limit].")
 @click.option("--context-len", type=click.IntRange(min=1), default=256, show_default=True, help="Context length the cost curves are read at.")
+@click.option("--exclude", default="", help="Comma-separated model specs not to use.")
+@click.option("--require", default="", help="Comma-separated model specs every plan must contain.")
 @db_option
 @json_option
-def solve_command(target, workload, mode, temperature, acceptance, top_k, t_max, max_depth, context_len, db, as_json) -> None:
+def solve_command(target, workload, mode, temperature, acceptance, top_k, t_max, max_depth, context_len, exclude, require, db, as_json) -> None:
     """Find the latency-optimal hierarchy from the stored profile, and store the plans.
 
     Prints the best hierarchy, the alternatives, the best single drafter and autoregressive
@@ -286,7 +288,11 @@ def solve_command(target, workload, mode, temperature, acceptance, top_k, t_max,
     from .plans import solve_and_store
     from .store import open_engine
 
-    report = solve_and_store(open_engine(db), target, workload, mode, temperature, acceptance, top_k, t_max, max_depth, context_len)
+    split_specs = lambda text: tuple(x for x in text.split(",") if x)  # noqa: E731
+    report = solve_and_store(
+        open_engine(db), target, workload, mode, temperature, acceptance, top_k, t_max, max_depth, context_len,
+        exclude=split_specs(exclude), require=split_specs(require),
+    )
     if as_json:
         click.echo(json.dumps(report))
         return

@@ -119,13 +119,19 @@ def solve(
     acceptance: Literal["iid", "empirical"] = "empirical",
     context_len: int = 256,
     exclude: tuple[str, ...] = (),
+    require: tuple[str, ...] = (),
 ) -> Solution:
-    """Rank hierarchies for ``profile.target``: best, top-k, best single drafter, autoregressive."""
+    """Rank hierarchies for ``profile.target``: best, top-k, best single drafter, autoregressive.
+
+    ``exclude`` drops candidates; every hierarchy returned contains all of ``require``.
+    """
     target = profile.candidate(profile.target, context_len)
     names = [m.name for m in profile.models if m.name != profile.target and m.name not in exclude]
     pairs = profile.pairs(acceptance)
     usable = [n for n in names if any(d == n for d, _ in pairs)]
-    return solve_graph([profile.candidate(n, context_len) for n in usable], target, pairs, t_max=t_max, top_k=top_k, max_depth=max_depth)
+    return solve_graph(
+        [profile.candidate(n, context_len) for n in usable], target, pairs, t_max=t_max, top_k=top_k, max_depth=max_depth, require=require
+    )
 
 
 def predict(

@@ -38,10 +38,15 @@ def solve_and_store(
     t_max: int = 8,
     max_depth: int | None = None,
     context_len: int = 256,
+    exclude: tuple[str, ...] = (),
+    require: tuple[str, ...] = (),
 ) -> dict:
     """Solve on the newest matching profile, store the solve and its plans, return a report."""
     profile, source = load_profile(engine, target, workload, mode, temperature)
-    solution = solve(profile, t_max=t_max, top_k=top_k, max_depth=max_depth, acceptance=acceptance, context_len=context_len)
+    solution = solve(
+        profile, t_max=t_max, top_k=top_k, max_depth=max_depth, acceptance=acceptance, context_len=context_len,
+        exclude=exclude, require=require,
+    )
     ranked = [(p, "best" if i == 0 else "top") for i, p in enumerate(solution.top)]
     extra = [(solution.best_single, "single"), (solution.autoregressive, "autoregressive")]
     with Session(engine) as s, s.begin():

@@ -88,6 +88,7 @@ def solve(
     t_max: int = 8,
     top_k: int = 5,
     max_depth: int | None = None,
+    require: Sequence[str] = (),
 ) -> Solution:
     """The latency-optimal hierarchies over ``candidates`` for ``target``.
 
@@ -98,6 +99,7 @@ def solve(
         t_max: the largest width tried at any level.
         top_k: how many hierarchies to return, best first.
         max_depth: the most drafter levels (None: no limit).
+        require: names every returned hierarchy must contain.
 
     >>> flat = lambda ms: (lambda n: ms)
     >>> sol = solve([Candidate("d", flat(1.0))], Candidate("t", flat(10.0)), {("d", "t"): RunLengths.iid(0.9)}, t_max=4)
@@ -105,6 +107,11 @@ def solve(
     (('d', 't'), (4,))
     """
     _validate(candidates, target, acceptance, t_max, top_k, max_depth)
+    missing = [r for r in require if r not in {c.name for c in candidates}]
+    if missing:
+        raise SolverError(f"required model {missing[0]} is not among the profiled candidates")
+    bit = {name: 1 << i for i, name in enumerate(require)}
+    full = (1 << len(require)) - 1
     order = sorted(candidates, key=lambda c: c.cost(1))
     depth_cap = max_depth if max_depth is not None else len(order)
     widths = range(1, t_max + 1)
@@ -133,22 +140,28 @@ def solve(
             for b in widths:
                 graph.add_edge((c.name, b), TARGET, w=target.cost(b + 1), g=1.0 / expected_run_tokens(runs, b), runs=runs)
 
-    # labels[v]: up to top_k (D, depth, path) with the smallest D; path = ((name, T), ...)
-    labels: dict[object, list[tuple[float, int, tuple]]] = {SOURCE: [(0.0, 0, ())]}
+    # labels[v]: up to top_k (D, depth, required-mask, path) with the smallest D per group;
+    # path = ((name, T), ...). Labels of different depth (under a cap) or different sets of
+    # required models are not comparable, so each group keeps its own k best.
+    labels: dict[object, list[tuple[float, int, int, tuple]]] = {SOURCE: [(0.0, 0, 0, ())]}
     for v in nx.topological_sort(graph):
         if v == SOURCE:
             continue
         found = []
         for u, _, e in graph.in_edges(v, data=True):
-            for d, depth, path in labels.get(u, []):
-                new_depth = depth + (v != TARGET)
-                if new_depth > depth_cap:
+            for d, depth, mask, path in labels.get(u, []):
+                if v == TARGET:
+                    if mask == full:
+                        found.append((e["g"] * (d + e["w"]), depth, mask, path))
                     continue
-                found.append((e["g"] * (d + e["w"]), new_depth, path + ((v,) if v != TARGET else ())))
-        # with a depth cap, a deeper label may be pruned only by labels no deeper than it
+                if depth + 1 > depth_cap:
+                    continue
+                found.append((e["g"] * (d + e["w"]), depth + 1, mask | bit.get(v[0], 0), path + (v,)))
         labels[v] = _keep(found, top_k, by_depth=max_depth is not None)
 
-    plans = [_plan(path, target, d, graph) for d, _, path in labels[TARGET]]
+    plans = [_plan(path, target, d, graph) for d, _, _, path in labels[TARGET]]
+    if not plans:
+        raise SolverError(f"no hierarchy contains every required model ({', '.join(require)}) with measured acceptance along it")
     plans.sort(key=lambda p: p.prediction.ms_per_token)
     auto = _plan((), target, target.cost(1), graph)
     best_single = _best_single(order, target, acceptance, widths, graph) if depth_cap >= 1 else None
@@ -156,12 +169,10 @@ def solve(
 
 
 def _keep(found: list, k: int, by_depth: bool) -> list:
-    if not by_depth:
-        return heapq.nsmallest(k, found, key=lambda x: x[0])
-    kept = []
-    for depth in sorted({x[1] for x in found}):
-        kept += heapq.nsmallest(k, [x for x in found if x[1] == depth], key=lambda x: x[0])
-    return kept
+    groups: dict[tuple, list] = {}
+    for label in found:
+        groups.setdefault((label[1] if by_depth else 0, label[2]), []).append(label)
+    return [x for group in groups.values() for x in heapq.nsmallest(k, group, key=lambda x: x[0])]
 
 
 def _plan(path: tuple, target: Candidate, ms: float, graph: nx.DiGraph) -> Plan:

@@ -71,12 +71,14 @@ def _instance(rng: random.Random, n: int, empirical: bool):
     return cands, target, acc
 
 
-def _brute_force(cands, target, acc, t_max, max_depth=None):
+def _brute_force(cands, target, acc, t_max, max_depth=None, require=()):
     order = sorted(cands, key=lambda c: c.cost(1))
-    best = (target.cost(1), (target.name,), ())
+    best = (target.cost(1), (target.name,), ()) if not require else (float("inf"), None, None)
     for r in range(1, len(order) + 1 if max_depth is None else max_depth + 1):
         for subset in itertools.combinations(order, r):
             names = [c.name for c in subset] + [target.name]
+            if not set(require) <= set(names):
+                continue
             pairs = list(zip(names, names[1:]))
             if any(p not in acc for p in pairs):
                 continue
@@ -109,6 +111,21 @@ def test_max_depth_is_respected_and_exact():
         sol = solve(cands, target, acc, t_max=4, max_depth=1)
         ms, _, _ = _brute_force(cands, target, acc, 4, max_depth=1)
         assert sol.best.depth <= 1 and sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
+
+
+def test_required_models_are_in_every_plan_and_the_optimum_is_exact():
+    rng = random.Random(123)
+    for _ in range(25):
+        cands, target, acc = _instance(rng, 4, empirical=True)
+        require = tuple(c.name for c in rng.sample(cands, rng.randint(1, 2)))
+        try:
+            sol = solve(cands, target, acc, t_max=3, top_k=4, require=require)
+        except SolverError:
+            assert _brute_force(cands, target, acc, 3, require=require)[1] is None
+            continue
+        ms, chain, widths = _brute_force(cands, target, acc, 3, require=require)
+        assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9) and sol.best.chain == chain
+        assert all(set(require) <= set(p.chain) for p in sol.top)
 
 
 def test_top_k_is_sorted_and_distinct():

@@ -42,6 +42,9 @@ def test_solve_prints_and_stores_plans(profiled, isolated_db):
     assert [(r[0], r[1]) for r in stored] == [(p["id"], p["kind"]) for p in report["plans"]]
     text = run("solve", "--acceptance", "iid", "--max-depth", "1")
     assert text.exit_code == 0 and "autoregressive" in text.output
+    forced = json.loads(run("solve", "--require", str(profiled["draft"]), "--exclude", "ngram", "--json").output)
+    assert all(str(profiled["draft"]) in p["chain"] for p in forced["plans"] if p["kind"] in ("best", "top"))
+    assert all("ngram" not in p["chain"] for p in forced["plans"])
 
 
 @pytest.mark.parametrize(
@@ -51,6 +54,7 @@ def test_solve_prints_and_stores_plans(profiled, isolated_db):
         (["--mode", "sample"], "no acceptance profile for sample decoding"),
         (["--workload", "missing"], "no workload named 'missing'"),
         (["--t-max", "0"], "t_max must be >= 1"),
+        (["--require", "ngram:n=9"], "required model ngram:n=9 is not among"),
     ],
 )
 def test_solve_bad_input(profiled, args, fragment):
