@@ -15,18 +15,22 @@ def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
 
 
-def runtime_options(f: Callable) -> Callable:
-    f = click.option(
-        "--device", default="auto", show_default=True, help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ..."
-    )(f)
-    f = click.option(
-        "--dtype",
-        type=click.Choice(["fp32", "bf16", "fp16"]),
-        default="fp32",
-        show_default=True,
-        help="Weights and activations dtype for models whose spec sets none.",
-    )(f)
-    return f
+def runtime_options(f: Callable | None = None, *, dtype: str | None = "fp32", dtype_help: str = "") -> Callable:
+    """``--device`` and ``--dtype``; ``dtype=None`` makes --dtype optional (the command decides)."""
+
+    def wrap(g: Callable) -> Callable:
+        g = click.option(
+            "--device", default="auto", show_default=True, help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ..."
+        )(g)
+        return click.option(
+            "--dtype",
+            type=click.Choice(["fp32", "bf16", "fp16"]),
+            default=dtype,
+            show_default=dtype is not None,
+            help=dtype_help or "Weights and activations dtype for models whose spec sets none.",
+        )(g)
+
+    return wrap(f) if f is not None else wrap
 
 
 def sampling_options(f: Callable) -> Callable:

@@ -31,10 +31,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .latency import Level, Prediction, RunLengths, hierarchy_latency
-from .solver import Candidate, Solution, SolverError
+from .solver import Candidate, Plan, Solution, SolverError
 from .solver import solve as solve_graph
 
-__all__ = ["LatencyCurve", "ModelProfile", "PairAcceptance", "Profile", "solve", "predict"]
+__all__ = ["LatencyCurve", "ModelProfile", "PairAcceptance", "Profile", "solve", "predict", "best_singles"]
 
 
 def _interp(xs: list[int], ys: list[float], x: float) -> float:
@@ -149,3 +149,17 @@ def predict(
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
         levels.append(Level(lambda n, c=m.latency: c(n, context_len), runs, m.lookup))
     return hierarchy_latency(levels, widths)
+
+
+def best_singles(
+    profile: Profile, t_max: int = 8, acceptance: Literal["iid", "empirical"] = "empirical", context_len: int = 256
+) -> list[Plan]:
+    """For every drafter measured against the target, its best width as a one-drafter plan."""
+    out = []
+    for a in profile.acceptance:
+        if a.verifier != profile.target:
+            continue
+        preds = [(predict(profile, [a.drafter, profile.target], [t], acceptance, context_len), t) for t in range(1, t_max + 1)]
+        pred, t = min(preds, key=lambda x: x[0].ms_per_token)
+        out.append(Plan((a.drafter, profile.target), (t,), pred))
+    return sorted(out, key=lambda p: p.prediction.ms_per_token)

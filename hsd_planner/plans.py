@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from .planner import solve
+from .planner import best_singles, solve
 from .profile_db import load_profile
 from .solver import Plan
 from .store import ModelRow, PlanRow, Solve
@@ -48,7 +48,8 @@ def solve_and_store(
         exclude=exclude, require=require,
     )
     ranked = [(p, "best" if i == 0 else "top") for i, p in enumerate(solution.top)]
-    extra = [(solution.best_single, "single"), (solution.autoregressive, "autoregressive")]
+    singles = [p for p in best_singles(profile, t_max, acceptance, context_len) if p.chain[0] not in exclude]
+    extra = [(p, "single") for p in singles] + [(solution.autoregressive, "autoregressive")]
     with Session(engine) as s, s.begin():
         target_id = get_or_create(s, ModelRow, {"spec": source.target}, parameters=0).id
         row = Solve(

@@ -39,3 +39,10 @@ def test_command_and_its_options_are_in_the_readme(path, command):
         for opt in param.opts + param.secondary_opts:
             if opt.startswith("--") and opt != "--help":
                 assert opt in README, f"{opt} of hsd-plan {' '.join(path)} is missing from README.md"
+
+
+def test_readme_reference_matches_the_help_text():
+    from hsd_planner.docs import BEGIN, END, help_reference
+
+    section = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+    assert section == help_reference().strip(), "run: python -m hsd_planner.docs README.md"

@@ -88,3 +88,16 @@ def test_profile_real_models_on_three_prompts(tmp_path):
     assert len(summary["latency"]) == 3 and len(summary["acceptance"]) == 3
     c = {row["model"]: row["c1_ms"] for row in summary["latency"]}
     assert c["ngram"] < c["smollm2-135m:layers=2"] < c["smollm2-135m"]
+
+
+def test_demo_runs_end_to_end_with_reduced_sizes(tmp_path):
+    plot = tmp_path / "demo.png"
+    out = subprocess.run(
+        ["hsd-plan", "demo", "--models", "ngram,smollm2-135m:layers=2,smollm2-135m", "--max-prompts", "2",
+         "--validate-prompts", "1", "--max-new-tokens", "16", "--plot", str(plot), "--db", str(tmp_path / "demo.db"), "--json"],
+        capture_output=True, text=True, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["validation"]["plans"] and plot.read_bytes()[:4] == b"\x89PNG"
+    assert any(len(p["chain"]) == 1 for p in report["validation"]["plans"])  # the autoregressive baseline

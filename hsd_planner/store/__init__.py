@@ -1,7 +1,7 @@
 """The profiling database: schema, opening and migrations."""
 
 from .db import StoreError, default_db_path, open_engine, resolve_url, upgrade_to_head
-from .schema import Acceptance, AcceptancePrompt, Base, Continuation, Hardware, Latency, ModelRow, PlanRow, Setting, Solve, Workload
+from .schema import Acceptance, AcceptancePrompt, Base, Continuation, Hardware, Latency, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
 
 __all__ = [
     "Acceptance",
@@ -15,6 +15,8 @@ __all__ = [
     "Setting",
     "Solve",
     "StoreError",
+    "Validation",
+    "ValidationRun",
     "Workload",
     "default_db_path",
     "open_engine",

@@ -24,6 +24,8 @@ __all__ = [
     "Acceptance",
     "Solve",
     "PlanRow",
+    "Validation",
+    "ValidationRun",
 ]
 
 NAMING = {
@@ -196,3 +198,38 @@ class PlanRow(Base):
     predicted_ms_per_token: Mapped[float] = mapped_column(Float)
     predicted_mean_accepted_length: Mapped[float] = mapped_column(Float)
     predicted_speedup: Mapped[float] = mapped_column(Float)
+
+
+class Validation(Base):
+    """One ``hsd-plan validate``: plans of a solve run on held-out prompts."""
+
+    __tablename__ = "validations"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    solve_id: Mapped[int] = mapped_column(ForeignKey("solves.id", ondelete="CASCADE"), index=True)
+    prompts_name: Mapped[str] = mapped_column(String(200))
+    prompts: Mapped[int] = mapped_column(Integer)
+    max_new_tokens: Mapped[int] = mapped_column(Integer)
+    repeats: Mapped[int] = mapped_column(Integer)
+    median_abs_error: Mapped[float | None] = mapped_column(Float)
+    regret: Mapped[float | None] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ValidationRun(Base):
+    """One plan's measured against predicted latency in a validation; ``levels`` per level."""
+
+    __tablename__ = "validation_runs"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    validation_id: Mapped[int] = mapped_column(ForeignKey("validations.id", ondelete="CASCADE"), index=True)
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("plans.id", ondelete="SET NULL"), index=True)
+    chain: Mapped[list[str]] = mapped_column(JSON)
+    widths: Mapped[list[int]] = mapped_column(JSON)
+    predicted_ms_per_token: Mapped[float] = mapped_column(Float)
+    measured_ms_per_token: Mapped[float] = mapped_column(Float)
+    error: Mapped[float] = mapped_column(Float)
+    measured_speedup: Mapped[float] = mapped_column(Float)
+    predicted_mean_accepted_length: Mapped[float] = mapped_column(Float)
+    measured_mean_accepted_length: Mapped[float] = mapped_column(Float)
+    prefill_ms: Mapped[float] = mapped_column(Float)
+    tokens: Mapped[int] = mapped_column(Integer)
+    levels: Mapped[list[dict]] = mapped_column(JSON)

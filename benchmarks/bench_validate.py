@@ -1,0 +1,81 @@
+"""Predicted against measured latency on real models, per Spec-Bench category.
+
+Uses the profiles written by benchmarks.bench_profile (greedy and temperature 1). For each
+category: solve (empirical acceptance, t_max 8, top 5), then run every plan of the solve - the
+best, the next four, the best width of every single drafter, and autoregressive decoding - on
+held-out prompts of that category (the validation split, never profiled), and compare with the
+predictions of both acceptance models (empirical run lengths and i.i.d. alpha^g) for the same
+measured runs.
+
+    python -m benchmarks.bench_validate --prompts 3 --new-tokens 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
+from hsd_planner.planner import predict
+from hsd_planner.plans import solve_and_store
+from hsd_planner.profile_db import load_profile
+from hsd_planner.store import open_engine
+from hsd_planner.validation import run_validation, select_plans
+from hsd_planner.workloads import PromptSet, load_prompts, split
+from hsd_runtime import ModelLoader
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--modes", default="greedy,sample")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    args = ap.parse_args()
+    loader = ModelLoader(device="cpu", dtype="bf16")
+    print(f"machine: {machine()}\n", flush=True)
+    rows, results = [], {}
+    for mode in args.modes.split(","):
+        engine = open_engine(str(args.out / f"profile-{mode}.db"))
+        for category in SPEC_CATEGORIES:
+            workload = f"spec_bench/{category}"
+            solve_and_store(engine, target="smollm2-135m", workload=workload, mode=mode, temperature=1.0, top_k=5, t_max=8)
+            solve, plans = select_plans(engine, (), "all")
+            held = split(load_prompts(SPEC_BENCH, category), "validate")
+            prompts = PromptSet(f"{workload}:validate", held.prompts[: args.prompts])
+            report = run_validation(engine, loader, solve, plans, prompts, args.new_tokens, 1)
+            profile, _ = load_profile(engine, "smollm2-135m", workload, mode, 1.0)
+            iid_err = []
+            for p in report["plans"]:
+                iid = predict(profile, p["chain"], p["widths"], "iid", report["context_len"]).ms_per_token
+                p["iid_predicted_ms_per_token"] = iid
+                p["iid_error"] = (iid - p["measured_ms_per_token"]) / p["measured_ms_per_token"]
+                iid_err.append(abs(p["iid_error"]))
+            best = next(p for p in report["plans"] if p["kind"] == "best")
+            # best single-drafter plan by measurement (the solver's pick itself when it has one drafter)
+            single = min((p for p in report["plans"] if len(p["chain"]) == 2), key=lambda p: p["measured_ms_per_token"])
+            auto = next(p for p in report["plans"] if len(p["chain"]) == 1)
+            row = {
+                "mode": mode, "category": category, "plans": len(report["plans"]),
+                "median_abs_error_empirical": report["median_abs_error"], "median_abs_error_iid": statistics.median(iid_err),
+                "regret": report["regret"], "best": " -> ".join(best["chain"]) + f" {best['widths']}",
+                "best_speedup": best["measured_speedup"], "best_vs_best_single": single["measured_ms_per_token"] / best["measured_ms_per_token"],
+                "best_accepted_pred": best["predicted_mean_accepted_length"], "best_accepted_meas": best["measured_mean_accepted_length"],
+                "autoregressive_error": auto["error"],
+            }
+            rows.append(row)
+            results[f"{mode}/{category}"] = report
+            print(json.dumps(row), flush=True)
+    print("\n| mode | category | plans | median abs error, empirical | median abs error, i.i.d. | regret | solver's pick | its measured speed-up | over best single | accepted length pred / meas |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['category']} | {r['plans']} | {r['median_abs_error_empirical']:.1%} | {r['median_abs_error_iid']:.1%} | "
+              f"{r['regret']:.1%} | {r['best']} | {r['best_speedup']:.2f}x | {r['best_vs_best_single']:.2f}x | "
+              f"{r['best_accepted_pred']:.2f} / {r['best_accepted_meas']:.2f} |")
+    (args.out / "validate.json").write_text(json.dumps({"machine": machine(), "rows": rows, "reports": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""``hsd-plan validate`` and ``hsd-plan demo`` on tiny models."""
+
+import json
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from hsd_planner.cli import cli
+
+FAST = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("\n".join(f"w{i} w{i + 1} w{i} w{i + 1} w{i + 2}" for i in range(40)))
+    return path
+
+
+@pytest.fixture
+def solved(tiny_dirs, prompts):
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    assert run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 6, *FAST).exit_code == 0
+    result = run("solve", "--t-max", "4", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_db):
+    plot = tmp_path / "v.png"
+    result = run("validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 3, "--max-new-tokens", 8,
+                 "--device", "cpu", "--plot", plot, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["prompt_count"] == 3 and report["prompts"].endswith(":validate")
+    auto = [p for p in report["plans"] if len(p["chain"]) == 1]
+    assert len(auto) == 1 and auto[0]["measured_speedup"] == 1.0
+    for p in report["plans"]:
+        assert p["measured_ms_per_token"] > 0 and p["error"] == pytest.approx(
+            (p["predicted_ms_per_token"] - p["measured_ms_per_token"]) / p["measured_ms_per_token"])
+        assert len(p["levels"]) == len(p["chain"])
+    assert report["regret"] >= 0 and report["median_abs_error"] >= 0
+    with sqlite3.connect(isolated_db) as conn:
+        stored = conn.execute("SELECT plan_id, measured_ms_per_token, error FROM validation_runs WHERE validation_id = ?",
+                              (report["validation_id"],)).fetchall()
+        regret = conn.execute("SELECT regret FROM validations WHERE id = ?", (report["validation_id"],)).fetchone()[0]
+    assert sorted(stored) == sorted((p["plan_id"], p["measured_ms_per_token"], p["error"]) for p in report["plans"])
+    assert regret == pytest.approx(report["regret"])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_validate_one_plan_by_id(solved, prompts):
+    plan = solved["plans"][0]["id"]
+    result = run("validate", "--plan", plan, "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 4, "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    assert "median |error|" in result.output and "regret" in result.output
+
+
+def test_validate_without_a_plan():
+    result = run("validate")
+    assert result.exit_code == 1 and "no plan in the database" in result.output
+
+
+def test_validate_unknown_plan_id(solved):
+    result = run("validate", "--plan", 9999)
+    assert result.exit_code == 1 and "no plan with id 9999" in result.output
+
+
+def test_validate_plan_whose_model_is_gone(solved, prompts, tiny_dirs, isolated_db):
+    with sqlite3.connect(isolated_db) as conn:
+        conn.execute("UPDATE plans SET chain = json_array('/gone/model', json_extract(chain, '$[#-1]')) WHERE kind = 'best'")
+        plan = conn.execute("SELECT id FROM plans WHERE kind = 'best'").fetchone()[0]
+    result = run("validate", "--plan", plan, "--prompts", prompts, "--device", "cpu")
+    assert result.exit_code == 1 and f"plan {plan}" in result.output and "cannot be run" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_validate_with_an_empty_held_out_split(solved, tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_text("w2 w2 w3\n")  # a single prompt, which the hash puts in the profiling split
+    result = run("validate", "--prompts", one, "--device", "cpu")
+    assert result.exit_code == 1 and "split" in result.output and "is empty" in result.output
