@@ -19,7 +19,7 @@
     ('big', True)
 
 Latency curves are ``{context_len: {n: ms}}``, interpolated linearly in n and in context
-length (and extended linearly past the largest n). Acceptance is the mean ``alpha`` and, when
+length, and extended linearly past the largest n and the longest context. Acceptance is the mean ``alpha`` and, when
 measured, the run-length distribution ``run_lengths`` = P(G >= g), g = 0, 1, ...
 """
 
@@ -57,9 +57,8 @@ class LatencyCurve(BaseModel):
         at = [_interp(sorted(self.points[c]), [self.points[c][k] for k in sorted(self.points[c])], n) for c in contexts]
         if context_len <= contexts[0]:
             return at[0]
-        if context_len >= contexts[-1]:
-            return at[-1]
-        return _interp(contexts, at, context_len)
+        # past the longest measured context, attention keeps growing: extend linearly, not flat
+        return max(at[-1], _interp(contexts, at, context_len)) if context_len > contexts[-1] else _interp(contexts, at, context_len)
 
 
 class ModelProfile(BaseModel):
