@@ -6,7 +6,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from .profiler import ProfileOutcome
-from .store import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
+from .store import Acceptance, Hardware, Latency, Setting, Workload
 
 __all__ = ["profile_summary", "format_summary", "SUMMARY_N"]
 

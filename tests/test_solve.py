@@ -36,7 +36,8 @@ def test_solve_prints_and_stores_plans(profiled, isolated_db):
     kinds = [p["kind"] for p in report["plans"]]
     assert kinds[0] == "best" and "autoregressive" in kinds and "single" in kinds
     best = report["plans"][0]
-    assert best["predicted_ms_per_token"] <= min(p["predicted_ms_per_token"] for p in report["plans"])
+    # singles are re-predicted separately: equal plans may differ in the last bits
+    assert best["predicted_ms_per_token"] <= min(p["predicted_ms_per_token"] for p in report["plans"]) * (1 + 1e-9)
     with sqlite3.connect(isolated_db) as conn:
         stored = conn.execute("SELECT id, kind, predicted_ms_per_token FROM plans ORDER BY rank").fetchall()
     assert [(r[0], r[1]) for r in stored] == [(p["id"], p["kind"]) for p in report["plans"]]
@@ -68,9 +69,12 @@ def test_solve_without_any_profile():
     assert result.exit_code == 1 and "run hsd-plan profile first" in result.output
 
 
-def test_target_without_acceptance_against_it(profiled):
-    result = run("solve", "--target", str(profiled["draft"]) + ":layers=1")
-    assert result.exit_code == 1 and "no profile for target" in result.output
+def test_target_without_acceptance_against_it(profiled, tmp_path):
+    # a model with a latency profile but no acceptance data against it
+    lone = f"{profiled['draft']}:layers=1"
+    assert run("profile", "--models", lone, "--skip-acceptance", *FAST).exit_code == 0
+    result = run("solve", "--target", lone)
+    assert result.exit_code == 1 and f"no model has acceptance data against the target {lone}" in result.output
 
 
 PROFILE = {
