@@ -63,20 +63,19 @@ class Hierarchy:
         self.eos_token_ids = frozenset(eos_token_ids)
         self.device = next(models[-1].parameters()).device
 
-        lower: Drafter | None = None
+        self.levels: list[Drafter] = []
+        last = len(members) - 1
         for k, member in enumerate(members):
             if isinstance(member, NgramDrafter):
                 member.stats = LevelStats(model=names[k])
-                lower = member
+                self.levels.append(member)
                 continue
             cached = CachedModel(member, width, LevelStats(model=names[k]))
-            lower = VerifierLevel(cached, lower, widths[k - 1]) if k > 0 else ModelDrafter(cached)
-        self.top = lower if isinstance(lower, VerifierLevel) else VerifierLevel(lower.cached, None, 0)
-        self.levels: list[Drafter] = []
-        level: Drafter | None = self.top
-        while level is not None:
-            self.levels.insert(0, level)
-            level = getattr(level, "lower", None)
+            if k == 0 and k < last:
+                self.levels.append(ModelDrafter(cached))
+            else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
+                self.levels.append(VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0))
+        self.top: VerifierLevel = self.levels[-1]
 
     @property
     def depth(self) -> int:
