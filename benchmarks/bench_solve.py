@@ -104,7 +104,7 @@ def main() -> None:
 def real_profiles(dbs: list[str]) -> None:
     """Best plan per category on real profiles, against the best single drafter."""
     from benchmarks.common import SPEC_CATEGORIES
-    from hsd_planner.plans import solve_and_store
+    from hsd_planner.plans import format_chain, solve_and_store
     from hsd_planner.store import open_engine
 
     print("| mode | category | best plan | predicted ms/token | speed-up vs autoregressive | best single drafter | its ms/token | best / single |")
@@ -116,9 +116,8 @@ def real_profiles(dbs: list[str]) -> None:
             r = solve_and_store(engine, target="smollm2-135m", workload=f"spec_bench/{category}", mode=mode, t_max=8)
             plans = {p["kind"]: p for p in r["plans"]}
             best, single = plans["best"], plans["single"]
-            fmt = lambda p: " -> ".join([f"{m}[{w}]" for m, w in zip(p["chain"], p["widths"])] + [p["chain"][-1]])  # noqa: E731
-            print(f"| {mode} | {category} | {fmt(best)} | {best['predicted_ms_per_token']:.2f} | {best['predicted_speedup']:.3f}x | "
-                  f"{fmt(single)} | {single['predicted_ms_per_token']:.2f} | "
+            print(f"| {mode} | {category} | {format_chain(best['chain'], best['widths'])} | {best['predicted_ms_per_token']:.2f} | {best['predicted_speedup']:.3f}x | "
+                  f"{format_chain(single['chain'], single['widths'])} | {single['predicted_ms_per_token']:.2f} | "
                   f"{single['predicted_ms_per_token'] / best['predicted_ms_per_token']:.3f}x |")
 
 

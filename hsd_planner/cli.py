@@ -167,9 +167,7 @@ def profile(models, prompts_file, category, max_prompts, max_new_tokens, mode, t
         dtype=dtype, max_new_tokens=max_new_tokens, latency_grid=int_list(latency_grid, "--latency-grid"),
         context_lens=int_list(context_lens, "--context-lens"), repeats=repeats, acceptance=not skip_acceptance, force=force,
     )
-    prompts = split(load_prompts(prompts_file, category), "profile")
-    if max_prompts:
-        prompts = type(prompts)(prompts.name, prompts.prompts[:max_prompts])
+    prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     engine = open_engine(db)
     loader = ModelLoader(device=device, dtype=dtype)
     bar = tqdm(desc="profiling", unit="step", file=sys.stderr, disable=None)
@@ -285,7 +283,7 @@ def solve_command(target, workload, mode, temperature, acceptance, top_k, t_max,
 
         hsd-plan solve --target smollm2-135m --t-max 8 --json
     """
-    from .plans import solve_and_store
+    from .plans import format_chain, solve_and_store
     from .store import open_engine
 
     split_specs = lambda text: tuple(x for x in text.split(",") if x)  # noqa: E731
@@ -299,9 +297,8 @@ def solve_command(target, workload, mode, temperature, acceptance, top_k, t_max,
     click.echo(f"target {report['target']}, workload {report['workload']}, {mode}, {acceptance} acceptance, context {context_len}")
     click.echo(f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9}  hierarchy")
     for p in report["plans"]:
-        chain = " -> ".join([f"{m}[{w}]" for m, w in zip(p["chain"], p["widths"])] + [p["chain"][-1]])
         click.echo(f"{p['id']:>5} {p['kind']:<15} {p['predicted_ms_per_token']:>9.2f} {p['predicted_mean_accepted_length']:>9.2f} "
-                   f"{p['predicted_speedup']:>8.2f}x  {chain}")
+                   f"{p['predicted_speedup']:>8.2f}x  {format_chain(p['chain'], p['widths'])}")
 
 
 # validate and demo live in cli_validate.py; registering them here keeps one entry point

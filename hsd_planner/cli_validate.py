@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from hsd_runtime import ModelLoader
 
 from .options import db_option, json_option, runtime_options
+from .plans import format_chain
 from .store import Setting
 
 __all__ = ["validate", "demo"]
@@ -51,8 +52,7 @@ def validate(plan_ids, best, candidates, prompts_file, category, max_prompts, ma
 
     engine = open_engine(db)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
-    prompts = split(load_prompts(prompts_file, category), "validate")
-    prompts = type(prompts)(prompts.name, prompts.prompts[:max_prompts])
+    prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
     with Session(engine) as s:
         solve_dtype = s.get(Setting, solve.setting_id).dtype
     loader = ModelLoader(device=device, dtype=dtype or solve_dtype)
@@ -76,10 +76,9 @@ def _format_validation(report: dict) -> str:
         f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'speed-up':>9} {'accepted p/m':>13}  hierarchy",
     ]
     for p in report["plans"]:
-        chain = " -> ".join([f"{m}[{w}]" for m, w in zip(p["chain"], p["widths"])] + [p["chain"][-1]])
         lines.append(
             f"{p['plan_id']:>5} {p['kind']:<15} {p['predicted_ms_per_token']:>8.2f} {p['measured_ms_per_token']:>8.2f} "
-            f"{p['error']:>+7.1%} {p['measured_speedup']:>8.2f}x {p['predicted_mean_accepted_length']:>6.2f}/{p['measured_mean_accepted_length']:<6.2f}  {chain}"
+            f"{p['error']:>+7.1%} {p['measured_speedup']:>8.2f}x {p['predicted_mean_accepted_length']:>6.2f}/{p['measured_mean_accepted_length']:<6.2f}  {format_chain(p['chain'], p['widths'])}"
         )
     lines.append(f"median |error| {report['median_abs_error']:.1%}; regret {report['regret']:.1%} (pick: plan {report['pick']}); "
                  f"validation {report['validation_id']} stored")
@@ -121,8 +120,7 @@ def demo(models, max_prompts, validate_prompts, max_new_tokens, plot_file, dtype
 
     engine = open_engine(db)
     loader = ModelLoader(device=device, dtype=dtype)
-    prompts = split(load_prompts(), "profile")
-    prompts = type(prompts)(prompts.name, prompts.prompts[:max_prompts])
+    prompts = split(load_prompts(), "profile", max_prompts)
     config = ProfileConfig(models=models.split(","), dtype=dtype, max_new_tokens=max_new_tokens,
                            latency_grid=[1, 2, 4, 8, 16], context_lens=[64, 256], repeats=3)
     say = (lambda *_: None) if as_json else (lambda text: click.echo(text, err=True))
@@ -138,8 +136,7 @@ def demo(models, max_prompts, validate_prompts, max_new_tokens, plot_file, dtype
         f"({solved['predicted_speedup']:.2f}x)")
     say("\n3/3 validating on held-out prompts")
     solve, plans = select_plans(engine, (), "best")
-    held_out = split(load_prompts(), "validate")
-    held_out = type(held_out)(held_out.name, held_out.prompts[:validate_prompts])
+    held_out = split(load_prompts(), "validate", validate_prompts)
     bar = tqdm(desc="validating", total=len(plans) * len(held_out.prompts), unit="run", file=sys.stderr, disable=None)
     report = run_validation(engine, loader, solve, plans, held_out, max_new_tokens, 1, progress=bar.update)
     bar.close()

@@ -11,7 +11,16 @@ from .solver import Plan
 from .store import ModelRow, PlanRow, Solve
 from .store.repo import get_or_create
 
-__all__ = ["solve_and_store", "plan_dict"]
+__all__ = ["solve_and_store", "plan_dict", "format_chain"]
+
+
+def format_chain(chain: list[str], widths: list[int]) -> str:
+    """``ngram[4] -> m:layers=8[2] -> m``: each drafter with its width, then the target.
+
+    >>> format_chain(["ngram", "t"], [4])
+    'ngram[4] -> t'
+    """
+    return " -> ".join([f"{m}[{w}]" for m, w in zip(chain, widths)] + [chain[-1]])
 
 
 def plan_dict(plan: Plan, kind: str, plan_id: int | None = None) -> dict:

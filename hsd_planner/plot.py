@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .plans import format_chain
+
 __all__ = ["plot_validation"]
-
-
-def _label(plan: dict) -> str:
-    return " > ".join([f"{m}[{w}]" for m, w in zip(plan["chain"], plan["widths"])] + [plan["chain"][-1]])
 
 
 def plot_validation(report: dict, path: Path) -> None:
@@ -31,7 +29,7 @@ def plot_validation(report: dict, path: Path) -> None:
             title=f"median |error| {report['median_abs_error']:.1%}, regret {report['regret']:.1%}")
     ax1.legend(loc="upper left")
     order = sorted(plans, key=lambda p: -p["measured_speedup"])
-    ax2.barh([f"#{p['plan_id']} {_label(p)}"[:60] for p in order], [p["measured_speedup"] for p in order], color="tab:green")
+    ax2.barh([f"#{p['plan_id']} {format_chain(p['chain'], p['widths'])}"[:60] for p in order], [p["measured_speedup"] for p in order], color="tab:green")
     ax2.axvline(1.0, color="grey", lw=1, ls="--")
     ax2.invert_yaxis()
     ax2.set(xlabel="measured speed-up over autoregressive", title=f"{report['target']} on {report['prompts']}")

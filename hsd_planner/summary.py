@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from .planner import LatencyCurve
 from .profiler import ProfileOutcome
 from .store import Acceptance, Hardware, Latency, Setting, Workload
 
@@ -13,15 +14,11 @@ __all__ = ["profile_summary", "format_summary", "SUMMARY_N"]
 SUMMARY_N = (1, 8, 32)
 
 
-def _interp(points: dict[int, float], n: int) -> float | None:
-    """Linear interpolation of a latency curve at ``n`` (None outside the measured range)."""
-    xs = sorted(points)
-    if not xs or n < xs[0] or n > xs[-1]:
+def _at(curve: dict[int, float], n: int) -> float | None:
+    """The curve's ms at ``n``, interpolated as the planner does; None outside the measured grid."""
+    if not curve or not min(curve) <= n <= max(curve):
         return None
-    for lo, hi in zip(xs, xs[1:] + xs[-1:]):
-        if lo <= n <= hi:
-            return points[lo] if hi == lo else points[lo] + (points[hi] - points[lo]) * (n - lo) / (hi - lo)
-    return None
+    return LatencyCurve(points={0: curve})(n, 0)
 
 
 def profile_summary(engine: Engine, out: ProfileOutcome) -> dict:
@@ -38,7 +35,7 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> dict:
                 continue
             ctx = min(r.context_len for r in rows)
             curve = {r.n_tokens: r.median_ms for r in rows if r.context_len == ctx}
-            latency.append({"model": spec, "context_len": ctx, **{f"c{n}_ms": _interp(curve, n) for n in SUMMARY_N}})
+            latency.append({"model": spec, "context_len": ctx, **{f"c{n}_ms": _at(curve, n) for n in SUMMARY_N}})
         names = {mid: spec for spec, mid in ids.items()}
         acc = s.scalars(select(Acceptance).filter_by(workload_id=out.workload_id, setting_id=out.setting_id)).all()
         acceptance = [

@@ -35,14 +35,15 @@ def _held_out(prompt: str) -> bool:
     return hashlib.sha256(prompt.encode()).digest()[0] % 4 == 0
 
 
-def split(prompts: PromptSet, part: str) -> PromptSet:
-    """The ``"profile"`` (about 3/4) or ``"validate"`` (about 1/4) part of ``prompts``."""
+def split(prompts: PromptSet, part: str, limit: int | None = None) -> PromptSet:
+    """The ``"profile"`` (about 3/4) or ``"validate"`` (about 1/4) part of ``prompts``,
+    its first ``limit`` prompts when given."""
     if part not in ("profile", "validate"):
         raise ValueError(part)
     keep = tuple(p for p in prompts.prompts if _held_out(p) == (part == "validate"))
     if not keep:
         raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty; give more prompts")
-    return PromptSet(f"{prompts.name}:{part}", keep)
+    return PromptSet(f"{prompts.name}:{part}", keep[:limit])
 
 
 def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) -> str | None:
@@ -62,13 +63,12 @@ def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) 
     raise PromptError(f"{path}:{number}: no 'prompt' string or non-empty 'turns' list")
 
 
-def load_prompts(path: str | Path | None = None, category: str | None = None, limit: int | None = None) -> PromptSet:
+def load_prompts(path: str | Path | None = None, category: str | None = None) -> PromptSet:
     """Read a prompt file (the built-in set when ``path`` is None).
 
     Args:
         path: a ``.jsonl`` file or a plain-text file, one prompt per line.
         category: keep only JSONL rows whose ``category`` equals this.
-        limit: keep the first ``limit`` prompts.
     """
     file = Path(path) if path is not None else BUILTIN
     if not file.is_file():
@@ -91,8 +91,6 @@ def load_prompts(path: str | Path | None = None, category: str | None = None, li
     if not prompts:
         detail = f" in category {category!r}" if category else ""
         raise PromptError(f"prompt file {file} has no prompts{detail}")
-    if limit is not None:
-        prompts = prompts[:limit]
     name = "builtin" if path is None else file.stem
     if category:
         name += f"/{category}"
