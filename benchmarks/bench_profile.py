@@ -6,7 +6,7 @@ summarization, qa, math_reasoning, rag), each a workload of its own, so the acce
 reported per category. Latency curves are measured in the first run and reused by the others, as
 a user's database would. Greedy, then sampling at temperature 1, each into a fresh database.
 
-    python -m benchmarks.bench_profile --per-category 4 --new-tokens 64
+    python -m benchmarks.bench_profile --per-category 8 --new-tokens 64
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ MODELS = ["ngram", "smollm2-135m:layers=2", "smollm2-135m:layers=4", "smollm2-13
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--per-category", type=int, default=4)
+    ap.add_argument("--per-category", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--modes", default="greedy,sample")

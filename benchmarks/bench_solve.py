@@ -114,8 +114,8 @@ def real_profiles(dbs: list[str]) -> None:
         for category in SPEC_CATEGORIES:
             mode = "sample" if "sample" in db else "greedy"
             r = solve_and_store(engine, target="smollm2-135m", workload=f"spec_bench/{category}", mode=mode, t_max=8)
-            plans = {p["kind"]: p for p in r["plans"]}
-            best, single = plans["best"], plans["single"]
+            best = next(p for p in r["plans"] if p["kind"] == "best")
+            single = next(p for p in r["plans"] if p["kind"] == "single")  # singles come best first
             print(f"| {mode} | {category} | {format_chain(best['chain'], best['widths'])} | {best['predicted_ms_per_token']:.2f} | {best['predicted_speedup']:.3f}x | "
                   f"{format_chain(single['chain'], single['widths'])} | {single['predicted_ms_per_token']:.2f} | "
                   f"{single['predicted_ms_per_token'] / best['predicted_ms_per_token']:.3f}x |")

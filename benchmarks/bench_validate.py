@@ -1,13 +1,13 @@
 """Predicted against measured latency on real models, per Spec-Bench category.
 
 Uses the profiles written by benchmarks.bench_profile (greedy and temperature 1). For each
-category: solve (empirical acceptance, t_max 8, top 5), then run every plan of the solve - the
+category: solve (empirical acceptance, t_max 8, top 5, at the held-out prompts' median context), then run every plan of the solve - the
 best, the next four, the best width of every single drafter, and autoregressive decoding - on
 held-out prompts of that category (the validation split, never profiled), and compare with the
 predictions of both acceptance models (empirical run lengths and i.i.d. alpha^g) for the same
 measured runs.
 
-    python -m benchmarks.bench_validate --prompts 2 --new-tokens 48
+    python -m benchmarks.bench_validate --prompts 4 --new-tokens 48
     python -m benchmarks.bench_validate --recompute   # new predictions for the stored measurements
 """
 
@@ -19,18 +19,18 @@ import statistics
 from pathlib import Path
 
 from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
-from hsd_planner.planner import predict
+from hsd_planner.generation import encode_prompt
 from hsd_planner.plans import solve_and_store
 from hsd_planner.profile_db import load_profile
 from hsd_planner.store import open_engine
-from hsd_planner.validation import run_validation, select_plans
+from hsd_planner.validation import predict_over, run_validation, select_plans
 from hsd_planner.workloads import PromptSet, load_prompts, split
 from hsd_runtime import ModelLoader
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--modes", default="greedy,sample")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
@@ -42,16 +42,19 @@ def main() -> None:
         _table(rows)
         return
     loader = ModelLoader(device="cpu", dtype="bf16")
+    tokenizer = loader.load("smollm2-135m").tokenizer
     print(f"machine: {machine()}\n", flush=True)
     rows, results = [], {}
     for mode in args.modes.split(","):
         engine = open_engine(str(args.out / f"profile-{mode}.db"))
         for category in SPEC_CATEGORIES:
             workload = f"spec_bench/{category}"
-            solve_and_store(engine, target="smollm2-135m", workload=workload, mode=mode, temperature=1.0, top_k=5, t_max=8)
-            solve, plans = select_plans(engine, (), "all")
             held = split(load_prompts(SPEC_BENCH, category), "validate")
             prompts = PromptSet(f"{workload}:validate", held.prompts[: args.prompts])
+            # solve at the context the plans will run at: the held-out prompts plus half the continuation
+            context = int(statistics.median(len(encode_prompt(tokenizer, p)) for p in prompts.prompts)) + args.new_tokens // 2
+            solve_and_store(engine, target="smollm2-135m", workload=workload, mode=mode, temperature=1.0, top_k=5, t_max=8, context_len=context)
+            solve, plans = select_plans(engine, (), "all")
             report = run_validation(engine, loader, solve, plans, prompts, args.new_tokens, 1)
             rows.append(_row(args.out, mode, category, report))
             results[f"{mode}/{category}"] = report
@@ -68,11 +71,18 @@ def _row(out: Path, mode: str, category: str, report: dict) -> dict:
     errors = {"empirical": [], "iid": []}
     for p in report["plans"]:
         for model in errors:
-            pred = predict(profile, p["chain"], p["widths"], model, report["context_len"])
+            pred = predict_over(profile, p["chain"], p["widths"], model, report["context_lens"])
             p[f"{model}_predicted_ms_per_token"] = pred.ms_per_token
             p[f"{model}_error"] = (pred.ms_per_token - p["measured_ms_per_token"]) / p["measured_ms_per_token"]
             errors[model].append(abs(p[f"{model}_error"]))
-        p["predicted_mean_accepted_length"] = predict(profile, p["chain"], p["widths"], "empirical", report["context_len"]).mean_accepted_length
+        p["predicted_mean_accepted_length"] = predict_over(profile, p["chain"], p["widths"], "empirical", report["context_lens"]).mean_accepted_length
+    auto = next(p for p in report["plans"] if len(p["chain"]) == 1)
+    speedup_errors = {model: [] for model in errors}
+    for p in report["plans"]:
+        for model in errors:
+            if p is not auto:
+                predicted = auto[f"{model}_predicted_ms_per_token"] / p[f"{model}_predicted_ms_per_token"]
+                speedup_errors[model].append(abs(predicted / p["measured_speedup"] - 1.0))
     best = min((p for p in report["plans"] if p["kind"] == "best"), key=lambda p: p["empirical_predicted_ms_per_token"])
     # the best single-drafter plan by measurement (the solver's pick itself when it has one drafter)
     single = min((p for p in report["plans"] if len(p["chain"]) == 2), key=lambda p: p["measured_ms_per_token"])
@@ -80,6 +90,8 @@ def _row(out: Path, mode: str, category: str, report: dict) -> dict:
     return {
         "mode": mode, "category": category, "plans": len(report["plans"]), "context_len": report["context_len"],
         "median_abs_error_empirical": statistics.median(errors["empirical"]), "median_abs_error_iid": statistics.median(errors["iid"]),
+        "autoregressive_error": auto["empirical_error"],
+        "speedup_error_empirical": statistics.median(speedup_errors["empirical"]), "speedup_error_iid": statistics.median(speedup_errors["iid"]),
         "regret": best["measured_ms_per_token"] / fastest - 1.0, "best": " -> ".join(best["chain"]) + f" {best['widths']}",
         "best_speedup": best["measured_speedup"], "best_vs_best_single": single["measured_ms_per_token"] / best["measured_ms_per_token"],
         "best_accepted_pred": best["predicted_mean_accepted_length"], "best_accepted_meas": best["measured_mean_accepted_length"],
@@ -87,11 +99,12 @@ def _row(out: Path, mode: str, category: str, report: dict) -> dict:
 
 
 def _table(rows: list[dict]) -> None:
-    print("\n| mode | category | context | plans | median abs error, empirical | median abs error, i.i.d. | regret | solver's pick | its measured speed-up | over best single | accepted length pred / meas |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| mode | category | context | plans | median abs error, empirical / i.i.d. | autoregressive error | median abs speed-up error, empirical / i.i.d. | regret | solver's pick | its measured speed-up | over best single | accepted length pred / meas |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['mode']} | {r['category']} | {r['context_len']} | {r['plans']} | {r['median_abs_error_empirical']:.1%} | "
-              f"{r['median_abs_error_iid']:.1%} | {r['regret']:.1%} | {r['best']} | {r['best_speedup']:.2f}x | "
+        print(f"| {r['mode']} | {r['category']} | {r['context_len']} | {r['plans']} | {r['median_abs_error_empirical']:.1%} / "
+              f"{r['median_abs_error_iid']:.1%} | {r['autoregressive_error']:+.1%} | {r['speedup_error_empirical']:.1%} / {r['speedup_error_iid']:.1%} | "
+              f"{r['regret']:.1%} | {r['best']} | {r['best_speedup']:.2f}x | "
               f"{r['best_vs_best_single']:.2f}x | {r['best_accepted_pred']:.2f} / {r['best_accepted_meas']:.2f} |")
 
 

@@ -86,6 +86,8 @@ class AcceptancePromptOut(_Row):
     alpha_sum: float
     run_sum: list[float]
     run_count: list[int]
+    visit_sum: list[list[float]] | None = None  # absent in exports made before they were measured
+    visit_count: list[float] | None = None
 
 
 class AcceptanceOut(_Row):
@@ -97,6 +99,7 @@ class AcceptanceOut(_Row):
     positions: int
     prompts: int
     run_lengths: list[float]
+    visited: list[list[float] | None] | None = None
 
 
 class ProfileDocument(_Row):
@@ -204,7 +207,8 @@ def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
             add("continuations", s, Continuation, key, tokens=r.tokens)
         for r in doc.acceptance_prompts:
             key = dict(drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index)
-            add("acceptance_prompts", s, AcceptancePrompt, key, positions=r.positions, alpha_sum=r.alpha_sum, run_sum=r.run_sum, run_count=r.run_count)
+            add("acceptance_prompts", s, AcceptancePrompt, key, positions=r.positions, alpha_sum=r.alpha_sum, run_sum=r.run_sum, run_count=r.run_count,
+                visit_sum=r.visit_sum, visit_count=r.visit_count)
         for r in doc.acceptance:
             key = dict(drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting))
-            add("acceptance", s, Acceptance, key, alpha=r.alpha, positions=r.positions, prompts=r.prompts, run_lengths=r.run_lengths)
+            add("acceptance", s, Acceptance, key, alpha=r.alpha, positions=r.positions, prompts=r.prompts, run_lengths=r.run_lengths, visited=r.visited)

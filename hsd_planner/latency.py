@@ -2,7 +2,8 @@
 
 Models m_0 < ... < m_K (m_K the target) with widths T_0..T_{K-1}. Let G_k be the accepted run
 length between levels k-1 and k: i.i.d. acceptance gives P(G >= g) = alpha^g; the empirical
-model uses the measured run-length distribution. A verification round of level k over a batch
+model uses the measured run-length distribution over the starts a decoder drafting b tokens a
+round visits (see :class:`RunLengths`). A verification round of level k over a batch
 of b drafted tokens yields X = min(G_k, b) + 1 tokens.
 
 - Level 0: C_0 = T_0 c_0(1) for a model, c_0(T_0) for the n-gram lookup (one call).
@@ -24,18 +25,17 @@ __all__ = ["RunLengths", "CostCurve", "Level", "Prediction", "expected_run_token
 class RunLengths:
     """The distribution of an accepted run length G, as P(G >= g) for g = 0, 1, 2, ...
 
-    Beyond the stored tail, P(G >= g) continues geometrically with the ratio of the last two
-    stored values (0 when they are 0), so any width can be evaluated.
+    ``survival`` is P(G >= g) over every start position. ``by_width[b - 1]``, when given, is
+    P(G >= g), g = 0..b, over the starts a decoder drafting b tokens a round visits (it skips the
+    starts inside long runs, so bursty acceptance yields fewer tokens per round than the plain
+    average suggests); every width-b question reads it, wider widths the widest table there is.
+    Beyond a stored tail, P(G >= g) continues geometrically with the ratio of its last two values
+    (0 when they are 0), so any width can be evaluated.
     """
 
-    def __init__(self, survival: Sequence[float]) -> None:
-        if not survival or abs(survival[0] - 1.0) > 1e-9:
-            raise ValueError("run lengths must start with P(G >= 0) = 1")
-        s = [min(1.0, max(0.0, float(v))) for v in survival]
-        for g in range(1, len(s)):  # a survival function cannot increase
-            s[g] = min(s[g], s[g - 1])
-        self._s = s
-        self._ratio = s[-1] / s[-2] if len(s) >= 2 and s[-2] > 0 else 0.0
+    def __init__(self, survival: Sequence[float], by_width: Sequence[Sequence[float] | None] | None = None) -> None:
+        self._s = _survival(survival)
+        self._by_width = [None if t is None else _survival(t) for t in by_width or []]
 
     @classmethod
     def iid(cls, alpha: float, length: int = 65) -> "RunLengths":
@@ -44,24 +44,38 @@ class RunLengths:
 
     @property
     def alpha(self) -> float:
-        """P(G >= 1): the acceptance of the first drafted token."""
+        """P(G >= 1) over every start: the mean acceptance of a drafted token."""
         return self.at_least(1)
 
-    def at_least(self, g: int) -> float:
-        """P(G >= g)."""
+    def at_least(self, g: int, b: int | None = None) -> float:
+        """P(G >= g), over the starts a width-``b`` decoder visits when ``b`` is given and known."""
         if g <= 0:
             return 1.0
-        if g < len(self._s):
-            return self._s[g]
-        return self._s[-1] * self._ratio ** (g - len(self._s) + 1)
+        table = self._s
+        if b is not None and self._by_width:
+            table = self._by_width[min(b, len(self._by_width)) - 1] or self._s
+        if g < len(table):
+            return table[g]
+        ratio = table[-1] / table[-2] if len(table) >= 2 and table[-2] > 0 else 0.0
+        return table[-1] * ratio ** (g - len(table) + 1)
 
     def tokens_per_round(self, b: int) -> list[float]:
         """P(X = x) for x = 0..b+1 (index 0 unused) with X = min(G, b) + 1."""
         px = [0.0] * (b + 2)
         for x in range(1, b + 1):
-            px[x] = self.at_least(x - 1) - self.at_least(x)
-        px[b + 1] = self.at_least(b)
+            px[x] = self.at_least(x - 1, b) - self.at_least(x, b)
+        px[b + 1] = self.at_least(b, b)
         return px
+
+
+def _survival(values: Sequence[float]) -> list[float]:
+    """Clamp to [0, 1] and make non-increasing; P(G >= 0) must be 1."""
+    if not values or abs(values[0] - 1.0) > 1e-9:
+        raise ValueError("run lengths must start with P(G >= 0) = 1")
+    s = [min(1.0, max(0.0, float(v))) for v in values]
+    for g in range(1, len(s)):  # a survival function cannot increase
+        s[g] = min(s[g], s[g - 1])
+    return s
 
 
 CostCurve = Callable[[int], float]  # n tokens in one pass -> ms
@@ -82,7 +96,7 @@ class Level:
 
 def expected_run_tokens(runs: RunLengths, b: int) -> float:
     """E[X] = sum_{g=0..b} P(G >= g): tokens per verification round of a batch of ``b``."""
-    return sum(runs.at_least(g) for g in range(b + 1))
+    return sum(runs.at_least(g, b) for g in range(b + 1))
 
 
 def rounds_table(runs: RunLengths, b: int, t_max: int) -> list[float]:

@@ -19,8 +19,10 @@
     ('big', True)
 
 Latency curves are ``{context_len: {n: ms}}``, interpolated linearly in n and in context
-length, and extended linearly past the largest n and the longest context. Acceptance is the mean ``alpha`` and, when
-measured, the run-length distribution ``run_lengths`` = P(G >= g), g = 0, 1, ...
+length, and extended linearly past the largest n and the longest context. Acceptance is the
+mean ``alpha`` and, when measured, the run-length distribution ``run_lengths`` = P(G >= g),
+g = 0, 1, ... over every start position, and ``visited[b - 1]`` = P(G >= g), g = 0..b, over the
+starts a decoder drafting b tokens a round visits (what the empirical model uses when present).
 """
 
 from __future__ import annotations
@@ -80,11 +82,12 @@ class PairAcceptance(BaseModel):
     drafter: str
     verifier: str
     alpha: float = Field(ge=0, le=1)
-    run_lengths: list[float] | None = None  # P(G >= g), g = 0.. (optional)
+    run_lengths: list[float] | None = None  # P(G >= g), g = 0.., over every start (optional)
+    visited: list[list[float] | None] | None = None  # [b - 1][g]: over the starts a width-b decoder visits (optional)
 
     def runs(self, model: Literal["iid", "empirical"]) -> RunLengths:
         if model == "empirical" and self.run_lengths and len(self.run_lengths) >= 2:
-            return RunLengths(self.run_lengths)
+            return RunLengths(self.run_lengths, self.visited)
         return RunLengths.iid(self.alpha)
 
 

@@ -29,10 +29,14 @@ def plot_validation(report: dict, path: Path) -> None:
             title=f"median |error| {report['median_abs_error']:.1%}, regret {report['regret']:.1%}")
     ax1.legend(loc="upper left")
     order = sorted(plans, key=lambda p: -p["measured_speedup"])
-    ax2.barh([f"#{p['plan_id']} {format_chain(p['chain'], p['widths'])}"[:60] for p in order], [p["measured_speedup"] for p in order], color="tab:green")
+    labels = [f"#{p['plan_id']} {format_chain(p['chain'], p['widths'])}"[:60] for p in order]
+    ax2.barh(labels, [p["measured_speedup"] for p in order], color="tab:green", label="measured")
+    ax2.scatter([p["predicted_speedup"] for p in order], labels, color="black", marker="|", s=200, zorder=3, label="predicted")
     ax2.axvline(1.0, color="grey", lw=1, ls="--")
     ax2.invert_yaxis()
-    ax2.set(xlabel="measured speed-up over autoregressive", title=f"{report['target']} on {report['prompts']}")
+    ax2.legend(loc="lower right", fontsize=8)
+    ax2.set(xlabel="speed-up over autoregressive", title=f"{report['target']} on {report['prompts']}; "
+            f"median |speed-up error| {report['median_abs_speedup_error']:.1%}")
     ax2.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -26,12 +26,22 @@ from hsd_runtime import (
 
 from .generation import encode_prompt
 from .hardware import detect_hardware
-from .measure import acceptance_from_logits, ngram_acceptance, run_length_sums, teacher_forced_logits, time_forward, time_ngram
+from .measure import (
+    acceptance_from_logits,
+    model_conditionals,
+    ngram_acceptance,
+    run_length_sums,
+    start_survival,
+    teacher_forced_logits,
+    time_forward,
+    time_ngram,
+    visited_run_sums,
+)
 from .store import AcceptancePrompt, Continuation, Latency
 from .store.repo import aggregate_acceptance, hardware_row, model_row, setting_row, workload_row
 from .workloads import PromptSet
 
-__all__ = ["ProfileConfig", "ProfileOutcome", "run_profile"]
+__all__ = ["ProfileConfig", "ProfileOutcome", "run_profile", "workload_context_lens"]
 
 
 class ProfileConfig(BaseModel):
@@ -47,7 +57,7 @@ class ProfileConfig(BaseModel):
     dtype: str = "fp32"
     max_new_tokens: int = Field(64, ge=1)
     latency_grid: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], min_length=1)
-    context_lens: list[int] = Field(default_factory=lambda: [64, 512], min_length=1)
+    context_lens: list[int] | None = Field(None, min_length=1)  # None: workload_context_lens of the prompts
     repeats: int = Field(5, ge=1)
     acceptance: bool = True
     force: bool = False
@@ -74,6 +84,18 @@ class _Candidate:
     @property
     def cost_rank(self) -> int:
         return 0 if self.loaded is None else self.loaded.num_parameters
+
+
+def workload_context_lens(prompt_tokens: list[int], max_new_tokens: int) -> list[int]:
+    """Context lengths to time at: 64 and 512, and the longest prompt plus its continuation
+    (rounded up to a multiple of 256) when that is longer, so the cost curves cover the workload
+    instead of being extrapolated (at 783 tokens the extrapolation from 64 and 512 was 28% low).
+
+    >>> workload_context_lens([40, 700], 64)
+    [64, 512, 768]
+    """
+    longest = max(prompt_tokens, default=0) + max_new_tokens
+    return [64, 512] + ([-(-longest // 256) * 256] if longest > 512 else [])
 
 
 def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
@@ -116,7 +138,9 @@ def run_profile(
             c.row_id = model_row(s, str(c.spec), c.loaded).id
             out.model_ids[str(c.spec)] = c.row_id
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
-    points = [(c, ctx, n) for c in candidates for ctx in config.context_lens for n in config.latency_grid]
+    tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)
+    contexts = config.context_lens or workload_context_lens([len(encode_prompt(tokenizer, p)) for p in prompts.prompts], config.max_new_tokens)
+    points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     if total:
         total(len(points) + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
     step = progress or (lambda _n: None)
@@ -198,13 +222,17 @@ def _acceptance_for_verifier(
         step(len(drafters) - len(todo))
         for d in todo:
             if d.loaded is None:
-                a = ngram_acceptance(int(d.spec.get("n") or 3), ids, continuation, p_logits, sampling)
+                c = ngram_acceptance(int(d.spec.get("n") or 3), ids, continuation, p_logits, sampling)
             else:
                 a = acceptance_from_logits(teacher_forced_logits(d.loaded.model, ids, continuation, width), p_logits, sampling)
-            run_sum, run_count = run_length_sums(a)
+                c = model_conditionals(a)
+            survival = start_survival(c)  # [m, G_MAX + 1]
+            run_sum, run_count = run_length_sums(survival)
+            visit_sum, visit_count = visited_run_sums(survival)
+            row = dict(positions=len(c), alpha_sum=run_sum[1], run_sum=run_sum, run_count=run_count, visit_sum=visit_sum, visit_count=visit_count)
             with Session(engine) as s, s.begin():
                 s.execute(delete(AcceptancePrompt).filter_by(**keys[d.row_id]))
-                s.add(AcceptancePrompt(**keys[d.row_id], positions=len(a), alpha_sum=float(a.sum()), run_sum=run_sum, run_count=run_count))
+                s.add(AcceptancePrompt(**keys[d.row_id], **row))
                 aggregate_acceptance(s, d.row_id, verifier.row_id, out.workload_id, out.setting_id)
             out.measured += 1
             step(1)

@@ -19,7 +19,7 @@ def _draw_tokens(runs: RunLengths, b: int, rng: random.Random) -> int:
     """X = min(G, b) + 1 for one round: G >= g with probability P(G >= g)."""
     u = rng.random()
     g = 0
-    while g < b and runs.at_least(g + 1) > u:
+    while g < b and runs.at_least(g + 1, b) > u:
         g += 1
     return g + 1
 

@@ -1,11 +1,17 @@
 """``hsd-plan validate``: run solved plans on held-out prompts and compare with the prediction.
 
 For each plan: measured ms per generated token (decode only, median over prompts and repeats;
-prefill reported apart), the prediction of the latency model at the prompts' median context,
+prefill reported apart), the prediction of the latency model (median over the prompts of the
+prediction at each prompt's context: its length plus half the continuation),
 error = (predicted - measured) / measured, measured speed-up over the target's own
 autoregressive decoding run in the same validation, and mean accepted length per level, predicted
 and measured. Overall: the median absolute error and the regret, the measured latency of the
 solver's pick over the best measured among the plans run.
+
+The error compares a profile measured at one time with runs at another, so it includes any
+change of the machine's speed in between (on a shared 2-core host, 10-25% from one minute to the
+next). The speed-up error, predicted over measured speed-up against autoregressive decoding minus
+one, divides that out: both speed-ups are ratios taken within one run.
 """
 
 from __future__ import annotations
@@ -19,13 +25,13 @@ from sqlalchemy.orm import Session
 from hsd_runtime import HSDError, ModelLoader, SamplingConfig, build_hierarchy
 
 from .generation import encode_prompt
-from .latency import expected_run_tokens
-from .planner import predict
+from .latency import Prediction, expected_run_tokens
+from .planner import Profile, predict
 from .profile_db import load_profile
 from .store import Hardware, ModelRow, PlanRow, Setting, Solve, StoreError, Validation, ValidationRun, Workload
 from .workloads import PromptSet
 
-__all__ = ["CANDIDATE_SETS", "select_plans", "run_validation"]
+__all__ = ["CANDIDATE_SETS", "select_plans", "run_validation", "predict_over"]
 
 CANDIDATE_SETS = {
     "best": ("best", "single1"),  # the solver's pick and the best single drafter
@@ -89,7 +95,7 @@ def run_validation(
             raise StoreError(f"plan {plan.id} ({','.join(plan.chain)}) cannot be run: {exc}") from None
     tokenizer = loader.load(target).tokenizer
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
-    context = int(statistics.median(len(ids) for ids in encoded)) + max_new_tokens // 2
+    contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
     for h in built.values():  # warm-up, untimed
         h.generate(encoded[0], 4, sampling)
 
@@ -105,7 +111,7 @@ def run_validation(
     for plan in plans:
         results = runs[plan.id]
         measured = statistics.median(r.ms_per_token for r in results if r.tokens)
-        pred = predict(profile, plan.chain, plan.widths, solve.acceptance_model, context)
+        pred = predict_over(profile, plan.chain, plan.widths, solve.acceptance_model, contexts)
         report_plans.append({
             "plan_id": plan.id,
             "kind": plan.kind,
@@ -124,6 +130,7 @@ def run_validation(
     for p in report_plans:
         p["measured_speedup"] = auto["measured_ms_per_token"] / p["measured_ms_per_token"]
         p["predicted_speedup"] = auto["predicted_ms_per_token"] / p["predicted_ms_per_token"]
+        p["speedup_error"] = p["predicted_speedup"] / p["measured_speedup"] - 1.0
     # the solver's pick: its best plan when it was run, else the lowest prediction among those run
     pick = next((p for p in report_plans if p["kind"] == "best"), None) or min(report_plans, key=lambda p: p["predicted_ms_per_token"])
     best_measured = min(p["measured_ms_per_token"] for p in report_plans)
@@ -133,16 +140,25 @@ def run_validation(
         "workload": workload,
         "prompts": prompts.name,
         "prompt_count": len(encoded),
-        "context_len": context,
+        "context_len": int(statistics.median(contexts)),
+        "context_lens": contexts,
         "mode": setting.mode,
         "acceptance": solve.acceptance_model,
         "median_abs_error": statistics.median(abs(p["error"]) for p in report_plans),
+        "median_abs_speedup_error": statistics.median(abs(p["speedup_error"]) for p in report_plans if p is not auto) if len(report_plans) > 1 else 0.0,
         "regret": pick["measured_ms_per_token"] / best_measured - 1.0,
         "pick": pick["plan_id"],
         "plans": report_plans,
     }
     report["validation_id"] = _store(engine, solve, prompts, max_new_tokens, repeats, report)
     return report
+
+
+def predict_over(profile: Profile, chain: list[str], widths: list[int], acceptance: str, contexts: list[int]) -> Prediction:
+    """The prediction with the median ms per token over prompts at the given context lengths."""
+    preds = [predict(profile, chain, widths, acceptance, c) for c in contexts]
+    ms = statistics.median(p.ms_per_token for p in preds)
+    return Prediction(ms, preds[0].mean_accepted_length, statistics.median(p.speedup for p in preds))
 
 
 def _levels(profile, plan: PlanRow, results, acceptance: str) -> list[dict]:
@@ -173,6 +189,7 @@ def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int
         v = Validation(
             solve_id=solve.id, prompts_name=prompts.name, prompts=len(prompts.prompts), max_new_tokens=max_new_tokens,
             repeats=repeats, median_abs_error=report["median_abs_error"], regret=report["regret"],
+            median_abs_speedup_error=report["median_abs_speedup_error"],
         )
         s.add(v)
         s.flush()

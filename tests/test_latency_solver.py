@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from hsd_planner.latency import Level, RunLengths, expected_rounds, hierarchy_latency
+from hsd_planner.latency import Level, RunLengths, expected_rounds, expected_run_tokens, hierarchy_latency
 from hsd_planner.simulate import simulate
 from hsd_planner.solver import Candidate, SolverError, solve
 
@@ -36,7 +36,18 @@ def _random_runs(rng: random.Random, empirical: bool) -> RunLengths:
     s = [1.0]
     for g in range(1, 65):
         s.append(s[-1] * min(0.99, a + 0.02 * g))
-    return RunLengths(s)
+    # as a decoder visits starts: per width b, a shorter-lived distribution (some widths unknown)
+    visited = [None if rng.random() < 0.2 else [x * 0.8 ** min(g, 1) for g, x in enumerate(s[: b + 1])] for b in range(1, 7)]
+    return RunLengths(s, visited)
+
+
+def test_width_tables_are_read_per_width():
+    runs = RunLengths([1.0, 0.9, 0.8], [[1.0, 0.5], None, [1.0, 0.4, 0.2, 0.1]])
+    assert runs.alpha == 0.9  # over every start
+    assert expected_run_tokens(runs, 1) == pytest.approx(1.5)
+    assert expected_run_tokens(runs, 2) == pytest.approx(1.0 + 0.9 + 0.8)  # no table: every start
+    assert expected_run_tokens(runs, 3) == pytest.approx(1.7)
+    assert expected_run_tokens(runs, 5) == pytest.approx(1.7 + 0.05 + 0.025)  # widest table, geometric tail
 
 
 def _random_levels(rng, depth, empirical):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -13,7 +14,14 @@ import torch
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
-from hsd_planner.measure import acceptance_from_logits, ngram_acceptance, run_length_sums
+from hsd_planner.measure import (
+    acceptance_from_logits,
+    model_conditionals,
+    ngram_acceptance,
+    run_length_sums,
+    start_survival,
+    visited_run_sums,
+)
 from hsd_runtime import SamplingConfig
 
 FAST = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
@@ -54,6 +62,10 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
         assert 0.0 <= a["alpha"] <= 1.0 and a["run_lengths"][0] == 1.0
         assert all(x >= y for x, y in zip(a["run_lengths"], a["run_lengths"][1:]))  # P(G >= g) decreases
     assert count(isolated_db, "acceptance_prompts") == 3 * prompts
+    with sqlite3.connect(isolated_db) as con:  # the run lengths a decoder sees, for widths 1..32
+        for (visited,) in con.execute("SELECT visited FROM acceptance"):
+            tables = json.loads(visited)
+            assert len(tables) == 32 and all(t is None or (len(t) == b + 2 and t[0] == 1.0) for b, t in enumerate(tables))
     again = json.loads(run(*args).output)
     assert again["measured"] == 0 and again["skipped"] == summary["measured"]
     forced = json.loads(run(*args, "--force").output)
@@ -209,6 +221,66 @@ def test_acceptance_math_on_known_cases():
     assert acceptance_from_logits(q, p, sample).tolist() == [0.0]
     # prompt "1 2 3 1 2", continuation "3 1": the n-gram drafter predicts 3 then 1
     p_logits = torch.nn.functional.one_hot(torch.tensor([3, 1]), 5).float()
-    assert ngram_acceptance(2, [1, 2, 3, 1, 2], [3, 1], p_logits, greedy).tolist() == [1.0, 1.0]
-    sums, counts = run_length_sums(torch.tensor([1.0, 0.5, 1.0]), g_max=3)
+    # block from t = 0: [3, 1], both right; from t = 1 the suffix "2 3" proposes [1]
+    assert ngram_acceptance(2, [1, 2, 3, 1, 2], [3, 1], p_logits, greedy, g_max=2).tolist() == [[1.0, 1.0], [1.0, 0.0]]
+    sums, counts = run_length_sums(start_survival(model_conditionals(torch.tensor([1.0, 0.5, 1.0]), 3)))
     assert [s / c for s, c in zip(sums, counts)] == [1.0, 2.5 / 3, 1.0 / 2, 0.5 / 1]
+
+
+def test_ngram_blocks_are_judged_where_they_land():
+    """The block proposed at t is what the decoder drafts, not t's re-lookups at t + 1, t + 2."""
+    greedy = SamplingConfig()
+    prompt, continuation = [5, 6, 7, 8, 5, 6, 9], [7, 8]
+    # at t = 0 the suffix "6 9" is new, "9" too: nothing; at t = 1 "9 7" new, "7" matches -> [8]
+    p_logits = torch.nn.functional.one_hot(torch.tensor(continuation), 10).float()
+    c = ngram_acceptance(2, prompt, continuation, p_logits, greedy, g_max=2)
+    assert c.tolist() == [[0.0, 0.0], [1.0, 0.0]]
+    # a block that runs ahead of a re-lookup: prompt "1 2 3 4 | 1 2", blocks copy "3 4 ..."
+    prompt, continuation = [1, 2, 3, 4, 9, 1, 2], [3, 4, 5]
+    p_logits = torch.nn.functional.one_hot(torch.tensor(continuation), 10).float()
+    assert ngram_acceptance(2, prompt, continuation, p_logits, greedy, g_max=3)[0].tolist() == [1.0, 1.0, 0.0]
+
+
+def _walk(accepted: list[list[int]], b: int, start: int = 1) -> tuple[int, int]:
+    """(rounds, tokens) of a greedy decoder drafting b tokens a round over 0/1 conditionals."""
+    m, t, rounds, tokens = len(accepted), start, 0, 0
+    while t + b <= m:
+        g = 0
+        while g < b and accepted[t][g]:
+            g += 1
+        rounds, tokens, t = rounds + 1, tokens + g + 1, t + g + 1
+    return rounds, tokens
+
+
+def test_visited_run_lengths_reproduce_a_greedy_decoder():
+    """For 0/1 acceptance the visited distribution gives exactly the decoder's tokens per round."""
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(20):
+        m = 40 + trial
+        bursty = (torch.rand(m, generator=gen) < 0.3).double()
+        a = torch.repeat_interleave(bursty, 3)[:m]  # runs of three: bursty, unlike i.i.d.
+        survival = start_survival(model_conditionals(a, 16))
+        sums, counts = visited_run_sums(survival, b_max=8)
+        accepted = model_conditionals(a, 16).int().tolist()
+        for b in range(1, 9):
+            rounds, tokens = _walk(accepted, b)
+            assert counts[b - 1] == rounds
+            assert abs(sum(sums[b - 1]) - tokens) < 1e-9  # sum_g P(G >= g) = tokens per round
+
+
+def test_visited_run_lengths_match_a_sampled_decoder():
+    """With fractional acceptance the visited sums are the decoder's expectation (Monte Carlo)."""
+    gen = torch.Generator().manual_seed(1)
+    c = torch.rand(30, 8, generator=gen) ** 0.5
+    survival = start_survival(c)
+    sums, counts = visited_run_sums(survival, b_max=4)
+    b, rounds, tokens, rng, cond = 4, 0, 0, random.Random(2), c.tolist()
+    for _ in range(20000):
+        t = 1
+        while t + b <= 30:
+            g = 0
+            while g < b and rng.random() < cond[t][g]:
+                g += 1
+            rounds, tokens, t = rounds + 1, tokens + g + 1, t + g + 1
+    assert abs(counts[b - 1] - rounds / 20000) < 0.02 * counts[b - 1]
+    assert abs(sum(sums[b - 1]) / counts[b - 1] - tokens / rounds) < 0.01 * tokens / rounds

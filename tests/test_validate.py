@@ -44,7 +44,8 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
         assert p["measured_ms_per_token"] > 0 and p["error"] == pytest.approx(
             (p["predicted_ms_per_token"] - p["measured_ms_per_token"]) / p["measured_ms_per_token"])
         assert len(p["levels"]) == len(p["chain"])
-    assert report["regret"] >= 0 and report["median_abs_error"] >= 0
+        assert p["speedup_error"] == pytest.approx(p["predicted_speedup"] / p["measured_speedup"] - 1.0)
+    assert report["regret"] >= 0 and report["median_abs_error"] >= 0 and report["median_abs_speedup_error"] >= 0
     with sqlite3.connect(isolated_db) as conn:
         stored = conn.execute("SELECT plan_id, measured_ms_per_token, error FROM validation_runs WHERE validation_id = ?",
                               (report["validation_id"],)).fetchall()

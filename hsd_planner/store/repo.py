@@ -55,6 +55,19 @@ def setting_row(session: Session, mode: str, temperature: float, top_p: float, d
     )
 
 
+def _visited(rows: list[AcceptancePrompt]) -> list[list[float] | None] | None:
+    """P_b(G >= g) pooled over prompts (a ratio of sums, as tokens per round are); None when a
+    prompt predates visited sums, so old and new measurements are never mixed."""
+    if any(r.visit_sum is None for r in rows):
+        return None
+    out = []
+    for b in range(1, min(len(r.visit_sum) for r in rows) + 1):
+        weight = sum(r.visit_count[b - 1] for r in rows)
+        sums = [sum(r.visit_sum[b - 1][g] for r in rows) for g in range(b + 1)]
+        out.append([x / weight for x in sums] if weight > 0 else None)
+    return out
+
+
 def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, workload_id: int, setting_id: int) -> Acceptance | None:
     """(Re)compute the workload-level acceptance row of a pair from its per-prompt rows."""
     key = dict(drafter_id=drafter_id, verifier_id=verifier_id, workload_id=workload_id, setting_id=setting_id)
@@ -67,11 +80,12 @@ def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, wo
     counts = [sum(r.run_count[g] for r in rows if g < len(r.run_count)) for g in range(g_len)]
     run_lengths = [s / c for s, c in zip(sums, counts) if c > 0]
     alpha = sum(r.alpha_sum for r in rows) / positions if positions else 0.0
+    visited = _visited(rows)
     agg = session.scalars(select(Acceptance).filter_by(**key)).first()
     if agg is None:
-        agg = Acceptance(**key, alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths)
+        agg = Acceptance(**key, alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths, visited=visited)
         session.add(agg)
     else:
-        agg.alpha, agg.positions, agg.prompts, agg.run_lengths = alpha, positions, len(rows), run_lengths
+        agg.alpha, agg.positions, agg.prompts, agg.run_lengths, agg.visited = alpha, positions, len(rows), run_lengths, visited
     session.flush()
     return agg

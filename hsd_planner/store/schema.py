@@ -140,6 +140,8 @@ class AcceptancePrompt(_PairKey, Base):
 
     ``run_sum[g]`` adds, over start positions t with g positions after them, the probability that
     the g tokens from t are all accepted; ``run_count[g]`` counts those start positions.
+    ``visit_sum[b - 1][g]`` and ``visit_count[b - 1]`` are the same weighted by how often a
+    decoder drafting b tokens a round starts a round at t (see :mod:`hsd_planner.measure`).
     """
 
     __tablename__ = "acceptance_prompts"
@@ -150,13 +152,17 @@ class AcceptancePrompt(_PairKey, Base):
     alpha_sum: Mapped[float] = mapped_column(Float)
     run_sum: Mapped[list[float]] = mapped_column(JSON)
     run_count: Mapped[list[int]] = mapped_column(JSON)
+    visit_sum: Mapped[list[list[float]] | None] = mapped_column(JSON, nullable=True)
+    visit_count: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
 
 
 class Acceptance(_PairKey, Base):
     """Acceptance of a drafter by a verifier over a whole workload.
 
     ``alpha`` is the mean per-position acceptance; ``run_lengths[g]`` is P(G >= g), the
-    probability that g consecutive drafted tokens are accepted (g = 0..64, ``run_lengths[0] = 1``).
+    probability that g consecutive drafted tokens are accepted (g = 0..64, ``run_lengths[0] = 1``),
+    averaged over every start position; ``visited[b - 1][g]`` is P(G >= g), g = 0..b, over the
+    starts a decoder drafting b tokens a round visits (None where no start had room for b).
     """
 
     __tablename__ = "acceptance"
@@ -166,6 +172,7 @@ class Acceptance(_PairKey, Base):
     positions: Mapped[int] = mapped_column(Integer)
     prompts: Mapped[int] = mapped_column(Integer)
     run_lengths: Mapped[list[float]] = mapped_column(JSON)
+    visited: Mapped[list[list[float] | None] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -212,6 +219,7 @@ class Validation(Base):
     repeats: Mapped[int] = mapped_column(Integer)
     median_abs_error: Mapped[float | None] = mapped_column(Float)
     regret: Mapped[float | None] = mapped_column(Float)
+    median_abs_speedup_error: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
