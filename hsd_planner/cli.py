@@ -134,7 +134,8 @@ def generate(
 @click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of sampled continuations.")
 @click.option("--latency-grid", default="1,2,4,8,16,32,64", show_default=True, help="Tokens per pass n to time.")
-@click.option("--context-lens", default="64,512", show_default=True, help="Cached context lengths to time at.")
+@click.option("--context-lens", default="auto", show_default=True,
+              help="Cached context lengths to time at; auto: 64, 512 and the longest prompt plus continuation when longer.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Timed passes per point (median kept).")
 @click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")
@@ -165,7 +166,7 @@ def profile(models, prompts_file, category, max_prompts, max_new_tokens, mode, t
     config = ProfileConfig(
         models=[m for m in models.split(",") if m], mode=mode, temperature=temperature, top_p=top_p, seed=seed,
         dtype=dtype, max_new_tokens=max_new_tokens, latency_grid=int_list(latency_grid, "--latency-grid"),
-        context_lens=int_list(context_lens, "--context-lens"), repeats=repeats, acceptance=not skip_acceptance, force=force,
+        context_lens=None if context_lens == "auto" else int_list(context_lens, "--context-lens"), repeats=repeats, acceptance=not skip_acceptance, force=force,
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     engine = open_engine(db)
@@ -301,8 +302,10 @@ def solve_command(target, workload, mode, temperature, acceptance, top_k, t_max,
                    f"{p['predicted_speedup']:>8.2f}x  {format_chain(p['chain'], p['widths'])}")
 
 
-# validate and demo live in cli_validate.py; registering them here keeps one entry point
+# validate, demo and distill live in their own modules; registering them here keeps one entry point
+from .cli_distill import distill  # noqa: E402
 from .cli_validate import demo, validate  # noqa: E402
 
 cli.add_command(validate)
 cli.add_command(demo)
+cli.add_command(distill)
