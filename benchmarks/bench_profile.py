@@ -32,12 +32,14 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--modes", default="greedy,sample")
+    ap.add_argument("--models", default=",".join(MODELS), help="candidates, cheapest first, target last")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     args = ap.parse_args()
+    models = args.models.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
     loader = ModelLoader(device="cpu", dtype=args.dtype)
     t0 = time.perf_counter()
-    for spec in MODELS[1:]:
+    for spec in models[1:]:
         loader.load(spec)
     load_s = time.perf_counter() - t0
     print(f"machine: {machine()}; models loaded in {load_s:.1f} s (cached conversions)")
@@ -46,7 +48,7 @@ def main() -> None:
         db = args.out / f"profile-{mode}.db"
         db.unlink(missing_ok=True)
         engine = open_engine(str(db))
-        config = ProfileConfig(models=MODELS, mode=mode, temperature=1.0, dtype=args.dtype, max_new_tokens=args.new_tokens)
+        config = ProfileConfig(models=models, mode=mode, temperature=1.0, dtype=args.dtype, max_new_tokens=args.new_tokens)
         runs = {}
         total = 0.0
         for category in SPEC_CATEGORIES:
@@ -60,11 +62,11 @@ def main() -> None:
             print(f"[{mode}] {category}: {wall:.1f} s, {outcome.measured} measurements", flush=True)
         report["runs"][mode] = {"total_wall_s": total, "categories": runs}
         print(f"\n## {mode}: whole profile {total:.1f} s ({len(SPEC_CATEGORIES)} x {args.per_category} prompts x {args.new_tokens} new tokens)\n")
-        _print_tables(engine, runs)
+        _print_tables(engine, runs, models)
     (args.out / "profile.json").write_text(json.dumps(report, indent=1))
 
 
-def _print_tables(engine, runs: dict) -> None:
+def _print_tables(engine, runs: dict, models: list[str]) -> None:
     from sqlalchemy import select
     from sqlalchemy.orm import Session
 
@@ -78,17 +80,17 @@ def _print_tables(engine, runs: dict) -> None:
         print(f"latency, median ms per forward pass, context {ctx}\n")
         print("| model | " + " | ".join(f"n={n}" for n in grid) + " |")
         print("|---|" + "---|" * len(grid))
-        for spec in MODELS:
+        for spec in models:
             pts = {r.n_tokens: r.median_ms for r in rows if names[r.model_id] == spec and r.context_len == ctx}
             print(f"| {spec} | " + " | ".join(f"{pts[n]:.2f}" if n in pts else "-" for n in grid) + " |")
         print()
-    verifiers = MODELS[1:]
+    verifiers = models[1:]
     for category, run in runs.items():
         alpha = {(a["drafter"], a["verifier"]): a for a in run["acceptance"]}
         print(f"acceptance alpha / P(G>=4), {category} (rows: drafter, columns: verifier)\n")
         print("| drafter | " + " | ".join(verifiers) + " |")
         print("|---|" + "---|" * len(verifiers))
-        for d in MODELS[:-1]:
+        for d in models[:-1]:
             cells = []
             for v in verifiers:
                 a = alpha.get((d, v))
