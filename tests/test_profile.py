@@ -169,10 +169,13 @@ def _wait_for_rows(db, table, n, proc, timeout=120):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "kill"])
-def test_interrupted_profile_resumes_without_losing_work(tiny_dirs, prompt_file, tmp_path, sig):
+def test_interrupted_profile_resumes_without_losing_work(tiny_dirs, tmp_path, sig):
     db = tmp_path / "interrupted.db"
+    # enough work (90 profiled prompts x 3 pairs) that the signal lands mid-run on a fast machine
+    prompt_file = tmp_path / "many.txt"
+    prompt_file.write_text("\n".join(f"w{i % 40} w{(i * 7) % 40} w{i % 40} w{(i + 3) % 40}" for i in range(120)))
     proc = _profile_process(tiny_dirs, prompt_file, db)
-    _wait_for_rows(db, "acceptance_prompts", 2, proc)
+    _wait_for_rows(db, "acceptance_prompts", 1, proc)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
