@@ -179,21 +179,23 @@ def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int 
     >>> sums[1], counts[1]  # b = 2: rounds at 0 (accepts 2) and 3 (rejects); 4 has no room
     ([2.0, 1.0, 1.0], 2.0)
     """
-    m = survival.shape[0]
+    surv = survival.double().cpu().numpy()  # numpy: this loop is many tiny vector operations
+    m = surv.shape[0]
     sums, counts = [], []
     for b in range(1, b_max + 1):
-        total = torch.zeros(b + 1, dtype=torch.float64)
+        total = np.zeros(b + 1)
         weight = 0.0
-        v = torch.zeros(m + b + 2, dtype=torch.float64)
+        v = np.zeros(m + b + 2)
         v[min(start, m)] = 1.0
         for t in range(min(start, m), m - b + 1):
-            w = float(v[t])
+            w = v[t]
             if w == 0.0:
                 continue
-            s = survival[t, : b + 1]
+            s = surv[t, : b + 1]
             total += w * s
             weight += w
-            v[t + 1 : t + b + 2] += w * torch.cat([s[:-1] - s[1:], s[-1:]])  # P(X = 1..b+1)
+            v[t + 1 : t + b + 1] += w * (s[:-1] - s[1:])  # P(X = x), x = 1..b
+            v[t + b + 1] += w * s[-1]  # P(X = b + 1): all b accepted
         sums.append(total.tolist())
-        counts.append(weight)
+        counts.append(float(weight))
     return sums, counts
