@@ -31,7 +31,7 @@ from torch import nn
 
 from hsd_runtime import HSDError, Hierarchy, LoadedModel, ModelLoader, SamplingConfig, parse_spec
 
-from .divergences import divergence, total_variation
+from .divergences import divergence
 from .generation import encode_prompt
 from .measure import acceptance_from_logits, teacher_forced_logits
 from .workloads import load_prompts, split
@@ -332,8 +332,9 @@ class Distiller:
             (loss * len(continuation) / positions).backward()  # weighted: the step's loss is the mean over positions
             q = q.detach()
             loss_sum += float(loss.detach()) * len(continuation)
-            greedy_sum += float((p.argmax(-1) == q.argmax(-1)).sum())
-            sampled_sum += (1.0 - float(total_variation(p, q, c.temperature))) * len(continuation)
+            # acceptance as profile measures it: argmax agreement, and 1 - TV at the temperature
+            greedy_sum += float(acceptance_from_logits(q, p, SamplingConfig()).sum())
+            sampled_sum += float(acceptance_from_logits(q, p, SamplingConfig(mode="sample", temperature=c.temperature)).sum())
         self.optimizer.step()
         self.step += 1
         entry = StepLog(self.step, loss_sum / positions, greedy_sum / positions, sampled_sum / positions)
