@@ -138,8 +138,9 @@ def run_profile(
             c.row_id = model_row(s, str(c.spec), c.loaded).id
             out.model_ids[str(c.spec)] = c.row_id
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
-    tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)
-    contexts = config.context_lens or workload_context_lens([len(encode_prompt(tokenizer, p)) for p in prompts.prompts], config.max_new_tokens)
+    tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)  # one tokenizer: checked in _load
+    encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
+    contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     if total:
         total(len(points) + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
@@ -149,7 +150,7 @@ def run_profile(
         _latency_point(engine, config, out, cand, ctx, n)
         step(1)
     for j in verifiers:
-        _acceptance_for_verifier(engine, config, prompts, out, candidates[:j], candidates[j], step)
+        _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step)
     return out
 
 
@@ -190,17 +191,16 @@ def _continuation(engine: Engine, config: ProfileConfig, out: ProfileOutcome, ve
 def _acceptance_for_verifier(
     engine: Engine,
     config: ProfileConfig,
-    prompts: PromptSet,
+    encoded: list[list[int]],
     out: ProfileOutcome,
     drafters: list[_Candidate],
     verifier: _Candidate,
     step: Callable[[int], None],
 ) -> None:
-    """Teacher-force every cheaper drafter over the verifier's continuation of every prompt."""
+    """Teacher-force every cheaper drafter over the verifier's continuation of every (encoded) prompt."""
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p)
     width = min([verifier.loaded.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
-    tokenizer = verifier.loaded.tokenizer
-    for k, text in enumerate(prompts.prompts):
+    for k, ids in enumerate(encoded):
         keys = {
             d.row_id: dict(drafter_id=d.row_id, verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k)
             for d in drafters
@@ -208,7 +208,6 @@ def _acceptance_for_verifier(
         with Session(engine) as s:
             done = {d for d, key in keys.items() if s.scalars(select(AcceptancePrompt.id).filter_by(**key)).first() is not None}
         todo = drafters if config.force else [d for d in drafters if d.row_id not in done]
-        ids = encode_prompt(tokenizer, text)
         if not todo:
             out.skipped += 1 + len(drafters)
             step(1 + len(drafters))
