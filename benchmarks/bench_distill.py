@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
-from hsd_planner.distill import DistillConfig, Distiller
-from hsd_planner.generation import encode_prompt
-from hsd_planner.measure import acceptance_from_logits, teacher_forced_logits
-from hsd_planner.workloads import load_prompts, split
+from hsd_planner.training import DistillConfig, Distiller
+from hsd_planner.prompts import encode_prompt
+from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
+from hsd_planner.prompts import load_prompts, split
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 
 TARGET = "smollm2-135m"

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import machine, spec_bench_prompts
-from hsd_planner.generation import encode_prompt
+from hsd_planner.prompts import encode_prompt
 from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter
 
 

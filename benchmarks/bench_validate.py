@@ -19,12 +19,13 @@ import statistics
 from pathlib import Path
 
 from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
-from hsd_planner.generation import encode_prompt
-from hsd_planner.plans import solve_and_store
-from hsd_planner.profile_db import load_profile
+from hsd_planner.prompts import encode_prompt
+from hsd_planner.store.solves import solve_and_store
+from hsd_planner.store.reader import load_profile
 from hsd_planner.store import open_engine
-from hsd_planner.validation import predict_over, run_validation, select_plans
-from hsd_planner.workloads import PromptSet, load_prompts, split
+from hsd_planner.plan import SolveConfig, predict_over
+from hsd_planner.validation import run_validation, select_plans
+from hsd_planner.prompts import PromptSet, load_prompts, split
 from hsd_runtime import ModelLoader
 
 
@@ -53,9 +54,10 @@ def main() -> None:
             prompts = PromptSet(f"{workload}:validate", held.prompts[: args.prompts])
             # solve at the context the plans will run at: the held-out prompts plus half the continuation
             context = int(statistics.median(len(encode_prompt(tokenizer, p)) for p in prompts.prompts)) + args.new_tokens // 2
-            solve_and_store(engine, target="smollm2-135m", workload=workload, mode=mode, temperature=1.0, top_k=5, t_max=8, context_len=context)
+            solve_and_store(engine, target="smollm2-135m", workload=workload, mode=mode, temperature=1.0,
+                            config=SolveConfig(top_k=5, t_max=8, context_len=context))
             solve, plans = select_plans(engine, (), "all")
-            report = run_validation(engine, loader, solve, plans, prompts, args.new_tokens, 1)
+            report = run_validation(engine, loader, solve, plans, prompts, args.new_tokens, 1).to_dict()
             rows.append(_row(args.out, mode, category, report))
             results[f"{mode}/{category}"] = report
             print(json.dumps(rows[-1]), flush=True)

@@ -1,54 +1,82 @@
 """hsd_runtime: load models, draft, verify and run hierarchies of speculative decoding.
 
 The runtime knows nothing of SQL or printing: it returns tokens and per-level stats.
+
+Names are imported on first use (PEP 562), so that the torch-free parts - :mod:`.errors` and
+:mod:`.spec` - can be imported where torch is not installed (the planner API needs only those).
 """
 
-from .drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
-from .errors import (
-    ChainError,
-    HSDError,
-    ModelNotFoundError,
-    ModelSpecError,
-    PackageMissingError,
-    PromptError,
-    TokenizerMismatchError,
-)
-from .hierarchy import Hierarchy, build_hierarchy
-from .loading import LoadedModel, ModelLoader, check_same_tokenizer, resolve_device
-from .ngram import NgramDrafter, ngram_lookup
-from .sampling import SamplingConfig, warp
-from .spec import ModelSpec, parse_chain, parse_spec
-from .stats import GenerationResult, LevelStats
-from .verify import verify_greedy, verify_sample
+from __future__ import annotations
 
-__all__ = [
-    "ChainError",
-    "DraftContext",
-    "Drafter",
-    "GenerationResult",
-    "HSDError",
-    "Hierarchy",
-    "LevelStats",
-    "LoadedModel",
-    "ModelDrafter",
-    "ModelLoader",
-    "ModelNotFoundError",
-    "ModelSpec",
-    "ModelSpecError",
-    "NgramDrafter",
-    "PackageMissingError",
-    "PromptError",
-    "Proposal",
-    "SamplingConfig",
-    "TokenizerMismatchError",
-    "VerifierLevel",
-    "build_hierarchy",
-    "check_same_tokenizer",
-    "ngram_lookup",
-    "parse_chain",
-    "parse_spec",
-    "resolve_device",
-    "verify_greedy",
-    "verify_sample",
-    "warp",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "DraftContext": "drafters",
+    "Drafter": "drafters",
+    "ModelDrafter": "drafters",
+    "Proposal": "drafters",
+    "VerifierLevel": "drafters",
+    "ChainError": "errors",
+    "HSDError": "errors",
+    "ModelNotFoundError": "errors",
+    "ModelSpecError": "errors",
+    "PackageMissingError": "errors",
+    "PromptError": "errors",
+    "TokenizerMismatchError": "errors",
+    "Hierarchy": "hierarchy",
+    "build_hierarchy": "hierarchy",
+    "LoadedModel": "loading",
+    "ModelLoader": "loading",
+    "check_same_tokenizer": "loading",
+    "resolve_device": "loading",
+    "NgramDrafter": "ngram",
+    "ngram_lookup": "ngram",
+    "SamplingConfig": "sampling",
+    "warp": "sampling",
+    "DTYPES": "spec",
+    "Dtype": "spec",
+    "ModelSpec": "spec",
+    "parse_chain": "spec",
+    "parse_spec": "spec",
+    "GenerationResult": "stats",
+    "LevelStats": "stats",
+    "verify_greedy": "verify",
+    "verify_sample": "verify",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hsd_runtime' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static checkers see the eager imports
+    from .drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
+    from .errors import (
+        ChainError,
+        HSDError,
+        ModelNotFoundError,
+        ModelSpecError,
+        PackageMissingError,
+        PromptError,
+        TokenizerMismatchError,
+    )
+    from .hierarchy import Hierarchy, build_hierarchy
+    from .loading import LoadedModel, ModelLoader, check_same_tokenizer, resolve_device
+    from .ngram import NgramDrafter, ngram_lookup
+    from .sampling import SamplingConfig, warp
+    from .spec import DTYPES, Dtype, ModelSpec, parse_chain, parse_spec
+    from .stats import GenerationResult, LevelStats
+    from .verify import verify_greedy, verify_sample

@@ -141,7 +141,7 @@ def build_hierarchy(
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)
     members: list[nn.Module | NgramDrafter] = [
-        NgramDrafter(n=int(s.get("n") or 3), name=str(s)) if m is None else m.model for s, m in zip(specs, loaded)
+        NgramDrafter(n=s.ngram_order, name=str(s)) if m is None else m.model for s, m in zip(specs, loaded)
     ]
     target = models[-1]
     hierarchy = Hierarchy(

@@ -23,7 +23,15 @@ from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError
 from .packaged import PACKAGED, converted_dir, packaged_gguf
 from .spec import ModelSpec, parse_spec
 
-__all__ = ["LoadedModel", "ModelLoader", "resolve_device", "resolve_dtype", "check_same_tokenizer", "truncated_view"]
+__all__ = [
+    "LoadedModel",
+    "ModelLoader",
+    "resolve_device",
+    "resolve_dtype",
+    "check_same_tokenizer",
+    "truncated_config",
+    "truncated_view",
+]
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -72,16 +80,22 @@ def _decoder(model: nn.Module) -> nn.Module:
     return getattr(model, model.base_model_prefix)
 
 
+def truncated_config(config: object, k: int) -> object:
+    """A copy of a transformers decoder ``config`` with its first ``k`` layers only."""
+    cfg = copy.deepcopy(config)
+    cfg.num_hidden_layers = k
+    if getattr(cfg, "layer_types", None) is not None:  # per-layer attention kinds (Gemma 3, Qwen)
+        cfg.layer_types = list(cfg.layer_types[:k])
+    return cfg
+
+
 def truncated_view(model: nn.Module, k: int) -> nn.Module:
     """The first ``k`` decoder layers of ``model`` plus its final norm and head, sharing weights.
 
     The two outer modules are shallow copies with their own containers (children, hooks,
     generation config), so changing the view touches neither the parent nor its parameters.
     """
-    cfg = copy.deepcopy(model.config)
-    cfg.num_hidden_layers = k
-    if getattr(cfg, "layer_types", None) is not None:
-        cfg.layer_types = list(cfg.layer_types[:k])
+    cfg = truncated_config(model.config, k)
     inner = _shallow(_decoder(model))
     inner.layers = nn.ModuleList(list(_decoder(model).layers)[:k])
     inner.config = cfg

@@ -14,6 +14,7 @@ import time
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .vocab import DEFAULT_NGRAM_ORDER
 from .drafters import DraftContext, Proposal
 from .stats import LevelStats
 
@@ -45,7 +46,7 @@ def ngram_lookup(tokens: list[int], n: int, count: int) -> list[int]:
 class NgramDrafter:
     """Level 0 without a model: n-gram prompt lookup of order ``n``."""
 
-    def __init__(self, n: int = 3, name: str = "ngram") -> None:
+    def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram") -> None:
         self.n = n
         self.stats = LevelStats(model=name)
 

@@ -7,10 +7,10 @@ exactly.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 from pydantic import BaseModel, ConfigDict, Field
+
+from .vocab import Mode
 
 __all__ = ["SamplingConfig", "warp"]
 
@@ -20,7 +20,7 @@ class SamplingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    mode: Literal["greedy", "sample"] = "greedy"
+    mode: Mode = "greedy"
     temperature: float = Field(1.0, gt=0)
     top_k: int | None = Field(None, ge=1)
     top_p: float | None = Field(None, gt=0, le=1)

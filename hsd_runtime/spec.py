@@ -13,11 +13,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from .errors import ModelSpecError
+from .vocab import DEFAULT_NGRAM_ORDER, DTYPES, Dtype
 
-__all__ = ["ModelSpec", "parse_spec", "parse_chain", "NGRAM", "DTYPES"]
+__all__ = ["ModelSpec", "parse_spec", "parse_chain", "NGRAM", "DTYPES", "Dtype"]
 
 NGRAM = "ngram"
-DTYPES = ("bf16", "fp16", "fp32")
 _INT_OPTIONS = {"layers", "n"}
 _KNOWN = {"layers", "dtype", "n"}
 
@@ -42,6 +42,12 @@ class ModelSpec(BaseModel):
     @property
     def dtype(self) -> str | None:
         return self.get("dtype")
+
+    @property
+    def ngram_order(self) -> int:
+        """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
+        value = self.get("n")
+        return DEFAULT_NGRAM_ORDER if value is None else int(value)
 
     @property
     def is_ngram(self) -> bool:

@@ -10,9 +10,9 @@ from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hsd_planner.cli import cli
-from hsd_planner.distill import DistillConfig, Distiller, build_student, student_acceptance
-from hsd_planner.divergences import DIVERGENCES, divergence
-from hsd_planner.measure import teacher_forced_logits
+from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
+from hsd_planner.training.divergences import DIVERGENCES, divergence
+from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
 
@@ -136,7 +136,7 @@ def test_saved_student_loads_as_a_model_spec_with_identical_logits(tiny_dirs, pr
     config = DistillConfig(target=str(tiny_dirs["target"]), layers=2, prompts=str(prompts), steps=2, max_new_tokens=4, batch_size=2)
     distiller = Distiller(config, tmp_path / "out", ModelLoader(device="cpu"))
     distiller.train()
-    card = distiller.finish()
+    card = distiller.finish().to_dict()
     loader = ModelLoader(device="cpu")
     loaded = loader.load(str(tmp_path / "out"))
     assert loaded.num_layers == 2 and loaded.fingerprint == loader.load(str(tiny_dirs["target"])).fingerprint

@@ -42,7 +42,7 @@ def test_command_and_its_options_are_in_the_readme(path, command):
 
 
 def test_readme_reference_matches_the_help_text():
-    from hsd_planner.docs import BEGIN, END, help_reference
+    from hsd_planner.cli.docs import BEGIN, END, help_reference
 
     section = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert section == help_reference().strip(), "run: python -m hsd_planner.docs README.md"
+    assert section == help_reference().strip(), "run: python -m hsd_planner.cli.docs README.md"

@@ -20,7 +20,7 @@ def test_wheel_carries_migrations_and_prompts(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site)}
     code = (
-        "import hsd_planner, json; from hsd_planner.store import open_engine; from hsd_planner.workloads import load_prompts;"
+        "import hsd_planner, json; from hsd_planner.store import open_engine; from hsd_planner.prompts import load_prompts;"
         "from sqlalchemy import inspect; e = open_engine(r'%s');"
         "print(json.dumps([hsd_planner.__file__, sorted(inspect(e).get_table_names()), len(load_prompts().prompts)]))"
     ) % (tmp_path / "wheel.db")

@@ -14,7 +14,7 @@ import torch
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
-from hsd_planner.measure import (
+from hsd_planner.profiling.acceptance import (
     acceptance_from_logits,
     model_conditionals,
     ngram_acceptance,

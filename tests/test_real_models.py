@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from hsd_planner.generation import encode_prompt
+from hsd_planner.prompts import encode_prompt
 from hsd_runtime import ModelLoader, build_hierarchy
 
 pytestmark = pytest.mark.slow

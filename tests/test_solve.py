@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from hsd_planner import Profile, predict, solve
 from hsd_planner.cli import cli
-from hsd_planner.latency import RunLengths, hierarchy_latency, Level
+from hsd_planner.plan.latency import RunLengths, hierarchy_latency, Level
 
 FAST = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
 

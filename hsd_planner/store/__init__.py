@@ -1,7 +1,27 @@
-"""The profiling database: schema, opening and migrations."""
+"""The profiling database: schema, opening and migrating, reading profiles back, solves, exchange.
 
-from .db import StoreError, default_db_path, open_engine, resolve_url, upgrade_to_head
-from .schema import Acceptance, AcceptancePrompt, Base, Continuation, Hardware, Latency, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
+Owns every SQL statement of hsd-plan (SQLAlchemy 2.0 ORM; Alembic migrations live in the
+repository's top-level ``migrations/``, installed as ``hsd_planner.migrations``). Imports
+:mod:`hsd_planner.plan` (a profile read back is a ``Profile``) and never torch: storing needs none.
+"""
+
+from ..errors import StoreError
+from .db import default_db_path, migrations_dir, open_engine, resolve_url, upgrade_to_head
+from .schema import (
+    Acceptance,
+    AcceptancePrompt,
+    Base,
+    Continuation,
+    Hardware,
+    Latency,
+    ModelRow,
+    PlanRow,
+    Setting,
+    Solve,
+    Validation,
+    ValidationRun,
+    Workload,
+)
 
 __all__ = [
     "Acceptance",
@@ -19,6 +39,7 @@ __all__ = [
     "ValidationRun",
     "Workload",
     "default_db_path",
+    "migrations_dir",
     "open_engine",
     "resolve_url",
     "upgrade_to_head",

@@ -9,6 +9,7 @@ hsd-plan, is refused and left untouched.
 from __future__ import annotations
 
 import os
+from importlib.resources import files
 from pathlib import Path
 
 from alembic import command
@@ -18,16 +19,17 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 
-from hsd_runtime import HSDError
+from ..errors import StoreError
 
-__all__ = ["StoreError", "default_db_path", "resolve_url", "open_engine", "upgrade_to_head", "alembic_config"]
+__all__ = ["StoreError", "default_db_path", "resolve_url", "open_engine", "upgrade_to_head", "alembic_config", "migrations_dir"]
 
-MIGRATIONS = Path(__file__).resolve().parents[1] / "migrations"
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
-class StoreError(HSDError):
-    """The database cannot be opened or does not hold what was asked for."""
+def migrations_dir() -> Path:
+    """The Alembic environment: the repository's top-level ``migrations/``, installed as the
+    package ``hsd_planner.migrations`` (a wheel and an editable install alike)."""
+    return Path(str(files("hsd_planner.migrations")))
 
 
 def default_db_path() -> Path:
@@ -47,7 +49,7 @@ def resolve_url(db: str | None = None) -> str:
 def alembic_config(url: str) -> Config:
     """An Alembic configuration for ``url`` that needs no alembic.ini (works from a wheel)."""
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     return cfg
 

@@ -2,7 +2,7 @@
 
 Natural keys (spec strings, fingerprints, content hashes) are unique, so an export from one
 machine imports into another without duplicates. Changing a table needs a new Alembic revision
-in ``hsd_planner/migrations/versions``; a test checks that the ORM and the migrated schema agree.
+in ``migrations/versions``; a test checks that the ORM and the migrated schema agree.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ class AcceptancePrompt(_PairKey, Base):
     ``run_sum[g]`` adds, over start positions t with g positions after them, the probability that
     the g tokens from t are all accepted; ``run_count[g]`` counts those start positions.
     ``visit_sum[b - 1][g]`` and ``visit_count[b - 1]`` are the same weighted by how often a
-    decoder drafting b tokens a round starts a round at t (see :mod:`hsd_planner.measure`).
+    decoder drafting b tokens a round starts a round at t (see :mod:`hsd_planner.profiling.acceptance`).
     """
 
     __tablename__ = "acceptance_prompts"

@@ -1,0 +1,50 @@
+"""The ``hsd-plan`` command line: thin click wrappers over the library, one module per command
+group, one :mod:`.render` for output, shared options declared once in :mod:`.options`.
+
+Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
+``Error: ...`` on stderr and exit status 1, never a traceback. Imports every other subpackage;
+nothing imports it.
+"""
+
+from __future__ import annotations
+
+import click
+from pydantic import ValidationError
+
+from ..errors import HSDError
+from .distill import distill
+from .generate import generate
+from .profile import profile
+from .profiles import profiles
+from .solve import solve_command
+from .validate import demo, validate
+
+__all__ = ["cli"]
+
+
+class _Group(click.Group):
+    """Turns every error a user can act on into one line on stderr and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except HSDError as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise click.ClickException(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+@click.group(cls=_Group)
+@click.version_option(package_name="hsd-plan")
+def cli() -> None:
+    """Choose, solve and validate hierarchies of speculative-decoding drafters.
+
+    A chain lists models smallest first and the target last, e.g.
+    ngram,smollm2-135m:layers=8,smollm2-135m; each level below the target has a proposal
+    width T (--widths 4,2).
+    """
+
+
+for _command in (generate, profile, profiles, solve_command, validate, demo, distill):
+    cli.add_command(_command)

@@ -1,0 +1,99 @@
+"""``hsd-plan distill``: a thin wrapper over :mod:`hsd_planner.training`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hsd_runtime import ModelLoader
+
+from ..training import DistillConfig, DistillReport, Distiller, parse_init, running_average
+from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES
+from .options import json_option, prompt_options, runtime_options
+from .render import Bars, emit
+
+__all__ = ["distill"]
+
+
+def _default(name: str) -> object:
+    return DistillConfig.model_fields[name].default
+
+
+@click.command()
+@click.option("--target", default=_default("target"), show_default=True, help="The target model spec to distill.")
+@click.option("--init", "init", required=True, help="layers=K: the student starts from the target's first K decoder layers.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for the student (must be new or empty, unless --resume).")
+@click.option("--divergence", type=click.Choice(DIVERGENCE_NAMES), default=_default("divergence"), show_default=True,
+              help="Forward KL, reverse KL, Jensen-Shannon (beta 0.5) or total variation.")
+@click.option("--data", type=click.Choice(DISTILL_DATA), default=_default("data"), show_default=True,
+              help="Continuations sampled from the student, from the target, or either with probability 1/2.")
+@prompt_options
+@click.option("--steps", type=click.IntRange(min=1), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=_default("batch_size"), show_default=True, help="Prompts per step.")
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=_default("max_new_tokens"), show_default=True,
+              help="Length of each generated continuation.")
+@click.option("--lr", type=click.FloatRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
+@click.option("--temperature", type=click.FloatRange(0, min_open=True), default=_default("temperature"), show_default=True,
+              help="Sampling temperature of the continuations and of the divergence.")
+@click.option("--seed", type=int, default=_default("seed"), show_default=True, help="Seed of the run: the same seed reproduces it.")
+@click.option("--checkpoint-every", type=click.IntRange(min=1), default=_default("checkpoint_every"), show_default=True,
+              help="Save a checkpoint every N steps (and at the end).")
+@click.option("--resume", is_flag=True, help="Continue the run checkpointed in --out (same settings; --steps may grow).")
+@runtime_options(dtype_help="Dtype of the frozen target; the student always trains in fp32.")
+@json_option
+def distill(target: str, init: str, out: str, divergence: str, data: str, prompts_file: str | None, category: str | None,
+            max_prompts: int | None, steps: int, batch_size: int, max_new_tokens: int, lr: float, temperature: float, seed: int,
+            checkpoint_every: int, resume: bool, dtype: str, device: str, as_json: bool) -> None:
+    """Train a student drafter toward a target by knowledge distillation (DistillSpec).
+
+    The student is a copy of the target's first K decoder layers, final norm and embeddings
+    (embeddings and head frozen, the rest trained in fp32). Each step samples --batch-size
+    prompts of the profiling split (the validation split is never trained on), generates a
+    continuation of each from the student (on-policy), the target, or either (mixed), and
+    minimises the divergence between the target's and the student's next-token distributions
+    over it. DistillSpec (Zhou et al. 2023) found forward KL and total variation best for greedy
+    decoding. A checkpoint is saved in --out/checkpoint every --checkpoint-every steps and on
+    Ctrl-C; --resume continues it. The student is saved in --out as a Hugging Face model
+    directory with a card (README.md, distill.json) holding its acceptance on held-out prompts;
+    use --out as a model spec in profile, solve, validate and generate.
+
+    Example:
+
+        hsd-plan distill --target smollm2-135m --init layers=4 --out students/l4-fkl --dtype bf16
+
+        hsd-plan generate --chain students/l4-fkl,smollm2-135m --widths 4 --prompt "Explain tides." --check
+    """
+    config = DistillConfig(
+        target=target, layers=parse_init(init), divergence=divergence, data=data, prompts=prompts_file, category=category,
+        max_prompts=max_prompts, steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens, lr=lr, temperature=temperature,
+        seed=seed, checkpoint_every=checkpoint_every, dtype=dtype,
+    )
+    distiller = Distiller(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
+    bars = Bars()
+    bars.start("distilling", config.steps)
+    bars.step(distiller.step)
+
+    def progress(_: object) -> None:
+        avg = running_average(distiller.log)
+        bars.postfix(loss=f"{avg.loss:.4f}", greedy=f"{avg.greedy:.3f}", sampled=f"{avg.sampled:.3f}")
+        bars.step(1)
+
+    try:
+        distiller.train(progress=progress)
+        bars.close()
+        report = distiller.finish()
+    except KeyboardInterrupt:
+        bars.close()
+        distiller.save_checkpoint()
+        raise click.ClickException(f"interrupted at step {distiller.step}; rerun with --resume to continue") from None
+    emit(report, as_json, _format)
+
+
+def _format(r: DistillReport) -> str:
+    return (
+        f"{r.steps} steps in {r.train_wall_s:.0f} s; final loss (moving average) {r.final_loss:.4f}\n"
+        f"held-out acceptance: greedy {r.acceptance_greedy:.3f}, at T={r.config.temperature:g} {r.acceptance_sampled:.3f} "
+        f"({r.eval_prompts})\n"
+        f"student saved in {r.out} (card: {Path(r.out) / 'README.md'})"
+    )

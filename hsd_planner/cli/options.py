@@ -1,0 +1,130 @@
+"""Click options shared by several commands, each declared once, defaults from the config models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import click
+
+from ..errors import ChainError
+from ..plan import SOLVE_DEFAULTS
+from ..vocab import ACCEPTANCE_MODELS, DTYPES, MODES
+
+__all__ = [
+    "db_option",
+    "int_list",
+    "json_option",
+    "mode_options",
+    "parse_widths",
+    "prompt_options",
+    "runtime_options",
+    "sampling_options",
+    "solve_options",
+    "split_specs",
+]
+
+F = TypeVar("F", bound=Callable)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
+
+
+def db_option(f: F) -> F:
+    return click.option(
+        "--db",
+        envvar="HSD_PLAN_DB",
+        default=None,
+        help="Database path or SQLAlchemy URL [env HSD_PLAN_DB; default ~/.local/share/hsd-plan/hsd-plan.db].",
+    )(f)
+
+
+def runtime_options(f: F | None = None, *, dtype: str | None = "fp32", dtype_help: str = "") -> Callable:
+    """``--device`` and ``--dtype``; ``dtype=None`` makes --dtype optional (the command decides)."""
+
+    def wrap(g: F) -> F:
+        g = click.option(
+            "--device", default="auto", show_default=True, help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ..."
+        )(g)
+        return click.option(
+            "--dtype",
+            type=click.Choice(DTYPES),
+            default=dtype,
+            show_default=dtype is not None,
+            help=dtype_help or "Weights and activations dtype for models whose spec sets none.",
+        )(g)
+
+    return wrap(f) if f is not None else wrap
+
+
+def mode_options(f: F) -> F:
+    """``--mode`` and ``--temperature``: which decoding a profile or a run is for."""
+    f = click.option(
+        "--temperature", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True, help="Sampling temperature."
+    )(f)
+    return click.option("--mode", type=click.Choice(MODES), default="greedy", show_default=True, help="Decoding mode.")(f)
+
+
+def sampling_options(f: F | None = None, *, top_k: bool = True, seed_help: str = "Seed of the sampling generator.") -> Callable:
+    """:func:`mode_options` plus ``--top-p``, ``--seed`` and (when ``top_k``) ``--top-k``."""
+
+    def wrap(g: F) -> F:
+        g = click.option("--seed", type=int, default=0, show_default=True, help=seed_help)(g)
+        g = click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=None, help="Nucleus sampling mass [default: 1, off].")(g)
+        if top_k:
+            g = click.option("--top-k", type=click.IntRange(min=1), default=None, help="Sample among the k likeliest tokens.")(g)
+        return mode_options(g)
+
+    return wrap(f) if f is not None else wrap
+
+
+def prompt_options(f: F | None = None, *, max_prompts: int | None = None, max_help: str = "Use at most this many prompts.") -> Callable:
+    """``--prompts``, ``--category`` and ``--max-prompts``."""
+
+    def wrap(g: F) -> F:
+        g = click.option("--max-prompts", type=click.IntRange(min=1), default=max_prompts, show_default=max_prompts is not None, help=max_help)(g)
+        g = click.option("--category", default=None, help="Keep only JSONL rows of this category.")(g)
+        return click.option(
+            "--prompts", "prompts_file", type=click.Path(dir_okay=False), default=None,
+            help="JSONL ('prompt' or Spec-Bench 'turns') or text file, one prompt per line [default: the built-in set].",
+        )(g)
+
+    return wrap(f) if f is not None else wrap
+
+
+def solve_options(f: F) -> F:
+    """The options of a solve, defaults from :class:`SolveConfig`."""
+    d = SOLVE_DEFAULTS
+    f = click.option("--require", default="", help="Comma-separated model specs every plan must contain.")(f)
+    f = click.option("--exclude", default="", help="Comma-separated model specs not to use.")(f)
+    f = click.option("--context-len", type=click.IntRange(min=1), default=d.context_len, show_default=True,
+                     help="Context length the cost curves are read at.")(f)
+    f = click.option("--max-depth", type=int, default=d.max_depth, help="Most drafter levels [default: no limit].")(f)
+    f = click.option("--t-max", type=int, default=d.t_max, show_default=True, help="Largest width tried at any level.")(f)
+    f = click.option("--top", "top_k", type=click.IntRange(min=1), default=d.top_k, show_default=True, help="How many hierarchies to list.")(f)
+    return click.option("--acceptance", type=click.Choice(ACCEPTANCE_MODELS), default=d.acceptance, show_default=True,
+                        help="Run-length model: the measured P(G >= g), or alpha^g.")(f)
+
+
+def parse_widths(text: str | None) -> list[int]:
+    """``"4,2"`` -> ``[4, 2]``; empty or None -> ``[]``."""
+    if not text:
+        return []
+    return int_list(text, "--widths")
+
+
+def int_list(text: str, option: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``, every value >= 1."""
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ChainError(f"{option} {text!r} is not a comma-separated list of integers") from None
+    if not values or min(values) < 1:
+        raise ChainError(f"{option} values must be >= 1")
+    return values
+
+
+def split_specs(text: str) -> tuple[str, ...]:
+    """``"a,b"`` -> ``("a", "b")``, empty parts dropped."""
+    return tuple(x for x in text.split(",") if x)

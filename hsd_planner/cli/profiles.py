@@ -1,0 +1,65 @@
+"""``hsd-plan profiles show|export|import``: what the database holds, as text or versioned JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..store import open_engine
+from ..store.exchange import export_document, import_document, read_document
+from .options import db_option, json_option
+from .render import format_profiles
+
+__all__ = ["profiles"]
+
+
+@click.group()
+def profiles() -> None:
+    """Show, export and import the profiling database."""
+
+
+@profiles.command("show")
+@db_option
+@json_option
+def profiles_show(db: str | None, as_json: bool) -> None:
+    """Show what the database holds.
+
+    Example:
+
+        hsd-plan profiles show --json
+    """
+    doc = export_document(open_engine(db))
+    click.echo(doc.model_dump_json() if as_json else format_profiles(doc))
+
+
+@profiles.command("export")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+def profiles_export(file: str, db: str | None) -> None:
+    """Write the whole database to FILE as versioned JSON.
+
+    Example:
+
+        hsd-plan profiles export my-machine.json
+    """
+    doc = export_document(open_engine(db))
+    Path(file).write_text(doc.model_dump_json(indent=1))
+    click.echo(f"exported {len(doc.latency)} latency points and {len(doc.acceptance)} acceptance pairs to {file}")
+
+
+@profiles.command("import")
+@click.argument("file", type=click.Path(dir_okay=False))
+@db_option
+@json_option
+def profiles_import(file: str, db: str | None, as_json: bool) -> None:
+    """Merge an exported FILE into the database (rows already present are skipped).
+
+    Example:
+
+        hsd-plan profiles import my-machine.json --db team.db
+    """
+    doc = read_document(Path(file))
+    added = import_document(open_engine(db), doc)
+    click.echo(json.dumps(added) if as_json else "imported: " + ", ".join(f"{v} {k}" for k, v in added.items()))

@@ -1,0 +1,111 @@
+"""Everything the CLI prints: JSON, plain-text tables, progress bars. Commands only choose."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Protocol
+
+import click
+
+from ..store.exchange import ProfileDocument
+from ..store.solves import SolveReport
+from ..validation import GenerateReport
+
+__all__ = ["Bars", "emit", "format_generate", "format_profiles", "format_solve"]
+
+
+class _Report(Protocol):
+    def to_dict(self) -> dict: ...
+
+
+def emit(report: _Report, as_json: bool, text: Any = None) -> None:
+    """Print ``report`` as one JSON line, or as ``text`` (a string, or a function of the report)."""
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+    else:
+        click.echo(text(report) if callable(text) else text)
+
+
+class Bars:
+    """Progress bars on stderr, one per stage (tqdm; hidden when stderr is not a terminal)."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def start(self, desc: str, total: int | None = None) -> None:
+        from tqdm import tqdm
+
+        self.close()
+        self._bar = tqdm(desc=desc, total=total, unit="step", file=sys.stderr, disable=None)
+
+    def total(self, n: int) -> None:
+        self._bar.total = n
+
+    def step(self, n: int = 1) -> None:
+        self._bar.update(n)
+
+    def postfix(self, **values: str) -> None:
+        """Show ``key=value`` pairs after the bar (refreshed with the next step)."""
+        self._bar.set_postfix(values, refresh=False)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def format_generate(report: GenerateReport) -> str:
+    """The text, the per-level table and the summary line of ``hsd-plan generate``."""
+    r = report.result
+    lines = [report.text, "", f"{'level':<34} {'passes':>7} {'tok/pass':>8} {'proposed':>9} {'accepted':>9} {'alpha':>6} {'ms':>9}"]
+    for lv in r.levels:
+        alpha = f"{lv.acceptance:.2f}" if lv.acceptance is not None else "-"
+        lines.append(
+            f"{lv.model:<34} {lv.forward_passes:>7} {lv.tokens_per_pass:>8.2f} {lv.proposed:>9} {lv.accepted:>9} {alpha:>6} {1000 * lv.time_s:>9.1f}"
+        )
+    lines.append(
+        f"{len(r.tokens)} tokens in {r.decode_s:.2f} s: {r.ms_per_token:.1f} ms/token ({r.tokens_per_s:.1f} tok/s), "
+        f"mean accepted length {r.mean_accepted_length:.2f}; prefill {r.prompt_tokens} tokens in {1000 * r.prefill_s:.0f} ms "
+        f"[{report.dtype}, {report.device}]"
+    )
+    if report.check is not None:
+        c = report.check
+        if c.identical:
+            lines.append("check: identical to the target's own greedy decoding")
+        else:
+            lines.append(f"check: first divergence at new token {c.first_divergence}, agreement {c.agreement:.1%}")
+    return "\n".join(lines)
+
+
+def format_solve(report: SolveReport) -> str:
+    """The plans of a solve as a table, best first."""
+    lines = [
+        f"target {report.target}, workload {report.workload}, {report.mode}, {report.acceptance} acceptance, context {report.context_len}",
+        f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9}  hierarchy",
+    ]
+    for p in report.plans:
+        lines.append(f"{p.id:>5} {p.kind:<15} {p.predicted_ms_per_token:>9.2f} {p.predicted_mean_accepted_length:>9.2f} "
+                     f"{p.predicted_speedup:>8.2f}x  {p.label}")
+    return "\n".join(lines)
+
+
+def format_profiles(doc: ProfileDocument) -> str:
+    """``hsd-plan profiles show``: counts, then one line per hardware, workload, model and pair."""
+    lines = [f"{len(doc.hardware)} hardware, {len(doc.models)} models, {len(doc.workloads)} workloads, "
+             f"{len(doc.latency)} latency points, {len(doc.acceptance)} acceptance pairs"]
+    for h in doc.hardware:
+        lines.append(f"hardware {h.fingerprint}: {h.device} {h.device_name}, {h.threads} threads, torch {h.torch_version}")
+    for w in doc.workloads:
+        lines.append(f"workload {w.name}: {w.count} prompts ({w.content_hash[:12]})")
+    for m in doc.models:
+        pts = [r for r in doc.latency if r.model == m.spec]
+        c1 = min((r for r in pts if r.n_tokens == 1), key=lambda r: r.context_len, default=None)
+        c1_text = f", c(1) = {c1.median_ms:.2f} ms" if c1 else ""
+        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{c1_text}")
+    names = {w.content_hash: w.name for w in doc.workloads}
+    for a in doc.acceptance:
+        lines.append(f"acceptance {a.drafter} -> {a.verifier} on {names.get(a.workload, a.workload[:12])} "
+                     f"({a.setting.mode}, T={a.setting.temperature}, top-p={a.setting.top_p}, {a.setting.dtype}): "
+                     f"alpha {a.alpha:.3f} over {a.positions} positions")
+    return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""The one error hierarchy of hsd-plan, torch-free.
+
+Every error a user can act on derives from :class:`HSDError`, defined in ``hsd_runtime.errors``
+(the runtime cannot import the planner) and re-exported here with the planner's own kinds. The CLI
+turns any of them into one line ``Error: <message>`` and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+from hsd_runtime.errors import (
+    ChainError,
+    HSDError,
+    ModelNotFoundError,
+    ModelSpecError,
+    PackageMissingError,
+    PromptError,
+    TokenizerMismatchError,
+)
+
+__all__ = [
+    "ChainError",
+    "DistillError",
+    "HSDError",
+    "ModelNotFoundError",
+    "ModelSpecError",
+    "PackageMissingError",
+    "PromptError",
+    "SolverError",
+    "StoreError",
+    "TokenizerMismatchError",
+]
+
+
+class SolverError(HSDError):
+    """The candidates and profiles cannot produce a plan."""
+
+
+class StoreError(HSDError):
+    """The database cannot be opened or does not hold what was asked for."""
+
+
+class DistillError(HSDError):
+    """A distillation that cannot start or go on (bad input, no checkpoint, out of memory)."""

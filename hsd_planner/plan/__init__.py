@@ -1,0 +1,36 @@
+"""Planning: the latency model, the exact solver, the Monte Carlo oracle and their input.
+
+Owns everything that turns a :class:`Profile` (cost curves and acceptance, plain data) into
+predicted latencies and ranked hierarchies. Pure: imports neither torch nor the database, so a
+serving stack can ``from hsd_planner.plan import Profile, solve, predict`` with only pydantic,
+networkx and numpy installed. May import :mod:`hsd_planner.errors` and :mod:`hsd_planner.vocab`.
+"""
+
+from .config import SOLVE_DEFAULTS, SolveConfig
+from .latency import Level, Prediction, RunLengths, hierarchy_latency
+from .planner import predict, predict_over, solve
+from .profile import LatencyCurve, ModelProfile, PairAcceptance, Profile
+from .simulate import simulate
+from .solver import Candidate, Plan, Solution, format_chain, solve_graph
+
+__all__ = [
+    "Candidate",
+    "LatencyCurve",
+    "Level",
+    "ModelProfile",
+    "PairAcceptance",
+    "Plan",
+    "Prediction",
+    "Profile",
+    "RunLengths",
+    "SOLVE_DEFAULTS",
+    "Solution",
+    "SolveConfig",
+    "format_chain",
+    "hierarchy_latency",
+    "predict",
+    "predict_over",
+    "simulate",
+    "solve",
+    "solve_graph",
+]

@@ -1,0 +1,26 @@
+"""How a solve is asked for: one typed place for every option and its default."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..vocab import AcceptanceModel
+
+__all__ = ["SolveConfig", "SOLVE_DEFAULTS"]
+
+
+class SolveConfig(BaseModel):
+    """The options of :func:`hsd_planner.plan.solve` and ``hsd-plan solve``, with their defaults."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    t_max: int = Field(8, ge=1, description="the largest width tried at any level")
+    top_k: int = Field(5, ge=1, description="how many hierarchies to return, best first")
+    max_depth: int | None = Field(None, ge=0, description="the most drafter levels (None: no limit)")
+    acceptance: AcceptanceModel = Field("empirical", description="run-length model: measured P(G >= g), or alpha^g")
+    context_len: int = Field(256, ge=1, description="context length the cost curves are read at")
+    exclude: tuple[str, ...] = Field((), description="candidates not to use")
+    require: tuple[str, ...] = Field((), description="models every returned hierarchy must contain")
+
+
+SOLVE_DEFAULTS = SolveConfig()

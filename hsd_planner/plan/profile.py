@@ -1,0 +1,124 @@
+"""The planner's input: a target, candidate models with cost curves, pairwise acceptance.
+
+Plain data a serving stack can build itself (no database, no torch):
+
+    >>> from hsd_planner.plan import Profile, solve
+    >>> profile = Profile(
+    ...     target="big",
+    ...     models=[
+    ...         {"name": "ngram", "lookup": True, "latency": {64: {1: 0.05, 8: 0.05}}},
+    ...         {"name": "small", "latency": {64: {1: 4.0, 8: 4.4}}},
+    ...         {"name": "big", "latency": {64: {1: 30.0, 8: 33.0}}},
+    ...     ],
+    ...     acceptance=[
+    ...         {"drafter": "ngram", "verifier": "small", "alpha": 0.3},
+    ...         {"drafter": "ngram", "verifier": "big", "alpha": 0.3},
+    ...         {"drafter": "small", "verifier": "big", "alpha": 0.8},
+    ...     ],
+    ... )
+    >>> plan = solve(profile, t_max=8).best
+    >>> plan.chain[-1], plan.prediction.speedup > 2
+    ('big', True)
+
+Latency curves are ``{context_len: {n: ms}}``, interpolated linearly in n and in context
+length, and extended linearly past the largest n and the longest context. Acceptance is the
+mean ``alpha`` and, when measured, the run-length distribution ``run_lengths`` = P(G >= g),
+g = 0, 1, ... over every start position, and ``visited[b - 1]`` = P(G >= g), g = 0..b, over the
+starts a decoder drafting b tokens a round visits (what the empirical model uses when present).
+"""
+
+from __future__ import annotations
+
+import bisect
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..errors import SolverError
+from ..vocab import AcceptanceModel
+from .latency import CostCurve, RunLengths
+
+__all__ = ["LatencyCurve", "ModelProfile", "PairAcceptance", "Profile"]
+
+
+def _interp(xs: list[int], ys: list[float], x: float) -> float:
+    """Piecewise-linear in x; linear extension past both ends (one point: constant)."""
+    if len(xs) == 1:
+        return ys[0]
+    i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)
+    x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+
+
+class LatencyCurve(BaseModel):
+    """Median ms of one forward pass: ``points[context_len][n]``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    points: dict[int, dict[int, float]] = Field(min_length=1)
+
+    def __call__(self, n: int, context_len: int) -> float:
+        """Interpolated ms of a pass of ``n`` tokens after ``context_len`` cached ones."""
+        contexts = sorted(self.points)
+        at = [_interp(sorted(self.points[c]), [self.points[c][k] for k in sorted(self.points[c])], n) for c in contexts]
+        if context_len <= contexts[0]:
+            return at[0]
+        # past the longest measured context, attention keeps growing: extend linearly, not flat
+        return max(at[-1], _interp(contexts, at, context_len)) if context_len > contexts[-1] else _interp(contexts, at, context_len)
+
+
+class ModelProfile(BaseModel):
+    """One candidate: its name (a model spec), its cost curve, and whether it is a lookup drafter."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    latency: LatencyCurve
+    lookup: bool = False  # proposes all its tokens in one call (the n-gram drafter)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _curve(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("latency"), dict) and "points" not in data["latency"]:
+            data = {**data, "latency": {"points": data["latency"]}}
+        return data
+
+
+class PairAcceptance(BaseModel):
+    """How often ``verifier`` accepts what ``drafter`` proposes: the mean and, optionally, run lengths."""
+
+    model_config = ConfigDict(extra="forbid")
+    drafter: str
+    verifier: str
+    alpha: float = Field(ge=0, le=1)
+    run_lengths: list[float] | None = None  # P(G >= g), g = 0.., over every start (optional)
+    visited: list[list[float] | None] | None = None  # [b - 1][g]: over the starts a width-b decoder visits (optional)
+
+    def runs(self, model: AcceptanceModel) -> RunLengths:
+        """The run-length distribution under ``model`` (the i.i.d. one when none was measured)."""
+        if model == "empirical" and self.run_lengths and len(self.run_lengths) >= 2:
+            return RunLengths(self.run_lengths, self.visited)
+        return RunLengths.iid(self.alpha)
+
+
+class Profile(BaseModel):
+    """Everything the solver needs: a target, candidate models with cost curves, acceptance."""
+
+    model_config = ConfigDict(extra="forbid")
+    target: str
+    models: list[ModelProfile]
+    acceptance: list[PairAcceptance] = []
+
+    def model(self, name: str) -> ModelProfile:
+        """The candidate called ``name``; a SolverError when it has no latency profile."""
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise SolverError(f"no latency profile for {name}; profile it on this hardware first")
+
+    def cost(self, name: str, context_len: int) -> CostCurve:
+        """c(n) in ms of model ``name`` at ``context_len``."""
+        curve = self.model(name).latency
+        return lambda n: curve(n, context_len)
+
+    def pairs(self, model: AcceptanceModel) -> dict[tuple[str, str], RunLengths]:
+        """``(drafter, verifier) -> RunLengths`` for every measured pair."""
+        return {(a.drafter, a.verifier): a.runs(model) for a in self.acceptance}
+
+

@@ -1,0 +1,50 @@
+"""A Monte Carlo simulation of the hierarchy algorithm, to cross-check the latency model.
+
+It shares nothing with :mod:`hsd_planner.plan.latency` but the inputs (and level 0's cost rule): it draws accepted run lengths
+round by round and plays exact-size semantics out (a middle level repeats rounds until it holds
+T_k tokens, then hands up exactly T_k), adding up the cost of every pass.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from .latency import Level, RunLengths, draft_cost
+
+__all__ = ["simulate"]
+
+
+def _draw_tokens(runs: RunLengths, b: int, rng: random.Random) -> int:
+    """X = min(G, b) + 1 for one round: G >= g with probability P(G >= g)."""
+    u = rng.random()
+    g = 0
+    while g < b and runs.at_least(g + 1, b) > u:
+        g += 1
+    return g + 1
+
+
+def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: int = 0) -> tuple[float, float]:
+    """Simulate ``rounds`` target rounds; return (ms per token, mean accepted length)."""
+    rng = random.Random(seed)
+    k_top = len(levels) - 1
+
+    def deliver(k: int) -> float:
+        """Time for level k < K to hand up its T_k tokens."""
+        if k == 0:
+            return draft_cost(levels[0].cost, levels[0].lookup, widths[0])
+        held, time = 0, 0.0
+        while held < widths[k]:
+            time += deliver(k - 1) + levels[k].cost(widths[k - 1] + 1)
+            held += _draw_tokens(levels[k].runs, widths[k - 1], rng)
+        return time
+
+    total_ms, total_tokens = 0.0, 0
+    for _ in range(rounds):
+        if k_top == 0:
+            total_ms += levels[0].cost(1)
+            total_tokens += 1
+            continue
+        total_ms += deliver(k_top - 1) + levels[k_top].cost(widths[-1] + 1)
+        total_tokens += _draw_tokens(levels[k_top].runs, widths[-1], rng)
+    return total_ms / total_tokens, total_tokens / rounds

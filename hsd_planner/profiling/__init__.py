@@ -1,0 +1,24 @@
+"""Profiling: measuring latency curves and pairwise acceptance into the database.
+
+Owns the measurements themselves (:mod:`.timing`, :mod:`.acceptance`: pure functions of models
+and tokens), the hardware fingerprint, the resumable profiling run (:mod:`.runner`, one committed
+transaction per measurement) and its summary. Imports the runtime, :mod:`hsd_planner.store` for
+writing rows and :mod:`hsd_planner.plan` for curve interpolation; nothing imports it but the
+CLI, validation and training.
+"""
+
+from .hardware import HardwareInfo, detect_hardware
+from .runner import ProfileConfig, ProfileOutcome, run_profile, workload_context_lens
+from .summary import ProfileSummary, format_summary, profile_summary
+
+__all__ = [
+    "HardwareInfo",
+    "ProfileConfig",
+    "ProfileOutcome",
+    "ProfileSummary",
+    "detect_hardware",
+    "format_summary",
+    "profile_summary",
+    "run_profile",
+    "workload_context_lens",
+]

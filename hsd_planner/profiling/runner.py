@@ -1,0 +1,229 @@
+"""``hsd-plan profile``: latency curves and pairwise acceptance, committed one by one.
+
+Every measurement is its own transaction, so an interrupted profile keeps what it finished and a
+rerun of the same command skips it (``force`` re-measures, replacing each row as it goes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import Engine, delete, select
+from sqlalchemy.orm import Session
+
+from hsd_runtime import Hierarchy, LoadedModel, ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
+
+from ..errors import ChainError
+
+from ..prompts import PromptSet, encode_prompt
+from ..store import AcceptancePrompt, Continuation, Latency
+from ..store.repo import aggregate_acceptance, hardware_row, model_row, setting_row, workload_row
+from ..vocab import Dtype, Mode
+from .acceptance import (
+    acceptance_from_logits,
+    model_conditionals,
+    ngram_acceptance,
+    run_length_sums,
+    start_survival,
+    teacher_forced_logits,
+    visited_run_sums,
+)
+from .hardware import detect_hardware
+from .timing import time_forward, time_ngram
+
+__all__ = ["ProfileConfig", "ProfileOutcome", "run_profile", "workload_context_lens"]
+
+
+class ProfileConfig(BaseModel):
+    """What to profile and how; every default lives here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] = Field(min_length=1)
+    mode: Mode = "greedy"
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int = 0
+    dtype: Dtype = "fp32"
+    max_new_tokens: int = Field(64, ge=1)
+    latency_grid: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], min_length=1)
+    context_lens: list[int] | None = Field(None, min_length=1)  # None: workload_context_lens of the prompts
+    repeats: int = Field(5, ge=1)
+    acceptance: bool = True
+    force: bool = False
+
+
+@dataclass
+class ProfileOutcome:
+    """What a profile run did, and the ids to summarize from the database."""
+
+    measured: int = 0
+    skipped: int = 0
+    hardware_id: int = 0
+    workload_id: int = 0
+    setting_id: int = 0
+    model_ids: dict[str, int] = field(default_factory=dict)  # spec -> id, cheapest first
+
+
+@dataclass
+class _Candidate:
+    spec: ModelSpec
+    loaded: LoadedModel | None  # None for ngram
+    row_id: int = 0
+
+    @property
+    def cost_rank(self) -> int:
+        return 0 if self.loaded is None else self.loaded.num_parameters
+
+
+def workload_context_lens(prompt_tokens: list[int], max_new_tokens: int) -> list[int]:
+    """Context lengths to time at: 64 and 512, and the longest prompt plus its continuation
+    (rounded up to a multiple of 256) when that is longer, so the cost curves cover the workload
+    instead of being extrapolated (at 783 tokens the extrapolation from 64 and 512 was 28% low).
+
+    >>> workload_context_lens([40, 700], 64)
+    [64, 512, 768]
+    """
+    longest = max(prompt_tokens, default=0) + max_new_tokens
+    return [64, 512] + ([-(-longest // 256) * 256] if longest > 512 else [])
+
+
+def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
+    specs = [parse_spec(s) for s in config.models]
+    seen = set()
+    for spec in specs:
+        if str(spec) in seen:
+            raise ChainError(f"model {spec} is listed twice in --models")
+        seen.add(str(spec))
+    if config.acceptance and len(specs) < 2:
+        raise ChainError("acceptance needs at least two models (a drafter and a verifier); add one, or pass --skip-acceptance")
+    candidates = [_Candidate(s, None if s.is_ngram else loader.load(s)) for s in specs]
+    models = [c.loaded for c in candidates if c.loaded is not None]
+    if not models:
+        raise ChainError("--models needs at least one model besides ngram")
+    check_same_tokenizer(models)
+    # stable sort: cheapest first, ties keep the order given
+    return sorted(candidates, key=lambda c: c.cost_rank)
+
+
+def run_profile(
+    engine: Engine,
+    config: ProfileConfig,
+    prompts: PromptSet,
+    loader: ModelLoader,
+    progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
+) -> ProfileOutcome:
+    """Measure what the database lacks for ``config`` on ``prompts``.
+
+    ``total(n)`` is called once with the number of work units and ``progress(1)`` after each.
+    """
+    candidates = _load(config, loader)
+    out = ProfileOutcome()
+    with Session(engine) as s, s.begin():
+        out.hardware_id = hardware_row(s, detect_hardware(loader.device)).id
+        out.workload_id = workload_row(s, prompts).id
+        out.setting_id = setting_row(s, config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens).id
+        for c in candidates:
+            c.row_id = model_row(s, str(c.spec), c.loaded).id
+            out.model_ids[str(c.spec)] = c.row_id
+    verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
+    tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)  # one tokenizer: checked in _load
+    encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
+    contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
+    points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
+    if total:
+        total(len(points) + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
+    step = progress or (lambda _n: None)
+
+    for cand, ctx, n in points:
+        _latency_point(engine, config, out, cand, ctx, n)
+        step(1)
+    for j in verifiers:
+        _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step)
+    return out
+
+
+def _latency_point(engine: Engine, config: ProfileConfig, out: ProfileOutcome, cand: _Candidate, ctx: int, n: int) -> None:
+    dtype = "-" if cand.loaded is None else (cand.spec.dtype or config.dtype)
+    key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
+    with Session(engine) as s:
+        exists = s.scalars(select(Latency.id).filter_by(**key)).first() is not None
+    if exists and not config.force:
+        out.skipped += 1
+        return
+    if cand.loaded is None:
+        med, p10, p90 = time_ngram(cand.spec.ngram_order, n, ctx, config.repeats)
+    else:
+        med, p10, p90 = time_forward(cand.loaded.model, n, ctx, config.repeats)
+    with Session(engine) as s, s.begin():
+        s.execute(delete(Latency).filter_by(**key))
+        s.add(Latency(**key, median_ms=med, p10_ms=p10, p90_ms=p90, repeats=config.repeats))
+    out.measured += 1
+
+
+def _continuation(engine: Engine, config: ProfileConfig, out: ProfileOutcome, verifier: _Candidate, k: int, ids: list[int]) -> tuple[list[int], bool]:
+    """The verifier's own continuation of prompt ``k``: stored, or generated and committed."""
+    key = dict(verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k)
+    with Session(engine) as s:
+        row = s.scalars(select(Continuation).filter_by(**key)).first()
+        if row is not None and not config.force:
+            return list(row.tokens), False
+    sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, seed=config.seed + k)
+    target = Hierarchy([verifier.loaded.model], [], eos_token_ids=verifier.loaded.eos_token_ids)
+    tokens = target.generate(ids, config.max_new_tokens, sampling).tokens
+    with Session(engine) as s, s.begin():
+        s.execute(delete(Continuation).filter_by(**key))
+        s.add(Continuation(**key, tokens=tokens))
+    return tokens, True
+
+
+def _acceptance_for_verifier(
+    engine: Engine,
+    config: ProfileConfig,
+    encoded: list[list[int]],
+    out: ProfileOutcome,
+    drafters: list[_Candidate],
+    verifier: _Candidate,
+    step: Callable[[int], None],
+) -> None:
+    """Teacher-force every cheaper drafter over the verifier's continuation of every (encoded) prompt."""
+    sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p)
+    width = min([verifier.loaded.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
+    for k, ids in enumerate(encoded):
+        keys = {
+            d.row_id: dict(drafter_id=d.row_id, verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k)
+            for d in drafters
+        }
+        with Session(engine) as s:
+            done = {d for d, key in keys.items() if s.scalars(select(AcceptancePrompt.id).filter_by(**key)).first() is not None}
+        todo = drafters if config.force else [d for d in drafters if d.row_id not in done]
+        if not todo:
+            out.skipped += 1 + len(drafters)
+            step(1 + len(drafters))
+            continue
+        continuation, generated = _continuation(engine, config, out, verifier, k, ids)
+        out.measured += generated
+        out.skipped += not generated
+        step(1)
+        p_logits = teacher_forced_logits(verifier.loaded.model, ids, continuation, width)
+        out.skipped += len(drafters) - len(todo)
+        step(len(drafters) - len(todo))
+        for d in todo:
+            if d.loaded is None:
+                c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling)
+            else:
+                a = acceptance_from_logits(teacher_forced_logits(d.loaded.model, ids, continuation, width), p_logits, sampling)
+                c = model_conditionals(a)
+            survival = start_survival(c)  # [m, G_MAX + 1]
+            run_sum, run_count = run_length_sums(survival)
+            visit_sum, visit_count = visited_run_sums(survival)
+            row = dict(positions=len(c), alpha_sum=run_sum[1], run_sum=run_sum, run_count=run_count, visit_sum=visit_sum, visit_count=visit_count)
+            with Session(engine) as s, s.begin():
+                s.execute(delete(AcceptancePrompt).filter_by(**keys[d.row_id]))
+                s.add(AcceptancePrompt(**keys[d.row_id], **row))
+                aggregate_acceptance(s, d.row_id, verifier.row_id, out.workload_id, out.setting_id)
+            out.measured += 1
+            step(1)

@@ -1,0 +1,126 @@
+"""What one profile run measured, as a typed report: latency at a few widths, the acceptance matrix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from ..plan import LatencyCurve
+from ..store import Acceptance, Hardware, Latency, Setting, Workload
+from .runner import ProfileOutcome
+
+__all__ = ["SUMMARY_N", "LatencyRow", "AcceptanceRow", "ProfileSummary", "profile_summary", "format_summary"]
+
+SUMMARY_N = (1, 8, 32)  # the widths n whose c(n) a summary shows
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    """c(n) in ms at the smallest profiled context, for n in SUMMARY_N (None outside the grid)."""
+
+    model: str
+    context_len: int
+    ms: tuple[float | None, ...]  # aligned with SUMMARY_N
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "context_len": self.context_len, **{f"c{n}_ms": v for n, v in zip(SUMMARY_N, self.ms)}}
+
+
+@dataclass(frozen=True)
+class AcceptanceRow:
+    """The pooled acceptance of one (drafter, verifier) pair."""
+
+    drafter: str
+    verifier: str
+    alpha: float
+    positions: int
+    run_lengths: list[float]
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """The report of ``hsd-plan profile``: what was measured and what the database now holds."""
+
+    measured: int
+    skipped: int
+    hardware: dict  # fingerprint, device, device_name, threads
+    workload: dict  # name, content_hash, count
+    setting: dict  # mode, temperature, top_p, dtype, max_new_tokens
+    models: list[str]  # cheapest first
+    latency: list[LatencyRow]
+    acceptance: list[AcceptanceRow]
+
+    def to_dict(self) -> dict:
+        return {
+            **{k: getattr(self, k) for k in ("measured", "skipped", "hardware", "workload", "setting", "models")},
+            "latency": [r.to_dict() for r in self.latency],
+            "acceptance": [asdict(a) for a in self.acceptance],
+        }
+
+
+def _at(curve: dict[int, float], n: int) -> float | None:
+    """The curve's ms at ``n``, interpolated as the planner does; None outside the measured grid."""
+    if not curve or not min(curve) <= n <= max(curve):
+        return None
+    return LatencyCurve(points={0: curve})(n, 0)
+
+
+def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
+    """Latency at n = 1, 8, 32 (smallest context) and the acceptance matrix of one profile run."""
+    ids = out.model_ids
+    with Session(engine) as s:
+        hw = s.get(Hardware, out.hardware_id)
+        workload = s.get(Workload, out.workload_id)
+        setting = s.get(Setting, out.setting_id)
+        latency = []
+        for spec, mid in ids.items():
+            rows = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=out.hardware_id)).all()
+            if not rows:
+                continue
+            ctx = min(r.context_len for r in rows)
+            curve = {r.n_tokens: r.median_ms for r in rows if r.context_len == ctx}
+            latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N)))
+        names = {mid: spec for spec, mid in ids.items()}
+        acc = s.scalars(select(Acceptance).filter_by(workload_id=out.workload_id, setting_id=out.setting_id)).all()
+        acceptance = [
+            AcceptanceRow(names[a.drafter_id], names[a.verifier_id], a.alpha, a.positions, a.run_lengths)
+            for a in acc
+            if a.drafter_id in names and a.verifier_id in names
+        ]
+        return ProfileSummary(
+            measured=out.measured,
+            skipped=out.skipped,
+            hardware={"fingerprint": hw.fingerprint, "device": hw.device, "device_name": hw.device_name, "threads": hw.threads},
+            workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
+            setting={"mode": setting.mode, "temperature": setting.temperature, "top_p": setting.top_p,
+                     "dtype": setting.dtype, "max_new_tokens": setting.max_new_tokens},
+            models=list(ids),
+            latency=latency,
+            acceptance=acceptance,
+        )
+
+
+def format_summary(summary: ProfileSummary) -> str:
+    """The summary as two plain-text tables."""
+    hw, st = summary.hardware, summary.setting
+    lines = [
+        f"{summary.measured} measurements taken, {summary.skipped} already stored "
+        f"[{hw['device_name']}, {hw['threads']} threads; workload {summary.workload['name']} "
+        f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",
+        "",
+        f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + "   context",
+    ]
+    for row in summary.latency:
+        cells = "".join(f"{v:>11.2f}" if v is not None else f"{'-':>11}" for v in row.ms)
+        lines.append(f"{row.model:<36}{cells}   {row.context_len}")
+    if summary.acceptance:
+        alpha = {(a.drafter, a.verifier): a.alpha for a in summary.acceptance}
+        verifiers = [m for m in summary.models if any(v == m for _, v in alpha)]
+        lines += ["", "acceptance alpha (rows: drafter, columns: verifier)", f"{'':<36}" + "".join(f"{v[-14:]:>16}" for v in verifiers)]
+        for d in summary.models:
+            if any(dd == d for dd, _ in alpha):
+                cells = "".join(f"{alpha[(d, v)]:>16.3f}" if (d, v) in alpha else f"{'':>16}" for v in verifiers)
+                lines.append(f"{d:<36}{cells}")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""Prompt sets: reading prompt files, the built-in set, and the profiling/validation split.
+
+A prompt file is JSONL with a ``prompt`` field or Spec-Bench ``turns`` (the first turn is used),
+or plain text with one prompt per line. A quarter of every set, chosen by a hash of each prompt's
+text, is held out for validation and never used for profiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from ..errors import PromptError
+
+__all__ = ["PromptSet", "BUILTIN", "load_prompts", "split", "encode_prompt"]
+
+BUILTIN = Path(str(files("hsd_planner.prompts") / "builtin.jsonl"))  # package data: written for this project
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Named prompts; ``content_hash`` identifies exactly these prompts in this order."""
+
+    name: str
+    prompts: tuple[str, ...]
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.sha256(json.dumps(list(self.prompts)).encode()).hexdigest()
+
+
+def _held_out(prompt: str) -> bool:
+    return hashlib.sha256(prompt.encode()).digest()[0] % 4 == 0
+
+
+def split(prompts: PromptSet, part: str, limit: int | None = None) -> PromptSet:
+    """The ``"profile"`` (about 3/4) or ``"validate"`` (about 1/4) part of ``prompts``,
+    its first ``limit`` prompts when given."""
+    if part not in ("profile", "validate"):
+        raise ValueError(part)
+    keep = tuple(p for p in prompts.prompts if _held_out(p) == (part == "validate"))
+    if not keep:
+        raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty; give more prompts")
+    return PromptSet(f"{prompts.name}:{part}", keep[:limit])
+
+
+def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) -> str | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise PromptError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+    if not isinstance(row, dict):
+        raise PromptError(f"{path}:{number}: expected a JSON object with a 'prompt' or 'turns' field")
+    if category is not None and row.get("category") != category:
+        return None
+    if isinstance(row.get("prompt"), str):
+        return row["prompt"]
+    turns = row.get("turns")
+    if isinstance(turns, list) and turns and isinstance(turns[0], str):
+        return turns[0]
+    raise PromptError(f"{path}:{number}: no 'prompt' string or non-empty 'turns' list")
+
+
+def load_prompts(path: str | Path | None = None, category: str | None = None) -> PromptSet:
+    """Read a prompt file (the built-in set when ``path`` is None).
+
+    Args:
+        path: a ``.jsonl`` file or a plain-text file, one prompt per line.
+        category: keep only JSONL rows whose ``category`` equals this.
+    """
+    file = Path(path) if path is not None else BUILTIN
+    if not file.is_file():
+        raise PromptError(f"prompt file {file} does not exist")
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise PromptError(f"prompt file {file} is not UTF-8 text") from None
+    is_jsonl = file.suffix in (".jsonl", ".json") or (lines and lines[0].lstrip().startswith("{"))
+    prompts: list[str] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        if is_jsonl:
+            text = _parse_jsonl_line(line, number, file, category)
+        else:
+            text = line.strip()
+        if text is not None and text.strip():
+            prompts.append(text)
+    if not prompts:
+        detail = f" in category {category!r}" if category else ""
+        raise PromptError(f"prompt file {file} has no prompts{detail}")
+    name = "builtin" if path is None else file.stem
+    if category:
+        name += f"/{category}"
+    return PromptSet(name, tuple(prompts))
+
+
+def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:
+    """Token ids of ``text``; wrapped in the tokenizer's chat template when it has one and ``chat``."""
+    if not text.strip():
+        raise PromptError("the prompt is empty; pass some text with --prompt")
+    if chat and getattr(tokenizer, "chat_template", None):
+        # render then encode: apply_chat_template's tokenized return type differs across versions
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+    return list(tokenizer.encode(text))

@@ -1,0 +1,215 @@
+"""Export and import of profiles: a versioned JSON document keyed by natural keys.
+
+Rows refer to each other by spec string, hardware fingerprint and workload content hash, never
+by database id, so a document from one machine merges into any database without duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from ..errors import StoreError
+from .repo import get_or_create
+from .schema import Acceptance, AcceptancePrompt, Continuation, Hardware, Latency, ModelRow, Setting, Workload
+
+__all__ = ["SCHEMA_VERSION", "ProfileDocument", "export_document", "import_document", "read_document"]
+
+SCHEMA_VERSION = 1
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HardwareOut(_Row):
+    fingerprint: str
+    device: str
+    device_name: str
+    threads: int
+    torch_version: str
+
+
+class ModelOut(_Row):
+    spec: str
+    parameters: int
+    layers: int | None
+    vocab_size: int | None
+    tokenizer_fingerprint: str | None
+
+
+class WorkloadOut(_Row):
+    name: str
+    content_hash: str
+    count: int
+
+
+class SettingOut(_Row):
+    mode: str
+    temperature: float
+    top_p: float
+    dtype: str
+    max_new_tokens: int
+
+
+class LatencyOut(_Row):
+    model: str
+    hardware: str
+    dtype: str
+    n_tokens: int
+    context_len: int
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    repeats: int
+
+
+class ContinuationOut(_Row):
+    verifier: str
+    workload: str
+    setting: SettingOut
+    prompt_index: int
+    tokens: list[int]
+
+
+class AcceptancePromptOut(_Row):
+    drafter: str
+    verifier: str
+    workload: str
+    setting: SettingOut
+    prompt_index: int
+    positions: int
+    alpha_sum: float
+    run_sum: list[float]
+    run_count: list[int]
+    visit_sum: list[list[float]] | None = None  # absent in exports made before they were measured
+    visit_count: list[float] | None = None
+
+
+class AcceptanceOut(_Row):
+    drafter: str
+    verifier: str
+    workload: str
+    setting: SettingOut
+    alpha: float
+    positions: int
+    prompts: int
+    run_lengths: list[float]
+    visited: list[list[float] | None] | None = None
+
+
+class ProfileDocument(_Row):
+    """Everything the profiling database holds, version ``SCHEMA_VERSION``."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    hardware: list[HardwareOut] = []
+    models: list[ModelOut] = []
+    workloads: list[WorkloadOut] = []
+    latency: list[LatencyOut] = []
+    continuations: list[ContinuationOut] = []
+    acceptance_prompts: list[AcceptancePromptOut] = []
+    acceptance: list[AcceptanceOut] = []
+
+
+def _fields(row, cls: type[_Row], **extra) -> dict:
+    return {name: getattr(row, name) for name in cls.model_fields if name not in extra} | extra
+
+
+def export_document(engine: Engine) -> ProfileDocument:
+    """Read the whole database into a document."""
+    with Session(engine) as s:
+        models = {m.id: m.spec for m in s.scalars(select(ModelRow))}
+        hardware = {h.id: h for h in s.scalars(select(Hardware))}
+        workloads = {w.id: w for w in s.scalars(select(Workload))}
+        settings = {x.id: SettingOut(**_fields(x, SettingOut)) for x in s.scalars(select(Setting))}
+        ordered = lambda cls: s.scalars(select(cls).order_by(cls.id))  # noqa: E731
+        return ProfileDocument(
+            hardware=[HardwareOut(**_fields(h, HardwareOut)) for h in hardware.values()],
+            models=[ModelOut(**_fields(m, ModelOut)) for m in ordered(ModelRow)],
+            workloads=[WorkloadOut(**_fields(w, WorkloadOut)) for w in workloads.values()],
+            latency=[
+                LatencyOut(**_fields(r, LatencyOut, model=models[r.model_id], hardware=hardware[r.hardware_id].fingerprint))
+                for r in ordered(Latency)
+            ],
+            continuations=[
+                ContinuationOut(**_fields(r, ContinuationOut, verifier=models[r.verifier_id], workload=workloads[r.workload_id].content_hash, setting=settings[r.setting_id]))
+                for r in ordered(Continuation)
+            ],
+            acceptance_prompts=[
+                AcceptancePromptOut(**_fields(r, AcceptancePromptOut, drafter=models[r.drafter_id], verifier=models[r.verifier_id], workload=workloads[r.workload_id].content_hash, setting=settings[r.setting_id]))
+                for r in ordered(AcceptancePrompt)
+            ],
+            acceptance=[
+                AcceptanceOut(**_fields(r, AcceptanceOut, drafter=models[r.drafter_id], verifier=models[r.verifier_id], workload=workloads[r.workload_id].content_hash, setting=settings[r.setting_id]))
+                for r in ordered(Acceptance)
+            ],
+        )
+
+
+def read_document(path: Path) -> ProfileDocument:
+    """Parse and validate an export file; a wrong version or shape is a one-line error."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise StoreError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    version = raw.get("schema_version") if isinstance(raw, dict) else None
+    if version != SCHEMA_VERSION:
+        raise StoreError(f"{path} has profile schema version {version!r}; this hsd-plan reads version {SCHEMA_VERSION}")
+    try:
+        return ProfileDocument.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise StoreError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def import_document(engine: Engine, doc: ProfileDocument) -> dict[str, int]:
+    """Merge ``doc`` into the database in one transaction; return rows added per table."""
+    added = {name: 0 for name in ProfileDocument.model_fields if name != "schema_version"}
+
+    def add(table: str, session: Session, cls, key: dict, **values) -> object:
+        before = session.scalars(select(cls).filter_by(**key)).first()
+        if before is not None:
+            return before
+        added[table] += 1
+        return get_or_create(session, cls, key, **values)
+
+    try:
+        _merge(engine, doc, add)
+    except KeyError as exc:
+        raise StoreError(f"the document refers to {exc.args[0]!r}, which it does not define; nothing was imported") from None
+    return added
+
+
+def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
+    with Session(engine) as s, s.begin():
+        hw = {h.fingerprint: add("hardware", s, Hardware, {"fingerprint": h.fingerprint}, **h.model_dump(exclude={"fingerprint"})).id for h in doc.hardware}
+        models = {m.spec: add("models", s, ModelRow, {"spec": m.spec}, **m.model_dump(exclude={"spec"})).id for m in doc.models}
+        wl = {w.content_hash: add("workloads", s, Workload, {"content_hash": w.content_hash}, **w.model_dump(exclude={"content_hash"})).id for w in doc.workloads}
+        setting_ids: dict[tuple, int] = {}
+
+        def setting(x: SettingOut) -> int:
+            key = tuple(x.model_dump().values())
+            if key not in setting_ids:
+                setting_ids[key] = get_or_create(s, Setting, x.model_dump()).id
+            return setting_ids[key]
+
+        for r in doc.latency:
+            key = dict(model_id=models[r.model], hardware_id=hw[r.hardware], dtype=r.dtype, n_tokens=r.n_tokens, context_len=r.context_len)
+            add("latency", s, Latency, key, median_ms=r.median_ms, p10_ms=r.p10_ms, p90_ms=r.p90_ms, repeats=r.repeats)
+        for r in doc.continuations:
+            key = dict(verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index)
+            add("continuations", s, Continuation, key, tokens=r.tokens)
+        for r in doc.acceptance_prompts:
+            key = dict(drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index)
+            add("acceptance_prompts", s, AcceptancePrompt, key, positions=r.positions, alpha_sum=r.alpha_sum, run_sum=r.run_sum, run_count=r.run_count,
+                visit_sum=r.visit_sum, visit_count=r.visit_count)
+        for r in doc.acceptance:
+            key = dict(drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting))
+            add("acceptance", s, Acceptance, key, alpha=r.alpha, positions=r.positions, prompts=r.prompts, run_lengths=r.run_lengths, visited=r.visited)

@@ -1,0 +1,104 @@
+"""Reading a planner :class:`Profile` back from the profiling database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from hsd_runtime import parse_spec
+
+from ..errors import StoreError
+from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
+from ..vocab import Mode
+from .schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
+
+__all__ = ["ProfileSource", "load_profile"]
+
+
+@dataclass(frozen=True)
+class ProfileSource:
+    """Which rows a profile was built from."""
+
+    target: str
+    workload_id: int
+    workload: str
+    setting_id: int
+    hardware_id: int
+    hardware: str
+
+
+def load_profile(
+    engine: Engine,
+    target: str | None = None,
+    workload: str | None = None,
+    mode: Mode = "greedy",
+    temperature: float = 1.0,
+    hardware: str | None = None,
+) -> tuple[Profile, ProfileSource]:
+    """The newest matching profile: acceptance of ``workload`` under ``mode``/``temperature``,
+    latency on ``hardware`` (a fingerprint; default: the newest hardware with data).
+
+    The target defaults to the largest model measured as a verifier.
+    """
+    with Session(engine) as s:
+        settings = s.scalars(select(Setting).filter_by(mode=mode)).all()
+        if mode == "sample":
+            settings = [x for x in settings if abs(x.temperature - temperature) < 1e-9]
+        if not settings:
+            detail = f" at temperature {temperature}" if mode == "sample" else ""
+            raise StoreError(f"no acceptance profile for {mode} decoding{detail}; run hsd-plan profile first")
+        q = select(Acceptance).where(Acceptance.setting_id.in_([x.id for x in settings]))
+        if workload is not None:
+            wl = s.scalars(select(Workload).filter_by(name=workload)).all()
+            if not wl:
+                names = ", ".join(sorted({w.name for w in s.scalars(select(Workload))})) or "none"
+                raise StoreError(f"no workload named {workload!r} (profiled: {names})")
+            q = q.where(Acceptance.workload_id.in_([w.id for w in wl]))
+        rows = s.scalars(q.order_by(Acceptance.created_at.desc(), Acceptance.id.desc())).all()
+        if not rows:
+            raise StoreError("no acceptance data matches; run hsd-plan profile with these settings first")
+        models = {m.id: m for m in s.scalars(select(ModelRow))}
+        newest = rows[0]
+        rows = [r for r in rows if r.workload_id == newest.workload_id and r.setting_id == newest.setting_id]
+        if target is None:
+            target_id = max({r.verifier_id for r in rows}, key=lambda i: models[i].parameters)
+        else:
+            ids = [i for i, m in models.items() if m.spec == target]
+            if not ids:
+                raise StoreError(f"no profile for target {target}; run hsd-plan profile --models ...,{target}")
+            target_id = ids[0]
+            if not any(r.verifier_id == target_id for r in rows):
+                raise StoreError(f"no model has acceptance data against the target {target}; profile them together")
+        hw_q = select(Hardware).join(Latency, Latency.hardware_id == Hardware.id).where(Latency.model_id == target_id)
+        if hardware is not None:
+            hw_q = hw_q.where(Hardware.fingerprint == hardware)
+        hw = s.scalars(hw_q.order_by(Latency.created_at.desc())).first()
+        if hw is None:
+            raise StoreError(f"no latency profile for the target {models[target_id].spec} on this hardware; run hsd-plan profile")
+        setting = s.get(Setting, newest.setting_id)
+        wl_row = s.get(Workload, newest.workload_id)
+        involved = {target_id} | {r.drafter_id for r in rows} | {r.verifier_id for r in rows}
+        profiles = []
+        for mid in sorted(involved, key=lambda i: models[i].parameters):
+            lat = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=hw.id)).all()
+            dtypes = {r.dtype for r in lat}
+            lookup = parse_spec(models[mid].spec).is_ngram
+            want = "-" if lookup else (setting.dtype if setting.dtype in dtypes else next(iter(dtypes), None))
+            points: dict[int, dict[int, float]] = {}
+            for r in lat:
+                if r.dtype == want:
+                    points.setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
+            if not points:
+                continue  # no latency here: not a usable candidate on this hardware
+            profiles.append(ModelProfile(name=models[mid].spec, latency=LatencyCurve(points=points), lookup=lookup))
+        have = {m.name for m in profiles}
+        acceptance = [
+            PairAcceptance(drafter=models[r.drafter_id].spec, verifier=models[r.verifier_id].spec, alpha=r.alpha, run_lengths=r.run_lengths,
+                           visited=r.visited)
+            for r in rows
+            if models[r.drafter_id].spec in have and models[r.verifier_id].spec in have
+        ]
+        profile = Profile(target=models[target_id].spec, models=profiles, acceptance=acceptance)
+        return profile, ProfileSource(models[target_id].spec, wl_row.id, wl_row.name, setting.id, hw.id, hw.fingerprint)

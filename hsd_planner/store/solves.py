@@ -1,0 +1,107 @@
+"""Solving on the stored profile and storing the ranked plans (``hsd-plan solve``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session
+
+from ..plan import SOLVE_DEFAULTS, Plan, SolveConfig, format_chain, solve
+from ..vocab import Mode, PlanKind
+from .reader import load_profile
+from .repo import get_or_create
+from .schema import ModelRow, PlanRow, Solve
+
+__all__ = ["PlanReport", "SolveReport", "solve_and_store"]
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """One stored plan of a solve, with its prediction."""
+
+    id: int | None
+    kind: PlanKind
+    chain: list[str]
+    widths: list[int]
+    predicted_ms_per_token: float
+    predicted_mean_accepted_length: float
+    predicted_speedup: float
+
+    @classmethod
+    def of(cls, plan: Plan, kind: PlanKind, plan_id: int | None = None) -> PlanReport:
+        p = plan.prediction
+        return cls(plan_id, kind, list(plan.chain), list(plan.widths), p.ms_per_token, p.mean_accepted_length, p.speedup)
+
+    @property
+    def label(self) -> str:
+        return format_chain(self.chain, self.widths)
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class SolveReport:
+    """What ``hsd-plan solve`` stored: the solve's context and its plans, best first."""
+
+    solve_id: int
+    target: str
+    workload: str
+    hardware: str
+    mode: Mode
+    temperature: float | None  # None for greedy decoding
+    acceptance: str
+    context_len: int
+    plans: list[PlanReport]  # best, top, singles, autoregressive
+
+    @property
+    def best(self) -> PlanReport:
+        return self.plans[0]
+
+    def to_dict(self) -> dict:
+        best = self.best
+        return {
+            **{k: getattr(self, k) for k in ("solve_id", "target", "workload", "hardware", "mode", "temperature", "acceptance", "context_len")},
+            **{k: getattr(best, k) for k in ("chain", "widths", "predicted_ms_per_token", "predicted_mean_accepted_length", "predicted_speedup")},
+            "plans": [p.to_dict() for p in self.plans],
+        }
+
+
+def solve_and_store(
+    engine: Engine,
+    target: str | None = None,
+    workload: str | None = None,
+    mode: Mode = "greedy",
+    temperature: float = 1.0,
+    config: SolveConfig = SOLVE_DEFAULTS,
+) -> SolveReport:
+    """Solve on the newest matching profile, store the solve and its plans, return a report."""
+    profile, source = load_profile(engine, target, workload, mode, temperature)
+    c = config
+    solution = solve(profile, c.t_max, c.top_k, c.max_depth, c.acceptance, c.context_len, c.exclude, c.require)
+    ranked: list[tuple[Plan, PlanKind]] = [(p, "best" if i == 0 else "top") for i, p in enumerate(solution.top)]
+    ranked += [(p, "single") for p in solution.singles] + [(solution.autoregressive, "autoregressive")]
+    with Session(engine) as s, s.begin():
+        target_id = get_or_create(s, ModelRow, {"spec": source.target}, parameters=0).id
+        row = Solve(
+            target_id=target_id, workload_id=source.workload_id, setting_id=source.setting_id, hardware_id=source.hardware_id,
+            acceptance_model=c.acceptance, t_max=c.t_max, max_depth=c.max_depth, context_len=c.context_len,
+        )
+        s.add(row)
+        s.flush()
+        plans = []
+        for rank, (plan, kind) in enumerate(ranked):
+            p = plan.prediction
+            pr = PlanRow(
+                solve_id=row.id, rank=rank, kind=kind, chain=list(plan.chain), widths=list(plan.widths),
+                predicted_ms_per_token=p.ms_per_token, predicted_mean_accepted_length=p.mean_accepted_length, predicted_speedup=p.speedup,
+            )
+            s.add(pr)
+            s.flush()
+            plans.append(PlanReport.of(plan, kind, pr.id))
+        solve_id = row.id
+    return SolveReport(
+        solve_id=solve_id, target=source.target, workload=source.workload, hardware=source.hardware, mode=mode,
+        temperature=temperature if mode == "sample" else None, acceptance=c.acceptance, context_len=c.context_len, plans=plans,
+    )

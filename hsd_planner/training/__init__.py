@@ -1,0 +1,25 @@
+"""Training: drafters made for one target. Today DistillSpec students (:mod:`.distiller`); the
+BPD heads and SD² steering trainers will live here too, sharing the student and divergence code.
+
+Imports the runtime, torch, prompts and :mod:`hsd_planner.profiling.acceptance` (a student's
+acceptance is measured as ``profile`` measures it); only the CLI and benchmarks import it.
+"""
+
+from .card import DistillReport, StepLog, model_card
+from .distiller import DistillConfig, Distiller, running_average
+from .divergences import DIVERGENCES, divergence
+from .student import build_student, parse_init, student_acceptance
+
+__all__ = [
+    "DIVERGENCES",
+    "DistillConfig",
+    "DistillReport",
+    "Distiller",
+    "StepLog",
+    "build_student",
+    "divergence",
+    "model_card",
+    "parse_init",
+    "running_average",
+    "student_acceptance",
+]

@@ -1,0 +1,78 @@
+"""What a distillation produced: its step log, its typed report and the student's model card."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .distiller import DistillConfig
+
+__all__ = ["StepLog", "DistillReport", "model_card"]
+
+
+@dataclass
+class StepLog:
+    """One training step: its loss and the student's acceptance on the step's continuations."""
+
+    step: int
+    loss: float
+    greedy: float  # fraction of positions where the argmaxes agree
+    sampled: float  # mean of 1 - TV(p, q) at the temperature: the speculative-sampling acceptance
+
+
+@dataclass(frozen=True)
+class DistillReport:
+    """The result of :meth:`Distiller.finish`: the run's settings, its cost and the student's acceptance."""
+
+    out: str
+    config: DistillConfig
+    steps: int
+    train_prompts: str
+    train_wall_s: float
+    final_loss: float  # moving average
+    acceptance_greedy: float  # on held-out prompts
+    acceptance_sampled: float  # at the run's temperature
+    eval_prompts: str
+    log: list[StepLog]
+
+    def to_dict(self) -> dict:
+        """The card's JSON (``distill.json``): the settings flattened beside the results."""
+        return {
+            "out": self.out,
+            **self.config.model_dump(exclude={"checkpoint_every"}),
+            "steps": self.steps,
+            **{k: getattr(self, k) for k in ("train_prompts", "train_wall_s", "final_loss", "acceptance_greedy", "acceptance_sampled", "eval_prompts")},
+            "log": [asdict(e) for e in self.log],
+        }
+
+
+def model_card(report: DistillReport) -> str:
+    """The Markdown card of a distilled student."""
+    card = report.to_dict()
+    rows = [
+        ("target", f"`{card['target']}`"),
+        ("student", f"the target's first {card['layers']} decoder layers, final norm and frozen embeddings and head"),
+        ("divergence", card["divergence"]),
+        ("data", f"{card['data']} ({card['train_prompts']}, validation split excluded)"),
+        ("steps x batch size", f"{card['steps']} x {card['batch_size']}, {card['max_new_tokens']} new tokens per sequence"),
+        ("optimizer", f"AdamW, lr {card['lr']:g}"),
+        ("temperature", f"{card['temperature']:g}"),
+        ("seed", str(card["seed"])),
+        ("target dtype", card["dtype"]),
+        ("training wall time", f"{card['train_wall_s']:.1f} s"),
+        ("final loss (moving average)", f"{card['final_loss']:.4f}"),
+        ("acceptance, greedy", f"{card['acceptance_greedy']:.3f}"),
+        (f"acceptance at T = {card['temperature']:g}", f"{card['acceptance_sampled']:.3f}"),
+    ]
+    table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+    return (
+        f"# Distilled drafter for {card['target']}\n\n"
+        "A student trained toward its target by knowledge distillation (DistillSpec, Zhou et al. 2023) with "
+        "`hsd-plan distill`, to draft for it in speculative decoding. Acceptance is measured on held-out "
+        f"prompts ({card['eval_prompts']}): greedy, the fraction of positions where the argmaxes agree; "
+        "at the temperature, the mean of 1 - TV(p, q).\n\n"
+        f"| setting | value |\n|---|---|\n{table}\n\n"
+        "Use it as a model spec, e.g.\n\n"
+        f"```\nhsd-plan generate --chain {card['out']},{card['target']} --widths 4 --prompt \"...\" --check\n```\n"
+    )

@@ -1,0 +1,87 @@
+"""The student drafter of a distillation: built from the target's first K layers, and measured.
+
+The student is a real copy (not a view) of the target's first K decoder layers, final norm and
+embeddings, in fp32: the embeddings and the output head stay frozen, the rest trains.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+from hsd_runtime import Hierarchy, LoadedModel, SamplingConfig
+from hsd_runtime.loading import truncated_config
+
+from ..errors import DistillError
+from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
+
+__all__ = ["build_student", "parse_init", "sample", "student_acceptance"]
+
+
+def parse_init(text: str) -> int:
+    """``"layers=K"`` -> K, the number of the target's decoder layers the student starts from."""
+    key, _, value = text.partition("=")
+    if key.strip() != "layers" or not (value.strip().isascii() and value.strip().isdigit()):
+        raise DistillError(f"--init {text!r} is not of the form layers=K (the student starts from the target's first K decoder layers)")
+    return int(value)
+
+
+def build_student(target: nn.Module, k: int) -> nn.Module:
+    """A new fp32 model of the target's class with its first ``k`` decoder layers, copied.
+
+    Embeddings, final norm and head are copied too; the input embeddings and the output head are
+    frozen (``requires_grad=False``), everything else (decoder layers, final norm) is trainable.
+    """
+    decoder = getattr(target, target.base_model_prefix, None)
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise DistillError(
+            f"cannot distill {type(target).__name__}: it is not a transformer decoder with model.layers (Llama, Gemma, Qwen, ... are)"
+        )
+    if not 1 <= k < len(layers):
+        raise DistillError(f"--init layers={k} is out of range: the target has {len(layers)} decoder layers, use 1..{len(layers) - 1}")
+    cfg = truncated_config(target.config, k)
+    prefix = f"{target.base_model_prefix}.layers."
+    kept = {
+        name: tensor
+        for name, tensor in target.state_dict().items()
+        if not name.startswith(prefix) or int(name[len(prefix) :].split(".")[0]) < k
+    }
+    student = type(target)(cfg)
+    student.load_state_dict(kept)  # strict: every student tensor comes from the target
+    student.generation_config = copy.deepcopy(target.generation_config)
+    student.to(device=next(target.parameters()).device, dtype=torch.float32)
+    for frozen in (student.get_input_embeddings(), student.get_output_embeddings()):
+        frozen.weight.requires_grad_(False)
+    # eval mode throughout: no dropout, so a seed reproduces the run and the student trains as it will draft
+    return student.eval()
+
+
+def sample(model: nn.Module, loaded: LoadedModel, ids: list[int], n: int, sampling: SamplingConfig) -> list[int]:
+    """Up to ``n`` new tokens of ``model`` after ``ids`` (fewer when it emits an end-of-sequence token)."""
+    alone = Hierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
+    return alone.generate(ids, n, sampling).tokens
+
+
+def student_acceptance(
+    target: LoadedModel, student: nn.Module, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int = 0
+) -> tuple[float, float]:
+    """(greedy, sampled at ``temperature``) acceptance of ``student`` by ``target``, as ``profile`` measures it.
+
+    The target's own continuation of each prompt (greedy, resp. sampled) is generated, both models
+    are teacher-forced over it, and the per-position acceptance is pooled over all prompts.
+    """
+    out = []
+    for mode in ("greedy", "sample"):
+        total, count = 0.0, 0
+        for i, ids in enumerate(prompts):
+            sampling = SamplingConfig(mode=mode, temperature=temperature, seed=seed + i)
+            continuation = sample(target.model, target, ids, max_new_tokens, sampling)
+            p = teacher_forced_logits(target.model, ids, continuation, target.logits_width)
+            q = teacher_forced_logits(student, ids, continuation, target.logits_width)
+            a = acceptance_from_logits(q, p, sampling)
+            total, count = total + float(a.sum()), count + len(a)
+        out.append(total / count)
+    return out[0], out[1]

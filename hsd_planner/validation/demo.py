@@ -1,0 +1,105 @@
+"""The demo workflow as a library function: profile, solve and validate on the built-in default."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from hsd_runtime import ModelLoader
+
+from ..plan import SolveConfig
+from ..profiling import ProfileConfig, ProfileSummary, format_summary, profile_summary, run_profile
+from ..prompts import load_prompts, split
+from ..store.solves import SolveReport, solve_and_store
+from ..vocab import Dtype
+from .plot import plot_validation
+from .report import ValidationReport
+from .runner import run_validation, select_plans
+
+__all__ = ["DEMO_MODELS", "DemoReport", "Stages", "run_demo"]
+
+DEMO_MODELS = "ngram,smollm2-135m:layers=2,smollm2-135m:layers=4,smollm2-135m:layers=8,smollm2-135m"
+
+
+class Stages(Protocol):
+    """Progress of a long workflow: one bar per stage (the CLI draws them with tqdm)."""
+
+    def start(self, desc: str, total: int | None = None) -> None: ...
+    def total(self, n: int) -> None: ...
+    def step(self, n: int = 1) -> None: ...
+    def close(self) -> None: ...
+
+
+class _Quiet:
+    def start(self, desc: str, total: int | None = None) -> None: ...
+    def total(self, n: int) -> None: ...
+    def step(self, n: int = 1) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class DemoReport:
+    """The three stages' reports and the figure's path."""
+
+    profile: ProfileSummary
+    solve: SolveReport
+    validation: ValidationReport
+    plot: str
+
+    def to_dict(self) -> dict:
+        return {"profile": self.profile.to_dict(), "solve": self.solve.to_dict(), "validation": self.validation.to_dict(), "plot": self.plot}
+
+    @property
+    def conclusion(self) -> str:
+        """One line: the pick's measured speed-up, and over the best single drafter when it ran."""
+        plans = self.validation.plans
+        best = next((p for p in plans if p.kind == "best"), plans[0])
+        singles = [p for p in plans if p.kind == "single"]
+        tail = f"; over the best single drafter {singles[0].measured_ms_per_token / best.measured_ms_per_token:.2f}x" if singles else ""
+        return f"the solver's pick: {best.measured_speedup:.2f}x the speed of autoregressive decoding{tail}. Figure: {self.plot}"
+
+
+def run_demo(
+    engine: Engine,
+    loader: ModelLoader,
+    models: str = DEMO_MODELS,
+    dtype: Dtype = "bf16",
+    max_prompts: int = 12,
+    validate_prompts: int = 6,
+    max_new_tokens: int = 64,
+    plot_file: Path = Path("hsd-plan-demo.png"),
+    say: Callable[[str], None] = lambda _text: None,
+    stages: Stages | None = None,
+) -> DemoReport:
+    """Profile ``models`` (target last) on the built-in prompts, solve, validate the pick and the
+    best single drafter against autoregressive decoding on held-out prompts, write the figure.
+
+    What the database already holds is reused, so a second run only validates again.
+    """
+    bars = stages or _Quiet()
+    prompts = split(load_prompts(), "profile", max_prompts)
+    config = ProfileConfig(models=models.split(","), dtype=dtype, max_new_tokens=max_new_tokens,
+                           latency_grid=[1, 2, 4, 8, 16], context_lens=[64, 256], repeats=3)
+    say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} built-in prompts ({dtype})")
+    bars.start("profiling")
+    outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
+    bars.close()
+    summary = profile_summary(engine, outcome)
+    say(format_summary(summary))
+    say("\n2/3 solving")
+    solved = solve_and_store(engine, target=config.models[-1], workload=prompts.name, config=SolveConfig())
+    best = solved.best
+    say(f"best: {' -> '.join(best.chain)} widths {best.widths}, predicted {best.predicted_ms_per_token:.1f} ms/token "
+        f"({best.predicted_speedup:.2f}x)")
+    say("\n3/3 validating on held-out prompts")
+    solve, plans = select_plans(engine, (), "best")
+    held_out = split(load_prompts(), "validate", validate_prompts)
+    bars.start("validating", len(plans) * len(held_out.prompts))
+    report = run_validation(engine, loader, solve, plans, held_out, max_new_tokens, 1, progress=bars.step)
+    bars.close()
+    plot_validation(report, plot_file)
+    return DemoReport(summary, solved, report, str(plot_file))

@@ -1,0 +1,97 @@
+"""Run one hierarchy on one prompt, optionally checked against the target's own greedy decoding."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from hsd_runtime import GenerationResult, ModelLoader, SamplingConfig, build_hierarchy, parse_chain
+
+from ..prompts import encode_prompt
+
+__all__ = ["CheckResult", "GenerateReport", "compare_tokens", "generate_text"]
+
+
+@dataclass
+class CheckResult:
+    """Speculative tokens against the target's own greedy tokens."""
+
+    identical: bool
+    first_divergence: int | None  # index of the first differing new token
+    agreement: float  # fraction of positions, over the longer output, holding the same token
+    exact: bool  # fp32 target: identity is guaranteed, so a difference is a failure
+
+
+def compare_tokens(spec: list[int], ref: list[int], exact: bool) -> CheckResult:
+    """Compare two token lists position by position.
+
+    >>> compare_tokens([1, 2, 3], [1, 2, 4], exact=True).first_divergence
+    2
+    """
+    first = next((i for i, (a, b) in enumerate(zip(spec, ref)) if a != b), None)
+    if first is None and len(spec) != len(ref):
+        first = min(len(spec), len(ref))
+    longest = max(len(spec), len(ref)) or 1
+    agreement = sum(a == b for a, b in zip(spec, ref)) / longest
+    return CheckResult(identical=first is None, first_divergence=first, agreement=agreement, exact=exact)
+
+
+@dataclass
+class GenerateReport:
+    """Everything ``hsd-plan generate`` prints."""
+
+    chain: list[str]
+    widths: list[int]
+    text: str
+    result: GenerationResult
+    dtype: str
+    device: str
+    check: CheckResult | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "chain": self.chain,
+            "widths": self.widths,
+            "text": self.text,
+            "dtype": self.dtype,
+            "device": self.device,
+            **self.result.to_dict(),
+            "check": asdict(self.check) if self.check else None,
+        }
+
+
+def generate_text(
+    chain: str,
+    widths: list[int],
+    prompt: str,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    loader: ModelLoader,
+    chat: bool = True,
+    check: bool = False,
+    warmup: bool = True,
+) -> GenerateReport:
+    """Run ``chain`` with ``widths`` on ``prompt``; with ``check``, also decode with the target alone.
+
+    A short warm-up generation runs first (when ``warmup``), so that one-off start-up costs of
+    the framework do not land in the measured ms per token.
+    """
+    specs = parse_chain(chain)
+    hierarchy, tokenizer = build_hierarchy(specs, widths, loader)
+    ids = encode_prompt(tokenizer, prompt, chat)
+    if warmup:
+        hierarchy.generate(ids, min(4, max_new_tokens), sampling)
+    result = hierarchy.generate(ids, max_new_tokens, sampling)
+    target_dtype = specs[-1].dtype or loader.default_dtype
+    report = GenerateReport(
+        chain=[str(s) for s in specs],
+        widths=list(widths),
+        text=tokenizer.decode(result.tokens, skip_special_tokens=True),
+        result=result,
+        dtype=target_dtype,
+        device=str(loader.device),
+    )
+    if check:
+        reference, _ = build_hierarchy(specs[-1:], [], loader)
+        ref = reference.generate(ids, max_new_tokens, SamplingConfig(mode="greedy"))
+        report.check = compare_tokens(result.tokens, ref.tokens, exact=target_dtype == "fp32")
+    return report

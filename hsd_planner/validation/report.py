@@ -1,0 +1,124 @@
+"""The typed report of a validation: per plan predicted against measured, and the summary figures."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..plan import format_chain
+from ..vocab import AcceptanceModel, Mode, PlanKind
+
+__all__ = ["LevelResult", "PlanResult", "ValidationReport", "format_validation"]
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One level of a plan over all its runs; tokens per round for every level above level 0."""
+
+    model: str
+    forward_passes: int
+    proposed: int
+    accepted: int
+    time_s: float
+    measured_tokens_per_round: float | None = None
+    predicted_tokens_per_round: float | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """One plan run on every held-out prompt: the prediction and the measurement side by side."""
+
+    plan_id: int
+    kind: PlanKind
+    chain: list[str]
+    widths: list[int]
+    predicted_ms_per_token: float
+    measured_ms_per_token: float
+    predicted_mean_accepted_length: float
+    measured_mean_accepted_length: float
+    predicted_speedup: float  # over the autoregressive plan's prediction
+    measured_speedup: float  # over autoregressive decoding measured in the same validation
+    prefill_ms: float
+    tokens: int
+    levels: list[LevelResult]
+
+    @property
+    def error(self) -> float:
+        """(predicted - measured) / measured ms per token."""
+        return (self.predicted_ms_per_token - self.measured_ms_per_token) / self.measured_ms_per_token
+
+    @property
+    def speedup_error(self) -> float:
+        """Predicted over measured speed-up, minus one: both ratios taken within one run."""
+        return self.predicted_speedup / self.measured_speedup - 1.0
+
+    @property
+    def label(self) -> str:
+        return format_chain(self.chain, self.widths)
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "levels"}
+        return {**out, "error": self.error, "speedup_error": self.speedup_error, "levels": [lv.to_dict() for lv in self.levels]}
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What ``hsd-plan validate`` measured and stored."""
+
+    validation_id: int
+    solve_id: int
+    target: str
+    workload: str
+    prompts: str
+    prompt_count: int
+    context_len: int  # the median of ``context_lens``
+    context_lens: list[int]  # per prompt: its length plus half the continuation
+    mode: Mode
+    acceptance: AcceptanceModel
+    plans: list[PlanResult]
+    pick: int  # plan id of the solver's pick among those run
+
+    @property
+    def median_abs_error(self) -> float:
+        return _median([abs(p.error) for p in self.plans])
+
+    @property
+    def median_abs_speedup_error(self) -> float:
+        return _median([abs(p.speedup_error) for p in self.plans if len(p.chain) > 1])
+
+    @property
+    def regret(self) -> float:
+        """Measured latency of the pick over the best measured among the plans run, minus one."""
+        pick = next(p for p in self.plans if p.plan_id == self.pick)
+        return pick.measured_ms_per_token / min(p.measured_ms_per_token for p in self.plans) - 1.0
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}
+        summary = {k: getattr(self, k) for k in ("median_abs_error", "median_abs_speedup_error", "regret")}
+        return {**out, **summary, "plans": [p.to_dict() for p in self.plans]}
+
+
+def _median(values: list[float]) -> float:
+    from statistics import median
+
+    return median(values) if values else 0.0
+
+
+def format_validation(report: ValidationReport) -> str:
+    """The report as a plain-text table with the summary line."""
+    lines = [
+        f"target {report.target}: {report.prompt_count} held-out prompts of {report.prompts}, "
+        f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}",
+        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/m':>13} {'accepted p/m':>13}  hierarchy",
+    ]
+    for p in report.plans:
+        lines.append(
+            f"{p.plan_id:>5} {p.kind:<15} {p.predicted_ms_per_token:>8.2f} {p.measured_ms_per_token:>8.2f} "
+            f"{p.error:>+7.1%} {p.predicted_speedup:>6.2f}/{p.measured_speedup:<6.2f} "
+            f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}"
+        )
+    lines.append(f"median |error| {report.median_abs_error:.1%}; median |speed-up error| {report.median_abs_speedup_error:.1%}; "
+                 f"regret {report.regret:.1%} (pick: plan {report.pick}); validation {report.validation_id} stored")
+    return "\n".join(lines)

@@ -1,0 +1,189 @@
+"""``hsd-plan validate``: run solved plans on held-out prompts and compare with the prediction.
+
+For each plan: measured ms per generated token (decode only, median over prompts and repeats;
+prefill reported apart), the prediction of the latency model (median over the prompts of the
+prediction at each prompt's context: its length plus half the continuation),
+error = (predicted - measured) / measured, measured speed-up over the target's own
+autoregressive decoding run in the same validation, and mean accepted length per level, predicted
+and measured. Overall: the median absolute error and the regret, the measured latency of the
+solver's pick over the best measured among the plans run.
+
+The error compares a profile measured at one time with runs at another, so it includes any
+change of the machine's speed in between (on a shared 2-core host, 10-25% from one minute to the
+next). The speed-up error, predicted over measured speed-up against autoregressive decoding minus
+one, divides that out: both speed-ups are ratios taken within one run.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from hsd_runtime import HSDError, ModelLoader, SamplingConfig, build_hierarchy
+
+from ..errors import StoreError
+from ..plan import Profile, predict_over
+from ..plan.latency import expected_run_tokens
+from ..prompts import PromptSet, encode_prompt
+from ..store import Hardware, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
+from ..store.reader import load_profile
+from ..vocab import AcceptanceModel, PlanKind
+from .report import LevelResult, PlanResult, ValidationReport
+
+__all__ = ["CANDIDATE_SETS", "select_plans", "run_validation"]
+
+# which plans of a solve ``--candidates`` runs: (kinds run in full, how many best single drafters
+# besides: None for all); the solve's autoregressive plan always runs as the baseline
+CANDIDATE_SETS: dict[str, tuple[tuple[PlanKind, ...], int | None]] = {
+    "best": (("best",), 1),  # the solver's pick and the best single drafter
+    "top-k": (("best", "top"), 0),
+    "singles": ((), None),
+    "all": (("best", "top"), None),
+}
+
+
+def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[Solve, list[PlanRow]]:
+    """The plans to run (the solve's autoregressive baseline always included)."""
+    with Session(engine, expire_on_commit=False) as s:
+        if plan_ids:
+            rows = [s.get(PlanRow, i) for i in plan_ids]
+            missing = [i for i, r in zip(plan_ids, rows) if r is None]
+            if missing:
+                raise StoreError(f"no plan with id {missing[0]}; see hsd-plan solve for plan ids")
+            solve = s.get(Solve, rows[0].solve_id)
+        else:
+            solve = s.scalars(select(Solve).order_by(Solve.id.desc())).first()
+            if solve is None:
+                raise StoreError("there is no plan in the database; run hsd-plan solve first")
+            all_rows = s.scalars(select(PlanRow).filter_by(solve_id=solve.id).order_by(PlanRow.rank)).all()
+            kinds, n_singles = CANDIDATE_SETS[candidates]
+            singles = [r for r in all_rows if r.kind == "single"]
+            rows = [r for r in all_rows if r.kind in kinds] + singles[:n_singles]
+        auto = s.scalars(select(PlanRow).filter_by(solve_id=solve.id, kind="autoregressive")).first()
+        seen, plans = set(), []
+        for r in [*rows, auto]:
+            key = (tuple(r.chain), tuple(r.widths))
+            if key not in seen:
+                seen.add(key)
+                plans.append(r)
+        return solve, plans
+
+
+def run_validation(
+    engine: Engine,
+    loader: ModelLoader,
+    solve: Solve,
+    plans: list[PlanRow],
+    prompts: PromptSet,
+    max_new_tokens: int,
+    repeats: int,
+    progress: Callable[[int], None] | None = None,
+) -> ValidationReport:
+    """Run every plan on every prompt ``repeats`` times, store the validation, return a report."""
+    step = progress or (lambda _n: None)
+    with Session(engine) as s:
+        setting = s.get(Setting, solve.setting_id)
+        target = s.get(ModelRow, solve.target_id).spec
+        workload = s.get(Workload, solve.workload_id).name
+        hardware = s.get(Hardware, solve.hardware_id).fingerprint
+    profile, _ = load_profile(engine, target, workload, setting.mode, setting.temperature, hardware)
+    sampling = SamplingConfig(mode=setting.mode, temperature=setting.temperature, top_p=setting.top_p)
+    built = {}
+    for plan in plans:
+        try:
+            built[plan.id] = build_hierarchy(plan.chain, plan.widths, loader)[0]
+        except HSDError as exc:
+            raise StoreError(f"plan {plan.id} ({','.join(plan.chain)}) cannot be run: {exc}") from None
+    tokenizer = loader.load(target).tokenizer
+    encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
+    contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
+    for h in built.values():  # warm-up, untimed
+        h.generate(encoded[0], 4, sampling)
+
+    runs: dict[int, list] = {p.id: [] for p in plans}
+    for k, ids in enumerate(encoded):
+        for rep in range(repeats):
+            seed = 1000 * k + rep
+            for plan in plans:  # interleaved, so that drift of the machine hits every plan alike
+                runs[plan.id].append(built[plan.id].generate(ids, max_new_tokens, sampling.model_copy(update={"seed": seed})))
+                step(1)
+
+    measured = {p.id: statistics.median(r.ms_per_token for r in runs[p.id] if r.tokens) for p in plans}
+    predicted = {p.id: predict_over(profile, p.chain, p.widths, solve.acceptance_model, contexts) for p in plans}
+    auto = next(p.id for p in plans if len(p.chain) == 1)
+    results = [
+        PlanResult(
+            plan_id=plan.id,
+            kind=plan.kind,
+            chain=list(plan.chain),
+            widths=list(plan.widths),
+            predicted_ms_per_token=predicted[plan.id].ms_per_token,
+            measured_ms_per_token=measured[plan.id],
+            predicted_mean_accepted_length=predicted[plan.id].mean_accepted_length,
+            measured_mean_accepted_length=sum(len(r.tokens) for r in runs[plan.id]) / sum(r.target_rounds for r in runs[plan.id]),
+            predicted_speedup=predicted[auto].ms_per_token / predicted[plan.id].ms_per_token,
+            measured_speedup=measured[auto] / measured[plan.id],
+            prefill_ms=statistics.median(1000 * r.prefill_s for r in runs[plan.id]),
+            tokens=sum(len(r.tokens) for r in runs[plan.id]),
+            levels=_levels(profile, plan, runs[plan.id], solve.acceptance_model),
+        )
+        for plan in plans
+    ]
+    # the solver's pick: its best plan when it was run, else the lowest prediction among those run
+    pick = next((p for p in results if p.kind == "best"), None) or min(results, key=lambda p: p.predicted_ms_per_token)
+    report = ValidationReport(
+        validation_id=0, solve_id=solve.id, target=target, workload=workload, prompts=prompts.name, prompt_count=len(encoded),
+        context_len=int(statistics.median(contexts)), context_lens=contexts, mode=setting.mode, acceptance=solve.acceptance_model,
+        plans=results, pick=pick.plan_id,
+    )
+    return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
+
+
+def _levels(profile: Profile, plan: PlanRow, results: list, acceptance: AcceptanceModel) -> list[LevelResult]:
+    """Per level: forward passes and acceptance, and tokens per round predicted vs measured."""
+    pairs = profile.pairs(acceptance)
+    out = []
+    for k, name in enumerate(plan.chain):
+        stats = [r.levels[k] for r in results]
+        measured = predicted = None
+        if k > 0:
+            below = [r.levels[k - 1] for r in results]
+            rounds = sum(x.forward_passes for x in stats) or 1
+            measured = (sum(x.accepted for x in below) + rounds) / rounds
+            runs = pairs.get((plan.chain[k - 1], name))
+            predicted = expected_run_tokens(runs, plan.widths[k - 1]) if runs else None
+        out.append(LevelResult(
+            model=name,
+            forward_passes=sum(x.forward_passes for x in stats),
+            proposed=sum(x.proposed for x in stats),
+            accepted=sum(x.accepted for x in stats),
+            time_s=sum(x.time_s for x in stats),
+            measured_tokens_per_round=measured,
+            predicted_tokens_per_round=predicted,
+        ))
+    return out
+
+
+def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int, repeats: int, report: ValidationReport) -> int:
+    with Session(engine) as s, s.begin():
+        v = Validation(
+            solve_id=solve.id, prompts_name=prompts.name, prompts=len(prompts.prompts), max_new_tokens=max_new_tokens,
+            repeats=repeats, median_abs_error=report.median_abs_error, regret=report.regret,
+            median_abs_speedup_error=report.median_abs_speedup_error,
+        )
+        s.add(v)
+        s.flush()
+        for p in report.plans:
+            s.add(ValidationRun(
+                validation_id=v.id, plan_id=p.plan_id, chain=p.chain, widths=p.widths,
+                predicted_ms_per_token=p.predicted_ms_per_token, measured_ms_per_token=p.measured_ms_per_token,
+                error=p.error, measured_speedup=p.measured_speedup,
+                predicted_mean_accepted_length=p.predicted_mean_accepted_length,
+                measured_mean_accepted_length=p.measured_mean_accepted_length, prefill_ms=p.prefill_ms,
+                tokens=p.tokens, levels=[lv.to_dict() for lv in p.levels],
+            ))
+        return v.id

@@ -1,0 +1,42 @@
+"""The planner's words, defined once: ``Literal`` aliases every module and option uses.
+
+The runtime's own (dtype, decoding mode) come from :mod:`hsd_runtime.vocab`. Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from hsd_runtime.vocab import DEFAULT_NGRAM_ORDER, DTYPES, MODES, Dtype, Mode
+
+__all__ = [
+    "ACCEPTANCE_MODELS",
+    "AcceptanceModel",
+    "DEFAULT_NGRAM_ORDER",
+    "DIVERGENCE_NAMES",
+    "DTYPES",
+    "Divergence",
+    "DistillData",
+    "DISTILL_DATA",
+    "Dtype",
+    "MODES",
+    "Mode",
+    "PLAN_KINDS",
+    "PlanKind",
+]
+
+# how accepted run lengths are modelled: the measured P(G >= g), or alpha^g
+AcceptanceModel = Literal["empirical", "iid"]
+ACCEPTANCE_MODELS: tuple[str, ...] = get_args(AcceptanceModel)
+
+# the role of a stored plan within its solve
+PlanKind = Literal["best", "top", "single", "autoregressive"]
+PLAN_KINDS: tuple[str, ...] = get_args(PlanKind)
+
+# DistillSpec divergences: forward KL, reverse KL, Jensen-Shannon (beta 0.5), total variation
+Divergence = Literal["fkl", "rkl", "jsd", "tvd"]
+DIVERGENCE_NAMES: tuple[str, ...] = get_args(Divergence)
+
+# where a distillation step's continuations come from
+DistillData = Literal["on-policy", "target", "mixed"]
+DISTILL_DATA: tuple[str, ...] = get_args(DistillData)

@@ -1,0 +1,15 @@
+"""The runtime's words, defined once and torch-free: dtypes, decoding modes, defaults."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+__all__ = ["Dtype", "DTYPES", "Mode", "MODES", "DEFAULT_NGRAM_ORDER"]
+
+Dtype = Literal["fp32", "bf16", "fp16"]  # weights and activations of a model
+DTYPES: tuple[str, ...] = get_args(Dtype)
+
+Mode = Literal["greedy", "sample"]  # argmax at every level, or sampling from warped distributions
+MODES: tuple[str, ...] = get_args(Mode)
+
+DEFAULT_NGRAM_ORDER = 3  # the n of `ngram` when its spec sets none; shorter matches are the fallback
