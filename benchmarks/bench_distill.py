@@ -22,10 +22,9 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
-from hsd_planner.training import DistillConfig, Distiller
-from hsd_planner.prompts import encode_prompt
 from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
-from hsd_planner.prompts import load_prompts, split
+from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.training import DistillConfig, Distiller
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 
 TARGET = "smollm2-135m"
@@ -81,33 +80,68 @@ def main() -> None:
     rows = []
     for k in [int(x) for x in args.layers.split(",")]:
         exit_ = loader.load(f"{TARGET}:layers={k}").model
-        rows.append({"student": f"{TARGET}:layers={k} (untrained)", "layers": k, "divergence": "-", "steps": 0, "train_s": 0.0, **held.acceptance(exit_)})
+        rows.append(
+            {
+                "student": f"{TARGET}:layers={k} (untrained)",
+                "layers": k,
+                "divergence": "-",
+                "steps": 0,
+                "train_s": 0.0,
+                **held.acceptance(exit_),
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
         for div in args.divergences.split(","):
             out = args.out / f"{args.tag}-l{k}-{div}"
             shutil.rmtree(out, ignore_errors=True)
             steps = 10**6 if args.minutes else args.steps
-            config = DistillConfig(target=TARGET, layers=k, divergence=div, data=args.data, prompts=str(SPEC_BENCH), steps=steps,
-                                   batch_size=args.batch_size, max_new_tokens=args.train_tokens, lr=args.lr, dtype="bf16",
-                                   checkpoint_every=10**6)
+            config = DistillConfig(
+                target=TARGET,
+                layers=k,
+                divergence=div,
+                data=args.data,
+                prompts=str(SPEC_BENCH),
+                steps=steps,
+                batch_size=args.batch_size,
+                max_new_tokens=args.train_tokens,
+                lr=args.lr,
+                dtype="bf16",
+                checkpoint_every=10**6,
+            )
             d = Distiller(config, out, loader)
             t0 = time.perf_counter()
             while d.step < steps and (args.minutes is None or time.perf_counter() - t0 < 60 * args.minutes):
                 entry = d.train_step()
                 if d.step % 10 == 0:
-                    print(f"  {out.name} step {d.step}: loss {entry.loss:.3f}, greedy {entry.greedy:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+                    print(
+                        f"  {out.name} step {d.step}: loss {entry.loss:.3f}, greedy {entry.greedy:.3f} ({time.perf_counter() - t0:.0f} s)",
+                        flush=True,
+                    )
             d.wall_s = time.perf_counter() - t0
             d.config = config.model_copy(update={"steps": d.step})
             d.student.save_pretrained(out)  # usable as a model spec; the card's own acceptance is skipped (measured below)
             loader.load(TARGET).tokenizer.save_pretrained(out)
-            rows.append({"student": str(out), "layers": k, "divergence": div, "steps": d.step, "train_s": d.wall_s,
-                         "final_loss": d.log[-1].loss, **held.acceptance(d.student)})
+            rows.append(
+                {
+                    "student": str(out),
+                    "layers": k,
+                    "divergence": div,
+                    "steps": d.step,
+                    "train_s": d.wall_s,
+                    "final_loss": d.log[-1].loss,
+                    **held.acceptance(d.student),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
     print(f"\n| student | K | divergence | steps x {args.batch_size} sequences | training s | greedy acceptance | acceptance at T = 1 |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['student']} | {r['layers']} | {r['divergence']} | {r['steps']} | {r['train_s']:.0f} | {r['greedy']:.3f} | {r['sample']:.3f} |")
-    (args.out / f"{args.tag}.json").write_text(json.dumps({"machine": machine(), "args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1))
+        print(
+            f"| {r['student']} | {r['layers']} | {r['divergence']} | {r['steps']} | {r['train_s']:.0f} | {r['greedy']:.3f} | {r['sample']:.3f} |"
+        )
+    (args.out / f"{args.tag}.json").write_text(
+        json.dumps({"machine": machine(), "args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1)
+    )
 
 
 if __name__ == "__main__":

@@ -17,10 +17,9 @@ import time
 from pathlib import Path
 
 from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
-from hsd_planner.profiling import ProfileConfig, run_profile
-from hsd_planner.store import open_engine
-from hsd_planner.profiling import profile_summary
+from hsd_planner.profiling import ProfileConfig, profile_summary, run_profile
 from hsd_planner.prompts import PromptSet, load_prompts, split
+from hsd_planner.store import open_engine
 from hsd_runtime import ModelLoader
 
 MODELS = ["ngram", "smollm2-135m:layers=2", "smollm2-135m:layers=4", "smollm2-135m:layers=8", "smollm2-135m"]
@@ -61,7 +60,9 @@ def main() -> None:
             runs[category] = {"wall_s": wall, **profile_summary(engine, outcome).to_dict()}
             print(f"[{mode}] {category}: {wall:.1f} s, {outcome.measured} measurements", flush=True)
         report["runs"][mode] = {"total_wall_s": total, "categories": runs}
-        print(f"\n## {mode}: whole profile {total:.1f} s ({len(SPEC_CATEGORIES)} x {args.per_category} prompts x {args.new_tokens} new tokens)\n")
+        print(
+            f"\n## {mode}: whole profile {total:.1f} s ({len(SPEC_CATEGORIES)} x {args.per_category} prompts x {args.new_tokens} new tokens)\n"
+        )
         _print_tables(engine, runs, models)
     (args.out / "profile.json").write_text(json.dumps(report, indent=1))
 

@@ -27,7 +27,6 @@ from benchmarks.common import machine, spec_bench_prompts
 from hsd_planner.prompts import encode_prompt
 from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter
 
-
 # Both sides decode exactly --new-tokens tokens: ours is built without stop tokens, and generate
 # gets as its EOS a token id the model does not produce here (min_new_tokens would also force
 # HF's assistant to draft up to the remaining minimum in every round).
@@ -40,9 +39,7 @@ def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int], flo
     hook = model.register_forward_pre_hook(lambda *_: passes.append(1))
     x = torch.tensor([ids])
     t0 = time.perf_counter()
-    out = model.generate(
-        x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, eos_token_id=NEVER, **kwargs
-    )
+    out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, eos_token_id=NEVER, **kwargs)
     elapsed = time.perf_counter() - t0
     hook.remove()
     tokens = out[0, len(ids) :].tolist()
@@ -125,7 +122,10 @@ def main() -> None:
                         hf_mal.append(m_h)
                         same = same and hf_toks == toks
                 rec = dict(
-                    row=row, category=category, prompt=i, prompt_tokens=len(ids),
+                    row=row,
+                    category=category,
+                    prompt=i,
+                    prompt_tokens=len(ids),
                     ours_tok_s=args.new_tokens / statistics.median(t_ours),
                     hf_tok_s=args.new_tokens / statistics.median(t_hf),
                     ratio=statistics.median([h / o for h, o in zip(t_hf, t_ours)]),
@@ -137,18 +137,24 @@ def main() -> None:
                 results.append(rec)
                 print(json.dumps(rec), flush=True)
 
-    print(f"\nmachine: {machine()}; smollm2-135m {args.dtype}, greedy, {args.new_tokens} new tokens, "
-          f"{args.per_category} prompts per category, {args.repeats} repeats\n")
-    print("| row | category | prompts | ours tok/s | HF tok/s | ratio ours/HF (median) | mean accepted length ours / HF | ours: decode time outside forward passes |")
+    print(
+        f"\nmachine: {machine()}; smollm2-135m {args.dtype}, greedy, {args.new_tokens} new tokens, "
+        f"{args.per_category} prompts per category, {args.repeats} repeats\n"
+    )
+    print(
+        "| row | category | prompts | ours tok/s | HF tok/s | ratio ours/HF (median) | mean accepted length ours / HF | ours: decode time outside forward passes |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for row in rows:
         sel = [r for r in results if r["row"] == row]
         for category in [*dict.fromkeys(r["category"] for r in sel), "all"]:
             part = [r for r in sel if category in ("all", r["category"])]
             med = lambda key: statistics.median(r[key] for r in part)  # noqa: E731
-            print(f"| {row} | {category} | {len(part)} | {med('ours_tok_s'):.1f} | {med('hf_tok_s'):.1f} | "
-                  f"{med('ratio'):.3f} | {med('mean_accepted_length'):.2f} / {med('hf_mean_accepted_length'):.2f} | "
-                  f"{med('ours_overhead_share'):.1%} |")
+            print(
+                f"| {row} | {category} | {len(part)} | {med('ours_tok_s'):.1f} | {med('hf_tok_s'):.1f} | "
+                f"{med('ratio'):.3f} | {med('mean_accepted_length'):.2f} / {med('hf_mean_accepted_length'):.2f} | "
+                f"{med('ours_overhead_share'):.1%} |"
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"machine": machine(), "args": vars(args) | {"out": str(args.out)}, "results": results}, indent=1))
 

@@ -25,7 +25,9 @@ from hsd_planner.plan.solver import Candidate, solve_graph
 def instance(n: int, seed: int):
     rng = random.Random(seed)
     costs = sorted(rng.uniform(0.1, 25.0) for _ in range(n))
-    cands = [Candidate(f"m{i}", (lambda c, s: lambda k: c + s * (k - 1))(c, rng.uniform(0, 0.3)), lookup=i == 0) for i, c in enumerate(costs)]
+    cands = [
+        Candidate(f"m{i}", (lambda c, s: lambda k: c + s * (k - 1))(c, rng.uniform(0, 0.3)), lookup=i == 0) for i, c in enumerate(costs)
+    ]
     target = Candidate("target", lambda k: 30.0 + 0.5 * (k - 1))
     names = [c.name for c in cands] + ["target"]
     acc = {}
@@ -108,7 +110,9 @@ def real_profiles(dbs: list[str]) -> None:
     from hsd_planner.store import open_engine
     from hsd_planner.store.solves import solve_and_store
 
-    print("| mode | category | best plan | predicted ms/token | speed-up vs autoregressive | best single drafter | its ms/token | best / single |")
+    print(
+        "| mode | category | best plan | predicted ms/token | speed-up vs autoregressive | best single drafter | its ms/token | best / single |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for db in dbs:
         engine = open_engine(db)
@@ -117,9 +121,11 @@ def real_profiles(dbs: list[str]) -> None:
             r = solve_and_store(engine, target="smollm2-135m", workload=f"spec_bench/{category}", mode=mode, config=SolveConfig(t_max=8))
             best = next(p for p in r.plans if p.kind == "best")
             single = next(p for p in r.plans if p.kind == "single")  # singles come best first
-            print(f"| {mode} | {category} | {best.label} | {best.predicted_ms_per_token:.2f} | {best.predicted_speedup:.3f}x | "
-                  f"{single.label} | {single.predicted_ms_per_token:.2f} | "
-                  f"{single.predicted_ms_per_token / best.predicted_ms_per_token:.3f}x |")
+            print(
+                f"| {mode} | {category} | {best.label} | {best.predicted_ms_per_token:.2f} | {best.predicted_speedup:.3f}x | "
+                f"{single.label} | {single.predicted_ms_per_token:.2f} | "
+                f"{single.predicted_ms_per_token / best.predicted_ms_per_token:.3f}x |"
+            )
 
 
 if __name__ == "__main__":

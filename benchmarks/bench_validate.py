@@ -19,13 +19,12 @@ import statistics
 from pathlib import Path
 
 from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
-from hsd_planner.prompts import encode_prompt
-from hsd_planner.store.solves import solve_and_store
-from hsd_planner.store.reader import load_profile
-from hsd_planner.store import open_engine
 from hsd_planner.plan import SolveConfig, predict_over
+from hsd_planner.prompts import PromptSet, encode_prompt, load_prompts, split
+from hsd_planner.store import open_engine
+from hsd_planner.store.reader import load_profile
+from hsd_planner.store.solves import solve_and_store
 from hsd_planner.validation import run_validation, select_plans
-from hsd_planner.prompts import PromptSet, load_prompts, split
 from hsd_runtime import ModelLoader
 
 
@@ -54,8 +53,14 @@ def main() -> None:
             prompts = PromptSet(f"{workload}:validate", held.prompts[: args.prompts])
             # solve at the context the plans will run at: the held-out prompts plus half the continuation
             context = int(statistics.median(len(encode_prompt(tokenizer, p)) for p in prompts.prompts)) + args.new_tokens // 2
-            solve_and_store(engine, target="smollm2-135m", workload=workload, mode=mode, temperature=1.0,
-                            config=SolveConfig(top_k=5, t_max=8, context_len=context))
+            solve_and_store(
+                engine,
+                target="smollm2-135m",
+                workload=workload,
+                mode=mode,
+                temperature=1.0,
+                config=SolveConfig(top_k=5, t_max=8, context_len=context),
+            )
             solve, plans = select_plans(engine, (), "all")
             report = run_validation(engine, loader, solve, plans, prompts, args.new_tokens, 1).to_dict()
             rows.append(_row(args.out, mode, category, report))
@@ -77,7 +82,9 @@ def _row(out: Path, mode: str, category: str, report: dict) -> dict:
             p[f"{model}_predicted_ms_per_token"] = pred.ms_per_token
             p[f"{model}_error"] = (pred.ms_per_token - p["measured_ms_per_token"]) / p["measured_ms_per_token"]
             errors[model].append(abs(p[f"{model}_error"]))
-        p["predicted_mean_accepted_length"] = predict_over(profile, p["chain"], p["widths"], "empirical", report["context_lens"]).mean_accepted_length
+        p["predicted_mean_accepted_length"] = predict_over(
+            profile, p["chain"], p["widths"], "empirical", report["context_lens"]
+        ).mean_accepted_length
     auto = next(p for p in report["plans"] if len(p["chain"]) == 1)
     speedup_errors = {model: [] for model in errors}
     for p in report["plans"]:
@@ -90,24 +97,36 @@ def _row(out: Path, mode: str, category: str, report: dict) -> dict:
     single = min((p for p in report["plans"] if len(p["chain"]) == 2), key=lambda p: p["measured_ms_per_token"])
     fastest = min(p["measured_ms_per_token"] for p in report["plans"])
     return {
-        "mode": mode, "category": category, "plans": len(report["plans"]), "context_len": report["context_len"],
-        "median_abs_error_empirical": statistics.median(errors["empirical"]), "median_abs_error_iid": statistics.median(errors["iid"]),
+        "mode": mode,
+        "category": category,
+        "plans": len(report["plans"]),
+        "context_len": report["context_len"],
+        "median_abs_error_empirical": statistics.median(errors["empirical"]),
+        "median_abs_error_iid": statistics.median(errors["iid"]),
         "autoregressive_error": auto["empirical_error"],
-        "speedup_error_empirical": statistics.median(speedup_errors["empirical"]), "speedup_error_iid": statistics.median(speedup_errors["iid"]),
-        "regret": best["measured_ms_per_token"] / fastest - 1.0, "best": " -> ".join(best["chain"]) + f" {best['widths']}",
-        "best_speedup": best["measured_speedup"], "best_vs_best_single": single["measured_ms_per_token"] / best["measured_ms_per_token"],
-        "best_accepted_pred": best["predicted_mean_accepted_length"], "best_accepted_meas": best["measured_mean_accepted_length"],
+        "speedup_error_empirical": statistics.median(speedup_errors["empirical"]),
+        "speedup_error_iid": statistics.median(speedup_errors["iid"]),
+        "regret": best["measured_ms_per_token"] / fastest - 1.0,
+        "best": " -> ".join(best["chain"]) + f" {best['widths']}",
+        "best_speedup": best["measured_speedup"],
+        "best_vs_best_single": single["measured_ms_per_token"] / best["measured_ms_per_token"],
+        "best_accepted_pred": best["predicted_mean_accepted_length"],
+        "best_accepted_meas": best["measured_mean_accepted_length"],
     }
 
 
 def _table(rows: list[dict]) -> None:
-    print("\n| mode | category | context | plans | median abs error, empirical / i.i.d. | autoregressive error | median abs speed-up error, empirical / i.i.d. | regret | solver's pick | its measured speed-up | over best single | accepted length pred / meas |")
+    print(
+        "\n| mode | category | context | plans | median abs error, empirical / i.i.d. | autoregressive error | median abs speed-up error, empirical / i.i.d. | regret | solver's pick | its measured speed-up | over best single | accepted length pred / meas |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['mode']} | {r['category']} | {r['context_len']} | {r['plans']} | {r['median_abs_error_empirical']:.1%} / "
-              f"{r['median_abs_error_iid']:.1%} | {r['autoregressive_error']:+.1%} | {r['speedup_error_empirical']:.1%} / {r['speedup_error_iid']:.1%} | "
-              f"{r['regret']:.1%} | {r['best']} | {r['best_speedup']:.2f}x | "
-              f"{r['best_vs_best_single']:.2f}x | {r['best_accepted_pred']:.2f} / {r['best_accepted_meas']:.2f} |")
+        print(
+            f"| {r['mode']} | {r['category']} | {r['context_len']} | {r['plans']} | {r['median_abs_error_empirical']:.1%} / "
+            f"{r['median_abs_error_iid']:.1%} | {r['autoregressive_error']:+.1%} | {r['speedup_error_empirical']:.1%} / {r['speedup_error_iid']:.1%} | "
+            f"{r['regret']:.1%} | {r['best']} | {r['best_speedup']:.2f}x | "
+            f"{r['best_vs_best_single']:.2f}x | {r['best_accepted_pred']:.2f} / {r['best_accepted_meas']:.2f} |"
+        )
 
 
 if __name__ == "__main__":

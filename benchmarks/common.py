@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 from collections import defaultdict
 from pathlib import Path
 
@@ -33,15 +32,9 @@ def machine() -> str:
     """One line naming the CPU, threads and library versions."""
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from hsd_planner.profiling.hardware import cpu_name
+
     return (
-        f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"{cpu_name()}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"transformers {transformers.__version__}"
     )

@@ -11,17 +11,17 @@ from hsd_runtime.vocab import DEFAULT_NGRAM_ORDER, DTYPES, MODES, Dtype, Mode
 
 __all__ = [
     "ACCEPTANCE_MODELS",
-    "AcceptanceModel",
     "DEFAULT_NGRAM_ORDER",
+    "DISTILL_DATA",
     "DIVERGENCE_NAMES",
     "DTYPES",
-    "Divergence",
-    "DistillData",
-    "DISTILL_DATA",
-    "Dtype",
     "MODES",
-    "Mode",
     "PLAN_KINDS",
+    "AcceptanceModel",
+    "DistillData",
+    "Divergence",
+    "Dtype",
+    "Mode",
     "PlanKind",
 ]
 

@@ -19,7 +19,7 @@ from .sampling import SamplingConfig, warp
 from .stats import LevelStats
 from .verify import verify_greedy, verify_sample
 
-__all__ = ["DraftContext", "Proposal", "Drafter", "ModelDrafter", "VerifierLevel"]
+__all__ = ["DraftContext", "Drafter", "ModelDrafter", "Proposal", "VerifierLevel"]
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,13 @@ Every message is one line that says what went wrong and what to do about it; the
 from __future__ import annotations
 
 __all__ = [
-    "HSDError",
-    "ModelSpecError",
-    "ModelNotFoundError",
-    "PackageMissingError",
-    "TokenizerMismatchError",
     "ChainError",
+    "HSDError",
+    "ModelNotFoundError",
+    "ModelSpecError",
+    "PackageMissingError",
     "PromptError",
+    "TokenizerMismatchError",
 ]
 
 

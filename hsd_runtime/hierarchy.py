@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -57,7 +58,7 @@ class Hierarchy:
             raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
         names = list(names) if names is not None else [type(m).__name__ for m in members]
         models = [m for m in members if isinstance(m, nn.Module)]
-        width = logits_width or min(m.get_output_embeddings().weight.shape[0] for m in models)
+        width = logits_width or min(_head_rows(m) for m in models)
         self.names = names
         self.widths = list(widths)
         self.eos_token_ids = frozenset(eos_token_ids)
@@ -75,7 +76,9 @@ class Hierarchy:
                 self.levels.append(ModelDrafter(cached))
             else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
                 self.levels.append(VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0))
-        self.top: VerifierLevel = self.levels[-1]
+        top = self.levels[-1]
+        assert isinstance(top, VerifierLevel)  # the last member is a model (checked above)
+        self.top = top
 
     @property
     def depth(self) -> int:
@@ -126,9 +129,12 @@ class Hierarchy:
         )
 
 
-def build_hierarchy(
-    chain: Sequence[str | ModelSpec], widths: Sequence[int], loader: ModelLoader
-) -> tuple[Hierarchy, object]:
+def _head_rows(model: Any) -> int:
+    """Rows of the output layer: the logits width, which may exceed the tokenizer by padding."""
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[int], loader: ModelLoader) -> tuple[Hierarchy, object]:
     """Load ``chain`` (smallest first, target last) and build its hierarchy.
 
     Returns the hierarchy and the target's tokenizer. Raises if the models do not share a
@@ -144,7 +150,5 @@ def build_hierarchy(
         NgramDrafter(n=s.ngram_order, name=str(s)) if m is None else m.model for s, m in zip(specs, loaded)
     ]
     target = models[-1]
-    hierarchy = Hierarchy(
-        members, widths, names=[str(s) for s in specs], logits_width=width, eos_token_ids=target.eos_token_ids
-    )
+    hierarchy = Hierarchy(members, widths, names=[str(s) for s in specs], logits_width=width, eos_token_ids=target.eos_token_ids)
     return hierarchy, target.tokenizer

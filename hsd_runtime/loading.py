@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,9 +27,9 @@ from .spec import ModelSpec, parse_spec
 __all__ = [
     "LoadedModel",
     "ModelLoader",
+    "check_same_tokenizer",
     "resolve_device",
     "resolve_dtype",
-    "check_same_tokenizer",
     "truncated_config",
     "truncated_view",
 ]
@@ -76,11 +77,11 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _decoder(model: nn.Module) -> nn.Module:
+def _decoder(model: Any) -> Any:
     return getattr(model, model.base_model_prefix)
 
 
-def truncated_config(config: object, k: int) -> object:
+def truncated_config(config: Any, k: int) -> Any:
     """A copy of a transformers decoder ``config`` with its first ``k`` layers only."""
     cfg = copy.deepcopy(config)
     cfg.num_hidden_layers = k
@@ -89,7 +90,7 @@ def truncated_config(config: object, k: int) -> object:
     return cfg
 
 
-def truncated_view(model: nn.Module, k: int) -> nn.Module:
+def truncated_view(model: Any, k: int) -> Any:
     """The first ``k`` decoder layers of ``model`` plus its final norm and head, sharing weights.
 
     The two outer modules are shallow copies with their own containers (children, hooks,
@@ -107,7 +108,7 @@ def truncated_view(model: nn.Module, k: int) -> nn.Module:
     return outer
 
 
-def _shallow(module: nn.Module) -> nn.Module:
+def _shallow(module: Any) -> Any:
     """A copy of ``module`` sharing its parameters but not its dicts of children, hooks, buffers."""
     clone = copy.copy(module)
     for name, value in vars(module).items():
@@ -130,7 +131,7 @@ def _convert_gguf(gguf: Path) -> Path:
     out = converted_dir(gguf)
     if (out / "config.json").is_file():
         return out
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     # The weights are plain fp32 tensors after dequantization; drop the marker that forbids saving.
     model.hf_quantizer = None
@@ -162,9 +163,7 @@ def _source_dir(spec: ModelSpec) -> Path:
             raise ModelNotFoundError(f"directory {name!r} has no config.json; it is not a Hugging Face model directory")
         return path
     known = ", ".join(sorted(PACKAGED))
-    raise ModelNotFoundError(
-        f"unknown model {name!r}: not a packaged alias ({known}), 'ngram', a model directory or a .gguf file"
-    )
+    raise ModelNotFoundError(f"unknown model {name!r}: not a packaged alias ({known}), 'ngram', a model directory or a .gguf file")
 
 
 class ModelLoader:
@@ -202,7 +201,7 @@ class ModelLoader:
         source = _source_dir(spec)
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(source))
-            model = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype))
+            model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype))
         except (OSError, ValueError) as exc:
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {str(exc).splitlines()[0]}") from exc
         model.to(self.device).eval()

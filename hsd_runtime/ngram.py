@@ -14,9 +14,9 @@ import time
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .vocab import DEFAULT_NGRAM_ORDER
 from .drafters import DraftContext, Proposal
 from .stats import LevelStats
+from .vocab import DEFAULT_NGRAM_ORDER
 
 __all__ = ["NgramDrafter", "ngram_lookup"]
 

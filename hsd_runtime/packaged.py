@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .errors import ModelNotFoundError, PackageMissingError
 
-__all__ = ["PackagedModel", "PACKAGED", "cache_dir", "packaged_gguf", "converted_dir"]
+__all__ = ["PACKAGED", "PackagedModel", "cache_dir", "converted_dir", "packaged_gguf"]
 
 
 @dataclass(frozen=True)

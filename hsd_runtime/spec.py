@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from .errors import ModelSpecError
 from .vocab import DEFAULT_NGRAM_ORDER, DTYPES, Dtype
 
-__all__ = ["ModelSpec", "parse_spec", "parse_chain", "NGRAM", "DTYPES", "Dtype"]
+__all__ = ["DTYPES", "NGRAM", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
 
 NGRAM = "ngram"
 _INT_OPTIONS = {"layers", "n"}
@@ -54,7 +54,7 @@ class ModelSpec(BaseModel):
         return self.name == NGRAM
 
     @property
-    def base(self) -> "ModelSpec":
+    def base(self) -> ModelSpec:
         """The spec of the full model this one is a view of (``layers`` dropped)."""
         return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] != "layers"))
 
@@ -80,9 +80,7 @@ def parse_spec(text: str) -> ModelSpec:
         if not sep or not key or not value:
             raise ModelSpecError(f"option {part!r} in model spec {text!r} is not key=value")
         if key not in _KNOWN:
-            raise ModelSpecError(
-                f"unknown option {key!r} in model spec {text!r}; known: {', '.join(sorted(_KNOWN))}"
-            )
+            raise ModelSpecError(f"unknown option {key!r} in model spec {text!r}; known: {', '.join(sorted(_KNOWN))}")
         if any(k == key for k, _ in options):
             raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
         if key in _INT_OPTIONS and not (value.isdigit() and int(value) >= 1):

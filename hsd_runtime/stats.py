@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["LevelStats", "GenerationResult"]
+__all__ = ["GenerationResult", "LevelStats"]
 
 
 @dataclass
@@ -27,7 +27,7 @@ class LevelStats:
 
     def reset(self) -> None:
         """Zero every counter (a new generation)."""
-        self.__init__(model=self.model)
+        vars(self).update(vars(LevelStats(model=self.model)))
 
     @property
     def tokens_per_pass(self) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["Dtype", "DTYPES", "Mode", "MODES", "DEFAULT_NGRAM_ORDER"]
+__all__ = ["DEFAULT_NGRAM_ORDER", "DTYPES", "MODES", "Dtype", "Mode"]
 
 Dtype = Literal["fp32", "bf16", "fp16"]  # weights and activations of a model
 DTYPES: tuple[str, ...] = get_args(Dtype)

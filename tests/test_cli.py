@@ -14,7 +14,9 @@ def run(*args):
 
 def test_generate_json_with_check(tiny_dirs):
     chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}:layers=3,{tiny_dirs['target']}"
-    result = run("generate", "--chain", chain, "--widths", "3,2,2", "--prompt", "w1 w2 w3 w1 w2", "--max-new-tokens", 12, "--check", "--json")
+    result = run(
+        "generate", "--chain", chain, "--widths", "3,2,2", "--prompt", "w1 w2 w3 w1 w2", "--max-new-tokens", 12, "--check", "--json"
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert out["chain"][0] == "ngram" and out["widths"] == [3, 2, 2]
@@ -26,13 +28,43 @@ def test_generate_json_with_check(tiny_dirs):
 
 
 def test_generate_prints_text_and_level_table(tiny_dirs):
-    result = run("generate", "--chain", f"{tiny_dirs['draft']},{tiny_dirs['target']}", "--widths", "2", "--prompt", "w5 w6", "--max-new-tokens", 6, "--check")
+    result = run(
+        "generate",
+        "--chain",
+        f"{tiny_dirs['draft']},{tiny_dirs['target']}",
+        "--widths",
+        "2",
+        "--prompt",
+        "w5 w6",
+        "--max-new-tokens",
+        6,
+        "--check",
+    )
     assert result.exit_code == 0, result.output
     assert "ms/token" in result.output and "identical to the target" in result.output
 
 
 def test_generate_samples(tiny_dirs):
-    args = ["generate", "--chain", f"{tiny_dirs['draft']},{tiny_dirs['target']}", "--widths", "2", "--prompt", "w5", "--max-new-tokens", 8, "--mode", "sample", "--temperature", "0.7", "--top-p", "0.9", "--seed", "3", "--json"]
+    args = [
+        "generate",
+        "--chain",
+        f"{tiny_dirs['draft']},{tiny_dirs['target']}",
+        "--widths",
+        "2",
+        "--prompt",
+        "w5",
+        "--max-new-tokens",
+        8,
+        "--mode",
+        "sample",
+        "--temperature",
+        "0.7",
+        "--top-p",
+        "0.9",
+        "--seed",
+        "3",
+        "--json",
+    ]
     first, second = run(*args), run(*args)
     assert first.exit_code == 0, first.output
     assert json.loads(first.output)["tokens"] == json.loads(second.output)["tokens"]

@@ -10,9 +10,9 @@ from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hsd_planner.cli import cli
+from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
 from hsd_planner.training.divergences import DIVERGENCES, divergence
-from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
 
@@ -106,8 +106,16 @@ def learnable(tmp_path_factory):
 
 @pytest.mark.parametrize("name, data", [("fkl", "on-policy"), ("rkl", "on-policy"), ("jsd", "mixed"), ("tvd", "target")])
 def test_distillation_lowers_the_divergence_and_raises_acceptance(learnable, tmp_path, name, data):
-    config = DistillConfig(target=str(learnable / "target"), layers=1, prompts=str(learnable / "p.txt"), divergence=name,
-                           data=data, steps=60, lr=3e-3, max_new_tokens=12)
+    config = DistillConfig(
+        target=str(learnable / "target"),
+        layers=1,
+        prompts=str(learnable / "p.txt"),
+        divergence=name,
+        data=data,
+        steps=60,
+        lr=3e-3,
+        max_new_tokens=12,
+    )
     distiller = Distiller(config, tmp_path / "out", ModelLoader(device="cpu"))
     # a random target has nothing to generalize from: measure on training prompts, over the target's own samples
     prompts = distiller.train_ids[:16]

@@ -6,7 +6,6 @@ wrong rule - an intermediate level passing the drafter's q upward instead of its
 fail the same test.
 """
 
-
 import numpy as np
 import pytest
 import torch

@@ -5,9 +5,9 @@ import random
 
 import pytest
 
+from hsd_planner.errors import SolverError
 from hsd_planner.plan.latency import Level, RunLengths, expected_rounds, expected_run_tokens, hierarchy_latency
 from hsd_planner.plan.simulate import simulate
-from hsd_planner.errors import SolverError
 from hsd_planner.plan.solver import Candidate, solve_graph
 
 
@@ -72,7 +72,9 @@ def test_formula_agrees_with_monte_carlo(empirical):
 
 
 def _instance(rng: random.Random, n: int, empirical: bool):
-    cands = [Candidate(f"m{i}", affine(rng.uniform(0.05, 20), rng.uniform(0, 0.5)), lookup=(i == 0 and rng.random() < 0.5)) for i in range(n)]
+    cands = [
+        Candidate(f"m{i}", affine(rng.uniform(0.05, 20), rng.uniform(0, 0.5)), lookup=(i == 0 and rng.random() < 0.5)) for i in range(n)
+    ]
     target = Candidate("target", affine(rng.uniform(25, 40), rng.uniform(0, 1)))
     acc = {}
     names = [c.name for c in cands] + ["target"]
@@ -135,7 +137,7 @@ def test_required_models_are_in_every_plan_and_the_optimum_is_exact():
         except SolverError:
             assert _brute_force(cands, target, acc, 3, require=require)[1] is None
             continue
-        ms, chain, widths = _brute_force(cands, target, acc, 3, require=require)
+        ms, chain, _ = _brute_force(cands, target, acc, 3, require=require)
         assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9) and sol.best.chain == chain
         assert all(set(require) <= set(p.chain) for p in sol.top)
 
@@ -177,6 +179,8 @@ def test_hand_built_optimum():
     ],
 )
 def test_solver_bad_input(kwargs, fragment):
-    args = dict(candidates=[Candidate("d", affine(1, 0))], target=Candidate("t", affine(10, 0)), acceptance={("d", "t"): RunLengths.iid(0.5)})
+    args = dict(
+        candidates=[Candidate("d", affine(1, 0))], target=Candidate("t", affine(10, 0)), acceptance={("d", "t"): RunLengths.iid(0.5)}
+    )
     with pytest.raises(SolverError, match=fragment):
         solve_graph(**(args | kwargs))

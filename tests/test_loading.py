@@ -61,7 +61,7 @@ def test_load_errors(tiny_dirs, spec, error, fragment):
 
 
 def test_directory_without_config_is_refused(tmp_path):
-    with pytest.raises(ModelNotFoundError, match="no config.json"):
+    with pytest.raises(ModelNotFoundError, match=r"no config\.json"):
         ModelLoader(device="cpu").load(str(tmp_path))
 
 

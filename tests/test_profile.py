@@ -56,7 +56,9 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
     # 3 models x 2 points of latency; per prompt 1 continuation for each of 2 verifiers + 3 pairs
     assert summary["measured"] == 3 * 2 + prompts * (2 + 3) and summary["skipped"] == 0
     assert {(a["drafter"], a["verifier"]) for a in summary["acceptance"]} == {
-        ("ngram", str(tiny_dirs["draft"])), ("ngram", str(tiny_dirs["target"])), (str(tiny_dirs["draft"]), str(tiny_dirs["target"]))
+        ("ngram", str(tiny_dirs["draft"])),
+        ("ngram", str(tiny_dirs["target"])),
+        (str(tiny_dirs["draft"]), str(tiny_dirs["target"])),
     }
     for a in summary["acceptance"]:
         assert 0.0 <= a["alpha"] <= 1.0 and a["run_lengths"][0] == 1.0
@@ -73,14 +75,29 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
 
 
 def test_sampling_profile_and_text_summary(tiny_dirs, prompt_file):
-    result = run("profile", "--models", models(tiny_dirs, "draft", "target"), "--prompts", prompt_file, "--max-prompts", "2",
-                 "--mode", "sample", "--temperature", "0.8", *FAST)
+    result = run(
+        "profile",
+        "--models",
+        models(tiny_dirs, "draft", "target"),
+        "--prompts",
+        prompt_file,
+        "--max-prompts",
+        "2",
+        "--mode",
+        "sample",
+        "--temperature",
+        "0.8",
+        *FAST,
+    )
     assert result.exit_code == 0, result.output
     assert "acceptance alpha" in result.output and "c(1) ms" in result.output
 
 
 def test_export_then_import_into_a_fresh_db_reproduces_the_rows(tiny_dirs, prompt_file, tmp_path):
-    assert run("profile", "--models", models(tiny_dirs, "ngram", "target"), "--prompts", prompt_file, "--max-prompts", "3", *FAST).exit_code == 0
+    assert (
+        run("profile", "--models", models(tiny_dirs, "ngram", "target"), "--prompts", prompt_file, "--max-prompts", "3", *FAST).exit_code
+        == 0
+    )
     exported = tmp_path / "export.json"
     assert run("profiles", "export", exported).exit_code == 0
     fresh = tmp_path / "fresh.db"
@@ -149,10 +166,30 @@ def test_a_non_sqlite_db_is_refused_and_untouched(tiny_dirs, prompt_file, tmp_pa
 
 
 def _profile_process(tiny_dirs, prompt_file, db, *extra):
-    cmd = [sys.executable, "-m", "hsd_planner", "profile", "--models", models(tiny_dirs, "ngram", "draft", "target"),
-           "--prompts", str(prompt_file), "--db", str(db), *FAST, "--max-new-tokens", "40", *extra]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=_ctrl_c_as_in_a_terminal)
+    cmd = [
+        sys.executable,
+        "-m",
+        "hsd_planner",
+        "profile",
+        "--models",
+        models(tiny_dirs, "ngram", "draft", "target"),
+        "--prompts",
+        str(prompt_file),
+        "--db",
+        str(db),
+        *FAST,
+        "--max-new-tokens",
+        "40",
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_ctrl_c_as_in_a_terminal,
+    )
 
 
 def _ctrl_c_as_in_a_terminal() -> None:
@@ -207,9 +244,25 @@ def test_two_processes_write_one_database_at_once(tiny_dirs, prompt_file, tmp_pa
     other.write_text("\n".join(f"w{i} w{i}" for i in range(20, 32)))
     a = _profile_process(tiny_dirs, prompt_file, db, "--json")
     b = subprocess.Popen(
-        [sys.executable, "-m", "hsd_planner", "profile", "--models", models(tiny_dirs, "ngram", "draft", "target"),
-         "--prompts", str(other), "--db", str(db), *FAST, "--max-new-tokens", "40", "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "hsd_planner",
+            "profile",
+            "--models",
+            models(tiny_dirs, "ngram", "draft", "target"),
+            "--prompts",
+            str(other),
+            "--db",
+            str(db),
+            *FAST,
+            "--max-new-tokens",
+            "40",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     (out_a, err_a), (out_b, err_b) = a.communicate(timeout=300), b.communicate(timeout=300)
     assert a.returncode == 0, err_a

@@ -66,9 +66,23 @@ def test_gemma3_loads_and_generates():
 
 def test_generate_command_as_a_user_runs_it():
     out = subprocess.run(
-        ["hsd-plan", "generate", "--chain", "ngram,smollm2-135m:layers=8,smollm2-135m", "--widths", "4,2",
-         "--prompt", "Name the planets of the solar system.", "--max-new-tokens", "32", "--check", "--json"],
-        capture_output=True, text=True, timeout=600,
+        [
+            "hsd-plan",
+            "generate",
+            "--chain",
+            "ngram,smollm2-135m:layers=8,smollm2-135m",
+            "--widths",
+            "4,2",
+            "--prompt",
+            "Name the planets of the solar system.",
+            "--max-new-tokens",
+            "32",
+            "--check",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
@@ -78,10 +92,30 @@ def test_generate_command_as_a_user_runs_it():
 def test_profile_real_models_on_three_prompts(tmp_path):
     db = tmp_path / "real.db"
     out = subprocess.run(
-        ["hsd-plan", "profile", "--models", "ngram,smollm2-135m:layers=2,smollm2-135m", "--max-prompts", "3",
-         "--max-new-tokens", "24", "--latency-grid", "1,4,16", "--context-lens", "64", "--repeats", "3",
-         "--dtype", "bf16", "--db", str(db), "--json"],
-        capture_output=True, text=True, timeout=900,
+        [
+            "hsd-plan",
+            "profile",
+            "--models",
+            "ngram,smollm2-135m:layers=2,smollm2-135m",
+            "--max-prompts",
+            "3",
+            "--max-new-tokens",
+            "24",
+            "--latency-grid",
+            "1,4,16",
+            "--context-lens",
+            "64",
+            "--repeats",
+            "3",
+            "--dtype",
+            "bf16",
+            "--db",
+            str(db),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
@@ -93,9 +127,26 @@ def test_profile_real_models_on_three_prompts(tmp_path):
 def test_demo_runs_end_to_end_with_reduced_sizes(tmp_path):
     plot = tmp_path / "demo.png"
     out = subprocess.run(
-        ["hsd-plan", "demo", "--models", "ngram,smollm2-135m:layers=2,smollm2-135m", "--max-prompts", "2",
-         "--validate-prompts", "1", "--max-new-tokens", "16", "--plot", str(plot), "--db", str(tmp_path / "demo.db"), "--json"],
-        capture_output=True, text=True, timeout=900,
+        [
+            "hsd-plan",
+            "demo",
+            "--models",
+            "ngram,smollm2-135m:layers=2,smollm2-135m",
+            "--max-prompts",
+            "2",
+            "--validate-prompts",
+            "1",
+            "--max-new-tokens",
+            "16",
+            "--plot",
+            str(plot),
+            "--db",
+            str(tmp_path / "demo.db"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)

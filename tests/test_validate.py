@@ -33,8 +33,22 @@ def solved(tiny_dirs, prompts):
 
 def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_db):
     plot = tmp_path / "v.png"
-    result = run("validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 3, "--max-new-tokens", 8,
-                 "--device", "cpu", "--plot", plot, "--json")
+    result = run(
+        "validate",
+        "--candidates",
+        "all",
+        "--prompts",
+        prompts,
+        "--max-prompts",
+        3,
+        "--max-new-tokens",
+        8,
+        "--device",
+        "cpu",
+        "--plot",
+        plot,
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
     assert report["prompt_count"] == 3 and report["prompts"].endswith(":validate")
@@ -42,13 +56,15 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
     assert len(auto) == 1 and auto[0]["measured_speedup"] == 1.0
     for p in report["plans"]:
         assert p["measured_ms_per_token"] > 0 and p["error"] == pytest.approx(
-            (p["predicted_ms_per_token"] - p["measured_ms_per_token"]) / p["measured_ms_per_token"])
+            (p["predicted_ms_per_token"] - p["measured_ms_per_token"]) / p["measured_ms_per_token"]
+        )
         assert len(p["levels"]) == len(p["chain"])
         assert p["speedup_error"] == pytest.approx(p["predicted_speedup"] / p["measured_speedup"] - 1.0)
     assert report["regret"] >= 0 and report["median_abs_error"] >= 0 and report["median_abs_speedup_error"] >= 0
     with sqlite3.connect(isolated_db) as conn:
-        stored = conn.execute("SELECT plan_id, measured_ms_per_token, error FROM validation_runs WHERE validation_id = ?",
-                              (report["validation_id"],)).fetchall()
+        stored = conn.execute(
+            "SELECT plan_id, measured_ms_per_token, error FROM validation_runs WHERE validation_id = ?", (report["validation_id"],)
+        ).fetchall()
         regret = conn.execute("SELECT regret FROM validations WHERE id = ?", (report["validation_id"],)).fetchone()[0]
     assert sorted(stored) == sorted((p["plan_id"], p["measured_ms_per_token"], p["error"]) for p in report["plans"])
     assert regret == pytest.approx(report["regret"])

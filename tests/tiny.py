@@ -37,9 +37,7 @@ def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
     vocab = {w: i for i, w in enumerate(["<bos>", "<eos>", "<pad>", "<unk>", *words])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>")
 
 
 WORDS = [f"w{i}" for i in range(60)]

@@ -22,12 +22,21 @@ from .validate import demo, validate
 __all__ = ["cli"]
 
 
+class _UsageError(click.ClickException):
+    """A bad option value or a missing argument: one line, exit status 2 as click gives usage errors."""
+
+    exit_code = 2
+
+
 class _Group(click.Group):
-    """Turns every error a user can act on into one line on stderr and exit status 1."""
+    """Turns every error a user can act on into one line on stderr (exit status 1; 2 for usage)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # click prints usage and a hint too; one line says it all
+            command = f" (see hsd-plan {exc.ctx.command_path.split(' ', 1)[-1]} --help)" if exc.ctx and " " in exc.ctx.command_path else ""
+            raise _UsageError(exc.format_message() + command) from None
         except HSDError as exc:
             raise click.ClickException(str(exc)) from None
         except ValidationError as exc:

@@ -8,7 +8,7 @@ import click
 
 from hsd_runtime import ModelLoader
 
-from ..training import DistillConfig, DistillReport, Distiller, parse_init, running_average
+from ..training import DistillConfig, Distiller, DistillReport, parse_init, running_average
 from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES
 from .options import json_option, prompt_options, runtime_options
 from .render import Bars, emit
@@ -23,28 +23,73 @@ def _default(name: str) -> object:
 @click.command()
 @click.option("--target", default=_default("target"), show_default=True, help="The target model spec to distill.")
 @click.option("--init", "init", required=True, help="layers=K: the student starts from the target's first K decoder layers.")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Directory for the student (must be new or empty, unless --resume).")
-@click.option("--divergence", type=click.Choice(DIVERGENCE_NAMES), default=_default("divergence"), show_default=True,
-              help="Forward KL, reverse KL, Jensen-Shannon (beta 0.5) or total variation.")
-@click.option("--data", type=click.Choice(DISTILL_DATA), default=_default("data"), show_default=True,
-              help="Continuations sampled from the student, from the target, or either with probability 1/2.")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False), help="Directory for the student (must be new or empty, unless --resume)."
+)
+@click.option(
+    "--divergence",
+    type=click.Choice(DIVERGENCE_NAMES),
+    default=_default("divergence"),
+    show_default=True,
+    help="Forward KL, reverse KL, Jensen-Shannon (beta 0.5) or total variation.",
+)
+@click.option(
+    "--data",
+    type=click.Choice(DISTILL_DATA),
+    default=_default("data"),
+    show_default=True,
+    help="Continuations sampled from the student, from the target, or either with probability 1/2.",
+)
 @prompt_options
 @click.option("--steps", type=click.IntRange(min=1), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=_default("batch_size"), show_default=True, help="Prompts per step.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=_default("max_new_tokens"), show_default=True,
-              help="Length of each generated continuation.")
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    default=_default("max_new_tokens"),
+    show_default=True,
+    help="Length of each generated continuation.",
+)
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
-@click.option("--temperature", type=click.FloatRange(0, min_open=True), default=_default("temperature"), show_default=True,
-              help="Sampling temperature of the continuations and of the divergence.")
+@click.option(
+    "--temperature",
+    type=click.FloatRange(0, min_open=True),
+    default=_default("temperature"),
+    show_default=True,
+    help="Sampling temperature of the continuations and of the divergence.",
+)
 @click.option("--seed", type=int, default=_default("seed"), show_default=True, help="Seed of the run: the same seed reproduces it.")
-@click.option("--checkpoint-every", type=click.IntRange(min=1), default=_default("checkpoint_every"), show_default=True,
-              help="Save a checkpoint every N steps (and at the end).")
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=1),
+    default=_default("checkpoint_every"),
+    show_default=True,
+    help="Save a checkpoint every N steps (and at the end).",
+)
 @click.option("--resume", is_flag=True, help="Continue the run checkpointed in --out (same settings; --steps may grow).")
 @runtime_options(dtype_help="Dtype of the frozen target; the student always trains in fp32.")
 @json_option
-def distill(target: str, init: str, out: str, divergence: str, data: str, prompts_file: str | None, category: str | None,
-            max_prompts: int | None, steps: int, batch_size: int, max_new_tokens: int, lr: float, temperature: float, seed: int,
-            checkpoint_every: int, resume: bool, dtype: str, device: str, as_json: bool) -> None:
+def distill(
+    target: str,
+    init: str,
+    out: str,
+    divergence: str,
+    data: str,
+    prompts_file: str | None,
+    category: str | None,
+    max_prompts: int | None,
+    steps: int,
+    batch_size: int,
+    max_new_tokens: int,
+    lr: float,
+    temperature: float,
+    seed: int,
+    checkpoint_every: int,
+    resume: bool,
+    dtype: str,
+    device: str,
+    as_json: bool,
+) -> None:
     """Train a student drafter toward a target by knowledge distillation (DistillSpec).
 
     The student is a copy of the target's first K decoder layers, final norm and embeddings
@@ -65,9 +110,21 @@ def distill(target: str, init: str, out: str, divergence: str, data: str, prompt
         hsd-plan generate --chain students/l4-fkl,smollm2-135m --widths 4 --prompt "Explain tides." --check
     """
     config = DistillConfig(
-        target=target, layers=parse_init(init), divergence=divergence, data=data, prompts=prompts_file, category=category,
-        max_prompts=max_prompts, steps=steps, batch_size=batch_size, max_new_tokens=max_new_tokens, lr=lr, temperature=temperature,
-        seed=seed, checkpoint_every=checkpoint_every, dtype=dtype,
+        target=target,
+        layers=parse_init(init),
+        divergence=divergence,
+        data=data,
+        prompts=prompts_file,
+        category=category,
+        max_prompts=max_prompts,
+        steps=steps,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        lr=lr,
+        temperature=temperature,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+        dtype=dtype,
     )
     distiller = Distiller(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
     bars = Bars()

@@ -26,8 +26,23 @@ __all__ = ["generate"]
 @sampling_options
 @runtime_options
 @json_option
-def generate(chain: str, widths: str, prompt: str, max_new_tokens: int, raw: bool, check: bool, warmup: bool, mode: str,
-             temperature: float, top_k: int | None, top_p: float | None, seed: int, dtype: str, device: str, as_json: bool) -> None:
+def generate(
+    chain: str,
+    widths: str,
+    prompt: str,
+    max_new_tokens: int,
+    raw: bool,
+    check: bool,
+    warmup: bool,
+    mode: str,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int,
+    dtype: str,
+    device: str,
+    as_json: bool,
+) -> None:
     """Run one hierarchy on one prompt and report per-level stats.
 
     --check compares with the target's own greedy decoding. With an fp32 target the tokens

@@ -8,7 +8,7 @@ from typing import TypeVar
 import click
 
 from ..errors import ChainError
-from ..plan import SOLVE_DEFAULTS
+from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT
 from ..vocab import ACCEPTANCE_MODELS, DTYPES, MODES
 
 __all__ = [
@@ -44,9 +44,9 @@ def runtime_options(f: F | None = None, *, dtype: str | None = "fp32", dtype_hel
     """``--device`` and ``--dtype``; ``dtype=None`` makes --dtype optional (the command decides)."""
 
     def wrap(g: F) -> F:
-        g = click.option(
-            "--device", default="auto", show_default=True, help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ..."
-        )(g)
+        g = click.option("--device", default="auto", show_default=True, help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ...")(
+            g
+        )
         return click.option(
             "--dtype",
             type=click.Choice(DTYPES),
@@ -71,7 +71,9 @@ def sampling_options(f: F | None = None, *, top_k: bool = True, seed_help: str =
 
     def wrap(g: F) -> F:
         g = click.option("--seed", type=int, default=0, show_default=True, help=seed_help)(g)
-        g = click.option("--top-p", type=click.FloatRange(0, 1, min_open=True), default=None, help="Nucleus sampling mass [default: 1, off].")(g)
+        g = click.option(
+            "--top-p", type=click.FloatRange(0, 1, min_open=True), default=None, help="Nucleus sampling mass [default: 1, off]."
+        )(g)
         if top_k:
             g = click.option("--top-k", type=click.IntRange(min=1), default=None, help="Sample among the k likeliest tokens.")(g)
         return mode_options(g)
@@ -83,10 +85,15 @@ def prompt_options(f: F | None = None, *, max_prompts: int | None = None, max_he
     """``--prompts``, ``--category`` and ``--max-prompts``."""
 
     def wrap(g: F) -> F:
-        g = click.option("--max-prompts", type=click.IntRange(min=1), default=max_prompts, show_default=max_prompts is not None, help=max_help)(g)
+        g = click.option(
+            "--max-prompts", type=click.IntRange(min=1), default=max_prompts, show_default=max_prompts is not None, help=max_help
+        )(g)
         g = click.option("--category", default=None, help="Keep only JSONL rows of this category.")(g)
         return click.option(
-            "--prompts", "prompts_file", type=click.Path(dir_okay=False), default=None,
+            "--prompts",
+            "prompts_file",
+            type=click.Path(dir_okay=False),
+            default=None,
             help="JSONL ('prompt' or Spec-Bench 'turns') or text file, one prompt per line [default: the built-in set].",
         )(g)
 
@@ -98,13 +105,27 @@ def solve_options(f: F) -> F:
     d = SOLVE_DEFAULTS
     f = click.option("--require", default="", help="Comma-separated model specs every plan must contain.")(f)
     f = click.option("--exclude", default="", help="Comma-separated model specs not to use.")(f)
-    f = click.option("--context-len", type=click.IntRange(min=1), default=d.context_len, show_default=True,
-                     help="Context length the cost curves are read at.")(f)
-    f = click.option("--max-depth", type=int, default=d.max_depth, help="Most drafter levels [default: no limit].")(f)
-    f = click.option("--t-max", type=int, default=d.t_max, show_default=True, help="Largest width tried at any level.")(f)
-    f = click.option("--top", "top_k", type=click.IntRange(min=1), default=d.top_k, show_default=True, help="How many hierarchies to list.")(f)
-    return click.option("--acceptance", type=click.Choice(ACCEPTANCE_MODELS), default=d.acceptance, show_default=True,
-                        help="Run-length model: the measured P(G >= g), or alpha^g.")(f)
+    f = click.option(
+        "--context-len",
+        type=click.IntRange(min=1),
+        default=d.context_len,
+        show_default=True,
+        help="Context length the cost curves are read at.",
+    )(f)
+    f = click.option("--max-depth", type=click.IntRange(min=0), default=d.max_depth, help="Most drafter levels [default: no limit].")(f)
+    f = click.option(
+        "--t-max", type=click.IntRange(1, T_MAX_LIMIT), default=d.t_max, show_default=True, help="Largest width tried at any level."
+    )(f)
+    f = click.option(
+        "--top", "top_k", type=click.IntRange(min=1), default=d.top_k, show_default=True, help="How many hierarchies to list."
+    )(f)
+    return click.option(
+        "--acceptance",
+        type=click.Choice(ACCEPTANCE_MODELS),
+        default=d.acceptance,
+        show_default=True,
+        help="Run-length model: the measured P(G >= g), or alpha^g.",
+    )(f)
 
 
 def parse_widths(text: str | None) -> list[int]:

@@ -20,22 +20,51 @@ _D = ProfileConfig.model_fields
 @click.command()
 @click.option("--models", required=True, help="Comma-separated model specs to profile, e.g. ngram,smollm2-135m:layers=8,smollm2-135m.")
 @prompt_options(max_help="Profile at most this many prompts.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=_D["max_new_tokens"].default, show_default=True,
-              help="Length of each verifier continuation.")
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(min=1),
+    default=_D["max_new_tokens"].default,
+    show_default=True,
+    help="Length of each verifier continuation.",
+)
 @sampling_options(top_k=False, seed_help="Seed of sampled continuations.")
-@click.option("--latency-grid", default=",".join(map(str, _D["latency_grid"].default_factory())), show_default=True,
-              help="Tokens per pass n to time.")
-@click.option("--context-lens", default="auto", show_default=True,
-              help="Cached context lengths to time at; auto: 64, 512 and the longest prompt plus continuation when longer.")
-@click.option("--repeats", type=click.IntRange(min=1), default=_D["repeats"].default, show_default=True, help="Timed passes per point (median kept).")
+@click.option(
+    "--latency-grid", default=",".join(map(str, _D["latency_grid"].default_factory())), show_default=True, help="Tokens per pass n to time."
+)
+@click.option(
+    "--context-lens",
+    default="auto",
+    show_default=True,
+    help="Cached context lengths to time at; auto: 64, 512 and the longest prompt plus continuation when longer.",
+)
+@click.option(
+    "--repeats", type=click.IntRange(min=1), default=_D["repeats"].default, show_default=True, help="Timed passes per point (median kept)."
+)
 @click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")
 @runtime_options
 @db_option
 @json_option
-def profile(models: str, prompts_file: str | None, category: str | None, max_prompts: int | None, max_new_tokens: int, mode: str,
-            temperature: float, top_p: float | None, seed: int, latency_grid: str, context_lens: str, repeats: int,
-            skip_acceptance: bool, force: bool, dtype: str, device: str, db: str | None, as_json: bool) -> None:
+def profile(
+    models: str,
+    prompts_file: str | None,
+    category: str | None,
+    max_prompts: int | None,
+    max_new_tokens: int,
+    mode: str,
+    temperature: float,
+    top_p: float | None,
+    seed: int,
+    latency_grid: str,
+    context_lens: str,
+    repeats: int,
+    skip_acceptance: bool,
+    force: bool,
+    dtype: str,
+    device: str,
+    db: str | None,
+    as_json: bool,
+) -> None:
     """Measure latency curves and pairwise acceptance into the database.
 
     Latency: one cached forward pass of n new tokens after each context length. Acceptance: for
@@ -49,10 +78,18 @@ def profile(models: str, prompts_file: str | None, category: str | None, max_pro
         hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --dtype bf16 --max-prompts 12
     """
     config = ProfileConfig(
-        models=[m for m in models.split(",") if m], mode=mode, temperature=temperature, top_p=top_p or 1.0, seed=seed,
-        dtype=dtype, max_new_tokens=max_new_tokens, latency_grid=int_list(latency_grid, "--latency-grid"),
-        context_lens=None if context_lens == "auto" else int_list(context_lens, "--context-lens"), repeats=repeats,
-        acceptance=not skip_acceptance, force=force,
+        models=[m for m in models.split(",") if m],
+        mode=mode,
+        temperature=temperature,
+        top_p=top_p or 1.0,
+        seed=seed,
+        dtype=dtype,
+        max_new_tokens=max_new_tokens,
+        latency_grid=int_list(latency_grid, "--latency-grid"),
+        context_lens=None if context_lens == "auto" else int_list(context_lens, "--context-lens"),
+        repeats=repeats,
+        acceptance=not skip_acceptance,
+        force=force,
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     engine = open_engine(db)

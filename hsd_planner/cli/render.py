@@ -85,15 +85,19 @@ def format_solve(report: SolveReport) -> str:
         f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9}  hierarchy",
     ]
     for p in report.plans:
-        lines.append(f"{p.id:>5} {p.kind:<15} {p.predicted_ms_per_token:>9.2f} {p.predicted_mean_accepted_length:>9.2f} "
-                     f"{p.predicted_speedup:>8.2f}x  {p.label}")
+        lines.append(
+            f"{p.id:>5} {p.kind:<15} {p.predicted_ms_per_token:>9.2f} {p.predicted_mean_accepted_length:>9.2f} "
+            f"{p.predicted_speedup:>8.2f}x  {p.label}"
+        )
     return "\n".join(lines)
 
 
 def format_profiles(doc: ProfileDocument) -> str:
     """``hsd-plan profiles show``: counts, then one line per hardware, workload, model and pair."""
-    lines = [f"{len(doc.hardware)} hardware, {len(doc.models)} models, {len(doc.workloads)} workloads, "
-             f"{len(doc.latency)} latency points, {len(doc.acceptance)} acceptance pairs"]
+    lines = [
+        f"{len(doc.hardware)} hardware, {len(doc.models)} models, {len(doc.workloads)} workloads, "
+        f"{len(doc.latency)} latency points, {len(doc.acceptance)} acceptance pairs"
+    ]
     for h in doc.hardware:
         lines.append(f"hardware {h.fingerprint}: {h.device} {h.device_name}, {h.threads} threads, torch {h.torch_version}")
     for w in doc.workloads:
@@ -105,7 +109,9 @@ def format_profiles(doc: ProfileDocument) -> str:
         lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{c1_text}")
     names = {w.content_hash: w.name for w in doc.workloads}
     for a in doc.acceptance:
-        lines.append(f"acceptance {a.drafter} -> {a.verifier} on {names.get(a.workload, a.workload[:12])} "
-                     f"({a.setting.mode}, T={a.setting.temperature}, top-p={a.setting.top_p}, {a.setting.dtype}): "
-                     f"alpha {a.alpha:.3f} over {a.positions} positions")
+        lines.append(
+            f"acceptance {a.drafter} -> {a.verifier} on {names.get(a.workload, a.workload[:12])} "
+            f"({a.setting.mode}, T={a.setting.temperature}, top-p={a.setting.top_p}, {a.setting.dtype}): "
+            f"alpha {a.alpha:.3f} over {a.positions} positions"
+        )
     return "\n".join(lines)

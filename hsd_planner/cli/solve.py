@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from ..plan import SolveConfig
 from ..store import open_engine
+from ..store.exchange import import_document, read_document
 from ..store.solves import solve_and_store
 from .options import db_option, json_option, mode_options, solve_options, split_specs
 from .render import emit, format_solve
@@ -16,21 +19,58 @@ __all__ = ["solve_command"]
 @click.command("solve")
 @click.option("--target", default=None, help="Target model spec [default: the largest profiled verifier].")
 @click.option("--workload", default=None, help="Workload name as profiled (see hsd-plan profiles show) [default: the newest].")
+@click.option(
+    "--profile-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Solve on an exported profile (e.g. profiles/NAME.json) instead of the database; nothing is stored.",
+)
 @mode_options
 @solve_options
 @db_option
 @json_option
-def solve_command(target: str | None, workload: str | None, mode: str, temperature: float, acceptance: str, top_k: int, t_max: int,
-                  max_depth: int | None, context_len: int, exclude: str, require: str, db: str | None, as_json: bool) -> None:
+def solve_command(
+    target: str | None,
+    workload: str | None,
+    profile_file: str | None,
+    mode: str,
+    temperature: float,
+    acceptance: str,
+    top_k: int,
+    t_max: int,
+    max_depth: int | None,
+    context_len: int,
+    exclude: str,
+    require: str,
+    db: str | None,
+    as_json: bool,
+) -> None:
     """Find the latency-optimal hierarchy from the stored profile, and store the plans.
 
     Prints the best hierarchy, the alternatives, the best single drafter and autoregressive
     decoding, each with predicted ms per token, mean accepted length and speed-up.
 
+    With --profile-file, the solve runs on an exported profile (a curated one from profiles/,
+    or any hsd-plan profiles export) held in memory: no database is read or written.
+
     Example:
 
         hsd-plan solve --target smollm2-135m --t-max 8 --json
+
+        hsd-plan solve --profile-file profiles/epyc-avx2-smollm2-fp32.json
     """
-    config = SolveConfig(t_max=t_max, top_k=top_k, max_depth=max_depth, acceptance=acceptance, context_len=context_len,
-                         exclude=split_specs(exclude), require=split_specs(require))
-    emit(solve_and_store(open_engine(db), target, workload, mode, temperature, config), as_json, format_solve)
+    config = SolveConfig(
+        t_max=t_max,
+        top_k=top_k,
+        max_depth=max_depth,
+        acceptance=acceptance,
+        context_len=context_len,
+        exclude=split_specs(exclude),
+        require=split_specs(require),
+    )
+    if profile_file is not None:
+        engine = open_engine("sqlite://")  # in memory: the file is the whole profile
+        import_document(engine, read_document(Path(profile_file)))
+    else:
+        engine = open_engine(db)
+    emit(solve_and_store(engine, target, workload, mode, temperature, config), as_json, format_solve)

@@ -16,14 +16,19 @@ from ..validation.plot import plot_validation
 from .options import db_option, json_option, prompt_options, runtime_options
 from .render import Bars, emit
 
-__all__ = ["validate", "demo"]
+__all__ = ["demo", "validate"]
 
 
 @click.command()
 @click.option("--plan", "plan_ids", type=int, multiple=True, help="Plan id to run (repeatable); see hsd-plan solve.")
 @click.option("--best", is_flag=True, help="Run the newest solve's best plan (with the best single drafter).")
-@click.option("--candidates", type=click.Choice(list(CANDIDATE_SETS)), default="best", show_default=True,
-              help="Which plans of the newest solve to run; autoregressive decoding always runs as the baseline.")
+@click.option(
+    "--candidates",
+    type=click.Choice(list(CANDIDATE_SETS)),
+    default="best",
+    show_default=True,
+    help="Which plans of the newest solve to run; autoregressive decoding always runs as the baseline.",
+)
 @prompt_options(max_prompts=6, max_help="Validate on at most this many held-out prompts.")
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True)
 @click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True)
@@ -31,8 +36,21 @@ __all__ = ["validate", "demo"]
 @runtime_options(dtype=None, dtype_help="Dtype for models whose spec sets none [default: the dtype the plan was profiled in].")
 @db_option
 @json_option
-def validate(plan_ids: tuple[int, ...], best: bool, candidates: str, prompts_file: str | None, category: str | None, max_prompts: int,
-             max_new_tokens: int, repeats: int, plot_file: str | None, dtype: str | None, device: str, db: str | None, as_json: bool) -> None:
+def validate(
+    plan_ids: tuple[int, ...],
+    best: bool,
+    candidates: str,
+    prompts_file: str | None,
+    category: str | None,
+    max_prompts: int,
+    max_new_tokens: int,
+    repeats: int,
+    plot_file: str | None,
+    dtype: str | None,
+    device: str,
+    db: str | None,
+    as_json: bool,
+) -> None:
     """Run solved plans on held-out prompts and compare predicted with measured latency.
 
     The prompts are the validation split of the prompt set (the quarter that profiling never
@@ -70,8 +88,17 @@ def validate(plan_ids: tuple[int, ...], best: bool, candidates: str, prompts_fil
 @runtime_options(dtype="bf16")
 @db_option
 @json_option
-def demo(models: str, max_prompts: int, validate_prompts: int, max_new_tokens: int, plot_file: str, dtype: str, device: str,
-         db: str | None, as_json: bool) -> None:
+def demo(
+    models: str,
+    max_prompts: int,
+    validate_prompts: int,
+    max_new_tokens: int,
+    plot_file: str,
+    dtype: str,
+    device: str,
+    db: str | None,
+    as_json: bool,
+) -> None:
     """Profile, solve and validate on the built-in default, end to end.
 
     Profiles the n-gram drafter, three early exits and SmolLM2-135M on the built-in prompts, solves for the best hierarchy, then runs the best plan and
@@ -84,7 +111,15 @@ def demo(models: str, max_prompts: int, validate_prompts: int, max_new_tokens: i
     """
     say = (lambda _text: None) if as_json else (lambda text: click.echo(text, err=True))
     report = run_demo(
-        open_engine(db), ModelLoader(device=device, dtype=dtype), models=models, dtype=dtype, max_prompts=max_prompts,
-        validate_prompts=validate_prompts, max_new_tokens=max_new_tokens, plot_file=Path(plot_file), say=say, stages=Bars(),
+        open_engine(db),
+        ModelLoader(device=device, dtype=dtype),
+        models=models,
+        dtype=dtype,
+        max_prompts=max_prompts,
+        validate_prompts=validate_prompts,
+        max_new_tokens=max_new_tokens,
+        plot_file=Path(plot_file),
+        say=say,
+        stages=Bars(),
     )
     emit(report, as_json, lambda r: f"{format_validation(r.validation)}\n\n{r.conclusion}")

@@ -6,7 +6,7 @@ serving stack can ``from hsd_planner.plan import Profile, solve, predict`` with 
 networkx and numpy installed. May import :mod:`hsd_planner.errors` and :mod:`hsd_planner.vocab`.
 """
 
-from .config import SOLVE_DEFAULTS, SolveConfig
+from .config import SOLVE_DEFAULTS, T_MAX_LIMIT, SolveConfig
 from .latency import Level, Prediction, RunLengths, hierarchy_latency
 from .planner import predict, predict_over, solve
 from .profile import LatencyCurve, ModelProfile, PairAcceptance, Profile
@@ -14,6 +14,8 @@ from .simulate import simulate
 from .solver import Candidate, Plan, Solution, format_chain, solve_graph
 
 __all__ = [
+    "SOLVE_DEFAULTS",
+    "T_MAX_LIMIT",
     "Candidate",
     "LatencyCurve",
     "Level",
@@ -23,7 +25,6 @@ __all__ = [
     "Prediction",
     "Profile",
     "RunLengths",
-    "SOLVE_DEFAULTS",
     "Solution",
     "SolveConfig",
     "format_chain",

@@ -6,7 +6,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..vocab import AcceptanceModel
 
-__all__ = ["SolveConfig", "SOLVE_DEFAULTS"]
+__all__ = ["SOLVE_DEFAULTS", "T_MAX_LIMIT", "SolveConfig"]
+
+# widths beyond this draft more than any verifier accepts in a row, and the solver's DAG grows as
+# t_max^2: a bound that keeps a mistyped --t-max from exhausting memory
+T_MAX_LIMIT = 64
 
 
 class SolveConfig(BaseModel):
@@ -14,7 +18,7 @@ class SolveConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    t_max: int = Field(8, ge=1, description="the largest width tried at any level")
+    t_max: int = Field(8, ge=1, le=T_MAX_LIMIT, description="the largest width tried at any level")
     top_k: int = Field(5, ge=1, description="how many hierarchies to return, best first")
     max_depth: int | None = Field(None, ge=0, description="the most drafter levels (None: no limit)")
     acceptance: AcceptanceModel = Field("empirical", description="run-length model: measured P(G >= g), or alpha^g")

@@ -19,7 +19,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["RunLengths", "CostCurve", "Level", "Prediction", "draft_cost", "expected_run_tokens", "expected_rounds", "rounds_table", "level_cost", "hierarchy_latency"]
+__all__ = [
+    "CostCurve",
+    "Level",
+    "Prediction",
+    "RunLengths",
+    "draft_cost",
+    "expected_rounds",
+    "expected_run_tokens",
+    "hierarchy_latency",
+    "level_cost",
+    "rounds_table",
+]
 
 
 class RunLengths:
@@ -38,9 +49,16 @@ class RunLengths:
         self._by_width = [None if t is None else _survival(t) for t in by_width or []]
 
     @classmethod
-    def iid(cls, alpha: float, length: int = 65) -> "RunLengths":
+    def iid(cls, alpha: float, length: int = 65) -> RunLengths:
         """P(G >= g) = alpha^g."""
         return cls([alpha**g for g in range(length)])
+
+    @staticmethod
+    def of(level: Level) -> RunLengths:
+        """The acceptance of the level below by ``level``; every level above level 0 has one."""
+        if level.runs is None:
+            raise ValueError("a level above level 0 needs the acceptance of the level below (runs)")
+        return level.runs
 
     @property
     def alpha(self) -> float:
@@ -135,7 +153,7 @@ def level_cost(levels: Sequence[Level], widths: Sequence[int]) -> float:
     first = levels[0]
     cost = draft_cost(first.cost, first.lookup, widths[0])
     for k in range(1, len(widths)):
-        cost = expected_rounds(levels[k].runs, widths[k - 1], widths[k]) * (cost + levels[k].cost(widths[k - 1] + 1))
+        cost = expected_rounds(RunLengths.of(levels[k]), widths[k - 1], widths[k]) * (cost + levels[k].cost(widths[k - 1] + 1))
     return cost
 
 
@@ -154,6 +172,6 @@ def hierarchy_latency(levels: Sequence[Level], widths: Sequence[int]) -> Predict
         ms, tokens = target.cost(1), 1.0
     else:
         b = widths[-1]
-        tokens = expected_run_tokens(target.runs, b)
+        tokens = expected_run_tokens(RunLengths.of(target), b)
         ms = (level_cost(levels[:-1], widths) + target.cost(b + 1)) / tokens
     return Prediction(ms, tokens, target.cost(1) / ms)

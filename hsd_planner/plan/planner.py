@@ -17,7 +17,7 @@ from .latency import Level, Prediction, hierarchy_latency
 from .profile import Profile
 from .solver import Candidate, Solution, solve_graph
 
-__all__ = ["solve", "predict", "predict_over"]
+__all__ = ["predict", "predict_over", "solve"]
 
 
 def solve(
@@ -55,12 +55,13 @@ def predict(
     pairs = profile.pairs(acceptance)
     levels = []
     for k, name in enumerate(chain):
+        cost, lookup = profile.cost(name, context_len), profile.model(name).lookup
         runs = None
         if k > 0:
             runs = pairs.get((chain[k - 1], name))
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
-        levels.append(Level(profile.cost(name, context_len), runs, profile.model(name).lookup))
+        levels.append(Level(cost, runs, lookup))
     return hierarchy_latency(levels, widths)
 
 

@@ -30,6 +30,7 @@ starts a decoder drafting b tokens a round visits (what the empirical model uses
 from __future__ import annotations
 
 import bisect
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import SolverError
@@ -120,5 +121,3 @@ class Profile(BaseModel):
     def pairs(self, model: AcceptanceModel) -> dict[tuple[str, str], RunLengths]:
         """``(drafter, verifier) -> RunLengths`` for every measured pair."""
         return {(a.drafter, a.verifier): a.runs(model) for a in self.acceptance}
-
-

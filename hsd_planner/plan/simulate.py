@@ -36,7 +36,7 @@ def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: 
         held, time = 0, 0.0
         while held < widths[k]:
             time += deliver(k - 1) + levels[k].cost(widths[k - 1] + 1)
-            held += _draw_tokens(levels[k].runs, widths[k - 1], rng)
+            held += _draw_tokens(RunLengths.of(levels[k]), widths[k - 1], rng)
         return time
 
     total_ms, total_tokens = 0.0, 0
@@ -46,5 +46,5 @@ def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: 
             total_tokens += 1
             continue
         total_ms += deliver(k_top - 1) + levels[k_top].cost(widths[-1] + 1)
-        total_tokens += _draw_tokens(levels[k_top].runs, widths[-1], rng)
+        total_tokens += _draw_tokens(RunLengths.of(levels[k_top]), widths[-1], rng)
     return total_ms / total_tokens, total_tokens / rounds

@@ -209,11 +209,11 @@ def _singles(
     for c in order:
         if (c.name, target.name) not in acceptance:
             continue
-        best = None
-        for t in widths:
-            e = graph.edges[(c.name, t), TARGET]
-            ms = e["g"] * (graph.edges[SOURCE, (c.name, t)]["w"] + e["w"])
-            if best is None or ms < best[0]:
-                best = (ms, t)
-        out.append(_plan(((c.name, best[1]),), target, best[0], graph))
+
+        def ms(t: int, name: str = c.name) -> float:
+            e = graph.edges[(name, t), TARGET]
+            return e["g"] * (graph.edges[SOURCE, (name, t)]["w"] + e["w"])
+
+        t = min(widths, key=ms)  # the first of equal ones, as a strict < scan would keep
+        out.append(_plan(((c.name, t),), target, ms(t), graph))
     return sorted(out, key=lambda p: p.prediction.ms_per_token)

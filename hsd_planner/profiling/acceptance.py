@@ -35,12 +35,12 @@ from hsd_runtime import SamplingConfig, ngram_lookup, warp
 
 __all__ = [
     "G_MAX",
-    "teacher_forced_logits",
     "acceptance_from_logits",
-    "ngram_acceptance",
     "model_conditionals",
-    "start_survival",
+    "ngram_acceptance",
     "run_length_sums",
+    "start_survival",
+    "teacher_forced_logits",
     "visited_run_sums",
 ]
 

@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["HardwareInfo", "detect_hardware"]
+__all__ = ["HardwareInfo", "cpu_name", "detect_hardware"]
 
 
 @dataclass(frozen=True)
 class HardwareInfo:
+    """The machine a latency profile was measured on; ``fingerprint`` is its key in the database."""
+
     device: str  # "cpu" or "cuda"
     device_name: str  # CPU model or GPU name
     threads: int
@@ -24,7 +26,8 @@ class HardwareInfo:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU model as /proc/cpuinfo names it (the platform's processor string elsewhere)."""
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -37,5 +40,5 @@ def _cpu_name() -> str:
 
 def detect_hardware(device: torch.device) -> HardwareInfo:
     """Describe ``device`` as profiled: GPU name on CUDA, CPU model and thread count on CPU."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return HardwareInfo(device.type, name, torch.get_num_threads(), torch.__version__)

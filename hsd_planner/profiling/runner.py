@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from hsd_runtime import Hierarchy, LoadedModel, ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
 
 from ..errors import ChainError
-
 from ..prompts import PromptSet, encode_prompt
 from ..store import AcceptancePrompt, Continuation, Latency
 from ..store.repo import aggregate_acceptance, hardware_row, model_row, setting_row, workload_row
@@ -164,7 +163,9 @@ def _latency_point(engine: Engine, config: ProfileConfig, out: ProfileOutcome, c
     out.measured += 1
 
 
-def _continuation(engine: Engine, config: ProfileConfig, out: ProfileOutcome, verifier: _Candidate, k: int, ids: list[int]) -> tuple[list[int], bool]:
+def _continuation(
+    engine: Engine, config: ProfileConfig, out: ProfileOutcome, verifier: _Candidate, k: int, ids: list[int]
+) -> tuple[list[int], bool]:
     """The verifier's own continuation of prompt ``k``: stored, or generated and committed."""
     key = dict(verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k)
     with Session(engine) as s:
@@ -194,7 +195,9 @@ def _acceptance_for_verifier(
     width = min([verifier.loaded.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
     for k, ids in enumerate(encoded):
         keys = {
-            d.row_id: dict(drafter_id=d.row_id, verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k)
+            d.row_id: dict(
+                drafter_id=d.row_id, verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k
+            )
             for d in drafters
         }
         with Session(engine) as s:
@@ -220,7 +223,9 @@ def _acceptance_for_verifier(
             survival = start_survival(c)  # [m, G_MAX + 1]
             run_sum, run_count = run_length_sums(survival)
             visit_sum, visit_count = visited_run_sums(survival)
-            row = dict(positions=len(c), alpha_sum=run_sum[1], run_sum=run_sum, run_count=run_count, visit_sum=visit_sum, visit_count=visit_count)
+            row = dict(
+                positions=len(c), alpha_sum=run_sum[1], run_sum=run_sum, run_count=run_count, visit_sum=visit_sum, visit_count=visit_count
+            )
             with Session(engine) as s, s.begin():
                 s.execute(delete(AcceptancePrompt).filter_by(**keys[d.row_id]))
                 s.add(AcceptancePrompt(**keys[d.row_id], **row))

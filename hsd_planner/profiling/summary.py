@@ -11,7 +11,7 @@ from ..plan import LatencyCurve
 from ..store import Acceptance, Hardware, Latency, Setting, Workload
 from .runner import ProfileOutcome
 
-__all__ = ["SUMMARY_N", "LatencyRow", "AcceptanceRow", "ProfileSummary", "profile_summary", "format_summary"]
+__all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "format_summary", "profile_summary"]
 
 SUMMARY_N = (1, 8, 32)  # the widths n whose c(n) a summary shows
 
@@ -94,8 +94,13 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
             skipped=out.skipped,
             hardware={"fingerprint": hw.fingerprint, "device": hw.device, "device_name": hw.device_name, "threads": hw.threads},
             workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
-            setting={"mode": setting.mode, "temperature": setting.temperature, "top_p": setting.top_p,
-                     "dtype": setting.dtype, "max_new_tokens": setting.max_new_tokens},
+            setting={
+                "mode": setting.mode,
+                "temperature": setting.temperature,
+                "top_p": setting.top_p,
+                "dtype": setting.dtype,
+                "max_new_tokens": setting.max_new_tokens,
+            },
             models=list(ids),
             latency=latency,
             acceptance=acceptance,

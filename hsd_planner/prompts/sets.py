@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import PromptError
 
-__all__ = ["PromptSet", "BUILTIN", "load_prompts", "split", "encode_prompt"]
+__all__ = ["BUILTIN", "PromptSet", "encode_prompt", "load_prompts", "split"]
 
 BUILTIN = Path(str(files("hsd_planner.prompts") / "builtin.jsonl"))  # package data: written for this project
 

@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from ..errors import StoreError
 
-__all__ = ["StoreError", "default_db_path", "resolve_url", "open_engine", "upgrade_to_head", "alembic_config", "migrations_dir"]
+__all__ = ["StoreError", "alembic_config", "default_db_path", "migrations_dir", "open_engine", "resolve_url", "upgrade_to_head"]
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 

@@ -137,15 +137,41 @@ def export_document(engine: Engine) -> ProfileDocument:
                 for r in ordered(Latency)
             ],
             continuations=[
-                ContinuationOut(**_fields(r, ContinuationOut, verifier=models[r.verifier_id], workload=workloads[r.workload_id].content_hash, setting=settings[r.setting_id]))
+                ContinuationOut(
+                    **_fields(
+                        r,
+                        ContinuationOut,
+                        verifier=models[r.verifier_id],
+                        workload=workloads[r.workload_id].content_hash,
+                        setting=settings[r.setting_id],
+                    )
+                )
                 for r in ordered(Continuation)
             ],
             acceptance_prompts=[
-                AcceptancePromptOut(**_fields(r, AcceptancePromptOut, drafter=models[r.drafter_id], verifier=models[r.verifier_id], workload=workloads[r.workload_id].content_hash, setting=settings[r.setting_id]))
+                AcceptancePromptOut(
+                    **_fields(
+                        r,
+                        AcceptancePromptOut,
+                        drafter=models[r.drafter_id],
+                        verifier=models[r.verifier_id],
+                        workload=workloads[r.workload_id].content_hash,
+                        setting=settings[r.setting_id],
+                    )
+                )
                 for r in ordered(AcceptancePrompt)
             ],
             acceptance=[
-                AcceptanceOut(**_fields(r, AcceptanceOut, drafter=models[r.drafter_id], verifier=models[r.verifier_id], workload=workloads[r.workload_id].content_hash, setting=settings[r.setting_id]))
+                AcceptanceOut(
+                    **_fields(
+                        r,
+                        AcceptanceOut,
+                        drafter=models[r.drafter_id],
+                        verifier=models[r.verifier_id],
+                        workload=workloads[r.workload_id].content_hash,
+                        setting=settings[r.setting_id],
+                    )
+                )
                 for r in ordered(Acceptance)
             ],
         )
@@ -189,9 +215,15 @@ def import_document(engine: Engine, doc: ProfileDocument) -> dict[str, int]:
 
 def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
     with Session(engine) as s, s.begin():
-        hw = {h.fingerprint: add("hardware", s, Hardware, {"fingerprint": h.fingerprint}, **h.model_dump(exclude={"fingerprint"})).id for h in doc.hardware}
+        hw = {
+            h.fingerprint: add("hardware", s, Hardware, {"fingerprint": h.fingerprint}, **h.model_dump(exclude={"fingerprint"})).id
+            for h in doc.hardware
+        }
         models = {m.spec: add("models", s, ModelRow, {"spec": m.spec}, **m.model_dump(exclude={"spec"})).id for m in doc.models}
-        wl = {w.content_hash: add("workloads", s, Workload, {"content_hash": w.content_hash}, **w.model_dump(exclude={"content_hash"})).id for w in doc.workloads}
+        wl = {
+            w.content_hash: add("workloads", s, Workload, {"content_hash": w.content_hash}, **w.model_dump(exclude={"content_hash"})).id
+            for w in doc.workloads
+        }
         setting_ids: dict[tuple, int] = {}
 
         def setting(x: SettingOut) -> int:
@@ -204,12 +236,42 @@ def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
             key = dict(model_id=models[r.model], hardware_id=hw[r.hardware], dtype=r.dtype, n_tokens=r.n_tokens, context_len=r.context_len)
             add("latency", s, Latency, key, median_ms=r.median_ms, p10_ms=r.p10_ms, p90_ms=r.p90_ms, repeats=r.repeats)
         for r in doc.continuations:
-            key = dict(verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index)
+            key = dict(
+                verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index
+            )
             add("continuations", s, Continuation, key, tokens=r.tokens)
         for r in doc.acceptance_prompts:
-            key = dict(drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index)
-            add("acceptance_prompts", s, AcceptancePrompt, key, positions=r.positions, alpha_sum=r.alpha_sum, run_sum=r.run_sum, run_count=r.run_count,
-                visit_sum=r.visit_sum, visit_count=r.visit_count)
+            key = dict(
+                drafter_id=models[r.drafter],
+                verifier_id=models[r.verifier],
+                workload_id=wl[r.workload],
+                setting_id=setting(r.setting),
+                prompt_index=r.prompt_index,
+            )
+            add(
+                "acceptance_prompts",
+                s,
+                AcceptancePrompt,
+                key,
+                positions=r.positions,
+                alpha_sum=r.alpha_sum,
+                run_sum=r.run_sum,
+                run_count=r.run_count,
+                visit_sum=r.visit_sum,
+                visit_count=r.visit_count,
+            )
         for r in doc.acceptance:
-            key = dict(drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting))
-            add("acceptance", s, Acceptance, key, alpha=r.alpha, positions=r.positions, prompts=r.prompts, run_lengths=r.run_lengths, visited=r.visited)
+            key = dict(
+                drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting)
+            )
+            add(
+                "acceptance",
+                s,
+                Acceptance,
+                key,
+                alpha=r.alpha,
+                positions=r.positions,
+                prompts=r.prompts,
+                run_lengths=r.run_lengths,
+                visited=r.visited,
+            )

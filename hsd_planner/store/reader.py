@@ -95,8 +95,13 @@ def load_profile(
             profiles.append(ModelProfile(name=models[mid].spec, latency=LatencyCurve(points=points), lookup=lookup))
         have = {m.name for m in profiles}
         acceptance = [
-            PairAcceptance(drafter=models[r.drafter_id].spec, verifier=models[r.verifier_id].spec, alpha=r.alpha, run_lengths=r.run_lengths,
-                           visited=r.visited)
+            PairAcceptance(
+                drafter=models[r.drafter_id].spec,
+                verifier=models[r.verifier_id].spec,
+                alpha=r.alpha,
+                run_lengths=r.run_lengths,
+                visited=r.visited,
+            )
             for r in rows
             if models[r.drafter_id].spec in have and models[r.verifier_id].spec in have
         ]

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
 
-__all__ = ["get_or_create", "hardware_row", "model_row", "workload_row", "setting_row", "aggregate_acceptance"]
+__all__ = ["aggregate_acceptance", "get_or_create", "hardware_row", "model_row", "setting_row", "workload_row"]
 
 T = TypeVar("T", bound=Base)
 
@@ -26,8 +26,13 @@ def get_or_create(session: Session, cls: type[T], key: dict, **defaults) -> T:
 
 def hardware_row(session: Session, info) -> Hardware:
     return get_or_create(
-        session, Hardware, {"fingerprint": info.fingerprint},
-        device=info.device, device_name=info.device_name, threads=info.threads, torch_version=info.torch_version,
+        session,
+        Hardware,
+        {"fingerprint": info.fingerprint},
+        device=info.device,
+        device_name=info.device_name,
+        threads=info.threads,
+        torch_version=info.torch_version,
     )
 
 
@@ -36,9 +41,13 @@ def model_row(session: Session, spec: str, loaded=None) -> ModelRow:
     if loaded is None:
         return get_or_create(session, ModelRow, {"spec": spec}, parameters=0)
     return get_or_create(
-        session, ModelRow, {"spec": spec},
-        parameters=loaded.num_parameters, layers=loaded.num_layers,
-        vocab_size=loaded.logits_width, tokenizer_fingerprint=loaded.fingerprint,
+        session,
+        ModelRow,
+        {"spec": spec},
+        parameters=loaded.num_parameters,
+        layers=loaded.num_layers,
+        vocab_size=loaded.logits_width,
+        tokenizer_fingerprint=loaded.fingerprint,
     )
 
 
@@ -50,7 +59,8 @@ def setting_row(session: Session, mode: str, temperature: float, top_p: float, d
     if mode == "greedy":  # warping does not change an argmax: one greedy setting per dtype and length
         temperature, top_p = 1.0, 1.0
     return get_or_create(
-        session, Setting,
+        session,
+        Setting,
         {"mode": mode, "temperature": temperature, "top_p": top_p, "dtype": dtype, "max_new_tokens": max_new_tokens},
     )
 

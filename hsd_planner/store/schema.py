@@ -13,19 +13,19 @@ from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, MetaData, Str
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
-    "Base",
-    "Hardware",
-    "ModelRow",
-    "Workload",
-    "Setting",
-    "Latency",
-    "Continuation",
-    "AcceptancePrompt",
     "Acceptance",
-    "Solve",
+    "AcceptancePrompt",
+    "Base",
+    "Continuation",
+    "Hardware",
+    "Latency",
+    "ModelRow",
     "PlanRow",
+    "Setting",
+    "Solve",
     "Validation",
     "ValidationRun",
+    "Workload",
 ]
 
 NAMING = {

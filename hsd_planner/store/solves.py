@@ -62,8 +62,14 @@ class SolveReport:
     def to_dict(self) -> dict:
         best = self.best
         return {
-            **{k: getattr(self, k) for k in ("solve_id", "target", "workload", "hardware", "mode", "temperature", "acceptance", "context_len")},
-            **{k: getattr(best, k) for k in ("chain", "widths", "predicted_ms_per_token", "predicted_mean_accepted_length", "predicted_speedup")},
+            **{
+                k: getattr(self, k)
+                for k in ("solve_id", "target", "workload", "hardware", "mode", "temperature", "acceptance", "context_len")
+            },
+            **{
+                k: getattr(best, k)
+                for k in ("chain", "widths", "predicted_ms_per_token", "predicted_mean_accepted_length", "predicted_speedup")
+            },
             "plans": [p.to_dict() for p in self.plans],
         }
 
@@ -85,8 +91,14 @@ def solve_and_store(
     with Session(engine) as s, s.begin():
         target_id = get_or_create(s, ModelRow, {"spec": source.target}, parameters=0).id
         row = Solve(
-            target_id=target_id, workload_id=source.workload_id, setting_id=source.setting_id, hardware_id=source.hardware_id,
-            acceptance_model=c.acceptance, t_max=c.t_max, max_depth=c.max_depth, context_len=c.context_len,
+            target_id=target_id,
+            workload_id=source.workload_id,
+            setting_id=source.setting_id,
+            hardware_id=source.hardware_id,
+            acceptance_model=c.acceptance,
+            t_max=c.t_max,
+            max_depth=c.max_depth,
+            context_len=c.context_len,
         )
         s.add(row)
         s.flush()
@@ -94,14 +106,27 @@ def solve_and_store(
         for rank, (plan, kind) in enumerate(ranked):
             p = plan.prediction
             pr = PlanRow(
-                solve_id=row.id, rank=rank, kind=kind, chain=list(plan.chain), widths=list(plan.widths),
-                predicted_ms_per_token=p.ms_per_token, predicted_mean_accepted_length=p.mean_accepted_length, predicted_speedup=p.speedup,
+                solve_id=row.id,
+                rank=rank,
+                kind=kind,
+                chain=list(plan.chain),
+                widths=list(plan.widths),
+                predicted_ms_per_token=p.ms_per_token,
+                predicted_mean_accepted_length=p.mean_accepted_length,
+                predicted_speedup=p.speedup,
             )
             s.add(pr)
             s.flush()
             plans.append(PlanReport.of(plan, kind, pr.id))
         solve_id = row.id
     return SolveReport(
-        solve_id=solve_id, target=source.target, workload=source.workload, hardware=source.hardware, mode=mode,
-        temperature=temperature if mode == "sample" else None, acceptance=c.acceptance, context_len=c.context_len, plans=plans,
+        solve_id=solve_id,
+        target=source.target,
+        workload=source.workload,
+        hardware=source.hardware,
+        mode=mode,
+        temperature=temperature if mode == "sample" else None,
+        acceptance=c.acceptance,
+        context_len=c.context_len,
+        plans=plans,
     )

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .distiller import DistillConfig
 
-__all__ = ["StepLog", "DistillReport", "model_card"]
+__all__ = ["DistillReport", "StepLog", "model_card"]
 
 
 @dataclass
@@ -42,7 +42,10 @@ class DistillReport:
             "out": self.out,
             **self.config.model_dump(exclude={"checkpoint_every"}),
             "steps": self.steps,
-            **{k: getattr(self, k) for k in ("train_prompts", "train_wall_s", "final_loss", "acceptance_greedy", "acceptance_sampled", "eval_prompts")},
+            **{
+                k: getattr(self, k)
+                for k in ("train_prompts", "train_wall_s", "final_loss", "acceptance_greedy", "acceptance_sampled", "eval_prompts")
+            },
             "log": [asdict(e) for e in self.log],
         }
 
@@ -74,5 +77,5 @@ def model_card(report: DistillReport) -> str:
         "at the temperature, the mean of 1 - TV(p, q).\n\n"
         f"| setting | value |\n|---|---|\n{table}\n\n"
         "Use it as a model spec, e.g.\n\n"
-        f"```\nhsd-plan generate --chain {card['out']},{card['target']} --widths 4 --prompt \"...\" --check\n```\n"
+        f'```\nhsd-plan generate --chain {card["out"]},{card["target"]} --widths 4 --prompt "..." --check\n```\n'
     )

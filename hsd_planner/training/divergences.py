@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from ..vocab import Divergence
 
-__all__ = ["DIVERGENCES", "divergence", "forward_kl", "reverse_kl", "jensen_shannon", "total_variation"]
+__all__ = ["DIVERGENCES", "divergence", "forward_kl", "jensen_shannon", "reverse_kl", "total_variation"]
 
 
 def _log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -51,7 +51,12 @@ class DemoReport:
     plot: str
 
     def to_dict(self) -> dict:
-        return {"profile": self.profile.to_dict(), "solve": self.solve.to_dict(), "validation": self.validation.to_dict(), "plot": self.plot}
+        return {
+            "profile": self.profile.to_dict(),
+            "solve": self.solve.to_dict(),
+            "validation": self.validation.to_dict(),
+            "plot": self.plot,
+        }
 
     @property
     def conclusion(self) -> str:
@@ -82,8 +87,14 @@ def run_demo(
     """
     bars = stages or _Quiet()
     prompts = split(load_prompts(), "profile", max_prompts)
-    config = ProfileConfig(models=models.split(","), dtype=dtype, max_new_tokens=max_new_tokens,
-                           latency_grid=[1, 2, 4, 8, 16], context_lens=[64, 256], repeats=3)
+    config = ProfileConfig(
+        models=models.split(","),
+        dtype=dtype,
+        max_new_tokens=max_new_tokens,
+        latency_grid=[1, 2, 4, 8, 16],
+        context_lens=[64, 256],
+        repeats=3,
+    )
     say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} built-in prompts ({dtype})")
     bars.start("profiling")
     outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
@@ -93,8 +104,10 @@ def run_demo(
     say("\n2/3 solving")
     solved = solve_and_store(engine, target=config.models[-1], workload=prompts.name, config=SolveConfig())
     best = solved.best
-    say(f"best: {' -> '.join(best.chain)} widths {best.widths}, predicted {best.predicted_ms_per_token:.1f} ms/token "
-        f"({best.predicted_speedup:.2f}x)")
+    say(
+        f"best: {' -> '.join(best.chain)} widths {best.widths}, predicted {best.predicted_ms_per_token:.1f} ms/token "
+        f"({best.predicted_speedup:.2f}x)"
+    )
     say("\n3/3 validating on held-out prompts")
     solve, plans = select_plans(engine, (), "best")
     held_out = split(load_prompts(), "validate", validate_prompts)

@@ -25,8 +25,13 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
     ax1.scatter(pred, meas, color="tab:blue", zorder=3)
     for p, x, y in zip(plans, pred, meas):
         ax1.annotate(f"#{p.plan_id}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax1.set(xlim=(0, top), ylim=(0, top), xlabel="predicted ms / token", ylabel="measured ms / token",
-            title=f"median |error| {report.median_abs_error:.1%}, regret {report.regret:.1%}")
+    ax1.set(
+        xlim=(0, top),
+        ylim=(0, top),
+        xlabel="predicted ms / token",
+        ylabel="measured ms / token",
+        title=f"median |error| {report.median_abs_error:.1%}, regret {report.regret:.1%}",
+    )
     ax1.legend(loc="upper left")
     order = sorted(plans, key=lambda p: -p.measured_speedup)
     labels = [f"#{p.plan_id} {p.label}"[:60] for p in order]
@@ -35,8 +40,10 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
     ax2.axvline(1.0, color="grey", lw=1, ls="--")
     ax2.invert_yaxis()
     ax2.legend(loc="lower right", fontsize=8)
-    ax2.set(xlabel="speed-up over autoregressive", title=f"{report.target} on {report.prompts}; "
-            f"median |speed-up error| {report.median_abs_speedup_error:.1%}")
+    ax2.set(
+        xlabel="speed-up over autoregressive",
+        title=f"{report.target} on {report.prompts}; median |speed-up error| {report.median_abs_speedup_error:.1%}",
+    )
     ax2.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

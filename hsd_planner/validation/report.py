@@ -119,6 +119,8 @@ def format_validation(report: ValidationReport) -> str:
             f"{p.error:>+7.1%} {p.predicted_speedup:>6.2f}/{p.measured_speedup:<6.2f} "
             f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}"
         )
-    lines.append(f"median |error| {report.median_abs_error:.1%}; median |speed-up error| {report.median_abs_speedup_error:.1%}; "
-                 f"regret {report.regret:.1%} (pick: plan {report.pick}); validation {report.validation_id} stored")
+    lines.append(
+        f"median |error| {report.median_abs_error:.1%}; median |speed-up error| {report.median_abs_speedup_error:.1%}; "
+        f"regret {report.regret:.1%} (pick: plan {report.pick}); validation {report.validation_id} stored"
+    )
     return "\n".join(lines)

@@ -34,7 +34,7 @@ from ..store.reader import load_profile
 from ..vocab import AcceptanceModel, PlanKind
 from .report import LevelResult, PlanResult, ValidationReport
 
-__all__ = ["CANDIDATE_SETS", "select_plans", "run_validation"]
+__all__ = ["CANDIDATE_SETS", "run_validation", "select_plans"]
 
 # which plans of a solve ``--candidates`` runs: (kinds run in full, how many best single drafters
 # besides: None for all); the solve's autoregressive plan always runs as the baseline
@@ -136,9 +136,18 @@ def run_validation(
     # the solver's pick: its best plan when it was run, else the lowest prediction among those run
     pick = next((p for p in results if p.kind == "best"), None) or min(results, key=lambda p: p.predicted_ms_per_token)
     report = ValidationReport(
-        validation_id=0, solve_id=solve.id, target=target, workload=workload, prompts=prompts.name, prompt_count=len(encoded),
-        context_len=int(statistics.median(contexts)), context_lens=contexts, mode=setting.mode, acceptance=solve.acceptance_model,
-        plans=results, pick=pick.plan_id,
+        validation_id=0,
+        solve_id=solve.id,
+        target=target,
+        workload=workload,
+        prompts=prompts.name,
+        prompt_count=len(encoded),
+        context_len=int(statistics.median(contexts)),
+        context_lens=contexts,
+        mode=setting.mode,
+        acceptance=solve.acceptance_model,
+        plans=results,
+        pick=pick.plan_id,
     )
     return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
 
@@ -156,34 +165,50 @@ def _levels(profile: Profile, plan: PlanRow, results: list, acceptance: Acceptan
             measured = (sum(x.accepted for x in below) + rounds) / rounds
             runs = pairs.get((plan.chain[k - 1], name))
             predicted = expected_run_tokens(runs, plan.widths[k - 1]) if runs else None
-        out.append(LevelResult(
-            model=name,
-            forward_passes=sum(x.forward_passes for x in stats),
-            proposed=sum(x.proposed for x in stats),
-            accepted=sum(x.accepted for x in stats),
-            time_s=sum(x.time_s for x in stats),
-            measured_tokens_per_round=measured,
-            predicted_tokens_per_round=predicted,
-        ))
+        out.append(
+            LevelResult(
+                model=name,
+                forward_passes=sum(x.forward_passes for x in stats),
+                proposed=sum(x.proposed for x in stats),
+                accepted=sum(x.accepted for x in stats),
+                time_s=sum(x.time_s for x in stats),
+                measured_tokens_per_round=measured,
+                predicted_tokens_per_round=predicted,
+            )
+        )
     return out
 
 
 def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int, repeats: int, report: ValidationReport) -> int:
     with Session(engine) as s, s.begin():
         v = Validation(
-            solve_id=solve.id, prompts_name=prompts.name, prompts=len(prompts.prompts), max_new_tokens=max_new_tokens,
-            repeats=repeats, median_abs_error=report.median_abs_error, regret=report.regret,
+            solve_id=solve.id,
+            prompts_name=prompts.name,
+            prompts=len(prompts.prompts),
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            median_abs_error=report.median_abs_error,
+            regret=report.regret,
             median_abs_speedup_error=report.median_abs_speedup_error,
         )
         s.add(v)
         s.flush()
         for p in report.plans:
-            s.add(ValidationRun(
-                validation_id=v.id, plan_id=p.plan_id, chain=p.chain, widths=p.widths,
-                predicted_ms_per_token=p.predicted_ms_per_token, measured_ms_per_token=p.measured_ms_per_token,
-                error=p.error, measured_speedup=p.measured_speedup,
-                predicted_mean_accepted_length=p.predicted_mean_accepted_length,
-                measured_mean_accepted_length=p.measured_mean_accepted_length, prefill_ms=p.prefill_ms,
-                tokens=p.tokens, levels=[lv.to_dict() for lv in p.levels],
-            ))
+            s.add(
+                ValidationRun(
+                    validation_id=v.id,
+                    plan_id=p.plan_id,
+                    chain=p.chain,
+                    widths=p.widths,
+                    predicted_ms_per_token=p.predicted_ms_per_token,
+                    measured_ms_per_token=p.measured_ms_per_token,
+                    error=p.error,
+                    measured_speedup=p.measured_speedup,
+                    predicted_mean_accepted_length=p.predicted_mean_accepted_length,
+                    measured_mean_accepted_length=p.measured_mean_accepted_length,
+                    prefill_ms=p.prefill_ms,
+                    tokens=p.tokens,
+                    levels=[lv.to_dict() for lv in p.levels],
+                )
+            )
         return v.id
