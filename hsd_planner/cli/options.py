@@ -94,7 +94,7 @@ def prompt_options(f: F | None = None, *, max_prompts: int | None = None, max_he
             "prompts_file",
             type=click.Path(dir_okay=False),
             default=None,
-            help="JSONL ('prompt' or Spec-Bench 'turns') or text file, one prompt per line [default: the built-in set].",
+            help="JSONL ('prompt' or Spec-Bench 'turns') or text file, one prompt per line, or humaneval (HumanEval's 164 stubs) [default: the built-in set].",
         )(g)
 
     return wrap(f) if f is not None else wrap

@@ -6,11 +6,11 @@ import click
 
 from hsd_runtime import ModelLoader
 
-from ..profiling import ProfileConfig, format_summary, profile_summary, run_profile
+from ..profiling import ProfileConfig, profile_summary, run_profile
 from ..prompts import load_prompts, split
 from ..store import open_engine
 from .options import db_option, int_list, json_option, prompt_options, runtime_options, sampling_options
-from .render import Bars, emit
+from .render import Bars, emit, format_summary
 
 __all__ = ["profile"]
 

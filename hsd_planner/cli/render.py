@@ -8,11 +8,12 @@ from typing import Any, Protocol
 
 import click
 
+from ..profiling import SUMMARY_N, ProfileSummary
 from ..store.exchange import ProfileDocument
 from ..store.solves import SolveReport
-from ..validation import GenerateReport
+from ..validation import GenerateReport, ValidationReport
 
-__all__ = ["Bars", "emit", "format_generate", "format_profiles", "format_solve"]
+__all__ = ["Bars", "emit", "format_generate", "format_profiles", "format_solve", "format_summary", "format_validation"]
 
 
 class _Report(Protocol):
@@ -114,4 +115,48 @@ def format_profiles(doc: ProfileDocument) -> str:
             f"({a.setting.mode}, T={a.setting.temperature}, top-p={a.setting.top_p}, {a.setting.dtype}): "
             f"alpha {a.alpha:.3f} over {a.positions} positions"
         )
+    return "\n".join(lines)
+
+
+def format_summary(summary: ProfileSummary) -> str:
+    """The summary as two plain-text tables."""
+    hw, st = summary.hardware, summary.setting
+    lines = [
+        f"{summary.measured} measurements taken, {summary.skipped} already stored "
+        f"[{hw['device_name']}, {hw['threads']} threads; workload {summary.workload['name']} "
+        f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",
+        "",
+        f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + "   context",
+    ]
+    for row in summary.latency:
+        cells = "".join(f"{v:>11.2f}" if v is not None else f"{'-':>11}" for v in row.ms)
+        lines.append(f"{row.model:<36}{cells}   {row.context_len}")
+    if summary.acceptance:
+        alpha = {(a.drafter, a.verifier): a.alpha for a in summary.acceptance}
+        verifiers = [m for m in summary.models if any(v == m for _, v in alpha)]
+        lines += ["", "acceptance alpha (rows: drafter, columns: verifier)", f"{'':<36}" + "".join(f"{v[-14:]:>16}" for v in verifiers)]
+        for d in summary.models:
+            if any(dd == d for dd, _ in alpha):
+                cells = "".join(f"{alpha[(d, v)]:>16.3f}" if (d, v) in alpha else f"{'':>16}" for v in verifiers)
+                lines.append(f"{d:<36}{cells}")
+    return "\n".join(lines)
+
+
+def format_validation(report: ValidationReport) -> str:
+    """The report as a plain-text table with the summary line."""
+    lines = [
+        f"target {report.target}: {report.prompt_count} held-out prompts of {report.prompts}, "
+        f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}",
+        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/m':>13} {'accepted p/m':>13}  hierarchy",
+    ]
+    for p in report.plans:
+        lines.append(
+            f"{p.plan_id:>5} {p.kind:<15} {p.predicted_ms_per_token:>8.2f} {p.measured_ms_per_token:>8.2f} "
+            f"{p.error:>+7.1%} {p.predicted_speedup:>6.2f}/{p.measured_speedup:<6.2f} "
+            f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}"
+        )
+    lines.append(
+        f"median |error| {report.median_abs_error:.1%}; median |speed-up error| {report.median_abs_speedup_error:.1%}; "
+        f"regret {report.regret:.1%} (pick: plan {report.pick}); validation {report.validation_id} stored"
+    )
     return "\n".join(lines)

