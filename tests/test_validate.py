@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
+from hsd_planner.store import open_engine
 
 FAST = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
 
@@ -78,7 +79,10 @@ def test_validate_one_plan_by_id(solved, prompts):
     assert "median |error|" in result.output and "regret" in result.output
 
 
-def test_validate_without_a_plan():
+def test_validate_without_a_plan(isolated_db):
+    result = run("validate")  # read-only commands do not create a database
+    assert result.exit_code == 1 and "there is no database at" in result.output and not isolated_db.exists()
+    open_engine(str(isolated_db))  # an empty, migrated database
     result = run("validate")
     assert result.exit_code == 1 and "no plan in the database" in result.output
 

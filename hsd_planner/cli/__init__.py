@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import HSDError
 from .distill import distill
@@ -39,6 +40,8 @@ class _Group(click.Group):
             raise _UsageError(exc.format_message() + command) from None
         except HSDError as exc:
             raise click.ClickException(str(exc)) from None
+        except SQLAlchemyError as exc:  # a database that failed under us (disk full, locked, dropped)
+            raise click.ClickException(f"database error: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}") from None
         except ValidationError as exc:
             first = exc.errors()[0]
             raise click.ClickException(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None

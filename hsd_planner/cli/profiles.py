@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..store import open_engine
-from ..store.exchange import export_document, import_document, read_document
+from ..store.exchange import export_document, import_document, read_document, write_document
 from .options import db_option, json_option
 from .render import format_profiles
 
@@ -30,22 +30,27 @@ def profiles_show(db: str | None, as_json: bool) -> None:
 
         hsd-plan profiles show --json
     """
-    doc = export_document(open_engine(db))
+    doc = export_document(open_engine(db, create=False))
     click.echo(doc.model_dump_json() if as_json else format_profiles(doc))
 
 
 @profiles.command("export")
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Overwrite an existing export (never a database).")
 @db_option
-def profiles_export(file: str, db: str | None) -> None:
+def profiles_export(file: str, force: bool, db: str | None) -> None:
     """Write the whole database to FILE as versioned JSON.
+
+    The file is written atomically; an existing export is replaced only with --force, and an
+    SQLite file (the database itself above all) never.
 
     Example:
 
         hsd-plan profiles export my-machine.json
     """
-    doc = export_document(open_engine(db))
-    Path(file).write_text(doc.model_dump_json(indent=1))
+    engine = open_engine(db, create=False)
+    doc = export_document(engine)
+    write_document(doc, Path(file), engine, force)
     click.echo(f"exported {len(doc.latency)} latency points and {len(doc.acceptance)} acceptance pairs to {file}")
 
 

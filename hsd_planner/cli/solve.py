@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..plan import SolveConfig
+from ..profiling.hardware import this_machine
 from ..store import open_engine
 from ..store.exchange import import_document, read_document
 from ..store.solves import solve_and_store
@@ -20,6 +21,11 @@ __all__ = ["solve_command"]
 @click.option("--target", default=None, help="Target model spec [default: the largest profiled verifier].")
 @click.option("--workload", default=None, help="Workload name as profiled (see hsd-plan profiles show) [default: the newest].")
 @click.option(
+    "--hardware",
+    default=None,
+    help="Hardware fingerprint whose latency to use (see hsd-plan profiles show) [default: this machine's].",
+)
+@click.option(
     "--profile-file",
     type=click.Path(dir_okay=False),
     default=None,
@@ -32,6 +38,7 @@ __all__ = ["solve_command"]
 def solve_command(
     target: str | None,
     workload: str | None,
+    hardware: str | None,
     profile_file: str | None,
     mode: str,
     temperature: float,
@@ -69,8 +76,11 @@ def solve_command(
         require=split_specs(require),
     )
     if profile_file is not None:
-        engine = open_engine("sqlite://")  # in memory: the file is the whole profile
+        engine = open_engine("sqlite://")  # in memory: the file is the whole profile, whatever machine it came from
         import_document(engine, read_document(Path(profile_file)))
+        machines = hardware
     else:
-        engine = open_engine(db)
-    emit(solve_and_store(engine, target, workload, mode, temperature, config), as_json, format_solve)
+        engine = open_engine(db, create=False)
+        # imported profiles of other machines never stand in for this one unless asked for
+        machines = hardware if hardware is not None else this_machine()
+    emit(solve_and_store(engine, target, workload, mode, temperature, config, machines), as_json, format_solve)

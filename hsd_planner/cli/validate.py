@@ -63,7 +63,7 @@ def validate(
 
         hsd-plan validate --candidates top-k --max-prompts 8 --plot validate.png
     """
-    engine = open_engine(db)
+    engine = open_engine(db, create=False)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
     with Session(engine) as s:

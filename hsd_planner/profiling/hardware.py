@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["HardwareInfo", "cpu_name", "detect_hardware"]
+__all__ = ["HardwareInfo", "cpu_name", "detect_hardware", "this_machine"]
 
 
 @dataclass(frozen=True)
@@ -42,3 +42,9 @@ def detect_hardware(device: torch.device) -> HardwareInfo:
     """Describe ``device`` as profiled: GPU name on CUDA, CPU model and thread count on CPU."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return HardwareInfo(device.type, name, torch.get_num_threads(), torch.__version__)
+
+
+def this_machine() -> list[str]:
+    """The fingerprints a profile taken here could carry: the CPU's, and each CUDA device's."""
+    devices = [torch.device("cpu")] + [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return [detect_hardware(d).fingerprint for d in devices]

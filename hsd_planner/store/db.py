@@ -9,8 +9,10 @@ hsd-plan, is refused and left untouched.
 from __future__ import annotations
 
 import os
+import sqlite3
 from importlib.resources import files
 from pathlib import Path
+from urllib.parse import quote
 
 from alembic import command
 from alembic.config import Config
@@ -18,6 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
 from ..errors import StoreError
 
@@ -40,6 +43,8 @@ def default_db_path() -> Path:
 
 def resolve_url(db: str | None = None) -> str:
     """An SQLAlchemy URL from ``--db`` (path or URL), ``$HSD_PLAN_DB`` or the default path."""
+    if db is not None and not db.strip():
+        raise StoreError("--db is empty; pass a database path or URL, or leave --db out for the default")
     db = db or os.environ.get("HSD_PLAN_DB") or str(default_db_path())
     if "://" in db:
         return db
@@ -71,25 +76,71 @@ def _sqlite_settings(engine: Engine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def open_engine(db: str | None = None, upgrade: bool = True) -> Engine:
-    """Open (and by default upgrade) the database named by ``db``."""
+def open_engine(db: str | None = None, upgrade: bool = True, create: bool = True) -> Engine:
+    """Open (and by default upgrade) the database named by ``db``.
+
+    ``create=False`` (read-only commands) refuses a database file that does not exist instead of
+    creating an empty one. An existing SQLite file is inspected read-only first: a file that is not
+    SQLite, is damaged, belongs to another program or to a newer hsd-plan is refused with nothing
+    changed on disk (not even its journal mode).
+    """
     url = resolve_url(db)
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        path = Path(parsed.database)
-        if path.is_dir():
-            raise StoreError(f"database path {path} is a directory; pass a file path with --db")
-        if path.exists() and path.stat().st_size > 0:
-            with open(path, "rb") as fh:
-                if fh.read(16) != SQLITE_HEADER:
-                    raise StoreError(f"{path} is not an SQLite database; it was left untouched (pass another --db)")
-        path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url)
-    if parsed.get_backend_name() == "sqlite":
-        _sqlite_settings(engine)
-    if upgrade:
-        upgrade_to_head(engine, url)
+    try:
+        parsed = make_url(url)
+        backend = parsed.get_backend_name()
+    except ArgumentError:
+        raise StoreError(f"--db {db!r} is neither a file path nor a database URL (driver://user@host/name)") from None
+    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        _check_sqlite_file(Path(parsed.database), create)
+    try:
+        engine = create_engine(url)
+        if backend == "sqlite":
+            _sqlite_settings(engine)
+        if upgrade:
+            upgrade_to_head(engine, url)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise StoreError(
+            f"cannot use {parsed.render_as_string(hide_password=True)}: {_first_line(exc)} (is its driver installed?)"
+        ) from None
+    except OperationalError as exc:
+        raise StoreError(f"cannot open {parsed.render_as_string(hide_password=True)}: {_first_line(exc.orig or exc)}") from None
     return engine
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _check_sqlite_file(path: Path, create: bool) -> None:
+    """Refuse, before anything writes, a database file hsd-plan must not open; create its folder."""
+    if path.is_dir():
+        raise StoreError(f"database path {path} is a directory; pass a file path with --db")
+    if not path.exists() or path.stat().st_size == 0:
+        if not create:
+            raise StoreError(f"there is no database at {path}; run hsd-plan profile first, or pass the right --db")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the database folder {path.parent}: {exc.strerror}") from None
+        if not os.access(path.parent, os.W_OK):
+            raise StoreError(f"cannot create a database in {path.parent}: the folder is not writable")
+        return
+    with open(path, "rb") as fh:
+        if fh.read(16) != SQLITE_HEADER:
+            raise StoreError(f"{path} is not an SQLite database; it was left untouched (pass another --db)")
+    if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+        raise StoreError(f"{path} is read-only (the file or its folder); hsd-plan writes to its database: make it writable or copy it")
+    try:  # read-only: a refusal must not even switch the file to WAL
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if tables and "alembic_version" not in tables:
+                raise StoreError(f"{path} is an SQLite database of another program, not an hsd-plan database; it was left untouched (pass another --db)")
+            con.execute("PRAGMA quick_check(1)").fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is damaged ({exc}); it was left untouched: restore it from a backup or pass another --db") from None
 
 
 def upgrade_to_head(engine: Engine, url: str | None = None) -> None:

@@ -7,20 +7,55 @@ by database id, so a document from one machine merges into any database without 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+import unicodedata
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from ..errors import StoreError
+from hsd_runtime.spec import parse_spec
+
+from ..errors import HSDError, StoreError
+from ..vocab import Mode
+from .db import SQLITE_HEADER
 from .repo import get_or_create
 from .schema import Acceptance, AcceptancePrompt, Continuation, Hardware, Latency, ModelRow, Setting, Workload
 
-__all__ = ["SCHEMA_VERSION", "ProfileDocument", "export_document", "import_document", "read_document"]
+__all__ = ["SCHEMA_VERSION", "ProfileDocument", "export_document", "import_document", "read_document", "write_document"]
 
 SCHEMA_VERSION = 1
+
+
+# the constraints measured rows satisfy; an import must satisfy them too
+Ms = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a latency
+Prob = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # alpha, P(G >= g)
+Sum = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # sums of probabilities over positions
+Count = Annotated[int, Field(ge=0, le=10**12)]
+Small = Annotated[int, Field(ge=1, le=10**7)]  # widths, threads, lengths
+Name = Annotated[str, Field(min_length=1, max_length=500)]
+
+
+def _spec(value: str) -> str:
+    try:
+        parse_spec(value)
+    except HSDError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+def _printable(value: str) -> str:
+    """Names end up on terminals: no control characters (escape sequences) in them."""
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ValueError("contains control characters")
+    return value
+
+
+Spec = Annotated[Name, AfterValidator(_spec), AfterValidator(_printable)]
+Text = Annotated[Name, AfterValidator(_printable)]
 
 
 class _Row(BaseModel):
@@ -28,79 +63,79 @@ class _Row(BaseModel):
 
 
 class HardwareOut(_Row):
-    fingerprint: str
-    device: str
-    device_name: str
-    threads: int
-    torch_version: str
+    fingerprint: Text
+    device: Text
+    device_name: Text
+    threads: Small
+    torch_version: Text
 
 
 class ModelOut(_Row):
-    spec: str
-    parameters: int
-    layers: int | None
-    vocab_size: int | None
-    tokenizer_fingerprint: str | None
+    spec: Spec
+    parameters: Count
+    layers: Small | None
+    vocab_size: Small | None
+    tokenizer_fingerprint: Text | None
 
 
 class WorkloadOut(_Row):
-    name: str
-    content_hash: str
-    count: int
+    name: Text
+    content_hash: Text
+    count: Small
 
 
 class SettingOut(_Row):
-    mode: str
-    temperature: float
-    top_p: float
-    dtype: str
-    max_new_tokens: int
+    mode: Mode
+    temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
+    max_new_tokens: Small
 
 
 class LatencyOut(_Row):
-    model: str
-    hardware: str
-    dtype: str
-    n_tokens: int
-    context_len: int
-    median_ms: float
-    p10_ms: float
-    p90_ms: float
-    repeats: int
+    model: Spec
+    hardware: Text
+    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
+    n_tokens: Small
+    context_len: Annotated[int, Field(ge=0, le=10**7)]
+    median_ms: Ms
+    p10_ms: Ms
+    p90_ms: Ms
+    repeats: Small
 
 
 class ContinuationOut(_Row):
-    verifier: str
-    workload: str
+    verifier: Spec
+    workload: Text
     setting: SettingOut
-    prompt_index: int
-    tokens: list[int]
+    prompt_index: Count
+    tokens: list[Annotated[int, Field(ge=0, le=10**8)]]
 
 
 class AcceptancePromptOut(_Row):
-    drafter: str
-    verifier: str
-    workload: str
+    drafter: Spec
+    verifier: Spec
+    workload: Text
     setting: SettingOut
-    prompt_index: int
-    positions: int
-    alpha_sum: float
-    run_sum: list[float]
-    run_count: list[int]
-    visit_sum: list[list[float]] | None = None  # absent in exports made before they were measured
-    visit_count: list[float] | None = None
+    prompt_index: Count
+    positions: Count
+    alpha_sum: Sum
+    run_sum: list[Sum]
+    run_count: list[Count]
+    visit_sum: list[list[Sum]] | None = None  # absent in exports made before they were measured
+    visit_count: list[Sum] | None = None
 
 
 class AcceptanceOut(_Row):
-    drafter: str
-    verifier: str
-    workload: str
+    drafter: Spec
+    verifier: Spec
+    workload: Text
     setting: SettingOut
-    alpha: float
-    positions: int
-    prompts: int
-    run_lengths: list[float]
-    visited: list[list[float] | None] | None = None
+    alpha: Prob
+    positions: Count
+    prompts: Count
+    run_lengths: list[Prob]
+    visited: list[list[Prob] | None] | None = None
 
 
 class ProfileDocument(_Row):
@@ -177,6 +212,36 @@ def export_document(engine: Engine) -> ProfileDocument:
         )
 
 
+def write_document(doc: ProfileDocument, path: Path, engine: Engine, force: bool = False) -> None:
+    """Write ``doc`` to ``path`` atomically (a temporary file renamed over it).
+
+    Never over an SQLite file (the open database above all: an export holds no solves, plans or
+    validations, so it cannot restore one), and over an existing export only with ``force``.
+    """
+    path = Path(path)
+    if path.exists():
+        if path.is_dir():
+            raise StoreError(f"{path} is a directory; give the export a file name")
+        with open(path, "rb") as fh:
+            is_sqlite = fh.read(16) == SQLITE_HEADER
+        database = engine.url.database
+        if is_sqlite or (database and Path(database).resolve() == path.resolve()):
+            raise StoreError(f"{path} is an SQLite database; an export never overwrites one (choose a .json file name)")
+        if not force:
+            raise StoreError(f"{path} exists; pass --force to overwrite it")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise StoreError(f"cannot write {path}: folder {folder} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False) as tmp:
+            tmp.write(doc.model_dump_json(indent=1))
+        os.replace(tmp.name, path)
+    except OSError as exc:
+        if "tmp" in locals():
+            Path(tmp.name).unlink(missing_ok=True)
+        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
 def read_document(path: Path) -> ProfileDocument:
     """Parse and validate an export file; a wrong version or shape is a one-line error."""
     try:
@@ -185,6 +250,8 @@ def read_document(path: Path) -> ProfileDocument:
         raise StoreError(f"cannot read {path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise StoreError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise StoreError(f"{path} is nested too deeply to be an hsd-plan export") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version != SCHEMA_VERSION:
         raise StoreError(f"{path} has profile schema version {version!r}; this hsd-plan reads version {SCHEMA_VERSION}")
@@ -192,7 +259,7 @@ def read_document(path: Path) -> ProfileDocument:
         return ProfileDocument.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise StoreError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise StoreError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}; nothing was imported") from None
 
 
 def import_document(engine: Engine, doc: ProfileDocument) -> dict[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
@@ -35,10 +36,10 @@ def load_profile(
     workload: str | None = None,
     mode: Mode = "greedy",
     temperature: float = 1.0,
-    hardware: str | None = None,
+    hardware: str | Sequence[str] | None = None,
 ) -> tuple[Profile, ProfileSource]:
     """The newest matching profile: acceptance of ``workload`` under ``mode``/``temperature``,
-    latency on ``hardware`` (a fingerprint; default: the newest hardware with data).
+    latency on ``hardware`` (a fingerprint, or several to choose the newest of; None: any).
 
     The target defaults to the largest model measured as a verifier.
     """
@@ -72,11 +73,15 @@ def load_profile(
             if not any(r.verifier_id == target_id for r in rows):
                 raise StoreError(f"no model has acceptance data against the target {target}; profile them together")
         hw_q = select(Hardware).join(Latency, Latency.hardware_id == Hardware.id).where(Latency.model_id == target_id)
-        if hardware is not None:
-            hw_q = hw_q.where(Hardware.fingerprint == hardware)
-        hw = s.scalars(hw_q.order_by(Latency.created_at.desc())).first()
+        wanted = [hardware] if isinstance(hardware, str) else hardware
+        hw = s.scalars(
+            (hw_q.where(Hardware.fingerprint.in_(wanted)) if wanted is not None else hw_q).order_by(Latency.created_at.desc())
+        ).first()
         if hw is None:
-            raise StoreError(f"no latency profile for the target {models[target_id].spec} on this hardware; run hsd-plan profile")
+            others = sorted({f"{h.fingerprint} ({h.device_name})" for h in s.scalars(hw_q)})
+            where = "on this machine" if wanted is not None else "on any hardware"
+            hint = f"; profiled on: {', '.join(others)} (choose one with --hardware)" if others else "; run hsd-plan profile"
+            raise StoreError(f"no latency profile for the target {models[target_id].spec} {where}{hint}")
         setting = s.get(Setting, newest.setting_id)
         wl_row = s.get(Workload, newest.workload_id)
         involved = {target_id} | {r.drafter_id for r in rows} | {r.verifier_id for r in rows}

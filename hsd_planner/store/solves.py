@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
@@ -81,9 +82,13 @@ def solve_and_store(
     mode: Mode = "greedy",
     temperature: float = 1.0,
     config: SolveConfig = SOLVE_DEFAULTS,
+    hardware: str | Sequence[str] | None = None,
 ) -> SolveReport:
-    """Solve on the newest matching profile, store the solve and its plans, return a report."""
-    profile, source = load_profile(engine, target, workload, mode, temperature)
+    """Solve on the newest matching profile, store the solve and its plans, return a report.
+
+    ``hardware``: the fingerprint(s) whose latency to use (None: the newest of any).
+    """
+    profile, source = load_profile(engine, target, workload, mode, temperature, hardware)
     c = config
     solution = solve(profile, c.t_max, c.top_k, c.max_depth, c.acceptance, c.context_len, c.exclude, c.require)
     ranked: list[tuple[Plan, PlanKind]] = [(p, "best" if i == 0 else "top") for i, p in enumerate(solution.top)]
