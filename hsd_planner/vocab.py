@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from hsd_runtime.vocab import DEFAULT_NGRAM_ORDER, DTYPES, MODES, Dtype, Mode
+from hsd_runtime.vocab import DEFAULT_NGRAM_ORDER, DTYPES, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE, MODES, Dtype, Mode
 
 __all__ = [
     "ACCEPTANCE_MODELS",
@@ -15,6 +15,9 @@ __all__ = [
     "DISTILL_DATA",
     "DIVERGENCE_NAMES",
     "DTYPES",
+    "MAX_TEMPERATURE",
+    "MAX_WIDTH",
+    "MIN_TEMPERATURE",
     "MODES",
     "PLAN_KINDS",
     "AcceptanceModel",

@@ -22,6 +22,7 @@ from .ngram import NgramDrafter
 from .sampling import SamplingConfig
 from .spec import ModelSpec, parse_spec
 from .stats import GenerationResult, LevelStats
+from .vocab import MAX_WIDTH
 
 __all__ = ["Hierarchy", "build_hierarchy"]
 
@@ -54,6 +55,8 @@ class Hierarchy:
             )
         if any(w < 1 for w in widths):
             raise ChainError(f"widths must be >= 1, got {','.join(map(str, widths))}")
+        if any(t > MAX_WIDTH for t in widths):
+            raise ChainError(f"widths must be <= {MAX_WIDTH}, got {','.join(map(str, widths))}")
         if any(isinstance(m, NgramDrafter) for m in members[1:]):
             raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
         names = list(names) if names is not None else [type(m).__name__ for m in members]
@@ -63,6 +66,9 @@ class Hierarchy:
         self.widths = list(widths)
         self.eos_token_ids = frozenset(eos_token_ids)
         self.device = next(models[-1].parameters()).device
+        # the shortest context any level can attend over (None: no model declares one)
+        limits = [getattr(getattr(m, "config", None), "max_position_embeddings", None) for m in models]
+        self.context_limit: int | None = min((x for x in limits if isinstance(x, int)), default=None)
 
         self.levels: list[Drafter] = []
         last = len(members) - 1
@@ -98,6 +104,13 @@ class Hierarchy:
             raise PromptError("the prompt is empty; give at least one token")
         if max_new_tokens < 1:
             raise ChainError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        # drafts run ahead of the committed text by at most twice the widths; all must fit every level
+        needed = len(prompt) + max_new_tokens + 2 * sum(self.widths) + 1
+        if self.context_limit is not None and needed > self.context_limit:
+            raise PromptError(
+                f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens and the drafts it needs {needed} positions, "
+                f"more than the models' context of {self.context_limit}: shorten the prompt or lower --max-new-tokens"
+            )
         for level in self.levels:
             level.stats.reset()
         generator = torch.Generator(device=self.device).manual_seed(sampling.seed)

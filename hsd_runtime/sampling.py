@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from .vocab import Mode
+from .vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, Mode
 
 __all__ = ["SamplingConfig", "warp"]
 
@@ -21,7 +21,7 @@ class SamplingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: Mode = "greedy"
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     top_k: int | None = Field(None, ge=1)
     top_p: float | None = Field(None, gt=0, le=1)
     seed: int = 0

@@ -83,7 +83,7 @@ def parse_spec(text: str) -> ModelSpec:
             raise ModelSpecError(f"unknown option {key!r} in model spec {text!r}; known: {', '.join(sorted(_KNOWN))}")
         if any(k == key for k, _ in options):
             raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
-        if key in _INT_OPTIONS and not (value.isdigit() and int(value) >= 1):
+        if key in _INT_OPTIONS and not (value.isascii() and value.isdigit() and 1 <= int(value) <= 10**6):
             raise ModelSpecError(f"option {key}={value} in model spec {text!r} must be an integer >= 1")
         if key == "dtype" and value not in DTYPES:
             raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")

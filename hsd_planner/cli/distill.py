@@ -9,7 +9,7 @@ import click
 from hsd_runtime import ModelLoader
 
 from ..training import DistillConfig, Distiller, DistillReport, parse_init, running_average
-from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES
+from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES, MAX_TEMPERATURE, MIN_TEMPERATURE
 from .options import json_option, prompt_options, runtime_options
 from .render import Bars, emit
 
@@ -53,7 +53,7 @@ def _default(name: str) -> object:
 @click.option("--lr", type=click.FloatRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
 @click.option(
     "--temperature",
-    type=click.FloatRange(0, min_open=True),
+    type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
     default=_default("temperature"),
     show_default=True,
     help="Sampling temperature of the continuations and of the divergence.",

@@ -9,7 +9,7 @@ import click
 
 from ..errors import ChainError
 from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT
-from ..vocab import ACCEPTANCE_MODELS, DTYPES, MODES
+from ..vocab import ACCEPTANCE_MODELS, DTYPES, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE, MODES
 
 __all__ = [
     "db_option",
@@ -61,7 +61,11 @@ def runtime_options(f: F | None = None, *, dtype: str | None = "fp32", dtype_hel
 def mode_options(f: F) -> F:
     """``--mode`` and ``--temperature``: which decoding a profile or a run is for."""
     f = click.option(
-        "--temperature", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True, help="Sampling temperature."
+        "--temperature",
+        type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+        default=1.0,
+        show_default=True,
+        help="Sampling temperature.",
     )(f)
     return click.option("--mode", type=click.Choice(MODES), default="greedy", show_default=True, help="Decoding mode.")(f)
 
@@ -129,16 +133,21 @@ def solve_options(f: F) -> F:
 
 
 def parse_widths(text: str | None) -> list[int]:
-    """``"4,2"`` -> ``[4, 2]``; empty or None -> ``[]``."""
+    """``"4,2"`` -> ``[4, 2]``; empty or None -> ``[]``; each width at most MAX_WIDTH."""
     if not text:
         return []
-    return int_list(text, "--widths")
+    widths = int_list(text, "--widths")
+    if max(widths) > MAX_WIDTH:
+        raise ChainError(f"--widths {text}: a width is at most {MAX_WIDTH} (a verifier accepts far fewer tokens in a row)")
+    return widths
 
 
 def int_list(text: str, option: str) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``, every value >= 1."""
     try:
-        values = [int(part) for part in text.split(",")]
+        values = [int(part) for part in text.split(",") if part.strip().isascii()]
+        if len(values) != len(text.split(",")):
+            raise ValueError(text)
     except ValueError:
         raise ChainError(f"{option} {text!r} is not a comma-separated list of integers") from None
     if not values or min(values) < 1:

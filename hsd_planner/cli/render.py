@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 from typing import Any, Protocol
 
 import click
@@ -93,8 +94,17 @@ def format_solve(report: SolveReport) -> str:
     return "\n".join(lines)
 
 
+def _safe(text: str) -> str:
+    """Control characters (terminal escape sequences in an imported name) shown as '?'."""
+    return "".join("?" if unicodedata.category(ch) == "Cc" and ch != "\n" else ch for ch in text)
+
+
 def format_profiles(doc: ProfileDocument) -> str:
     """``hsd-plan profiles show``: counts, then one line per hardware, workload, model and pair."""
+    return _safe(_format_profiles(doc))
+
+
+def _format_profiles(doc: ProfileDocument) -> str:
     lines = [
         f"{len(doc.hardware)} hardware, {len(doc.models)} models, {len(doc.workloads)} workloads, "
         f"{len(doc.latency)} latency points, {len(doc.acceptance)} acceptance pairs"

@@ -13,7 +13,7 @@ from ..profiling import ProfileSummary
 from ..prompts import load_prompts, split
 from ..store import Setting, open_engine
 from ..validation import CANDIDATE_SETS, DEMO_MODELS, run_demo, run_validation, select_plans
-from ..validation.plot import plot_validation
+from ..validation.plot import check_plot_path, plot_validation
 from .options import db_option, json_option, prompt_options, runtime_options
 from .render import Bars, emit, format_summary, format_validation
 
@@ -63,6 +63,8 @@ def validate(
 
         hsd-plan validate --candidates top-k --max-prompts 8 --plot validate.png
     """
+    if plot_file:
+        check_plot_path(Path(plot_file))
     engine = open_engine(db, create=False)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
@@ -118,6 +120,7 @@ def demo(
     def show(summary: ProfileSummary) -> None:
         say(format_summary(summary))
 
+    check_plot_path(Path(plot_file))
     report = run_demo(
         open_engine(db),
         ModelLoader(device=device, dtype=dtype),

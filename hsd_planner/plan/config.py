@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..vocab import AcceptanceModel
+from ..vocab import MAX_WIDTH, AcceptanceModel
 
 __all__ = ["SOLVE_DEFAULTS", "T_MAX_LIMIT", "SolveConfig"]
 
-# widths beyond this draft more than any verifier accepts in a row, and the solver's DAG grows as
-# t_max^2: a bound that keeps a mistyped --t-max from exhausting memory
-T_MAX_LIMIT = 64
+# the largest --t-max: the runtime's own bound on widths (the solver's DAG grows as t_max^2)
+T_MAX_LIMIT = MAX_WIDTH
 
 
 class SolveConfig(BaseModel):

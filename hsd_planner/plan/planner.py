@@ -36,6 +36,7 @@ def solve(
     """
     if profile.target in exclude:
         raise SolverError(f"{profile.target} is the target; it cannot be excluded (choose another --target)")
+    require = [r for r in require if r != profile.target]  # the target is in every hierarchy
     target = Candidate(profile.target, profile.cost(profile.target, context_len))
     names = [m.name for m in profile.models if m.name != profile.target and m.name not in exclude]
     pairs = profile.pairs(acceptance)

@@ -19,7 +19,7 @@ from ..errors import ChainError
 from ..prompts import PromptSet, encode_prompt
 from ..store import AcceptancePrompt, Continuation, Latency
 from ..store.repo import aggregate_acceptance, hardware_row, model_row, setting_row, workload_row
-from ..vocab import Dtype, Mode
+from ..vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 from .acceptance import (
     acceptance_from_logits,
     model_conditionals,
@@ -42,7 +42,7 @@ class ProfileConfig(BaseModel):
 
     models: list[str] = Field(min_length=1)
     mode: Mode = "greedy"
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0, le=1)
     seed: int = 0
     dtype: Dtype = "fp32"

@@ -20,6 +20,8 @@ from .humaneval import HUMANEVAL, humaneval_prompts
 
 __all__ = ["BUILTIN", "PromptSet", "encode_prompt", "load_prompts", "split"]
 
+MAX_PROMPT_CHARS = 200_000  # about 50k tokens: longer than any model here attends over
+MAX_PROMPTS = 100_000
 BUILTIN = Path(str(files("hsd_planner.prompts") / "builtin.jsonl"))  # package data: written for this project
 
 
@@ -82,21 +84,25 @@ def load_prompts(path: str | Path | None = None, category: str | None = None) ->
     file = Path(path) if path is not None else BUILTIN
     if not file.is_file():
         raise PromptError(f"prompt file {file} does not exist")
+    prompts: list[str] = []
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
+        with open(file, encoding="utf-8") as fh:  # line by line: a huge file is refused early, not read whole
+            is_jsonl = file.suffix in (".jsonl", ".json")
+            for number, line in enumerate(fh, start=1):
+                if len(line) > MAX_PROMPT_CHARS:
+                    raise PromptError(f"{file}:{number} is {len(line):,} characters long; a prompt has at most {MAX_PROMPT_CHARS:,}")
+                if not line.strip():
+                    continue
+                is_jsonl = is_jsonl or (not prompts and line.lstrip().startswith("{"))
+                text = _parse_jsonl_line(line, number, file, category) if is_jsonl else line.strip()
+                if text is not None and text.strip():
+                    prompts.append(text)
+                if len(prompts) > MAX_PROMPTS:
+                    raise PromptError(
+                        f"prompt file {file} has more than {MAX_PROMPTS:,} prompts; split it or use --max-prompts on a smaller file"
+                    )
     except UnicodeDecodeError:
         raise PromptError(f"prompt file {file} is not UTF-8 text") from None
-    is_jsonl = file.suffix in (".jsonl", ".json") or (lines and lines[0].lstrip().startswith("{"))
-    prompts: list[str] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        if is_jsonl:
-            text = _parse_jsonl_line(line, number, file, category)
-        else:
-            text = line.strip()
-        if text is not None and text.strip():
-            prompts.append(text)
     if not prompts:
         detail = f" in category {category!r}" if category else ""
         raise PromptError(f"prompt file {file} has no prompts{detail}")

@@ -135,7 +135,9 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
         try:
             tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables and "alembic_version" not in tables:
-                raise StoreError(f"{path} is an SQLite database of another program, not an hsd-plan database; it was left untouched (pass another --db)")
+                raise StoreError(
+                    f"{path} is an SQLite database of another program, not an hsd-plan database; it was left untouched (pass another --db)"
+                )
             con.execute("PRAGMA quick_check(1)").fetchall()
         finally:
             con.close()

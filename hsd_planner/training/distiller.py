@@ -32,7 +32,7 @@ from hsd_runtime import ModelLoader, SamplingConfig, parse_spec
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from ..prompts import encode_prompt, load_prompts, split
-from ..vocab import DistillData, Divergence, Dtype
+from ..vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, DistillData, Divergence, Dtype
 from .card import DistillReport, StepLog, model_card
 from .divergences import divergence
 from .student import build_student, sample, student_acceptance
@@ -63,7 +63,7 @@ class DistillConfig(BaseModel):
     batch_size: int = Field(4, ge=1)
     max_new_tokens: int = Field(64, ge=1)
     lr: float = Field(1e-4, gt=0)
-    temperature: float = Field(1.0, gt=0)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     seed: int = 0
     checkpoint_every: int = Field(50, ge=1)
     dtype: Dtype = "fp32"  # the frozen target's; the student trains in fp32
@@ -168,8 +168,13 @@ class Distiller:
         return folder / _STATE
 
     def _load_checkpoint(self, path: Path) -> None:
-        state = torch.load(path, map_location=self.student.device, weights_only=True)
-        old = DistillConfig(**state["config"])
+        try:
+            state = torch.load(path, map_location=self.student.device, weights_only=True)
+            old = DistillConfig(**state["config"])
+        except Exception as exc:  # a truncated or foreign file fails in pickle, zip or key lookups alike
+            raise DistillError(
+                f"the checkpoint {path} cannot be read ({type(exc).__name__}); delete {path.parent} to start over, or choose a new --out"
+            ) from None
         differ = [
             f"{k} {getattr(old, k)!r}"
             for k in DistillConfig.model_fields

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 
 from hsd_runtime import GenerationResult, ModelLoader, SamplingConfig, build_hierarchy, parse_chain
 
+from ..errors import PromptError
 from ..prompts import encode_prompt
 
 __all__ = ["CheckResult", "GenerateReport", "compare_tokens", "generate_text"]
@@ -75,6 +76,8 @@ def generate_text(
     A short warm-up generation runs first (when ``warmup``), so that one-off start-up costs of
     the framework do not land in the measured ms per token.
     """
+    if not prompt.strip():  # before any model loads
+        raise PromptError("the prompt is empty; pass some text with --prompt")
     specs = parse_chain(chain)
     hierarchy, tokenizer = build_hierarchy(specs, widths, loader)
     ids = encode_prompt(tokenizer, prompt, chat)

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from ..errors import HSDError
 from .report import ValidationReport
 
-__all__ = ["plot_validation"]
+__all__ = ["check_plot_path", "plot_validation"]
+
+
+FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def check_plot_path(path: Path) -> None:
+    """Refuse, before a long run, a figure path that cannot be written at its end."""
+    if path.suffix.lower() not in FORMATS:
+        raise HSDError(f"--plot {path}: use a file name ending in {', '.join(FORMATS)}")
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise HSDError(f"--plot {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise HSDError(f"--plot {path}: not writable")
 
 
 def plot_validation(report: ValidationReport, path: Path) -> None:

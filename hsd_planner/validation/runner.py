@@ -54,6 +54,11 @@ def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> 
             missing = [i for i, r in zip(plan_ids, rows) if r is None]
             if missing:
                 raise StoreError(f"no plan with id {missing[0]}; see hsd-plan solve for plan ids")
+            solves = sorted({r.solve_id for r in rows})
+            if len(solves) > 1:
+                raise StoreError(
+                    f"plans {', '.join(map(str, plan_ids))} come from different solves ({', '.join(map(str, solves))}); validate one solve's plans at a time"
+                )
             solve = s.get(Solve, rows[0].solve_id)
         else:
             solve = s.scalars(select(Solve).order_by(Solve.id.desc())).first()
