@@ -131,7 +131,8 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
     if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
         raise StoreError(f"{path} is read-only (the file or its folder); hsd-plan writes to its database: make it writable or copy it")
     try:  # read-only: a refusal must not even switch the file to WAL
-        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+        # immutable: no lock, no -wal/-shm files; the main file alone is consistent (checkpointed pages only)
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1", uri=True)
         try:
             tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if tables and "alembic_version" not in tables:
