@@ -305,3 +305,28 @@ def test_fuzz_cli_inputs(tiny_dirs, tmp_path):
         assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
         if result.exit_code != 0:
             assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("Error: "), (args, result.output)
+
+
+# --- 6. relative model paths are stored absolute, and a changed model is refused ---------------
+
+
+def test_relative_paths_are_absolute_and_changed_models_refused(tiny_dirs, tmp_path, monkeypatch):
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(tiny_dirs["draft"], work / "d")
+    shutil.copytree(tiny_dirs["target"], work / "m")
+    prompts = work / "p.txt"
+    prompts.write_text("\n".join(f"w{i} w{i + 1} w{i}" for i in range(8)))
+    monkeypatch.chdir(work)
+    assert run("profile", "--models", "ngram,./d,./m", "--prompts", "p.txt", *FAST).exit_code == 0
+    solved = json.loads(run("solve", "--target", "./m", "--json").output)
+    assert solved["target"] == str((work / "m").resolve())
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(tiny_dirs["other"], elsewhere / "m")  # another ./m, which must not be run
+    monkeypatch.chdir(elsewhere)
+    ok = run("validate", "--max-prompts", 1, "--max-new-tokens", 3, "--prompts", prompts, "--device", "cpu")
+    assert ok.exit_code == 0, ok.output
+    config = work / "m" / "config.json"
+    config.write_text(config.read_text().replace("{", '{"note": "edited",', 1))
+    one_line_error(run("validate", "--max-prompts", 1, "--prompts", prompts, "--device", "cpu"), "changed on disk since it was profiled")

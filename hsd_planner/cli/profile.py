@@ -7,6 +7,7 @@ import click
 from hsd_runtime import ModelLoader
 
 from ..profiling import ProfileConfig, profile_summary, run_profile
+from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
 from ..store import open_engine
 from .options import db_option, int_list, json_option, prompt_options, runtime_options, sampling_options
@@ -78,7 +79,7 @@ def profile(
         hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --dtype bf16 --max-prompts 12
     """
     config = ProfileConfig(
-        models=[m for m in models.split(",") if m],
+        models=absolute_specs([m for m in models.split(",") if m]),
         mode=mode,
         temperature=temperature,
         top_p=top_p or 1.0,

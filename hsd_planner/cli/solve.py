@@ -8,6 +8,7 @@ import click
 
 from ..plan import SolveConfig
 from ..profiling.hardware import this_machine
+from ..profiling.sources import absolute_spec, absolute_specs
 from ..store import open_engine
 from ..store.exchange import import_document, read_document
 from ..store.solves import solve_and_store
@@ -66,14 +67,15 @@ def solve_command(
 
         hsd-plan solve --profile-file profiles/epyc-avx2-smollm2-fp32.json
     """
+    target = absolute_spec(target) if target else target
     config = SolveConfig(
         t_max=t_max,
         top_k=top_k,
         max_depth=max_depth,
         acceptance=acceptance,
         context_len=context_len,
-        exclude=split_specs(exclude),
-        require=split_specs(require),
+        exclude=tuple(absolute_specs(split_specs(exclude))),
+        require=tuple(absolute_specs(split_specs(require))),
     )
     if profile_file is not None:
         engine = open_engine("sqlite://")  # in memory: the file is the whole profile, whatever machine it came from

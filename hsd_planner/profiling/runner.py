@@ -30,6 +30,7 @@ from .acceptance import (
     visited_run_sums,
 )
 from .hardware import detect_hardware
+from .sources import source_fingerprint
 from .timing import time_forward, time_ngram
 
 __all__ = ["ProfileConfig", "ProfileOutcome", "run_profile", "workload_context_lens"]
@@ -126,7 +127,7 @@ def run_profile(
         out.workload_id = workload_row(s, prompts).id
         out.setting_id = setting_row(s, config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens).id
         for c in candidates:
-            c.row_id = model_row(s, str(c.spec), c.loaded).id
+            c.row_id = model_row(s, str(c.spec), c.loaded, source_fingerprint(str(c.spec)), replace=config.force).id
             out.model_ids[str(c.spec)] = c.row_id
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
     tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)  # one tokenizer: checked in _load

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from ..errors import StoreError
 from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
 
 __all__ = ["aggregate_acceptance", "get_or_create", "hardware_row", "model_row", "setting_row", "workload_row"]
@@ -36,11 +37,15 @@ def hardware_row(session: Session, info) -> Hardware:
     )
 
 
-def model_row(session: Session, spec: str, loaded=None) -> ModelRow:
-    """The row of ``spec``; ``loaded`` (a LoadedModel, None for ngram) fills in what loading revealed."""
+def model_row(session: Session, spec: str, loaded: Any = None, source: str | None = None, replace: bool = False) -> ModelRow:
+    """The row of ``spec``; ``loaded`` (a LoadedModel, None for ngram) fills in what loading revealed.
+
+    ``source`` is the fingerprint of the model's files: a row measured from other files is refused
+    (its measurements describe another model) unless ``replace``, which adopts the new files.
+    """
     if loaded is None:
         return get_or_create(session, ModelRow, {"spec": spec}, parameters=0)
-    return get_or_create(
+    row = get_or_create(
         session,
         ModelRow,
         {"spec": spec},
@@ -48,7 +53,13 @@ def model_row(session: Session, spec: str, loaded=None) -> ModelRow:
         layers=loaded.num_layers,
         vocab_size=loaded.logits_width,
         tokenizer_fingerprint=loaded.fingerprint,
+        source_fingerprint=source,
     )
+    if row.source_fingerprint not in (None, source):
+        if not replace:
+            raise StoreError(f"model {spec} changed on disk since it was profiled; rerun with --force to measure it again")
+        row.source_fingerprint = source
+    return row
 
 
 def workload_row(session: Session, prompts) -> Workload:

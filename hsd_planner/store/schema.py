@@ -68,6 +68,7 @@ class ModelRow(Base):
     layers: Mapped[int | None] = mapped_column(Integer)
     vocab_size: Mapped[int | None] = mapped_column(Integer)
     tokenizer_fingerprint: Mapped[str | None] = mapped_column(String(32))
+    source_fingerprint: Mapped[str | None] = mapped_column(String(64))  # config + weight files, for a path spec
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

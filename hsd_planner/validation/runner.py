@@ -28,6 +28,7 @@ from hsd_runtime import HSDError, ModelLoader, SamplingConfig, build_hierarchy
 from ..errors import StoreError
 from ..plan import Profile, predict_over
 from ..plan.latency import expected_run_tokens
+from ..profiling.sources import check_source
 from ..prompts import PromptSet, encode_prompt
 from ..store import Hardware, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
 from ..store.reader import load_profile
@@ -97,6 +98,10 @@ def run_validation(
         hardware = s.get(Hardware, solve.hardware_id).fingerprint
     profile, _ = load_profile(engine, target, workload, setting.mode, setting.temperature, hardware)
     sampling = SamplingConfig(mode=setting.mode, temperature=setting.temperature, top_p=setting.top_p)
+    with Session(engine) as s:
+        stored = {m.spec: m.source_fingerprint for m in s.scalars(select(ModelRow))}
+    for spec in {name for plan in plans for name in plan.chain}:
+        check_source(spec, stored.get(spec))
     built = {}
     for plan in plans:
         try:

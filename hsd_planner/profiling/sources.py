@@ -1,0 +1,71 @@
+"""Model sources on disk: absolute paths for path specs, and a fingerprint of their files.
+
+A spec naming a directory or a ``.gguf`` file is stored with its absolute path, so that a plan
+run from another working directory runs the same model; the fingerprint (config bytes, weight
+file names, sizes and modification times) tells when the files changed since profiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from hsd_runtime.packaged import PACKAGED
+from hsd_runtime.spec import ModelSpec, parse_spec
+
+from ..errors import StoreError
+
+__all__ = ["absolute_spec", "absolute_specs", "check_source", "source_fingerprint"]
+
+_WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
+
+
+def _local_path(spec: ModelSpec) -> Path | None:
+    if spec.is_ngram or spec.name in PACKAGED:
+        return None
+    path = Path(spec.name).expanduser()
+    return path if path.exists() else None
+
+
+def absolute_spec(text: str) -> str:
+    """``text`` with a local model path made absolute (other specs unchanged).
+
+    >>> absolute_spec("ngram:n=4")
+    'ngram:n=4'
+    """
+    spec = parse_spec(text)
+    path = _local_path(spec)
+    if path is None:
+        return str(spec)
+    return str(spec.model_copy(update={"name": str(path.resolve())}))
+
+
+def absolute_specs(texts: list[str] | tuple[str, ...]) -> list[str]:
+    """:func:`absolute_spec` of each."""
+    return [absolute_spec(t) for t in texts]
+
+
+def source_fingerprint(spec_text: str) -> str | None:
+    """A digest of a local model's config and weight files (None for ngram and packaged aliases)."""
+    path = _local_path(parse_spec(spec_text))
+    if path is None:
+        return None
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(f for pattern in _WEIGHTS for f in path.glob(pattern))
+    if path.is_dir() and (path / "config.json").is_file():
+        digest.update((path / "config.json").read_bytes())
+    for f in files:
+        st = f.stat()
+        digest.update(f"{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
+    return digest.hexdigest()[:32]
+
+
+def check_source(spec_text: str, stored: str | None) -> None:
+    """Refuse a model whose files are gone or changed since they were profiled."""
+    if stored is None:
+        return
+    spec = parse_spec(spec_text)
+    if _local_path(spec) is None:
+        raise StoreError(f"model {spec.name} was profiled but no longer exists; profile the model you mean again")
+    if source_fingerprint(spec_text) != stored:
+        raise StoreError(f"model {spec.name} changed on disk since it was profiled (config or weights); profile it again")
