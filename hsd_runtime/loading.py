@@ -226,6 +226,8 @@ def check_same_tokenizer(models: list[LoadedModel]) -> int:
     Models of one family may pad their output layer differently; logits are then sliced to the
     smallest width, which still covers the shared vocabulary.
     """
+    if not models:
+        raise TokenizerMismatchError("no model to take the tokenizer from: a chain needs a model besides ngram")
     first = models[0]
     for other in models[1:]:
         if other.fingerprint != first.fingerprint:

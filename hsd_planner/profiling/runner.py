@@ -99,11 +99,13 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
         seen.add(str(spec))
     if config.acceptance and len(specs) < 2:
         raise ChainError("acceptance needs at least two models (a drafter and a verifier); add one, or pass --skip-acceptance")
-    candidates = [_Candidate(s, None if s.is_ngram else loader.load(s)) for s in specs]
-    models = [c.loaded for c in candidates if c.loaded is not None]
-    if not models:
+    if all(s.is_ngram for s in specs):
         raise ChainError("--models needs at least one model besides ngram")
-    check_same_tokenizer(models)
+    candidates = []
+    for s in specs:  # one at a time: a tokenizer mismatch stops before the rest load
+        candidates.append(_Candidate(s, None if s.is_ngram else loader.load(s)))
+        if not s.is_ngram:
+            check_same_tokenizer([c.loaded for c in candidates if c.loaded is not None])
     # stable sort: cheapest first, ties keep the order given
     return sorted(candidates, key=lambda c: c.cost_rank)
 
