@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import click
 
 from ..profiling import SUMMARY_N, ProfileSummary
+from ..profiling.timing import SPREAD_LIMIT
 from ..store.exchange import ProfileDocument
 from ..store.solves import SolveReport
 from ..validation import GenerateReport, ValidationReport
@@ -132,7 +133,9 @@ def format_summary(summary: ProfileSummary) -> str:
     """The summary as two plain-text tables."""
     hw, st = summary.hardware, summary.setting
     lines = [
-        f"{summary.measured} measurements taken, {summary.skipped} already stored "
+        f"{summary.measured} measurements taken, {summary.skipped} already stored"
+        + (f", {summary.noisy} latency points still noisy (p90/p10 > {SPREAD_LIMIT})" if summary.noisy else "")
+        + " "
         f"[{hw['device_name']}, {hw['threads']} threads; workload {summary.workload['name']} "
         f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",
         "",

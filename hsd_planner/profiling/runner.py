@@ -31,7 +31,7 @@ from .acceptance import (
 )
 from .hardware import detect_hardware
 from .sources import source_fingerprint
-from .timing import time_forward, time_ngram
+from .timing import SPREAD_LIMIT, LookupTimer, PassTimer, spread, summarize, sweep_order
 
 __all__ = ["ProfileConfig", "ProfileOutcome", "run_profile", "workload_context_lens"]
 
@@ -50,7 +50,7 @@ class ProfileConfig(BaseModel):
     max_new_tokens: int = Field(64, ge=1)
     latency_grid: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], min_length=1)
     context_lens: list[int] | None = Field(None, min_length=1)  # None: workload_context_lens of the prompts
-    repeats: int = Field(5, ge=1)
+    repeats: int = Field(5, ge=1, le=1000)  # samples per latency point, one per interleaved round
     acceptance: bool = True
     force: bool = False
 
@@ -61,6 +61,7 @@ class ProfileOutcome:
 
     measured: int = 0
     skipped: int = 0
+    noisy: int = 0  # latency points still above SPREAD_LIMIT after their extra rounds
     hardware_id: int = 0
     workload_id: int = 0
     setting_id: int = 0
@@ -137,33 +138,68 @@ def run_profile(
     contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     if total:
-        total(len(points) + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
+        total(len(points) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
     step = progress or (lambda _n: None)
 
-    for cand, ctx, n in points:
-        _latency_point(engine, config, out, cand, ctx, n)
-        step(1)
+    _latency_sweep(engine, config, out, points, step)
     for j in verifiers:
         _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step)
     return out
 
 
-def _latency_point(engine: Engine, config: ProfileConfig, out: ProfileOutcome, cand: _Candidate, ctx: int, n: int) -> None:
-    dtype = "-" if cand.loaded is None else (cand.spec.dtype or config.dtype)
-    key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
+def _latency_sweep(
+    engine: Engine, config: ProfileConfig, out: ProfileOutcome, points: list[tuple[_Candidate, int, int]], step: Callable[[int], None]
+) -> None:
+    """Interleaved rounds over every latency point the database lacks (see :mod:`.timing`).
+
+    Each sample is committed as it is taken (the row's median, p10 and p90 over its samples so
+    far), so an interrupted sweep resumes where it stopped. Points whose spread stays above
+    SPREAD_LIMIT after ``repeats`` samples get up to ``repeats`` more, interleaved among themselves.
+    """
+    samples: dict[tuple[int, int, int], list[float]] = {}
+    keys: dict[tuple[int, int, int], dict] = {}
+    todo: list[tuple[_Candidate, int, int]] = []
     with Session(engine) as s:
-        exists = s.scalars(select(Latency.id).filter_by(**key)).first() is not None
-    if exists and not config.force:
-        out.skipped += 1
-        return
-    if cand.loaded is None:
-        med, p10, p90 = time_ngram(cand.spec.ngram_order, n, ctx, config.repeats)
-    else:
-        med, p10, p90 = time_forward(cand.loaded.model, n, ctx, config.repeats)
-    with Session(engine) as s, s.begin():
-        s.execute(delete(Latency).filter_by(**key))
-        s.add(Latency(**key, median_ms=med, p10_ms=p10, p90_ms=p90, repeats=config.repeats))
-    out.measured += 1
+        for cand, ctx, n in points:
+            dtype = "-" if cand.loaded is None else (cand.spec.dtype or config.dtype)
+            key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
+            row = s.scalars(select(Latency).filter_by(**key)).first()
+            have = [] if row is None or config.force else (row.samples_ms or [row.median_ms] * row.repeats)
+            if row is not None and not config.force and len(have) >= config.repeats:
+                out.skipped += 1
+                step(config.repeats)
+                continue
+            point = (cand.row_id, ctx, n)
+            samples[point], keys[point] = list(have), key
+            step(len(have))
+            todo.append((cand, ctx, n))
+    timers: dict[tuple[int, int], Callable[[int], float]] = {}
+
+    def timer(cand: _Candidate, ctx: int) -> Callable[[int], float]:
+        if (cand.row_id, ctx) not in timers:
+            made = LookupTimer(cand.spec.ngram_order, ctx) if cand.loaded is None else PassTimer(cand.loaded.model, ctx)
+            timers[(cand.row_id, ctx)] = made
+        return timers[(cand.row_id, ctx)]
+
+    def sample(cand: _Candidate, ctx: int, n: int) -> None:
+        point = (cand.row_id, ctx, n)
+        samples[point].append(timer(cand, ctx)(n))
+        med, p10, p90 = summarize(samples[point])
+        with Session(engine) as s, s.begin():
+            s.execute(delete(Latency).filter_by(**keys[point]))
+            s.add(Latency(**keys[point], median_ms=med, p10_ms=p10, p90_ms=p90, repeats=len(samples[point]), samples_ms=samples[point]))
+
+    by_point = {(c.row_id, ctx, n): (c, ctx, n) for c, ctx, n in todo}
+    rounds = config.repeats - min((len(samples[p]) for p in by_point), default=config.repeats)
+    for point in sweep_order(list(by_point), rounds, config.seed):
+        if len(samples[point]) < config.repeats:
+            sample(*by_point[point])
+            step(1)
+    noisy = [p for p in by_point if spread(samples[p]) > SPREAD_LIMIT]
+    for point in sweep_order(noisy, config.repeats, config.seed + 1):
+        sample(*by_point[point])
+    out.measured += len(by_point)
+    out.noisy += sum(spread(samples[p]) > SPREAD_LIMIT for p in noisy)
 
 
 def _continuation(

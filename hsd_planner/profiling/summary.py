@@ -45,6 +45,7 @@ class ProfileSummary:
 
     measured: int
     skipped: int
+    noisy: int  # latency points whose p90/p10 stayed above SPREAD_LIMIT
     hardware: dict  # fingerprint, device, device_name, threads
     workload: dict  # name, content_hash, count
     setting: dict  # mode, temperature, top_p, dtype, max_new_tokens
@@ -54,7 +55,7 @@ class ProfileSummary:
 
     def to_dict(self) -> dict:
         return {
-            **{k: getattr(self, k) for k in ("measured", "skipped", "hardware", "workload", "setting", "models")},
+            **{k: getattr(self, k) for k in ("measured", "skipped", "noisy", "hardware", "workload", "setting", "models")},
             "latency": [r.to_dict() for r in self.latency],
             "acceptance": [asdict(a) for a in self.acceptance],
         }
@@ -92,6 +93,7 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
         return ProfileSummary(
             measured=out.measured,
             skipped=out.skipped,
+            noisy=out.noisy,
             hardware={"fingerprint": hw.fingerprint, "device": hw.device, "device_name": hw.device_name, "threads": hw.threads},
             workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
             setting={

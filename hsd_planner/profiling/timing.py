@@ -1,11 +1,18 @@
-"""Latency measurements without storage: one cached forward pass, one n-gram proposal.
+"""Latency measurements without storage: timers for one cached forward pass or one n-gram
+proposal, and the interleaved sweep that visits every latency point of a profile.
 
-Each returns (median, p10, p90) in ms over ``repeats`` timed runs after a warm-up.
+A shared machine drifts: a slow minute that lands on a burst of one model's points bends its
+curve. The sweep therefore takes one sample per point per round, visiting all points (every
+model, width and context) in a new seeded random order each round, so drift spreads over every
+point alike; the median of a point's samples is its latency, p10/p90 its spread.
 """
 
 from __future__ import annotations
 
+import random
 import time
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -13,51 +20,98 @@ from torch import nn
 
 from hsd_runtime import ngram_lookup
 
-__all__ = ["time_forward", "time_ngram"]
+__all__ = ["SPREAD_LIMIT", "LookupTimer", "PassTimer", "spread", "summarize", "sweep_order", "time_forward"]
+
+# a point whose p90 / p10 exceeds this is noisy: the sweep gives it more rounds
+SPREAD_LIMIT = 1.25
 
 
-def _summary(samples_s: list[float]) -> tuple[float, float, float]:
-    ms = np.asarray(samples_s) * 1000.0
+def summarize(samples_ms: Sequence[float]) -> tuple[float, float, float]:
+    """(median, p10, p90) of samples in ms."""
+    ms = np.asarray(samples_ms, dtype=float)
     return float(np.median(ms)), float(np.percentile(ms, 10)), float(np.percentile(ms, 90))
 
 
-@torch.inference_mode()
-def time_forward(model: nn.Module, n: int, context_len: int, repeats: int, warmup: int = 2, seed: int = 0) -> tuple[float, float, float]:
-    """(median, p10, p90) ms of one cached forward pass of ``n`` new tokens after ``context_len``.
+def spread(samples_ms: Sequence[float]) -> float:
+    """p90 / p10 of the samples (1.0 for fewer than three)."""
+    if len(samples_ms) < 3:
+        return 1.0
+    _, p10, p90 = summarize(samples_ms)
+    return p90 / p10 if p10 > 0 else float("inf")
 
-    The context is cached once; each repeat feeds ``n`` tokens and crops them off again, so every
-    pass sees the same cache length.
+
+class PassTimer:
+    """One model with ``context_len`` tokens cached: times single passes of n new tokens.
+
+    The context is prefilled once; every pass feeds n tokens and crops them off again, so each
+    sees the same cache length. The first pass of each n is a warm-up and is not timed.
     """
-    from transformers import DynamicCache
 
-    device = next(model.parameters()).device
-    vocab = model.get_output_embeddings().weight.shape[0]
-    gen = torch.Generator().manual_seed(seed)
-    context = torch.randint(0, vocab, (1, context_len), generator=gen).to(device)
-    new = torch.randint(0, vocab, (1, n), generator=gen).to(device)
-    cache = DynamicCache()
-    model(input_ids=context, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    samples = []
-    for i in range(warmup + repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    def __init__(self, model: nn.Module, context_len: int, seed: int = 0) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        self.device = next(model.parameters()).device
+        vocab = model.get_output_embeddings().weight.shape[0]
+        self._gen = torch.Generator().manual_seed(seed)
+        context = torch.randint(0, vocab, (1, context_len), generator=self._gen).to(self.device)
+        self._vocab = vocab
+        self._cache: Any = DynamicCache()
+        self._new: dict[int, torch.Tensor] = {}
+        with torch.inference_mode():
+            model(input_ids=context, past_key_values=self._cache, use_cache=True, logits_to_keep=1)
+
+    @torch.inference_mode()
+    def _pass(self, n: int) -> float:
+        ids = self._new[n]
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        model(input_ids=new, past_key_values=cache, use_cache=True, logits_to_keep=n)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if i >= warmup:
-            samples.append(time.perf_counter() - t0)
-        cache.crop(-n)
-    return _summary(samples)
+        self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=n)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elapsed = time.perf_counter() - t0
+        self._cache.crop(-n)
+        return elapsed
+
+    def __call__(self, n: int) -> float:
+        """ms of one pass of ``n`` new tokens."""
+        if n not in self._new:
+            self._new[n] = torch.randint(0, self._vocab, (1, n), generator=self._gen).to(self.device)
+            self._pass(n)  # warm-up
+        return 1000.0 * self._pass(n)
 
 
-def time_ngram(order: int, n: int, context_len: int, repeats: int, seed: int = 0) -> tuple[float, float, float]:
-    """(median, p10, p90) ms of one n-gram proposal of up to ``n`` tokens over ``context_len`` tokens."""
-    rng = np.random.default_rng(seed)
-    context = rng.integers(0, 1000, context_len).tolist()
-    samples = []
-    for _ in range(repeats + 2):
+class LookupTimer:
+    """The n-gram drafter over a random context of ``context_len`` tokens."""
+
+    def __init__(self, order: int, context_len: int, seed: int = 0) -> None:
+        self.order = order
+        self.context = np.random.default_rng(seed).integers(0, 1000, context_len).tolist()
+
+    def __call__(self, n: int) -> float:
+        """ms of one proposal of up to ``n`` tokens."""
         t0 = time.perf_counter()
-        ngram_lookup(context, order, n)
-        samples.append(time.perf_counter() - t0)
-    return _summary(samples[2:])
+        ngram_lookup(self.context, self.order, n)
+        return 1000.0 * (time.perf_counter() - t0)
+
+
+def sweep_order(points: Sequence[Hashable], rounds: int, seed: int = 0) -> list[Hashable]:
+    """Every point once per round, each round in its own seeded random order.
+
+    >>> order = sweep_order(["a", "b", "c"], 2, seed=1)
+    >>> sorted(order) == ["a", "a", "b", "b", "c", "c"] and sorted(order[:3]) == ["a", "b", "c"]
+    True
+    """
+    out: list[Hashable] = []
+    for r in range(rounds):
+        batch = list(points)
+        random.Random(seed * 1_000_003 + r).shuffle(batch)
+        out += batch
+    return out
+
+
+def time_forward(model: nn.Module, n: int, context_len: int, repeats: int, seed: int = 0) -> tuple[float, float, float]:
+    """(median, p10, p90) ms of ``repeats`` passes of ``n`` tokens in a burst (benchmarks, tests)."""
+    timer = PassTimer(model, context_len, seed)
+    return summarize([timer(n) for _ in range(repeats)])

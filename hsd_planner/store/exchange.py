@@ -102,6 +102,7 @@ class LatencyOut(_Row):
     p10_ms: Ms
     p90_ms: Ms
     repeats: Small
+    samples_ms: list[Ms] | None = None  # absent in exports made before interleaved sweeps
 
 
 class ContinuationOut(_Row):
@@ -301,7 +302,17 @@ def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
 
         for r in doc.latency:
             key = dict(model_id=models[r.model], hardware_id=hw[r.hardware], dtype=r.dtype, n_tokens=r.n_tokens, context_len=r.context_len)
-            add("latency", s, Latency, key, median_ms=r.median_ms, p10_ms=r.p10_ms, p90_ms=r.p90_ms, repeats=r.repeats)
+            add(
+                "latency",
+                s,
+                Latency,
+                key,
+                median_ms=r.median_ms,
+                p10_ms=r.p10_ms,
+                p90_ms=r.p90_ms,
+                repeats=r.repeats,
+                samples_ms=r.samples_ms,
+            )
         for r in doc.continuations:
             key = dict(
                 verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index

@@ -111,6 +111,7 @@ class Latency(Base):
     p10_ms: Mapped[float] = mapped_column(Float)
     p90_ms: Mapped[float] = mapped_column(Float)
     repeats: Mapped[int] = mapped_column(Integer)
+    samples_ms: Mapped[list | None] = mapped_column(JSON)  # every sample, in the order taken (interleaved rounds)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
