@@ -36,6 +36,9 @@ class PackagedModel:
     # Glob of the one chunk inside each package directory; "" means "data/{gguf_name}.part*".
     chunk_glob: str = ""
     size: int | None = None  # bytes of the assembled file, if published (a cheap check before the SHA)
+    # End-of-sequence tokens the GGUF's metadata omits: Qwen's GGUFs name only <|im_end|> (151645),
+    # but its generation config stops on <|endoftext|> (151643) too, which raw completions emit.
+    extra_eos: tuple[str, ...] = ()
 
     @property
     def chunk_pattern(self) -> str:
@@ -54,6 +57,7 @@ def _split_alias(alias: str, dist: str, parts: int, version: str, gguf_name: str
         sha256=sha256,
         chunk_glob="data/part*.bin",
         size=size,
+        extra_eos=("<|endoftext|>",),
     )
 
 
