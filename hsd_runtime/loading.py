@@ -196,6 +196,9 @@ class ModelLoader:
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
             eos_ids.add(tokenizer.eos_token_id)
+        if spec.name in PACKAGED:  # end tokens the GGUF metadata lost (Qwen: <|endoftext|>)
+            vocab = tokenizer.get_vocab()
+            eos_ids.update(vocab[t] for t in PACKAGED[spec.name].extra_eos if t in vocab)
         return LoadedModel(
             spec=spec,
             model=model,
