@@ -23,7 +23,16 @@ from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError
 from .packaged import PACKAGED, converted_dir, packaged_gguf
 from .spec import ModelSpec, parse_spec
 
-__all__ = ["LoadedModel", "ModelLoader", "resolve_device", "resolve_dtype", "check_same_tokenizer", "truncated_view"]
+__all__ = [
+    "LoadedModel",
+    "ModelLoader",
+    "resolve_device",
+    "resolve_dtype",
+    "auto_dtype",
+    "cpu_capability",
+    "check_same_tokenizer",
+    "truncated_view",
+]
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -41,6 +50,48 @@ def resolve_dtype(name: str) -> torch.dtype:
         return _DTYPES[name]
     except KeyError:
         raise ModelSpecError(f"unknown dtype {name!r}; use one of {', '.join(_DTYPES)}") from None
+
+
+def _probe(name: str) -> bool:
+    """Call the private ``torch.cpu._is_*_supported`` probe ``name``; False where this torch lacks it."""
+    fn = getattr(torch.cpu, name, None)
+    return bool(fn()) if fn is not None else False
+
+
+def cpu_capability() -> str:
+    """A short name for the best vector ISA of this CPU, as profiles and reports label machines.
+
+    ``"AMX"`` and ``"AVX512-BF16"`` compute bf16 natively; ``"AVX512"``, ``"AVX2"`` and
+    ``"baseline"`` (no AVX2) do not. Non-x86 CPUs get torch's own name (``"SVE256"``, ``"VSX"``...).
+    Note: torch reports the ISA its kernels dispatch to, so ``ATEN_CPU_CAPABILITY`` lowers it.
+    """
+    if _probe("_is_amx_tile_supported"):
+        return "AMX"
+    if _probe("_is_avx512_bf16_supported"):
+        return "AVX512-BF16"
+    cap = torch.backends.cpu.get_cpu_capability()  # "AVX512", "AVX2", "DEFAULT", "NO AVX", "SVE256", ...
+    if cap.startswith("AVX512"):
+        return "AVX512"
+    if cap == "AVX2":
+        return "AVX2"
+    return "baseline" if cap in ("DEFAULT", "NO AVX") else cap
+
+
+def auto_dtype(device: torch.device) -> str:
+    """``"bf16"`` where ``device`` computes bf16 natively, else ``"fp32"``.
+
+    CUDA: ``torch.cuda.is_bf16_supported`` without emulation (pre-Ampere GPUs emulate it slowly).
+    CPU: AMX or AVX512-BF16; elsewhere bf16 is emulated and a batch of 8 tokens costs about 4x
+    fp32 (measured on an AVX2 EPYC), so fp32 is the faster choice.
+    """
+    if device.type == "cuda":
+        try:
+            return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32"
+        except TypeError:  # a torch whose probe has no including_emulation argument
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    if device.type == "cpu" and (_probe("_is_amx_tile_supported") or _probe("_is_avx512_bf16_supported")):
+        return "bf16"
+    return "fp32"
 
 
 @dataclass
