@@ -2,7 +2,9 @@
 
 A :class:`ModelLoader` keeps every full model it loaded, per (source, dtype), so that the views
 ``m:layers=2``, ``m:layers=8`` and ``m`` of one chain share one set of weights: a view holds the
-parent's own embedding, first K decoder layers, final norm and head, never a copy.
+parent's own embedding, first K decoder layers, final norm and head, never a copy. A quantized
+copy (``quant=int8``) is a separate model object made once from the fp32 parent and kept per
+(source, "fp32", quant); its ``layers=K`` views share its int8 weights (see :mod:`.quantize`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -21,6 +23,7 @@ from torch import nn
 
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError
 from .packaged import PACKAGED, converted_dir, packaged_gguf
+from .quantize import quantized_copy
 from .spec import ModelSpec, parse_spec
 
 __all__ = [
@@ -212,17 +215,24 @@ class ModelLoader:
         self.default_dtype = dtype
         resolve_dtype(dtype)
         self._full: dict[tuple[str, str], LoadedModel] = {}
+        self._quantized: dict[tuple[str, str, str], LoadedModel] = {}
 
     def load(self, spec: ModelSpec | str) -> LoadedModel:
         """Load one model spec (not ``ngram``)."""
         spec = parse_spec(spec) if isinstance(spec, str) else spec
         if spec.is_ngram:
             raise ModelSpecError("ngram is a drafter, not a model to load")
-        dtype = spec.dtype or self.default_dtype
+        # int8 kernels take fp32 activations: a quantized copy is made from the fp32 parent
+        dtype = "fp32" if spec.quant else spec.dtype or self.default_dtype
         key = (spec.name, dtype)
         if key not in self._full:
             self._full[key] = self._load_full(spec.base, dtype)
         full = self._full[key]
+        if spec.quant:
+            qkey = (spec.name, dtype, spec.quant)
+            if qkey not in self._quantized:
+                self._quantized[qkey] = replace(full, model=quantized_copy(full.model, spec.quant))
+            full = self._quantized[qkey]
         k = spec.layers
         if k is None or k == full.num_layers:
             return LoadedModel(**{**full.__dict__, "spec": spec})
