@@ -23,7 +23,7 @@ from torch import nn
 
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError
 from .packaged import PACKAGED, converted_dir, packaged_gguf
-from .quantize import quantized_copy
+from .quantize import Int8Linear, quantized_copy
 from .spec import ModelSpec, parse_spec
 
 __all__ = [
@@ -111,7 +111,9 @@ class LoadedModel:
 
     @property
     def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
+        """Weights of the model; the int8 layers of a quantized copy count (it has its parent's)."""
+        dense = sum(p.numel() for p in self.model.parameters())
+        return dense + sum(m.num_weights for m in self.model.modules() if isinstance(m, Int8Linear))
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -80,6 +80,11 @@ class Int8Linear(nn.Module):
     def bias(self) -> torch.Tensor | None:
         return torch.ops.quantized.linear_unpack(self._packed)[1]
 
+    @property
+    def num_weights(self) -> int:
+        """Weights and biases held, as ``numel`` would count them in the fp32 layer."""
+        return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
 

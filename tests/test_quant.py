@@ -95,6 +95,7 @@ def test_loader_caches_one_quantized_copy_per_source_and_views_share_it(tiny_dir
     assert all(torch.equal(before[k], v) for k, v in full.state_dict().items())
     assert type(full.lm_head) is torch.nn.Linear
     assert q.logits_width == 64 and q.fingerprint == loader.load(target).fingerprint
+    assert q.num_parameters == loader.load(f"{target}:dtype=fp32").num_parameters  # int8 weights count
 
 
 def test_greedy_hierarchy_over_an_int8_drafter_equals_the_fp32_target():
