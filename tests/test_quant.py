@@ -72,6 +72,18 @@ def test_int8_logits_are_close_to_fp32():
     assert (p.argmax(-1) == q.argmax(-1)).float().mean() > 0.8
 
 
+@pytest.mark.parametrize("vnni", [True, False])
+def test_activations_use_7_bits_only_without_vnni(monkeypatch, vnni):
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: vnni, raising=False)
+    parent = tiny_llama(4, layers=1)
+    q = quantized_copy(parent)
+    assert all(m.reduce_range is not vnni for m in q.modules() if isinstance(m, Int8Linear))
+    ids = torch.tensor([[0, 9, 8, 7, 6]])
+    with torch.inference_mode():
+        p, got = parent(ids).logits, q(ids).logits
+    assert (p - got).abs().max() < 0.05 * p.abs().max()
+
+
 def test_quantized_copy_refuses_non_fp32_models():
     with pytest.raises(ModelSpecError, match="made from an fp32 model"):
         quantized_copy(tiny_llama(0).to(torch.bfloat16))
