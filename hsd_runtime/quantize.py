@@ -30,9 +30,9 @@ which breaks every caller that reads ``get_output_embeddings().weight.shape``, a
 ``torch.ao.quantization`` is deprecated. torchao's int8 paths with fp32 activations are 12-15x
 slower here than the fbgemm kernel, and slower than plain fp32. No ``int4``: torchao 0.18.0 keeps
 its CPU int4 under ``torchao.prototype``; the aten tinygemm kernel it wraps
-(``_weight_int4pack_mm_for_cpu``, group 128) is 25-100x slower than this kernel with fp32
-activations, and with bf16 activations 0.7-0.8x its time at n = 1 but 1.1-1.2x at n = 8 on the 0.5B's
-MLP and head shapes, for 4-bit weights.
+(``_weight_int4pack_mm_for_cpu``, group 128), timed per Linear shape of the 0.5B's MLP and head,
+is 25-100x slower than this kernel with fp32 activations, and with bf16 activations takes
+0.7-0.8x its time at n = 1 but 1.1-1.2x at n = 8, for 4-bit weights.
 
 Weight sharing: :func:`quantized_copy` builds a new module tree whose Linear layers are
 :class:`Int8Linear` and whose every other parameter and buffer (embeddings, norms, rotary
@@ -78,7 +78,8 @@ class Int8Linear(nn.Module):
         with warnings.catch_warnings():  # torch 2.13 warns that qint8 tensors will go some day
             warnings.simplefilter("ignore", UserWarning)
             qweight = torch.quantize_per_channel(w, scale, zero, axis=0, dtype=torch.qint8)
-        bias = None if linear.bias is None else linear.bias.detach().float()
+        bias = None if linear.bias is None else linear.bias.detach().float()  # [out] or None
+        self._bias_numel = 0 if bias is None else bias.numel()
         # Prepacking re-lays the weight out for the engine's GEMM once, not on every call.
         self._packed = torch.ops.quantized.linear_prepack(qweight, bias)
         self.reduce_range = _needs_reduced_range()
@@ -99,7 +100,7 @@ class Int8Linear(nn.Module):
     @property
     def num_weights(self) -> int:
         """Weights and biases held, as ``numel`` would count them in the fp32 layer."""
-        return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
+        return self.in_features * self.out_features + self._bias_numel
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 per-channel"
@@ -127,7 +128,9 @@ def quantized_copy(model: nn.Module, quant: str = "int8") -> nn.Module:
         raise ModelSpecError(f"quant={quant} is not supported; use one of {', '.join(QUANTS)}")
     device = next(model.parameters()).device
     if device.type != "cpu":
-        raise ModelSpecError(f"quant={quant} runs on the CPU only (fbgemm/oneDNN int8 kernels); drop quant or use device cpu")
+        raise ModelSpecError(
+            f"quant={quant} runs on the CPU only (fbgemm/oneDNN int8 kernels); drop quant or use device cpu"
+        )
     if next(model.parameters()).dtype != torch.float32:
         raise ModelSpecError(f"quant={quant} is made from an fp32 model; got {next(model.parameters()).dtype}")
     # deepcopy consults the memo before copying: seeding it makes every Linear come out as its
