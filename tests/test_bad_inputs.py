@@ -330,3 +330,54 @@ def test_relative_paths_are_absolute_and_changed_models_refused(tiny_dirs, tmp_p
     config = work / "m" / "config.json"
     config.write_text(config.read_text().replace("{", '{"note": "edited",', 1))
     one_line_error(run("validate", "--max-prompts", 1, "--prompts", prompts, "--device", "cpu"), "changed on disk since it was profiled")
+
+
+# --- 3/7. model files that cannot or must not be loaded ---------------------------------------
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage, not a model", b"GGUF\x03\x00\x00\x00" + b"\x00" * 7])
+def test_broken_gguf_files(tmp_path, monkeypatch, content):
+    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / "m.gguf"
+    bad.write_bytes(content)
+    one_line_error(run("generate", "--chain", bad, "--prompt", "hi"), str(bad))
+    assert not list((tmp_path / "cache").rglob("config.json"))  # nothing half-converted in the cache
+
+
+def test_model_with_custom_code_is_refused(tiny_dirs, tmp_path):
+    import shutil
+
+    model = tmp_path / "custom"
+    shutil.copytree(tiny_dirs["target"], model)
+    config = json.loads((model / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilModel"}
+    (model / "config.json").write_text(json.dumps(config))
+    (model / "modeling_evil.py").write_text("raise SystemExit('custom code ran')\n")
+    result = CliRunner().invoke(cli, ["generate", "--chain", str(model), "--prompt", "w1", "--json"], input="y\n")
+    one_line_error(result, "hsd-plan never runs code from a model directory")
+
+
+@pytest.mark.parametrize("device, fragment", [("bogus", "unknown device 'bogus'"), ("cuda", "no CUDA device"), ("cuda:7", "CUDA")])
+def test_bad_devices(tiny_dirs, device, fragment):
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    one_line_error(run("generate", "--chain", tiny_dirs["target"], "--prompt", "w1", "--device", device), fragment)
+
+
+def test_cache_entries_are_shareable(tmp_path):
+    import os
+    import tempfile
+
+    from hsd_runtime.packaged import shareable
+
+    folder = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as mkdtemp makes it
+    (folder / "w.bin").write_bytes(b"x")
+    (folder / "w.bin").chmod(0o600)
+    old = os.umask(0o022)
+    try:
+        shareable(folder)
+    finally:
+        os.umask(old)
+    assert folder.stat().st_mode & 0o777 == 0o755 and (folder / "w.bin").stat().st_mode & 0o777 == 0o644
