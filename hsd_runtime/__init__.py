@@ -28,14 +28,14 @@ _EXPORTS = {
     "Hierarchy": "hierarchy",
     "build_hierarchy": "hierarchy",
     "LoadedModel": "loading",
-    "auto_dtype": "loading",
-    "cpu_capability": "loading",
+    "auto_dtype": "device",
+    "cpu_capability": "device",
     "Int8Linear": "quantize",
     "quantized_copy": "quantize",
     "QUANTS": "spec",
     "ModelLoader": "loading",
     "check_same_tokenizer": "loading",
-    "resolve_device": "loading",
+    "resolve_device": "device",
     "NgramDrafter": "ngram",
     "ngram_lookup": "ngram",
     "SamplingConfig": "sampling",
@@ -68,6 +68,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers see the eager imports
+    from .device import auto_dtype, cpu_capability, resolve_device
     from .drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
     from .errors import (
         ChainError,
@@ -79,7 +80,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports
         TokenizerMismatchError,
     )
     from .hierarchy import Hierarchy, build_hierarchy
-    from .loading import LoadedModel, ModelLoader, auto_dtype, check_same_tokenizer, cpu_capability, resolve_device
+    from .loading import LoadedModel, ModelLoader, check_same_tokenizer
     from .ngram import NgramDrafter, ngram_lookup
     from .quantize import Int8Linear, quantized_copy
     from .sampling import SamplingConfig, warp

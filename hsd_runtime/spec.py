@@ -52,6 +52,13 @@ class ModelSpec(BaseModel):
         value = self.get("n")
         return DEFAULT_NGRAM_ORDER if value is None else int(value)
 
+    def run_dtype(self, default: str) -> str:
+        """The dtype this model runs in: its own ``dtype=``, fp32 for a quantized copy (int8
+        kernels take fp32 activations), else ``default``; ``-`` for ngram."""
+        if self.is_ngram:
+            return "-"
+        return "fp32" if self.quant else self.dtype or default
+
     @property
     def quant(self) -> str | None:
         """The weight quantization asked for (``quant=int8``), None for full precision."""

@@ -131,7 +131,7 @@ def test_greedy_chain_of_int8_views_from_specs_equals_the_fp32_target(tiny_dirs)
 
 
 def test_planner_latency_timing_runs_on_a_quantized_copy():
-    from hsd_planner.measure import time_forward
+    from hsd_planner.profiling.timing import time_forward
 
     median, p10, p90 = time_forward(quantized_copy(tiny_llama(0)), n=4, context_len=16, repeats=3)
     assert 0 < p10 <= median <= p90

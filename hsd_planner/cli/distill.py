@@ -10,7 +10,7 @@ from hsd_runtime import ModelLoader
 
 from ..training import DistillConfig, Distiller, DistillReport, parse_init, running_average
 from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES, MAX_TEMPERATURE, MIN_TEMPERATURE
-from .options import json_option, prompt_options, runtime_options
+from .options import json_option, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit
 
 __all__ = ["distill"]
@@ -105,10 +105,11 @@ def distill(
 
     Example:
 
-        hsd-plan distill --target smollm2-135m --init layers=4 --out students/l4-fkl --dtype bf16
+        hsd-plan distill --target smollm2-135m --init layers=4 --out students/l4-fkl
 
         hsd-plan generate --chain students/l4-fkl,smollm2-135m --widths 4 --prompt "Explain tides." --check
     """
+    dtype = resolve_dtype_choice(dtype, device)
     config = DistillConfig(
         target=target,
         layers=parse_init(init),

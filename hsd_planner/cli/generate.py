@@ -9,7 +9,7 @@ import click
 from hsd_runtime import ModelLoader, SamplingConfig
 
 from ..validation import generate_text
-from .options import json_option, parse_widths, runtime_options, sampling_options
+from .options import json_option, parse_widths, resolve_dtype_choice, runtime_options, sampling_options
 from .render import emit, format_generate
 
 __all__ = ["generate"]
@@ -58,7 +58,7 @@ def generate(
     if check and mode != "greedy":
         raise click.ClickException("--check compares greedy outputs; use it with --mode greedy")
     sampling = SamplingConfig(mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    loader = ModelLoader(device=device, dtype=dtype)
+    loader = ModelLoader(device=device, dtype=resolve_dtype_choice(dtype, device))
     report = generate_text(chain, parse_widths(widths), prompt, max_new_tokens, sampling, loader, chat=not raw, check=check, warmup=warmup)
     emit(report, as_json, format_generate)
     if report.check is not None and report.check.exact and not report.check.identical:

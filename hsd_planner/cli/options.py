@@ -18,6 +18,7 @@ __all__ = [
     "mode_options",
     "parse_widths",
     "prompt_options",
+    "resolve_dtype_choice",
     "runtime_options",
     "sampling_options",
     "solve_options",
@@ -40,8 +41,12 @@ def db_option(f: F) -> F:
     )(f)
 
 
-def runtime_options(f: F | None = None, *, dtype: str | None = "fp32", dtype_help: str = "") -> Callable:
-    """``--device`` and ``--dtype``; ``dtype=None`` makes --dtype optional (the command decides)."""
+def runtime_options(f: F | None = None, *, dtype: str | None = "auto", dtype_help: str = "") -> Callable:
+    """``--device`` and ``--dtype``; ``dtype=None`` makes --dtype optional (the command decides).
+
+    ``auto`` is bf16 where the device computes it natively (CUDA with bf16; a CPU with AMX or
+    AVX512-BF16), else fp32: :func:`resolve_dtype_choice` makes the choice and says it.
+    """
 
     def wrap(g: F) -> F:
         g = click.option("--device", default="auto", show_default=True, help="auto (CUDA when present, else CPU), cpu, cuda, cuda:1, ...")(
@@ -49,13 +54,27 @@ def runtime_options(f: F | None = None, *, dtype: str | None = "fp32", dtype_hel
         )
         return click.option(
             "--dtype",
-            type=click.Choice(DTYPES),
+            type=click.Choice(["auto", *DTYPES]),
             default=dtype,
             show_default=dtype is not None,
-            help=dtype_help or "Weights and activations dtype for models whose spec sets none.",
+            help=dtype_help
+            or "Weights and activations dtype for models whose spec sets none; auto: bf16 where computed natively, else fp32.",
         )(g)
 
     return wrap(f) if f is not None else wrap
+
+
+def resolve_dtype_choice(dtype: str, device: str) -> str:
+    """The concrete dtype for ``--dtype`` (``auto`` resolved for ``device``).
+
+    Every report names the dtype it ran in (and profiles the CPU capability behind the choice),
+    so the choice is not announced apart: an error stays one line.
+    """
+    if dtype != "auto":
+        return dtype
+    from hsd_runtime import auto_dtype, resolve_device
+
+    return auto_dtype(resolve_device(device))
 
 
 def mode_options(f: F) -> F:

@@ -10,7 +10,7 @@ from ..profiling import ProfileConfig, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
 from ..store import open_engine
-from .options import db_option, int_list, json_option, prompt_options, runtime_options, sampling_options
+from .options import db_option, int_list, json_option, prompt_options, resolve_dtype_choice, runtime_options, sampling_options
 from .render import Bars, emit, format_summary
 
 __all__ = ["profile"]
@@ -76,8 +76,9 @@ def profile(
 
     Example:
 
-        hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --dtype bf16 --max-prompts 12
+        hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --max-prompts 12
     """
+    dtype = resolve_dtype_choice(dtype, device)
     config = ProfileConfig(
         models=absolute_specs([m for m in models.split(",") if m]),
         mode=mode,

@@ -111,7 +111,8 @@ def _format_profiles(doc: ProfileDocument) -> str:
         f"{len(doc.latency)} latency points, {len(doc.acceptance)} acceptance pairs"
     ]
     for h in doc.hardware:
-        lines.append(f"hardware {h.fingerprint}: {h.device} {h.device_name}, {h.threads} threads, torch {h.torch_version}")
+        capability = f" ({h.capability})" if h.capability else ""
+        lines.append(f"hardware {h.fingerprint}: {h.device} {h.device_name}{capability}, {h.threads} threads, torch {h.torch_version}")
     for w in doc.workloads:
         lines.append(f"workload {w.name}: {w.count} prompts ({w.content_hash[:12]})")
     for m in doc.models:
@@ -136,7 +137,7 @@ def format_summary(summary: ProfileSummary) -> str:
         f"{summary.measured} measurements taken, {summary.skipped} already stored"
         + (f", {summary.noisy} latency points still noisy (p90/p10 > {SPREAD_LIMIT})" if summary.noisy else "")
         + " "
-        f"[{hw['device_name']}, {hw['threads']} threads; workload {summary.workload['name']} "
+        f"[{hw['device_name']} ({hw['capability']}), {hw['threads']} threads; workload {summary.workload['name']} "
         f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",
         "",
         f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + "   context",

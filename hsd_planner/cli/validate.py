@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -12,9 +13,9 @@ from hsd_runtime import ModelLoader
 from ..profiling import ProfileSummary
 from ..prompts import load_prompts, split
 from ..store import Setting, open_engine
-from ..validation import CANDIDATE_SETS, DEMO_MODELS, run_demo, run_validation, select_plans
+from ..validation import CANDIDATE_SETS, FAMILIES, run_demo, run_validation, select_plans
 from ..validation.plot import check_plot_path, plot_validation
-from .options import db_option, json_option, prompt_options, runtime_options
+from .options import db_option, json_option, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit, format_summary, format_validation
 
 __all__ = ["demo", "validate"]
@@ -70,7 +71,7 @@ def validate(
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
     with Session(engine) as s:
         solve_dtype = s.get(Setting, solve.setting_id).dtype
-    loader = ModelLoader(device=device, dtype=dtype or solve_dtype)
+    loader = ModelLoader(device=device, dtype=resolve_dtype_choice(dtype, device) if dtype else solve_dtype)
     bars = Bars()
     bars.start("validating", len(plans) * len(prompts.prompts) * repeats)
     try:
@@ -83,34 +84,48 @@ def validate(
 
 
 @click.command()
-@click.option("--models", default=DEMO_MODELS, show_default=True, help="Candidates, target last.")
-@click.option("--max-prompts", type=click.IntRange(min=1), default=12, show_default=True, help="Profiling prompts (built-in set).")
-@click.option("--validate-prompts", type=click.IntRange(min=1), default=6, show_default=True, help="Held-out prompts to validate on.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option(
+    "--family",
+    type=click.Choice(list(FAMILIES)),
+    default="qwen",
+    show_default=True,
+    help="qwen: Qwen2.5-Coder 0.5B/1.5B with int8 copies on HumanEval; smollm2: SmolLM2-135M early exits, quick.",
+)
+@click.option("--models", default=None, help="Candidates, target last [default: the family's].")
+@click.option("--max-prompts", type=click.IntRange(min=1), default=None, help="Profiling prompts [default: the family's].")
+@click.option(
+    "--validate-prompts", type=click.IntRange(min=1), default=None, help="Held-out prompts to validate on [default: the family's]."
+)
+@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Continuation length [default: the family's].")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default="hsd-plan-demo.png", show_default=True)
-@runtime_options(dtype="bf16")
+@runtime_options
 @db_option
 @json_option
 def demo(
-    models: str,
-    max_prompts: int,
-    validate_prompts: int,
-    max_new_tokens: int,
+    family: str,
+    models: str | None,
+    max_prompts: int | None,
+    validate_prompts: int | None,
+    max_new_tokens: int | None,
     plot_file: str,
     dtype: str,
     device: str,
     db: str | None,
     as_json: bool,
 ) -> None:
-    """Profile, solve and validate on the built-in default, end to end.
+    """Profile, solve and validate a model family end to end.
 
-    Profiles the n-gram drafter, three early exits and SmolLM2-135M on the built-in prompts, solves for the best hierarchy, then runs the best plan and
-    the best single drafter against autoregressive decoding on held-out prompts. What the
+    The default family profiles the n-gram drafter, int8 copies of Qwen2.5-Coder 0.5B and 1.5B,
+    the 0.5B, an early exit of the 1.5B and the 1.5B target on HumanEval prompts, solves for the
+    best hierarchy, then runs the best plan and the best single drafter against autoregressive
+    decoding on held-out problems. --family smollm2 is the quick demo on SmolLM2-135M. What the
     database already holds is reused, so a second run only validates again.
 
     Example:
 
-        hsd-plan demo --max-prompts 6 --validate-prompts 3 --plot demo.png
+        hsd-plan demo
+
+        hsd-plan demo --family smollm2 --max-prompts 6 --validate-prompts 3 --plot demo.png
     """
 
     def say(text: str) -> None:
@@ -121,16 +136,11 @@ def demo(
         say(format_summary(summary))
 
     check_plot_path(Path(plot_file))
+    chosen = FAMILIES[family]
+    overrides = {"models": models, "max_prompts": max_prompts, "validate_prompts": validate_prompts, "max_new_tokens": max_new_tokens}
+    chosen = replace(chosen, **{k: v for k, v in overrides.items() if v is not None})
+    dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(
-        open_engine(db),
-        ModelLoader(device=device, dtype=dtype),
-        models=models,
-        dtype=dtype,
-        max_prompts=max_prompts,
-        validate_prompts=validate_prompts,
-        max_new_tokens=max_new_tokens,
-        plot_file=Path(plot_file),
-        say=say,
-        stages=Bars(),
+        open_engine(db), ModelLoader(device=device, dtype=dtype), chosen, dtype, Path(plot_file), say=say, show=show, stages=Bars()
     )
     emit(report, as_json, lambda r: f"{format_validation(r.validation)}\n\n{r.conclusion}")

@@ -41,12 +41,20 @@ __all__ = ["LatencyCurve", "ModelProfile", "PairAcceptance", "Profile"]
 
 
 def _interp(xs: list[int], ys: list[float], x: float) -> float:
-    """Piecewise-linear in x; linear extension past both ends (one point: constant)."""
-    if len(xs) == 1:
+    """Piecewise-linear in x; flat before the first point; past the last, the last segment's slope
+    when it rises, else flat (a noisy last point must not extrapolate a pass towards 0 ms).
+
+    >>> _interp([1, 2], [1.0, 0.8], 8), _interp([1, 2], [1.0, 1.5], 4), _interp([4, 8], [2.0, 3.0], 1)
+    (0.8, 2.5, 2.0)
+    """
+    if len(xs) == 1 or x <= xs[0]:
         return ys[0]
-    i = min(max(bisect.bisect_left(xs, x), 1), len(xs) - 1)
+    if x >= xs[-1]:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        return ys[-1] + max(0.0, slope) * (x - xs[-1])
+    i = bisect.bisect_left(xs, x)
     x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-    return max(0.0, y0 + (y1 - y0) * (x - x0) / (x1 - x0))
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
 class LatencyCurve(BaseModel):

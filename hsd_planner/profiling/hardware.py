@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from hsd_runtime import cpu_capability
+
 __all__ = ["HardwareInfo", "cpu_name", "detect_hardware", "this_machine"]
 
 
@@ -19,6 +21,7 @@ class HardwareInfo:
     device_name: str  # CPU model or GPU name
     threads: int
     torch_version: str
+    capability: str = ""  # what the device computes natively (AMX, AVX512-BF16, AVX2, CUDA sm_90); not in the fingerprint
 
     @property
     def fingerprint(self) -> str:
@@ -40,8 +43,12 @@ def cpu_name() -> str:
 
 def detect_hardware(device: torch.device) -> HardwareInfo:
     """Describe ``device`` as profiled: GPU name on CUDA, CPU model and thread count on CPU."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
-    return HardwareInfo(device.type, name, torch.get_num_threads(), torch.__version__)
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return HardwareInfo(
+            "cuda", torch.cuda.get_device_name(device), torch.get_num_threads(), torch.__version__, f"CUDA sm_{major}{minor}"
+        )
+    return HardwareInfo("cpu", cpu_name(), torch.get_num_threads(), torch.__version__, cpu_capability())
 
 
 def this_machine() -> list[str]:

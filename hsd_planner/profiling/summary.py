@@ -94,7 +94,13 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
             measured=out.measured,
             skipped=out.skipped,
             noisy=out.noisy,
-            hardware={"fingerprint": hw.fingerprint, "device": hw.device, "device_name": hw.device_name, "threads": hw.threads},
+            hardware={
+                "fingerprint": hw.fingerprint,
+                "device": hw.device,
+                "device_name": hw.device_name,
+                "capability": hw.capability,
+                "threads": hw.threads,
+            },
             workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
             setting={
                 "mode": setting.mode,

@@ -9,150 +9,34 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import unicodedata
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from hsd_runtime.spec import parse_spec
-
-from ..errors import HSDError, StoreError
-from ..vocab import Mode
+from ..errors import StoreError
 from .db import SQLITE_HEADER
+from .document import (
+    SCHEMA_VERSION,
+    AcceptanceOut,
+    AcceptancePromptOut,
+    ContinuationOut,
+    HardwareOut,
+    LatencyOut,
+    ModelOut,
+    ProfileDocument,
+    SettingOut,
+    WorkloadOut,
+)
 from .repo import get_or_create
 from .schema import Acceptance, AcceptancePrompt, Continuation, Hardware, Latency, ModelRow, Setting, Workload
 
 __all__ = ["SCHEMA_VERSION", "ProfileDocument", "export_document", "import_document", "read_document", "write_document"]
 
-SCHEMA_VERSION = 1
 
-
-# the constraints measured rows satisfy; an import must satisfy them too
-Ms = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a latency
-Prob = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # alpha, P(G >= g)
-Sum = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # sums of probabilities over positions
-Count = Annotated[int, Field(ge=0, le=10**12)]
-Small = Annotated[int, Field(ge=1, le=10**7)]  # widths, threads, lengths
-Name = Annotated[str, Field(min_length=1, max_length=500)]
-
-
-def _spec(value: str) -> str:
-    try:
-        parse_spec(value)
-    except HSDError as exc:
-        raise ValueError(str(exc)) from None
-    return value
-
-
-def _printable(value: str) -> str:
-    """Names end up on terminals: no control characters (escape sequences) in them."""
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
-        raise ValueError("contains control characters")
-    return value
-
-
-Spec = Annotated[Name, AfterValidator(_spec), AfterValidator(_printable)]
-Text = Annotated[Name, AfterValidator(_printable)]
-
-
-class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class HardwareOut(_Row):
-    fingerprint: Text
-    device: Text
-    device_name: Text
-    threads: Small
-    torch_version: Text
-
-
-class ModelOut(_Row):
-    spec: Spec
-    parameters: Count
-    layers: Small | None
-    vocab_size: Small | None
-    tokenizer_fingerprint: Text | None
-
-
-class WorkloadOut(_Row):
-    name: Text
-    content_hash: Text
-    count: Small
-
-
-class SettingOut(_Row):
-    mode: Mode
-    temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
-    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
-    max_new_tokens: Small
-
-
-class LatencyOut(_Row):
-    model: Spec
-    hardware: Text
-    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
-    n_tokens: Small
-    context_len: Annotated[int, Field(ge=0, le=10**7)]
-    median_ms: Ms
-    p10_ms: Ms
-    p90_ms: Ms
-    repeats: Small
-    samples_ms: list[Ms] | None = None  # absent in exports made before interleaved sweeps
-
-
-class ContinuationOut(_Row):
-    verifier: Spec
-    workload: Text
-    setting: SettingOut
-    prompt_index: Count
-    tokens: list[Annotated[int, Field(ge=0, le=10**8)]]
-
-
-class AcceptancePromptOut(_Row):
-    drafter: Spec
-    verifier: Spec
-    workload: Text
-    setting: SettingOut
-    prompt_index: Count
-    positions: Count
-    alpha_sum: Sum
-    run_sum: list[Sum]
-    run_count: list[Count]
-    visit_sum: list[list[Sum]] | None = None  # absent in exports made before they were measured
-    visit_count: list[Sum] | None = None
-
-
-class AcceptanceOut(_Row):
-    drafter: Spec
-    verifier: Spec
-    workload: Text
-    setting: SettingOut
-    alpha: Prob
-    positions: Count
-    prompts: Count
-    run_lengths: list[Prob]
-    visited: list[list[Prob] | None] | None = None
-
-
-class ProfileDocument(_Row):
-    """Everything the profiling database holds, version ``SCHEMA_VERSION``."""
-
-    schema_version: Literal[1] = SCHEMA_VERSION
-    hardware: list[HardwareOut] = []
-    models: list[ModelOut] = []
-    workloads: list[WorkloadOut] = []
-    latency: list[LatencyOut] = []
-    continuations: list[ContinuationOut] = []
-    acceptance_prompts: list[AcceptancePromptOut] = []
-    acceptance: list[AcceptanceOut] = []
-
-
-def _fields(row, cls: type[_Row], **extra) -> dict:
+def _fields(row: Any, cls: type[BaseModel], **extra: Any) -> dict:
     return {name: getattr(row, name) for name in cls.model_fields if name not in extra} | extra
 
 

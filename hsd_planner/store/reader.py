@@ -88,9 +88,9 @@ def load_profile(
         profiles = []
         for mid in sorted(involved, key=lambda i: models[i].parameters):
             lat = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=hw.id)).all()
-            dtypes = {r.dtype for r in lat}
-            lookup = parse_spec(models[mid].spec).is_ngram
-            want = "-" if lookup else (setting.dtype if setting.dtype in dtypes else next(iter(dtypes), None))
+            spec = parse_spec(models[mid].spec)
+            lookup = spec.is_ngram
+            want = spec.run_dtype(setting.dtype)  # never another dtype's latency: a profile predicts its own dtype
             points: dict[int, dict[int, float]] = {}
             for r in lat:
                 if r.dtype == want:

@@ -25,8 +25,9 @@ def get_or_create(session: Session, cls: type[T], key: dict, **defaults) -> T:
     return row
 
 
-def hardware_row(session: Session, info) -> Hardware:
-    return get_or_create(
+def hardware_row(session: Session, info: Any) -> Hardware:
+    """The row of a HardwareInfo's fingerprint (its capability filled in where an older row lacks it)."""
+    row = get_or_create(
         session,
         Hardware,
         {"fingerprint": info.fingerprint},
@@ -34,7 +35,11 @@ def hardware_row(session: Session, info) -> Hardware:
         device_name=info.device_name,
         threads=info.threads,
         torch_version=info.torch_version,
+        capability=info.capability or None,
     )
+    if row.capability is None and info.capability:
+        row.capability = info.capability
+    return row
 
 
 def model_row(session: Session, spec: str, loaded: Any = None, source: str | None = None, replace: bool = False) -> ModelRow:

@@ -55,6 +55,7 @@ class Hardware(Base):
     device_name: Mapped[str] = mapped_column(String(200))
     threads: Mapped[int] = mapped_column(Integer)
     torch_version: Mapped[str] = mapped_column(String(40))
+    capability: Mapped[str | None] = mapped_column(String(40))  # AMX, AVX512-BF16, AVX2, ... or CUDA
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

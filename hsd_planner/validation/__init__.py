@@ -6,15 +6,16 @@ workflow (:func:`run_demo`). Imports the runtime, :mod:`hsd_planner.plan`, the s
 and profiling; only the CLI imports it.
 """
 
-from .demo import DEMO_MODELS, DemoReport, run_demo
+from .demo import FAMILIES, DemoFamily, DemoReport, run_demo
 from .generate import CheckResult, GenerateReport, compare_tokens, generate_text
 from .report import LevelResult, PlanResult, ValidationReport
 from .runner import CANDIDATE_SETS, run_validation, select_plans
 
 __all__ = [
     "CANDIDATE_SETS",
-    "DEMO_MODELS",
+    "FAMILIES",
     "CheckResult",
+    "DemoFamily",
     "DemoReport",
     "GenerateReport",
     "LevelResult",

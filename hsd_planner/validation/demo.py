@@ -20,9 +20,44 @@ from .plot import plot_validation
 from .report import ValidationReport
 from .runner import run_validation, select_plans
 
-__all__ = ["DEMO_MODELS", "DemoReport", "Stages", "run_demo"]
+__all__ = ["FAMILIES", "DemoFamily", "DemoReport", "Stages", "run_demo"]
 
-DEMO_MODELS = "ngram,smollm2-135m:layers=2,smollm2-135m:layers=4,smollm2-135m:layers=8,smollm2-135m"
+
+@dataclass(frozen=True)
+class DemoFamily:
+    """One demo: the candidates (target last), the workload and a profiling budget that fits it."""
+
+    models: str
+    prompts: str | None  # a prompt file or built-in set; None: the built-in prompts
+    max_prompts: int
+    validate_prompts: int
+    max_new_tokens: int
+    latency_grid: tuple[int, ...]
+    context_lens: tuple[int, ...]
+
+
+FAMILIES: dict[str, DemoFamily] = {
+    # where hierarchies can pay: int8 copies, a smaller sibling and an early exit under an fp32/bf16 1.5B
+    "qwen": DemoFamily(
+        models="ngram,qwen2.5-coder-0.5b:quant=int8,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b:layers=14,qwen2.5-coder-1.5b:quant=int8,qwen2.5-coder-1.5b",
+        prompts="humaneval",
+        max_prompts=6,
+        validate_prompts=3,
+        max_new_tokens=48,
+        latency_grid=(1, 2, 4, 8),
+        context_lens=(256,),
+    ),
+    # the quick one: untrained early exits of a 135M model, where mostly the n-gram lookup pays
+    "smollm2": DemoFamily(
+        models="ngram,smollm2-135m:layers=2,smollm2-135m:layers=4,smollm2-135m:layers=8,smollm2-135m",
+        prompts=None,
+        max_prompts=12,
+        validate_prompts=6,
+        max_new_tokens=64,
+        latency_grid=(1, 2, 4, 8, 16),
+        context_lens=(64, 256),
+    ),
+}
 
 
 class Stages(Protocol):
@@ -71,33 +106,31 @@ class DemoReport:
 def run_demo(
     engine: Engine,
     loader: ModelLoader,
-    models: str = DEMO_MODELS,
-    dtype: Dtype = "bf16",
-    max_prompts: int = 12,
-    validate_prompts: int = 6,
-    max_new_tokens: int = 64,
+    family: DemoFamily = FAMILIES["qwen"],
+    dtype: Dtype = "fp32",
     plot_file: Path = Path("hsd-plan-demo.png"),
     say: Callable[[str], None] = lambda _text: None,
     show: Callable[[ProfileSummary], None] = lambda _summary: None,
     stages: Stages | None = None,
 ) -> DemoReport:
-    """Profile ``models`` (target last) on the built-in prompts, solve, validate the pick and the
-    best single drafter against autoregressive decoding on held-out prompts, write the figure.
+    """Profile the ``family``'s candidates on its prompts, solve, validate the pick and the best
+    single drafter against autoregressive decoding on held-out prompts, write the figure.
 
     What the database already holds is reused, so a second run only validates again. ``say``
     gets a line at each stage, ``show`` the profile summary when profiling ends.
     """
     bars = stages or _Quiet()
-    prompts = split(load_prompts(), "profile", max_prompts)
+    f = family
+    prompts = split(load_prompts(f.prompts), "profile", f.max_prompts)
     config = ProfileConfig(
-        models=models.split(","),
+        models=f.models.split(","),
         dtype=dtype,
-        max_new_tokens=max_new_tokens,
-        latency_grid=[1, 2, 4, 8, 16],
-        context_lens=[64, 256],
+        max_new_tokens=f.max_new_tokens,
+        latency_grid=list(f.latency_grid),
+        context_lens=list(f.context_lens),
         repeats=3,
     )
-    say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} built-in prompts ({dtype})")
+    say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({dtype})")
     bars.start("profiling")
     outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
     bars.close()
@@ -112,9 +145,9 @@ def run_demo(
     )
     say("\n3/3 validating on held-out prompts")
     solve, plans = select_plans(engine, (), "best")
-    held_out = split(load_prompts(), "validate", validate_prompts)
+    held_out = split(load_prompts(f.prompts), "validate", f.validate_prompts)
     bars.start("validating", len(plans) * len(held_out.prompts))
-    report = run_validation(engine, loader, solve, plans, held_out, max_new_tokens, 1, progress=bars.step)
+    report = run_validation(engine, loader, solve, plans, held_out, f.max_new_tokens, 1, progress=bars.step)
     bars.close()
     plot_validation(report, plot_file)
     return DemoReport(summary, solved, report, str(plot_file))

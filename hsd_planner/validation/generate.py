@@ -84,7 +84,7 @@ def generate_text(
     if warmup:
         hierarchy.generate(ids, min(4, max_new_tokens), sampling)
     result = hierarchy.generate(ids, max_new_tokens, sampling)
-    target_dtype = specs[-1].dtype or loader.default_dtype
+    target_dtype = specs[-1].run_dtype(loader.default_dtype)
     report = GenerateReport(
         chain=[str(s) for s in specs],
         widths=list(widths),

@@ -1,0 +1,156 @@
+"""The versioned JSON document of a profiling database: one typed row model per table.
+
+Rows refer to each other by spec string, hardware fingerprint and workload content hash, never
+by database id. Every field carries the constraints a measured row satisfies (finite positive
+latencies, probabilities in [0, 1], parseable specs, bounded integers, printable names), so an
+imported document is checked exactly as strictly as a measurement.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from hsd_runtime.spec import parse_spec
+
+from ..errors import HSDError
+from ..vocab import Mode
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AcceptanceOut",
+    "AcceptancePromptOut",
+    "ContinuationOut",
+    "HardwareOut",
+    "LatencyOut",
+    "ModelOut",
+    "ProfileDocument",
+    "SettingOut",
+    "WorkloadOut",
+]
+
+SCHEMA_VERSION = 1
+
+# the constraints measured rows satisfy; an import must satisfy them too
+Ms = Annotated[float, Field(gt=0, allow_inf_nan=False)]  # a latency
+Prob = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # alpha, P(G >= g)
+Sum = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # sums of probabilities over positions
+Count = Annotated[int, Field(ge=0, le=10**12)]
+Small = Annotated[int, Field(ge=1, le=10**7)]  # widths, threads, lengths
+Name = Annotated[str, Field(min_length=1, max_length=500)]
+
+
+def _spec(value: str) -> str:
+    try:
+        parse_spec(value)
+    except HSDError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+def _printable(value: str) -> str:
+    """Names end up on terminals: no control characters (escape sequences) in them."""
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ValueError("contains control characters")
+    return value
+
+
+Spec = Annotated[Name, AfterValidator(_spec), AfterValidator(_printable)]
+Text = Annotated[Name, AfterValidator(_printable)]
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HardwareOut(_Row):
+    fingerprint: Text
+    device: Text
+    device_name: Text
+    threads: Small
+    torch_version: Text
+    capability: Text | None = None  # absent in exports made before it was recorded
+
+
+class ModelOut(_Row):
+    spec: Spec
+    parameters: Count
+    layers: Small | None
+    vocab_size: Small | None
+    tokenizer_fingerprint: Text | None
+
+
+class WorkloadOut(_Row):
+    name: Text
+    content_hash: Text
+    count: Small
+
+
+class SettingOut(_Row):
+    mode: Mode
+    temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
+    max_new_tokens: Small
+
+
+class LatencyOut(_Row):
+    model: Spec
+    hardware: Text
+    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
+    n_tokens: Small
+    context_len: Annotated[int, Field(ge=0, le=10**7)]
+    median_ms: Ms
+    p10_ms: Ms
+    p90_ms: Ms
+    repeats: Small
+    samples_ms: list[Ms] | None = None  # absent in exports made before interleaved sweeps
+
+
+class ContinuationOut(_Row):
+    verifier: Spec
+    workload: Text
+    setting: SettingOut
+    prompt_index: Count
+    tokens: list[Annotated[int, Field(ge=0, le=10**8)]]
+
+
+class AcceptancePromptOut(_Row):
+    drafter: Spec
+    verifier: Spec
+    workload: Text
+    setting: SettingOut
+    prompt_index: Count
+    positions: Count
+    alpha_sum: Sum
+    run_sum: list[Sum]
+    run_count: list[Count]
+    visit_sum: list[list[Sum]] | None = None  # absent in exports made before they were measured
+    visit_count: list[Sum] | None = None
+
+
+class AcceptanceOut(_Row):
+    drafter: Spec
+    verifier: Spec
+    workload: Text
+    setting: SettingOut
+    alpha: Prob
+    positions: Count
+    prompts: Count
+    run_lengths: list[Prob]
+    visited: list[list[Prob] | None] | None = None
+
+
+class ProfileDocument(_Row):
+    """Everything the profiling database holds, version ``SCHEMA_VERSION``."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    hardware: list[HardwareOut] = []
+    models: list[ModelOut] = []
+    workloads: list[WorkloadOut] = []
+    latency: list[LatencyOut] = []
+    continuations: list[ContinuationOut] = []
+    acceptance_prompts: list[AcceptancePromptOut] = []
+    acceptance: list[AcceptanceOut] = []
