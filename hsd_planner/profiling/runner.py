@@ -77,8 +77,9 @@ class _Candidate:
     row_id: int = 0
 
     @property
-    def cost_rank(self) -> int:
-        return 0 if self.loaded is None else self.loaded.num_parameters
+    def cost_rank(self) -> tuple[int, int]:
+        """Parameters, then a quantized copy before its full-precision parent (same count)."""
+        return (0, 0) if self.loaded is None else (self.loaded.num_parameters, 0 if self.spec.quant else 1)
 
 
 def workload_context_lens(prompt_tokens: list[int], max_new_tokens: int) -> list[int]:

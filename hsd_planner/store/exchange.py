@@ -16,6 +16,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from hsd_runtime.packaged import shareable
+
 from ..errors import StoreError
 from .db import SQLITE_HEADER
 from .document import (
@@ -120,6 +122,7 @@ def write_document(doc: ProfileDocument, path: Path, engine: Engine, force: bool
     try:
         with tempfile.NamedTemporaryFile("w", dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False) as tmp:
             tmp.write(doc.model_dump_json(indent=1))
+        shareable(Path(tmp.name))  # temporary files start private; an export is meant to be shared
         os.replace(tmp.name, path)
     except OSError as exc:
         if "tmp" in locals():

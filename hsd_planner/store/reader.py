@@ -64,7 +64,8 @@ def load_profile(
         newest = rows[0]
         rows = [r for r in rows if r.workload_id == newest.workload_id and r.setting_id == newest.setting_id]
         if target is None:
-            target_id = max({r.verifier_id for r in rows}, key=lambda i: models[i].parameters)
+            # the largest verifier; of equal size, the full-precision model rather than its quantized copy
+            target_id = max({r.verifier_id for r in rows}, key=lambda i: (models[i].parameters, parse_spec(models[i].spec).quant is None))
         else:
             ids = [i for i, m in models.items() if m.spec == target]
             if not ids:

@@ -45,7 +45,7 @@ FAMILIES: dict[str, DemoFamily] = {
         validate_prompts=3,
         max_new_tokens=48,
         latency_grid=(1, 2, 4, 8),
-        context_lens=(256,),
+        context_lens=(64, 256),
     ),
     # the quick one: untrained early exits of a 135M model, where mostly the n-gram lookup pays
     "smollm2": DemoFamily(
