@@ -381,3 +381,25 @@ def test_cache_entries_are_shareable(tmp_path):
     finally:
         os.umask(old)
     assert folder.stat().st_mode & 0o777 == 0o755 and (folder / "w.bin").stat().st_mode & 0o777 == 0o644
+
+
+def test_terminal_escapes_from_old_rows_never_reach_the_terminal():
+    from hsd_planner.cli.render import format_profiles
+    from hsd_planner.store.document import HardwareOut, ProfileDocument
+
+    row = HardwareOut.model_construct(
+        fingerprint="f", device="cpu", device_name="evil\x1b[2J", threads=2, torch_version="2", capability=None
+    )
+    text = format_profiles(ProfileDocument.model_construct(hardware=[row], models=[], workloads=[], latency=[], acceptance=[]))
+    assert "\x1b" not in text and "evil?[2J" in text and len(text.splitlines()) == 2
+
+
+def test_a_tokenizer_mismatch_stops_before_the_rest_load(tiny_dirs, monkeypatch):
+    from hsd_runtime.loading import ModelLoader
+
+    loaded = []
+    real = ModelLoader.load
+    monkeypatch.setattr(ModelLoader, "load", lambda self, spec: loaded.append(str(spec)) or real(self, spec))
+    chain = f"{tiny_dirs['other']},{tiny_dirs['draft']},{tiny_dirs['target']}"
+    one_line_error(run("generate", "--chain", chain, "--widths", "2,2", "--prompt", "w1"), "different tokenizers")
+    assert len(loaded) == 2  # the target was never loaded

@@ -15,7 +15,19 @@ def run(*args):
 def test_generate_json_with_check(tiny_dirs):
     chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}:layers=3,{tiny_dirs['target']}"
     result = run(
-        "generate", "--chain", chain, "--widths", "3,2,2", "--prompt", "w1 w2 w3 w1 w2", "--max-new-tokens", 12, "--check", "--json"
+        "generate",
+        "--chain",
+        chain,
+        "--widths",
+        "3,2,2",
+        "--prompt",
+        "w1 w2 w3 w1 w2",
+        "--max-new-tokens",
+        12,
+        "--check",
+        "--json",
+        "--dtype",
+        "fp32",
     )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
@@ -39,6 +51,8 @@ def test_generate_prints_text_and_level_table(tiny_dirs):
         "--max-new-tokens",
         6,
         "--check",
+        "--dtype",
+        "fp32",
     )
     assert result.exit_code == 0, result.output
     assert "ms/token" in result.output and "identical to the target" in result.output

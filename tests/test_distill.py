@@ -165,7 +165,9 @@ def test_cli_reports_and_the_student_drafts_for_its_target(tiny_dirs, prompts, t
     assert card["train_prompts"].endswith(":profile") and "validate" in card["eval_prompts"]
     assert (out / "checkpoint" / "state.pt").is_file() and (out / "tokenizer.json").is_file()
     chain = f"{out},{tiny_dirs['target']}"
-    result = run("generate", "--chain", chain, "--widths", 2, "--prompt", "w1 w2 w3", "--max-new-tokens", 10, "--check", "--json")
+    result = run(
+        "generate", "--chain", chain, "--widths", 2, "--prompt", "w1 w2 w3", "--max-new-tokens", 10, "--check", "--json", "--dtype", "fp32"
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["check"]["identical"]
 

@@ -79,6 +79,8 @@ def test_generate_command_as_a_user_runs_it():
             "32",
             "--check",
             "--json",
+            "--dtype",
+            "fp32",
         ],
         capture_output=True,
         text=True,
