@@ -8,7 +8,7 @@ int32 accumulation and returns fp32). This is the kernel behind the deprecated
 depends on that Python API surviving, and :class:`Int8Linear` keeps a ``weight`` attribute with
 the layer's shape (``get_output_embeddings().weight.shape`` is how callers read a vocabulary).
 
-Why this path (measured with ``hsd_planner.measure.time_forward``, torch 2.13.0 CPU, 2 threads,
+Why this path (measured with ``hsd_planner.profiling.timing.time_forward``, torch 2.13.0 CPU, 2 threads,
 AMD EPYC reporting AVX512-BF16, Qwen2.5-Coder-0.5B, context 200, ms per cached forward pass of
 n new tokens, median of 5 samples interleaved across the variants; each variant a copy sharing
 the fp32 parent's embeddings):

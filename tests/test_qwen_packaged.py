@@ -157,13 +157,13 @@ def test_qwen_models_share_a_tokenizer_and_stop_on_both_end_tokens(qwen_loader):
 @pytest.mark.slow
 @needs_qwen
 def test_qwen_int8_hierarchy_is_greedy_identical_to_the_fp32_target(qwen_loader):
-    from hsd_planner.generation import encode_prompt
+    from hsd_planner.prompts import encode_prompt, load_prompts, split
     from hsd_runtime import build_hierarchy
 
     chain = ["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-1.5b:quant=int8", "qwen2.5-coder-1.5b"]
     hierarchy, tokenizer = build_hierarchy(chain, [4, 4, 4], qwen_loader)
     target, _ = build_hierarchy(chain[-1:], [], qwen_loader)
-    ids = encode_prompt(tokenizer, "Write a Python function that returns the n-th Fibonacci number.")
+    ids = encode_prompt(tokenizer, split(load_prompts("humaneval"), "validate").prompts[0])  # a real HumanEval problem
     ours = hierarchy.generate(ids, 16)
     assert ours.tokens == target.generate(ids, 16).tokens and len(ours.tokens) == 16
     assert ours.levels[1].accepted > 0  # the int8 0.5B drafts tokens the int8 1.5B accepts
