@@ -114,3 +114,14 @@ def test_planner_api_errors():
         predict(profile, ["small", "huge"], [2])
     with pytest.raises(Exception, match="no acceptance data for big verified by small"):
         predict(profile, ["big", "small"], [2])
+
+
+def test_default_context_comes_from_the_workload(profiled, isolated_db):
+    with sqlite3.connect(isolated_db) as con:
+        lengths = json.loads(con.execute("SELECT prompt_tokens FROM workloads").fetchone()[0])
+    assert len(lengths) == 6 and all(n > 0 for n in lengths)  # the profiling split of 8 prompts
+    report = json.loads(run("solve", "--json").output)
+    expected = sorted(n + 6 // 2 for n in lengths)  # FAST continues each prompt by 6 tokens
+    assert report["context_len"] == int((expected[2] + expected[3]) / 2)
+    named = json.loads(run("solve", "--context-len", 32, "--json").output)
+    assert named["context_len"] == 32

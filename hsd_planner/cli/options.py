@@ -132,8 +132,7 @@ def solve_options(f: F) -> F:
         "--context-len",
         type=click.IntRange(min=1),
         default=d.context_len,
-        show_default=True,
-        help="Context length the cost curves are read at.",
+        help="Context length the cost curves are read at [default: each profiled prompt's length plus half its continuation].",
     )(f)
     f = click.option("--max-depth", type=click.IntRange(min=0), default=d.max_depth, help="Most drafter levels [default: no limit].")(f)
     f = click.option(

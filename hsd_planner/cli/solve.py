@@ -47,7 +47,7 @@ def solve_command(
     top_k: int,
     t_max: int,
     max_depth: int | None,
-    context_len: int,
+    context_len: int | None,
     exclude: str,
     require: str,
     db: str | None,

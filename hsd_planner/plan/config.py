@@ -6,7 +6,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..vocab import MAX_WIDTH, AcceptanceModel
 
-__all__ = ["SOLVE_DEFAULTS", "T_MAX_LIMIT", "SolveConfig"]
+__all__ = ["DEFAULT_CONTEXT", "SOLVE_DEFAULTS", "T_MAX_LIMIT", "SolveConfig"]
+
+# the context a solve reads cost curves at when neither the caller nor the workload gives one
+DEFAULT_CONTEXT = 256
 
 # the largest --t-max: the runtime's own bound on widths (the solver's DAG grows as t_max^2)
 T_MAX_LIMIT = MAX_WIDTH
@@ -21,7 +24,11 @@ class SolveConfig(BaseModel):
     top_k: int = Field(5, ge=1, description="how many hierarchies to return, best first")
     max_depth: int | None = Field(None, ge=0, description="the most drafter levels (None: no limit)")
     acceptance: AcceptanceModel = Field("empirical", description="run-length model: measured P(G >= g), or alpha^g")
-    context_len: int = Field(256, ge=1, description="context length the cost curves are read at")
+    context_len: int | None = Field(
+        None,
+        ge=1,
+        description="context length the cost curves are read at; None: each of the workload's prompts plus half its continuation",
+    )
     exclude: tuple[str, ...] = Field((), description="candidates not to use")
     require: tuple[str, ...] = Field((), description="models every returned hierarchy must contain")
 

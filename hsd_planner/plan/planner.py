@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from ..errors import SolverError
 from ..vocab import AcceptanceModel
+from .config import DEFAULT_CONTEXT
 from .config import SOLVE_DEFAULTS as _D
 from .latency import Level, Prediction, hierarchy_latency
 from .profile import Profile
@@ -26,7 +27,7 @@ def solve(
     top_k: int = _D.top_k,
     max_depth: int | None = _D.max_depth,
     acceptance: AcceptanceModel = _D.acceptance,
-    context_len: int = _D.context_len,
+    context_len: int | Sequence[int] = DEFAULT_CONTEXT,
     exclude: Sequence[str] = _D.exclude,
     require: Sequence[str] = _D.require,
 ) -> Solution:
@@ -50,7 +51,7 @@ def predict(
     chain: Sequence[str],
     widths: Sequence[int],
     acceptance: AcceptanceModel = _D.acceptance,
-    context_len: int = _D.context_len,
+    context_len: int | Sequence[int] = DEFAULT_CONTEXT,
 ) -> Prediction:
     """The latency model's prediction for one given hierarchy (``chain`` smallest first)."""
     pairs = profile.pairs(acceptance)

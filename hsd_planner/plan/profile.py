@@ -30,6 +30,7 @@ starts a decoder drafting b tokens a round visits (what the empirical model uses
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -121,10 +122,16 @@ class Profile(BaseModel):
                 return m
         raise SolverError(f"no latency profile for {name}; profile it on this hardware first")
 
-    def cost(self, name: str, context_len: int) -> CostCurve:
-        """c(n) in ms of model ``name`` at ``context_len``."""
+    def cost(self, name: str, context_len: int | Sequence[int]) -> CostCurve:
+        """c(n) in ms of model ``name`` at ``context_len``; for several contexts, their mean (the
+        expected cost of a pass when a workload's prompts decode at those contexts)."""
         curve = self.model(name).latency
-        return lambda n: curve(n, context_len)
+        if isinstance(context_len, int):
+            return lambda n: curve(n, context_len)
+        contexts = list(context_len)
+        if not contexts:
+            raise SolverError("no context length to read the cost curves at")
+        return lambda n: sum(curve(n, c) for c in contexts) / len(contexts)
 
     def pairs(self, model: AcceptanceModel) -> dict[tuple[str, str], RunLengths]:
         """``(drafter, verifier) -> RunLengths`` for every measured pair."""

@@ -17,7 +17,7 @@ from hsd_runtime import Hierarchy, LoadedModel, ModelLoader, ModelSpec, Sampling
 
 from ..errors import ChainError
 from ..prompts import PromptSet, encode_prompt
-from ..store import AcceptancePrompt, Continuation, Latency
+from ..store import AcceptancePrompt, Continuation, Latency, Workload
 from ..store.repo import aggregate_acceptance, hardware_row, model_row, setting_row, workload_row
 from ..vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 from .acceptance import (
@@ -138,6 +138,10 @@ def run_profile(
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
     tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)  # one tokenizer: checked in _load
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
+    with Session(engine) as s, s.begin():  # the workload's own contexts, for solves that do not name one
+        workload = s.get(Workload, out.workload_id)
+        if workload is not None and workload.prompt_tokens is None:
+            workload.prompt_tokens = [len(ids) for ids in encoded]
     contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     if total:

@@ -86,6 +86,7 @@ class WorkloadOut(_Row):
     name: Text
     content_hash: Text
     count: Small
+    prompt_tokens: list[Small] | None = None  # absent in exports made before they were recorded
 
 
 class SettingOut(_Row):

@@ -28,6 +28,7 @@ class ProfileSource:
     setting_id: int
     hardware_id: int
     hardware: str
+    contexts: list[int] | None = None  # each profiled prompt's length plus half its continuation, when recorded
 
 
 def load_profile(
@@ -112,4 +113,5 @@ def load_profile(
             if models[r.drafter_id].spec in have and models[r.verifier_id].spec in have
         ]
         profile = Profile(target=models[target_id].spec, models=profiles, acceptance=acceptance)
-        return profile, ProfileSource(models[target_id].spec, wl_row.id, wl_row.name, setting.id, hw.id, hw.fingerprint)
+        contexts = [n + setting.max_new_tokens // 2 for n in wl_row.prompt_tokens] if wl_row.prompt_tokens else None
+        return profile, ProfileSource(models[target_id].spec, wl_row.id, wl_row.name, setting.id, hw.id, hw.fingerprint, contexts)

@@ -81,6 +81,7 @@ class Workload(Base):
     name: Mapped[str] = mapped_column(String(200))
     content_hash: Mapped[str] = mapped_column(String(64), unique=True)
     count: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[list | None] = mapped_column(JSON)  # token length of each prompt, chat template applied
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

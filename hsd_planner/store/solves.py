@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -9,6 +10,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from ..plan import SOLVE_DEFAULTS, Plan, SolveConfig, format_chain, solve
+from ..plan.config import DEFAULT_CONTEXT
 from ..vocab import Mode, PlanKind
 from .reader import load_profile
 from .repo import get_or_create
@@ -53,7 +55,7 @@ class SolveReport:
     mode: Mode
     temperature: float | None  # None for greedy decoding
     acceptance: str
-    context_len: int
+    context_len: int  # the one named, or the median of the workload's contexts the costs were averaged over
     plans: list[PlanReport]  # best, top, singles, autoregressive
 
     @property
@@ -90,7 +92,10 @@ def solve_and_store(
     """
     profile, source = load_profile(engine, target, workload, mode, temperature, hardware)
     c = config
-    solution = solve(profile, c.t_max, c.top_k, c.max_depth, c.acceptance, c.context_len, c.exclude, c.require)
+    # the workload's own contexts unless one is named: each prompt plus half its continuation
+    contexts: int | list[int] = c.context_len or source.contexts or DEFAULT_CONTEXT
+    context_len = contexts if isinstance(contexts, int) else int(statistics.median(contexts))
+    solution = solve(profile, c.t_max, c.top_k, c.max_depth, c.acceptance, contexts, c.exclude, c.require)
     ranked: list[tuple[Plan, PlanKind]] = [(p, "best" if i == 0 else "top") for i, p in enumerate(solution.top)]
     ranked += [(p, "single") for p in solution.singles] + [(solution.autoregressive, "autoregressive")]
     with Session(engine) as s, s.begin():
@@ -103,7 +108,7 @@ def solve_and_store(
             acceptance_model=c.acceptance,
             t_max=c.t_max,
             max_depth=c.max_depth,
-            context_len=c.context_len,
+            context_len=context_len,
         )
         s.add(row)
         s.flush()
@@ -132,6 +137,6 @@ def solve_and_store(
         mode=mode,
         temperature=temperature if mode == "sample" else None,
         acceptance=c.acceptance,
-        context_len=c.context_len,
+        context_len=context_len,
         plans=plans,
     )
