@@ -85,12 +85,13 @@ def format_solve(report: SolveReport) -> str:
     """The plans of a solve as a table, best first."""
     lines = [
         f"target {report.target}, workload {report.workload}, {report.mode}, {report.acceptance} acceptance, context {report.context_len}",
-        f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9}  hierarchy",
+        f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9} {'90% interval':>13}  hierarchy",
     ]
     for p in report.plans:
+        interval = f"{p.speedup_interval[0]:.2f}-{p.speedup_interval[1]:.2f}" if p.speedup_interval else "-"
         lines.append(
             f"{p.id:>5} {p.kind:<15} {p.predicted_ms_per_token:>9.2f} {p.predicted_mean_accepted_length:>9.2f} "
-            f"{p.predicted_speedup:>8.2f}x  {p.label}"
+            f"{p.predicted_speedup:>8.2f}x {interval:>13}  {p.label}{' (tied with the pick)' if p.tied else ''}"
         )
     return "\n".join(lines)
 
@@ -161,16 +162,20 @@ def format_validation(report: ValidationReport) -> str:
     lines = [
         f"target {report.target}: {report.prompt_count} held-out prompts of {report.prompts}, "
         f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}",
-        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/m':>13} {'accepted p/m':>13}  hierarchy",
+        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/m':>13} {'measured 90%':>13} "
+        f"{'accepted p/m':>13}  hierarchy",
     ]
     for p in report.plans:
+        interval = p.measured_speedup_interval
+        spread = f"{interval[0]:.2f}-{interval[1]:.2f}" if interval else "-"
         lines.append(
             f"{p.plan_id:>5} {p.kind:<15} {p.predicted_ms_per_token:>8.2f} {p.measured_ms_per_token:>8.2f} "
-            f"{p.error:>+7.1%} {p.predicted_speedup:>6.2f}/{p.measured_speedup:<6.2f} "
-            f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}"
+            f"{p.error:>+7.1%} {p.predicted_speedup:>6.2f}/{p.measured_speedup:<6.2f} {spread:>13} "
+            f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}{' (tied)' if p.tied else ''}"
         )
     lines.append(
         f"median |error| {report.median_abs_error:.1%}; median |speed-up error| {report.median_abs_speedup_error:.1%}; "
-        f"regret {report.regret:.1%} (pick: plan {report.pick}); validation {report.validation_id} stored"
+        f"regret {report.regret:.1%}, against the best untied plan {report.regret_untied:.1%} (pick: plan {report.pick}); "
+        f"validation {report.validation_id} stored"
     )
     return "\n".join(lines)

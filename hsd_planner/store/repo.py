@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import select
@@ -10,7 +11,7 @@ from sqlalchemy.orm import Session
 from ..errors import StoreError
 from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
 
-__all__ = ["aggregate_acceptance", "get_or_create", "hardware_row", "model_row", "setting_row", "workload_row"]
+__all__ = ["aggregate_acceptance", "get_or_create", "hardware_row", "model_row", "pool_prompts", "setting_row", "workload_row"]
 
 T = TypeVar("T", bound=Base)
 
@@ -81,7 +82,19 @@ def setting_row(session: Session, mode: str, temperature: float, top_p: float, d
     )
 
 
-def _visited(rows: list[AcceptancePrompt]) -> list[list[float] | None] | None:
+def pool_prompts(rows: Sequence[Any]) -> tuple[float, int, list[float], list[list[float] | None] | None]:
+    """(alpha, positions, run_lengths, visited) pooled over per-prompt acceptance rows (ratios of
+    sums, as tokens per round are). Rows may repeat: a bootstrap resample pools a prompt twice."""
+    positions = sum(r.positions for r in rows)
+    g_len = max(len(r.run_sum) for r in rows)
+    sums = [sum(r.run_sum[g] for r in rows if g < len(r.run_sum)) for g in range(g_len)]
+    counts = [sum(r.run_count[g] for r in rows if g < len(r.run_count)) for g in range(g_len)]
+    run_lengths = [s / c for s, c in zip(sums, counts) if c > 0]
+    alpha = sum(r.alpha_sum for r in rows) / positions if positions else 0.0
+    return alpha, positions, run_lengths, _visited(rows)
+
+
+def _visited(rows: Sequence[Any]) -> list[list[float] | None] | None:
     """P_b(G >= g) pooled over prompts (a ratio of sums, as tokens per round are); None when a
     prompt predates visited sums, so old and new measurements are never mixed."""
     if any(r.visit_sum is None for r in rows):
@@ -100,13 +113,7 @@ def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, wo
     rows = session.scalars(select(AcceptancePrompt).filter_by(**key)).all()
     if not rows:
         return None
-    positions = sum(r.positions for r in rows)
-    g_len = max(len(r.run_sum) for r in rows)
-    sums = [sum(r.run_sum[g] for r in rows if g < len(r.run_sum)) for g in range(g_len)]
-    counts = [sum(r.run_count[g] for r in rows if g < len(r.run_count)) for g in range(g_len)]
-    run_lengths = [s / c for s, c in zip(sums, counts) if c > 0]
-    alpha = sum(r.alpha_sum for r in rows) / positions if positions else 0.0
-    visited = _visited(rows)
+    alpha, positions, run_lengths, visited = pool_prompts(rows)
     agg = session.scalars(select(Acceptance).filter_by(**key)).first()
     if agg is None:
         agg = Acceptance(**key, alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths, visited=visited)

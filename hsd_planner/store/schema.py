@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
@@ -209,6 +209,9 @@ class PlanRow(Base):
     predicted_ms_per_token: Mapped[float] = mapped_column(Float)
     predicted_mean_accepted_length: Mapped[float] = mapped_column(Float)
     predicted_speedup: Mapped[float] = mapped_column(Float)
+    speedup_lo: Mapped[float | None] = mapped_column(Float)  # bootstrap interval over prompts (5th, 95th percentile)
+    speedup_hi: Mapped[float | None] = mapped_column(Float)
+    tied: Mapped[bool | None] = mapped_column(Boolean)  # its interval overlaps the pick's
 
 
 class Validation(Base):

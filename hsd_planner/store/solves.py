@@ -6,12 +6,14 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from ..plan import SOLVE_DEFAULTS, Plan, SolveConfig, format_chain, solve
+from ..plan import SOLVE_DEFAULTS, Plan, Profile, SolveConfig, format_chain, predict, solve
 from ..plan.config import DEFAULT_CONTEXT
-from ..vocab import Mode, PlanKind
+from ..vocab import AcceptanceModel, Mode, PlanKind
+from .bootstrap import bootstrap_profiles
 from .reader import load_profile
 from .repo import get_or_create
 from .schema import ModelRow, PlanRow, Solve
@@ -30,11 +32,15 @@ class PlanReport:
     predicted_ms_per_token: float
     predicted_mean_accepted_length: float
     predicted_speedup: float
+    speedup_interval: tuple[float, float] | None = None  # 5th-95th percentile over bootstrap resamples of the prompts
+    tied: bool | None = None  # the interval overlaps the pick's: the profile cannot tell them apart
 
     @classmethod
-    def of(cls, plan: Plan, kind: PlanKind, plan_id: int | None = None) -> PlanReport:
+    def of(
+        cls, plan: Plan, kind: PlanKind, plan_id: int | None = None, interval: tuple[float, float] | None = None, tied: bool | None = None
+    ) -> PlanReport:
         p = plan.prediction
-        return cls(plan_id, kind, list(plan.chain), list(plan.widths), p.ms_per_token, p.mean_accepted_length, p.speedup)
+        return cls(plan_id, kind, list(plan.chain), list(plan.widths), p.ms_per_token, p.mean_accepted_length, p.speedup, interval, tied)
 
     @property
     def label(self) -> str:
@@ -98,6 +104,7 @@ def solve_and_store(
     solution = solve(profile, c.t_max, c.top_k, c.max_depth, c.acceptance, contexts, c.exclude, c.require)
     ranked: list[tuple[Plan, PlanKind]] = [(p, "best" if i == 0 else "top") for i, p in enumerate(solution.top)]
     ranked += [(p, "single") for p in solution.singles] + [(solution.autoregressive, "autoregressive")]
+    intervals = _intervals(bootstrap_profiles(engine, profile, source), [p for p, _ in ranked], c.acceptance, contexts)
     with Session(engine) as s, s.begin():
         target_id = get_or_create(s, ModelRow, {"spec": source.target}, parameters=0).id
         row = Solve(
@@ -125,9 +132,16 @@ def solve_and_store(
                 predicted_mean_accepted_length=p.mean_accepted_length,
                 predicted_speedup=p.speedup,
             )
+            interval = intervals[rank] if intervals else None
+            same_as_pick = (plan.chain, plan.widths) == (ranked[0][0].chain, ranked[0][0].widths)
+            if interval is not None and not same_as_pick:
+                pr.speedup_lo, pr.speedup_hi = interval
+                pr.tied = interval[1] >= intervals[0][0]  # overlaps the pick's interval (rank 0)
+            elif interval is not None:
+                pr.speedup_lo, pr.speedup_hi, pr.tied = interval[0], interval[1], False
             s.add(pr)
             s.flush()
-            plans.append(PlanReport.of(plan, kind, pr.id))
+            plans.append(PlanReport.of(plan, kind, pr.id, interval, pr.tied))
         solve_id = row.id
     return SolveReport(
         solve_id=solve_id,
@@ -140,3 +154,16 @@ def solve_and_store(
         context_len=context_len,
         plans=plans,
     )
+
+
+def _intervals(
+    profiles: list[Profile], plans: list[Plan], acceptance: AcceptanceModel, contexts: int | list[int]
+) -> list[tuple[float, float]] | None:
+    """Per plan, the 5th and 95th percentile of its predicted speed-up over the bootstrap profiles."""
+    if not profiles:
+        return None
+    out = []
+    for plan in plans:
+        speedups = [predict(b, plan.chain, plan.widths, acceptance, contexts).speedup for b in profiles]
+        out.append((float(np.percentile(speedups, 5)), float(np.percentile(speedups, 95))))
+    return out

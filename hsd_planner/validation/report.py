@@ -43,6 +43,8 @@ class PlanResult:
     prefill_ms: float
     tokens: int
     levels: list[LevelResult]
+    measured_speedup_interval: tuple[float, float] | None = None  # 5th-95th percentile over bootstrap resamples of the prompts
+    tied: bool | None = None  # the solve found its predicted interval overlapping the pick's
 
     @property
     def error(self) -> float:
@@ -94,9 +96,16 @@ class ValidationReport:
         pick = next(p for p in self.plans if p.plan_id == self.pick)
         return pick.measured_ms_per_token / min(p.measured_ms_per_token for p in self.plans) - 1.0
 
+    @property
+    def regret_untied(self) -> float:
+        """The regret against the best plan the solve could tell apart from the pick (not tied)."""
+        pick = next(p for p in self.plans if p.plan_id == self.pick)
+        fair = [p.measured_ms_per_token for p in self.plans if p.plan_id == self.pick or not p.tied]
+        return pick.measured_ms_per_token / min(fair) - 1.0
+
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}
-        summary = {k: getattr(self, k) for k in ("median_abs_error", "median_abs_speedup_error", "regret")}
+        summary = {k: getattr(self, k) for k in ("median_abs_error", "median_abs_speedup_error", "regret", "regret_untied")}
         return {**out, **summary, "plans": [p.to_dict() for p in self.plans]}
 
 

@@ -16,6 +16,7 @@ one, divides that out: both speed-ups are ratios taken within one run.
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
@@ -140,6 +141,8 @@ def run_validation(
             prefill_ms=statistics.median(1000 * r.prefill_s for r in runs[plan.id]),
             tokens=sum(len(r.tokens) for r in runs[plan.id]),
             levels=_levels(profile, plan, runs[plan.id], solve.acceptance_model),
+            measured_speedup_interval=_speedup_interval(runs[auto], runs[plan.id], len(encoded)),
+            tied=plan.tied,
         )
         for plan in plans
     ]
@@ -222,3 +225,26 @@ def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int
                 )
             )
         return v.id
+
+
+def _speedup_interval(auto: list, runs: list, prompts: int, resamples: int = 200, seed: int = 0) -> tuple[float, float] | None:
+    """5th-95th percentile of the measured speed-up over bootstrap resamples of the prompts.
+
+    ``auto`` and ``runs`` hold each prompt's repeats in order (prompt-major, as run).
+    """
+    if prompts < 2:
+        return None
+    per = len(runs) // prompts
+
+    def ms(results: list, k: int) -> float:
+        return statistics.median(r.ms_per_token for r in results[k * per : (k + 1) * per] if r.tokens)
+
+    a = [ms(auto, k) for k in range(prompts)]
+    b = [ms(runs, k) for k in range(prompts)]
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(resamples):
+        drawn = [rng.randrange(prompts) for _ in range(prompts)]
+        ratios.append(statistics.median(a[k] for k in drawn) / statistics.median(b[k] for k in drawn))
+    ratios.sort()
+    return ratios[int(0.05 * (resamples - 1))], ratios[int(0.95 * (resamples - 1))]
