@@ -45,3 +45,18 @@ def test_intervals_cover_the_truth_at_their_nominal_rate():
 def test_no_interval_without_per_prompt_rows():
     base = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 20.0}}}], acceptance=[])
     assert resample_profiles(base, {}, count=10) == []
+
+
+def test_calibration_scales_predictions_by_the_measured_drift():
+    from hsd_planner.validation.calibration import Calibration
+    from hsd_planner.validation.report import PlanResult, ValidationReport
+
+    profile = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 20.0, 8: 30.0}, 512: {1: 40.0, 8: 60.0}}}])
+    now = {1: 26.0, 8: 36.0}  # 1.3x and 1.2x slower than profiled at context 64
+    calibration = Calibration(profile, None, context_len=100, timer=lambda n: now[n])
+    calibration.measure(rounds=3)
+    assert calibration.context_len == 64 and abs(calibration.drift - (1.3 * 1.2) ** 0.5) < 1e-12
+    plan = PlanResult(1, "autoregressive", ["t"], [], 20.0, 25.0, 1.0, 1.0, 1.0, 1.0, 1.0, 8, [])
+    report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [plan], 1, drift=calibration.drift)
+    assert abs(report.median_abs_error - 0.2) < 1e-12  # raw: 20 predicted, 25 measured
+    assert abs(report.median_abs_error_calibrated - abs(20.0 * calibration.drift / 25.0 - 1.0)) < 1e-12

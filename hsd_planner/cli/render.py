@@ -174,7 +174,8 @@ def format_validation(report: ValidationReport) -> str:
             f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}{' (tied)' if p.tied else ''}"
         )
     lines.append(
-        f"median |error| {report.median_abs_error:.1%}; median |speed-up error| {report.median_abs_speedup_error:.1%}; "
+        f"median |error| {report.median_abs_error:.1%} raw, {report.median_abs_error_calibrated:.1%} scaled by the drift "
+        f"{report.drift:.3f} (the target's reference passes now / profiled); median |speed-up error| {report.median_abs_speedup_error:.1%}; "
         f"regret {report.regret:.1%}, against the best untied plan {report.regret_untied:.1%} (pick: plan {report.pick}); "
         f"validation {report.validation_id} stored"
     )

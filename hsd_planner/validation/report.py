@@ -81,10 +81,16 @@ class ValidationReport:
     acceptance: AcceptanceModel
     plans: list[PlanResult]
     pick: int  # plan id of the solver's pick among those run
+    drift: float = 1.0  # the machine now over when profiled (the target's reference passes; see calibration)
 
     @property
     def median_abs_error(self) -> float:
         return _median([abs(p.error) for p in self.plans])
+
+    @property
+    def median_abs_error_calibrated(self) -> float:
+        """The median |error| of predictions scaled by the measured drift."""
+        return _median([abs(p.predicted_ms_per_token * self.drift / p.measured_ms_per_token - 1.0) for p in self.plans])
 
     @property
     def median_abs_speedup_error(self) -> float:
@@ -105,7 +111,8 @@ class ValidationReport:
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}
-        summary = {k: getattr(self, k) for k in ("median_abs_error", "median_abs_speedup_error", "regret", "regret_untied")}
+        keys = ("median_abs_error", "median_abs_error_calibrated", "median_abs_speedup_error", "regret", "regret_untied")
+        summary = {k: getattr(self, k) for k in keys}
         return {**out, **summary, "plans": [p.to_dict() for p in self.plans]}
 
 

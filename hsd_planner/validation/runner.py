@@ -34,6 +34,7 @@ from ..prompts import PromptSet, encode_prompt
 from ..store import Hardware, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
 from ..store.reader import load_profile
 from ..vocab import AcceptanceModel, PlanKind
+from .calibration import Calibration
 from .report import LevelResult, PlanResult, ValidationReport
 
 __all__ = ["CANDIDATE_SETS", "run_validation", "select_plans"]
@@ -112,6 +113,8 @@ def run_validation(
     tokenizer = loader.load(target).tokenizer
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
+    calibration = Calibration(profile, loader.load(target).model, int(statistics.median(contexts)))
+    calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed
         h.generate(encoded[0], 4, sampling)
 
@@ -122,6 +125,7 @@ def run_validation(
             for plan in plans:  # interleaved, so that drift of the machine hits every plan alike
                 runs[plan.id].append(built[plan.id].generate(ids, max_new_tokens, sampling.model_copy(update={"seed": seed})))
                 step(1)
+        calibration.measure()  # interleaved: the reference passes between prompts
 
     measured = {p.id: statistics.median(r.ms_per_token for r in runs[p.id] if r.tokens) for p in plans}
     predicted = {p.id: predict_over(profile, p.chain, p.widths, solve.acceptance_model, contexts) for p in plans}
@@ -161,6 +165,7 @@ def run_validation(
         acceptance=solve.acceptance_model,
         plans=results,
         pick=pick.plan_id,
+        drift=calibration.drift,
     )
     return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
 
