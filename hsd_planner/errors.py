@@ -15,6 +15,7 @@ from hsd_runtime.errors import (
     PackageMissingError,
     PromptError,
     TokenizerMismatchError,
+    first_line,
 )
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "SolverError",
     "StoreError",
     "TokenizerMismatchError",
+    "first_line",
 ]
 
 

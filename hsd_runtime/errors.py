@@ -14,7 +14,15 @@ __all__ = [
     "PackageMissingError",
     "PromptError",
     "TokenizerMismatchError",
+    "first_line",
 ]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when the message is empty), for
+    turning a library's multi-line error into the one line a user is shown."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class HSDError(Exception):

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .device import resolve_device, resolve_dtype
-from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError
+from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
 from .packaged import PACKAGED, converted_dir, packaged_gguf, shareable
 from .quantize import Int8Linear, quantized_copy
 from .spec import ModelSpec, parse_spec
@@ -111,11 +111,6 @@ def _silence_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _refuse_custom_code(source: Path, spec: ModelSpec) -> None:
     """A model whose config maps to its own Python code (``auto_map``) would run that code: refuse it."""
     for name in ("config.json", "tokenizer_config.json"):
@@ -145,7 +140,7 @@ def _convert_gguf(gguf: Path) -> Path:
         model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
-        raise ModelNotFoundError(f"cannot read GGUF file {gguf} ({type(exc).__name__}: {_first_line(exc)}); is it complete?") from None
+        raise ModelNotFoundError(f"cannot read GGUF file {gguf} ({type(exc).__name__}: {first_line(exc)}); is it complete?") from None
     # The weights are plain fp32 tensors after dequantization; drop the marker that forbids saving.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -225,7 +220,7 @@ class ModelLoader:
             tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
             model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype), trust_remote_code=False)
         except (OSError, ValueError, KeyError) as exc:
-            raise ModelNotFoundError(f"cannot load {spec.name!r}: {_first_line(exc)}") from None
+            raise ModelNotFoundError(f"cannot load {spec.name!r}: {first_line(exc)}") from None
         model.to(self.device).eval()
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])

@@ -12,7 +12,7 @@ import click
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..errors import HSDError
+from ..errors import HSDError, first_line
 from .distill import distill
 from .generate import generate
 from .profile import profile
@@ -41,7 +41,7 @@ class _Group(click.Group):
         except HSDError as exc:
             raise click.ClickException(str(exc)) from None
         except SQLAlchemyError as exc:  # a database that failed under us (disk full, locked, dropped)
-            raise click.ClickException(f"database error: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}") from None
+            raise click.ClickException(f"database error: {first_line(getattr(exc, 'orig', None) or exc)}") from None
         except ValidationError as exc:
             first = exc.errors()[0]
             raise click.ClickException(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None

@@ -231,8 +231,8 @@ def _continuation(
             return list(row.tokens), False
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, seed=config.seed + k)
     members = [verifier.loaded.model] if assistant is None else [assistant.loaded.model, verifier.loaded.model]
-    width = min(verifier.loaded.logits_width, assistant.loaded.logits_width) if assistant is not None else None
-    target = Hierarchy(members, [ASSIST_WIDTH] if assistant else [], logits_width=width, eos_token_ids=verifier.loaded.eos_token_ids)
+    # the hierarchy slices logits to the narrower output layer itself
+    target = Hierarchy(members, [ASSIST_WIDTH] if assistant else [], eos_token_ids=verifier.loaded.eos_token_ids)
     tokens = target.generate(ids, config.max_new_tokens, sampling).tokens
     with Session(engine) as s, s.begin():
         s.execute(delete(Continuation).filter_by(**key))

@@ -33,9 +33,9 @@ def bootstrap_profiles(
 ) -> list[Profile]:
     """``count`` profiles whose acceptance pools a resample of the profiled prompts (none when
     the per-prompt rows are missing, e.g. an import of aggregated rows only)."""
-    names = {m.id: m.spec for m in _models(engine)}
     by_pair: dict[tuple[str, str], dict[int, AcceptancePrompt]] = defaultdict(dict)
     with Session(engine) as s:
+        names = {m.id: m.spec for m in s.scalars(select(ModelRow))}
         rows = s.scalars(select(AcceptancePrompt).filter_by(workload_id=source.workload_id, setting_id=source.setting_id)).all()
     have = {(a.drafter, a.verifier) for a in profile.acceptance}
     for r in rows:
@@ -66,8 +66,3 @@ def resample_profiles(profile: Profile, by_pair: Mapping[tuple[str, str], Mappin
             )
         out.append(profile.model_copy(update={"acceptance": acceptance}))
     return out
-
-
-def _models(engine: Engine) -> list[ModelRow]:
-    with Session(engine) as s:
-        return list(s.scalars(select(ModelRow)))

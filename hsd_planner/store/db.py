@@ -22,7 +22,7 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-from ..errors import StoreError
+from ..errors import StoreError, first_line
 
 __all__ = ["StoreError", "alembic_config", "default_db_path", "migrations_dir", "open_engine", "resolve_url", "upgrade_to_head"]
 
@@ -100,15 +100,11 @@ def open_engine(db: str | None = None, upgrade: bool = True, create: bool = True
             upgrade_to_head(engine, url)
     except (NoSuchModuleError, ImportError) as exc:
         raise StoreError(
-            f"cannot use {parsed.render_as_string(hide_password=True)}: {_first_line(exc)} (is its driver installed?)"
+            f"cannot use {parsed.render_as_string(hide_password=True)}: {first_line(exc)} (is its driver installed?)"
         ) from None
     except OperationalError as exc:
-        raise StoreError(f"cannot open {parsed.render_as_string(hide_password=True)}: {_first_line(exc.orig or exc)}") from None
+        raise StoreError(f"cannot open {parsed.render_as_string(hide_password=True)}: {first_line(exc.orig or exc)}") from None
     return engine
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _check_sqlite_file(path: Path, create: bool) -> None:

@@ -133,12 +133,10 @@ def solve_and_store(
                 predicted_speedup=p.speedup,
             )
             interval = intervals[rank] if intervals else None
-            same_as_pick = (plan.chain, plan.widths) == (ranked[0][0].chain, ranked[0][0].widths)
-            if interval is not None and not same_as_pick:
+            if interval is not None:
                 pr.speedup_lo, pr.speedup_hi = interval
-                pr.tied = interval[1] >= intervals[0][0]  # overlaps the pick's interval (rank 0)
-            elif interval is not None:
-                pr.speedup_lo, pr.speedup_hi, pr.tied = interval[0], interval[1], False
+                same_as_pick = (plan.chain, plan.widths) == (ranked[0][0].chain, ranked[0][0].widths)
+                pr.tied = not same_as_pick and interval[1] >= intervals[0][0]  # overlaps the pick's interval (rank 0)
             s.add(pr)
             s.flush()
             plans.append(PlanReport.of(plan, kind, pr.id, interval, pr.tied))

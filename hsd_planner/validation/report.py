@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass
 
 from ..plan import format_chain
@@ -117,6 +118,4 @@ class ValidationReport:
 
 
 def _median(values: list[float]) -> float:
-    from statistics import median
-
-    return median(values) if values else 0.0
+    return statistics.median(values) if values else 0.0

@@ -110,10 +110,11 @@ def run_validation(
             built[plan.id] = build_hierarchy(plan.chain, plan.widths, loader)[0]
         except HSDError as exc:
             raise StoreError(f"plan {plan.id} ({','.join(plan.chain)}) cannot be run: {exc}") from None
-    tokenizer = loader.load(target).tokenizer
+    target_model = loader.load(target)
+    tokenizer = target_model.tokenizer
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
-    calibration = Calibration(profile, loader.load(target).model, int(statistics.median(contexts)))
+    calibration = Calibration(profile, target_model.model, int(statistics.median(contexts)))
     calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed
         h.generate(encoded[0], 4, sampling)
