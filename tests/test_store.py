@@ -10,7 +10,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
 from hsd_planner.store import Base, StoreError, open_engine, resolve_url
-from hsd_planner.store.db import alembic_config
+from hsd_planner.store.db import _enable_wal, alembic_config
 
 
 def test_migrations_have_a_single_head():
@@ -58,3 +58,30 @@ def test_a_foreign_sqlite_database_is_refused(isolated_db):
         conn.execute("CREATE TABLE customers (id INTEGER)")
     with pytest.raises(StoreError, match="not an hsd-plan database"):
         open_engine(str(isolated_db))
+
+
+def test_switching_to_wal_retries_while_another_process_holds_the_file():
+    # SQLite changes the journal mode without its busy handler: two processes opening a new
+    # database at once made one fail with "database is locked" (seen in CI); it must wait instead
+    class Contended:
+        def __init__(self, busy: int) -> None:
+            self.busy, self.mode = busy, "delete"
+
+        def execute(self, sql: str):
+            if sql.endswith("= WAL"):
+                if self.busy:
+                    self.busy -= 1
+                    raise sqlite3.OperationalError("database is locked")
+                self.mode = "wal"
+            return self
+
+        def fetchone(self):
+            return (self.mode,)
+
+    cur = Contended(busy=3)
+    _enable_wal(cur)
+    assert cur.mode == "wal" and cur.busy == 0
+    broken = Contended(busy=0)
+    broken.execute = lambda sql: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error"))
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):
+        _enable_wal(broken)

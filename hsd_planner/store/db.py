@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from importlib.resources import files
 from pathlib import Path
 from urllib.parse import quote
@@ -27,6 +28,7 @@ from ..errors import StoreError, first_line
 __all__ = ["StoreError", "alembic_config", "default_db_path", "migrations_dir", "open_engine", "resolve_url", "upgrade_to_head"]
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+BUSY_TIMEOUT_S = 60  # how long a writer waits for another process's transaction before giving up
 
 
 def migrations_dir() -> Path:
@@ -66,14 +68,35 @@ def _sqlite_settings(engine: Engine) -> None:
     def _connect(dbapi_conn, _record) -> None:
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA busy_timeout = 60000")
-        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+        _enable_wal(cur)
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _enable_wal(cur: sqlite3.Cursor) -> None:
+    """Switch the file to WAL once, retrying while another process holds it.
+
+    Changing the journal mode takes an exclusive lock without SQLite's busy handler, so two
+    processes opening a new database at the same instant can see "database is locked" here even
+    with a busy timeout; reading the mode first makes the common case (already WAL) lock-free.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                return
+            cur.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 0.5)
 
 
 def open_engine(db: str | None = None, upgrade: bool = True, create: bool = True) -> Engine:
