@@ -1,8 +1,21 @@
 """Interleaved latency sweeps: fair visiting order, and robustness to a machine that drifts."""
 
 import statistics
+from collections import Counter
+from typing import ClassVar
 
-from hsd_planner.profiling.timing import spread, summarize, sweep_order
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hsd_planner.plan.profile import LatencyCurve
+from hsd_planner.profiling import ProfileConfig, run_profile, runner
+from hsd_planner.profiling.continuations import Assistant
+from hsd_planner.profiling.runner import _Candidate
+from hsd_planner.profiling.timing import inversions, spread, summarize, sweep_order
+from hsd_planner.prompts import load_prompts
+from hsd_planner.store import Latency, open_engine
+from hsd_runtime import ModelLoader, parse_spec
 
 
 def test_every_point_is_visited_equally_in_a_seeded_order():
@@ -41,3 +54,64 @@ def test_drift_bends_a_burst_profile_but_not_an_interleaved_one():
 def test_summary_and_spread():
     assert summarize([1.0, 2.0, 3.0, 4.0, 100.0])[0] == 3.0
     assert spread([10.0, 10.0]) == 1.0 and spread([10.0, 11.0, 20.0, 10.5, 10.2]) > 1.25
+
+
+def test_inversions_compare_neighbours_beyond_their_noise():
+    assert inversions({1: [30, 31, 32], 2: [20, 21, 22], 4: [40, 41, 42]}) == [(1, 2)]
+    assert inversions({1: [20, 26, 32], 2: [21, 22, 23]}) == []  # within the noise of n = 1
+    assert inversions({1: [30.0], 2: [20.0]}) == []  # one sample: no noise estimate, no verdict
+
+
+class _SlowSpellTimer:
+    """n = 1 comes out slow for its first ``slow`` samples (a busy machine), then its true cost."""
+
+    calls: ClassVar[Counter] = Counter()
+    slow = 3
+
+    def __init__(self, *_args, **_kwargs) -> None:
+        pass
+
+    def __call__(self, n: int) -> float:
+        _SlowSpellTimer.calls[n] += 1
+        return 50.0 if n == 1 and _SlowSpellTimer.calls[n] <= self.slow else 10.0 + n
+
+
+@pytest.mark.parametrize("slow, kept", [(3, 0), (1000, 1)], ids=["slow-spell", "really-slower"])
+def test_an_inverted_point_is_measured_again_and_kept_only_if_real(tiny_dirs, tmp_path, isolated_db, monkeypatch, slow, kept):
+    monkeypatch.setattr(runner, "PassTimer", _SlowSpellTimer)
+    monkeypatch.setattr(_SlowSpellTimer, "calls", Counter())
+    monkeypatch.setattr(_SlowSpellTimer, "slow", slow)
+    config = ProfileConfig(models=[str(tiny_dirs["target"])], latency_grid=[1, 2, 4], context_lens=[8], repeats=3, acceptance=False)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
+    engine = open_engine(str(isolated_db))
+    out = run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
+    assert _SlowSpellTimer.calls == {1: 3 + 6, 2: 3 + 6, 4: 3}  # the inverted pair twice its rounds again
+    assert out.inverted == kept
+    with Session(engine) as s:
+        median = {r.n_tokens: r.median_ms for r in s.scalars(select(Latency))}
+    assert (median[1] < median[2]) == (not kept)
+
+
+def _flat(ms_1: float, ms_n: float) -> LatencyCurve:
+    return LatencyCurve(points={64: {1: ms_1, 8: ms_n}})
+
+
+def test_continuations_are_drafted_by_the_drafter_predicted_fastest():
+    ngram, bad, good, verifier = (
+        _Candidate(parse_spec(spec), None if spec == "ngram" else object(), row_id=i)
+        for i, spec in enumerate(["ngram", "a:layers=1", "a:layers=2", "a"])
+    )
+    curves = {0: _flat(0.2, 0.2), 1: _flat(5.0, 6.0), 2: _flat(20.0, 24.0), 3: _flat(100.0, 110.0)}
+    assist = Assistant(curves, context=64)
+    drafters = [ngram, bad, good]
+    assert assist.choose(drafters, verifier) is ngram  # nothing measured: every drafter at 0.5, the free lookup wins
+    assist.record(0, 3, alpha_sum=0.0, positions=10)  # the lookup never matches here
+    assist.record(1, 3, alpha_sum=0.5, positions=10)  # the cheapest model is nearly never accepted
+    assist.record(2, 3, alpha_sum=9.0, positions=10)
+    assert assist.choose(drafters, verifier) is good
+    assist.record(2, 3, alpha_sum=0.0, positions=1000)  # no drafter pays: plain decoding
+    assert assist.choose(drafters, verifier) is None
+    other = _Candidate(parse_spec("b"), object(), row_id=4)  # not measured against it yet: borrow the last acceptance
+    curves[4] = _flat(100.0, 110.0)
+    assert assist.choose([bad, good], other) is None

@@ -137,6 +137,7 @@ def format_summary(summary: ProfileSummary) -> str:
     lines = [
         f"{summary.measured} measurements taken, {summary.skipped} already stored"
         + (f", {summary.noisy} latency points still noisy (p90/p10 > {SPREAD_LIMIT})" if summary.noisy else "")
+        + (f", {summary.inverted} pass sizes slower than the next wider one even measured again (kept)" if summary.inverted else "")
         + " "
         f"[{hw['device_name']} ({hw['capability']}), {hw['threads']} threads; workload {summary.workload['name']} "
         f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",

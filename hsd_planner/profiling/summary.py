@@ -13,7 +13,7 @@ from .runner import ProfileOutcome
 
 __all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "profile_summary"]
 
-SUMMARY_N = (1, 8, 32)  # the widths n whose c(n) a summary shows
+SUMMARY_N = (1, 2, 8, 32)  # the widths n whose c(n) a summary shows (1 and 2: an inversion shows)
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,7 @@ class ProfileSummary:
     measured: int
     skipped: int
     noisy: int  # latency points whose p90/p10 stayed above SPREAD_LIMIT
+    inverted: int  # neighbouring pass sizes where fewer tokens cost more, still after measuring again
     hardware: dict  # fingerprint, device, device_name, threads
     workload: dict  # name, content_hash, count
     setting: dict  # mode, temperature, top_p, dtype, max_new_tokens
@@ -55,7 +56,7 @@ class ProfileSummary:
 
     def to_dict(self) -> dict:
         return {
-            **{k: getattr(self, k) for k in ("measured", "skipped", "noisy", "hardware", "workload", "setting", "models")},
+            **{k: getattr(self, k) for k in ("measured", "skipped", "noisy", "inverted", "hardware", "workload", "setting", "models")},
             "latency": [r.to_dict() for r in self.latency],
             "acceptance": [asdict(a) for a in self.acceptance],
         }
@@ -69,7 +70,7 @@ def _at(curve: dict[int, float], n: int) -> float | None:
 
 
 def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
-    """Latency at n = 1, 8, 32 (smallest context) and the acceptance matrix of one profile run."""
+    """Latency at n in SUMMARY_N (smallest context) and the acceptance matrix of one profile run."""
     ids = out.model_ids
     with Session(engine) as s:
         hw = s.get(Hardware, out.hardware_id)
@@ -94,6 +95,7 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
             measured=out.measured,
             skipped=out.skipped,
             noisy=out.noisy,
+            inverted=out.inverted,
             hardware={
                 "fingerprint": hw.fingerprint,
                 "device": hw.device,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from torch import nn
 
 from hsd_runtime import ngram_lookup
 
-__all__ = ["SPREAD_LIMIT", "LookupTimer", "PassTimer", "spread", "summarize", "sweep_order", "time_forward"]
+__all__ = ["SPREAD_LIMIT", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 
 # a point whose p90 / p10 exceeds this is noisy: the sweep gives it more rounds
 SPREAD_LIMIT = 1.25
@@ -38,6 +38,22 @@ def spread(samples_ms: Sequence[float]) -> float:
         return 1.0
     _, p10, p90 = summarize(samples_ms)
     return p90 / p10 if p10 > 0 else float("inf")
+
+
+def inversions(curve: Mapping[int, Sequence[float]]) -> list[tuple[int, int]]:
+    """Neighbouring pass sizes ``(n, m)``, ``n < m``, where ``n`` tokens took longer than ``m``
+    beyond both points' noise (the p10 of ``n`` above the p90 of ``m``).
+
+    ``curve`` maps tokens per pass to the samples of one model at one context; points with fewer
+    than three samples have no noise estimate and are not compared. A pass over more tokens does
+    more work, so an inversion is usually a slow spell landing on one point; the sweep measures
+    such points again, and what survives that is kept (some kernels really are slower at n = 1).
+
+    >>> inversions({1: [30, 31, 32], 2: [20, 21, 22], 4: [40, 41, 42], 8: [39, 41, 43]})
+    [(1, 2)]
+    """
+    grid = sorted(n for n, samples in curve.items() if len(samples) >= 3)
+    return [(n, m) for n, m in zip(grid, grid[1:]) if summarize(curve[n])[1] > summarize(curve[m])[2]]
 
 
 class PassTimer:

@@ -1,0 +1,166 @@
+"""Stability of a profile on a noisy machine: the same profile twice, ``--gap-min`` minutes apart.
+
+Each run profiles the SmolLM2 demo family (``hsd-plan demo --family smollm2``'s candidates, prompts
+and grid) into a fresh database with ``--rounds`` interleaved latency rounds, solves, and validates
+every plan of its solve on the held-out prompts. Reported:
+
+- curve-to-curve spread: per latency point, |c_A(n) - c_B(n)| over their mean, where each curve
+  is the median of the first r rounds (r = 1 .. ``--rounds``; every sample is stored in round
+  order, so one profile gives every budget);
+- each validation's errors (median |speed-up error|, median |error| raw and calibrated, regret
+  against the best untied plan), and the same validations predicted again from the profile cut
+  to its first r rounds, so a user can pick the profiling budget.
+
+    python -m benchmarks.bench_stability --gap-min 10 --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from benchmarks.common import machine
+from hsd_planner.plan import SolveConfig, predict_over
+from hsd_planner.profiling import ProfileConfig, run_profile
+from hsd_planner.prompts import load_prompts, split
+from hsd_planner.store import Latency, ModelRow, open_engine
+from hsd_planner.store.reader import load_profile
+from hsd_planner.store.solves import solve_and_store
+from hsd_planner.validation import run_validation, select_plans
+from hsd_planner.validation.demo import FAMILIES
+from hsd_runtime import ModelLoader
+from hsd_runtime.device import auto_dtype, cpu_capability
+
+FAMILY = FAMILIES["smollm2"]
+TARGET = FAMILY.models.split(",")[-1]
+
+
+def profile_and_validate(db: Path, rounds: int, loader: ModelLoader, dtype: str) -> dict:
+    """One run: fresh profile, solve, validation of every plan. Returns its report and timings."""
+    db.unlink(missing_ok=True)
+    engine = open_engine(str(db))
+    prompts = split(load_prompts(FAMILY.prompts), "profile", FAMILY.max_prompts)
+    config = ProfileConfig(
+        models=FAMILY.models.split(","),
+        dtype=dtype,
+        max_new_tokens=FAMILY.max_new_tokens,
+        latency_grid=list(FAMILY.latency_grid),
+        context_lens=list(FAMILY.context_lens),
+        repeats=rounds,
+    )
+    t0 = time.perf_counter()
+    run_profile(engine, config, prompts, loader)
+    profile_s = time.perf_counter() - t0
+    solve_and_store(engine, target=TARGET, workload=prompts.name, config=SolveConfig())
+    solve, plans = select_plans(engine, (), "all")
+    held = split(load_prompts(FAMILY.prompts), "validate", FAMILY.validate_prompts)
+    report = run_validation(engine, loader, solve, plans, held, FAMILY.max_new_tokens, 1).to_dict()
+    return {"profile_s": profile_s, "started": time.strftime("%H:%M:%S"), "report": report, "workload": prompts.name}
+
+
+def _curves(db: Path, rounds: int) -> dict[tuple[str, int, int], list[float]]:
+    """(model, context, n) -> the samples of the first interleaved rounds, in round order."""
+    engine = open_engine(str(db))
+    with Session(engine) as s:
+        names = {m.id: m.spec for m in s.scalars(select(ModelRow))}
+        return {(names[r.model_id], r.context_len, r.n_tokens): list(r.samples_ms[:rounds]) for r in s.scalars(select(Latency))}
+
+
+def _cut(db: Path, rounds: int, to: Path) -> Path:
+    """A copy of ``db`` whose latency medians use only the first ``rounds`` rounds."""
+    shutil.copy(db, to)
+    engine = open_engine(str(to))
+    with Session(engine) as s, s.begin():
+        for row in s.scalars(select(Latency)):
+            row.median_ms = statistics.median(row.samples_ms[:rounds])
+    engine.dispose()
+    return to
+
+
+def _errors(db: Path, run: dict) -> dict:
+    """The run's validation predicted again from ``db``: median |speed-up error| and |error|."""
+    report = run["report"]
+    profile, _ = load_profile(open_engine(str(db)), TARGET, run["workload"], "greedy", 1.0)
+    predicted = {p["plan_id"]: predict_over(profile, p["chain"], p["widths"], "empirical", report["context_lens"]) for p in report["plans"]}
+    auto = next(p for p in report["plans"] if p["kind"] == "autoregressive")
+    speedup, error = [], []
+    for p in report["plans"]:
+        ms = predicted[p["plan_id"]].ms_per_token
+        error.append(abs(ms / p["measured_ms_per_token"] - 1))
+        if p is not auto:
+            speedup.append(abs(predicted[p["plan_id"]].speedup / p["measured_speedup"] - 1))
+    return {"speedup_error": statistics.median(speedup), "error": statistics.median(error)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gap-min", type=float, default=10.0, help="minutes between the two runs")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds per profile")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/out/stability"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    dtype = auto_dtype(torch.device("cpu"))
+    loader = ModelLoader(device="cpu", dtype=dtype)
+    header = f"{machine()}; CPU capability {cpu_capability()}; dtype {dtype}"
+    print(header, flush=True)
+    runs = {}
+    for i, name in enumerate("AB"):
+        if i:
+            print(f"waiting {args.gap_min:g} min", flush=True)
+            time.sleep(60 * args.gap_min)
+        runs[name] = profile_and_validate(args.out / f"{name}.db", args.rounds, loader, dtype)
+        r = runs[name]["report"]
+        print(
+            f"run {name} at {runs[name]['started']}: profile {runs[name]['profile_s']:.0f} s; speed-up error {r['median_abs_speedup_error']:.1%}, "
+            f"error {r['median_abs_error']:.1%} raw / {r['median_abs_error_calibrated']:.1%} calibrated, drift {r['drift']:.3f}, "
+            f"regret untied {r['regret_untied']:.1%}",
+            flush=True,
+        )
+    budgets = sorted({1, 3, 5, args.rounds} & set(range(1, args.rounds + 1)))
+    rows = []
+    for r in budgets:
+        a, b = _curves(args.out / "A.db", r), _curves(args.out / "B.db", r)
+        gaps = [
+            abs(statistics.median(a[k]) - statistics.median(b[k])) / ((statistics.median(a[k]) + statistics.median(b[k])) / 2) for k in a
+        ]
+        models = [k for k in a if k[0] != "ngram"]  # the lookup's sub-ms timings are noise-dominated
+        model_gaps = [abs(statistics.median(a[k]) - statistics.median(b[k])) / statistics.median(a[k]) for k in models]
+        row = {"rounds": r, "spread_median": statistics.median(gaps), "spread_models_median": statistics.median(model_gaps)}
+        row["spread_models_p90"] = sorted(model_gaps)[int(0.9 * (len(model_gaps) - 1))]
+        for name in "AB":
+            cut = _cut(args.out / f"{name}.db", r, args.out / f"{name}-r{r}.db")
+            row[name] = _errors(cut, runs[name])
+        rows.append(row)
+    print(f"\n{header}\n")
+    print(
+        "| rounds | c(n) spread A vs B, models: median / p90 (all points incl. n-gram: median) | A: speed-up error / error | B: speed-up error / error |"
+    )
+    print("|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['rounds']} | {row['spread_models_median']:.1%} / {row['spread_models_p90']:.1%} ({row['spread_median']:.1%}) | "
+            f"{row['A']['speedup_error']:.1%} / {row['A']['error']:.1%} | {row['B']['speedup_error']:.1%} / {row['B']['error']:.1%} |"
+        )
+    print("\n| run | started | profile s | plans | pick | speed-up error | error raw / calibrated | drift | regret / untied |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, run in runs.items():
+        r = run["report"]
+        pick = next(p for p in r["plans"] if p["plan_id"] == r["pick"])
+        print(
+            f"| {name} | {run['started']} | {run['profile_s']:.0f} | {len(r['plans'])} | {' -> '.join(pick['chain'])} {pick['widths']} | "
+            f"{r['median_abs_speedup_error']:.1%} | {r['median_abs_error']:.1%} / {r['median_abs_error_calibrated']:.1%} | {r['drift']:.3f} | "
+            f"{r['regret']:.1%} / {r['regret_untied']:.1%} |"
+        )
+    (args.out / "stability.json").write_text(json.dumps({"machine": header, "budgets": rows, "runs": runs}, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
