@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
+import sqlite3
 import statistics
 import time
 from pathlib import Path
@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 from benchmarks.common import machine
 from hsd_planner.plan import SolveConfig, predict_over
 from hsd_planner.profiling import ProfileConfig, run_profile
-from hsd_planner.prompts import load_prompts, split
-from hsd_planner.store import Latency, ModelRow, open_engine
+from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.store import Latency, ModelRow, Solve, Validation, ValidationRun, Workload, open_engine
 from hsd_planner.store.reader import load_profile
 from hsd_planner.store.solves import solve_and_store
 from hsd_planner.validation import run_validation, select_plans
@@ -76,7 +76,9 @@ def _curves(db: Path, rounds: int) -> dict[tuple[str, int, int], list[float]]:
 
 def _cut(db: Path, rounds: int, to: Path) -> Path:
     """A copy of ``db`` whose latency medians use only the first ``rounds`` rounds."""
-    shutil.copy(db, to)
+    to.unlink(missing_ok=True)
+    with sqlite3.connect(db) as src, sqlite3.connect(to) as dst:  # the backup API: committed pages in the WAL included
+        src.backup(dst)
     engine = open_engine(str(to))
     with Session(engine) as s, s.begin():
         for row in s.scalars(select(Latency)):
@@ -85,19 +87,40 @@ def _cut(db: Path, rounds: int, to: Path) -> Path:
     return to
 
 
-def _errors(db: Path, run: dict) -> dict:
-    """The run's validation predicted again from ``db``: median |speed-up error| and |error|."""
-    report = run["report"]
-    profile, _ = load_profile(open_engine(str(db)), TARGET, run["workload"], "greedy", 1.0)
-    predicted = {p["plan_id"]: predict_over(profile, p["chain"], p["widths"], "empirical", report["context_lens"]) for p in report["plans"]}
-    auto = next(p for p in report["plans"] if p["kind"] == "autoregressive")
-    speedup, error = [], []
-    for p in report["plans"]:
-        ms = predicted[p["plan_id"]].ms_per_token
-        error.append(abs(ms / p["measured_ms_per_token"] - 1))
-        if p is not auto:
-            speedup.append(abs(predicted[p["plan_id"]].speedup / p["measured_speedup"] - 1))
-    return {"speedup_error": statistics.median(speedup), "error": statistics.median(error)}
+def _stored_validation(db: Path, loader: ModelLoader) -> tuple[str, list[int], list[dict]]:
+    """The workload, per-prompt contexts and measured plans of the newest validation in ``db``."""
+    engine = open_engine(str(db))
+    with Session(engine) as s:
+        validation = s.scalars(select(Validation).order_by(Validation.id.desc())).first()
+        workload = s.get(Workload, s.get(Solve, validation.solve_id).workload_id).name
+        runs = [
+            {
+                "plan_id": r.plan_id,
+                "chain": list(r.chain),
+                "widths": list(r.widths),
+                "measured_speedup": r.measured_speedup,
+                "ms": r.measured_ms_per_token,
+            }
+            for r in s.scalars(select(ValidationRun).filter_by(validation_id=validation.id))
+        ]
+        new_tokens = validation.max_new_tokens
+    held = split(load_prompts(FAMILY.prompts), "validate", FAMILY.validate_prompts)
+    tokenizer = loader.load(TARGET).tokenizer
+    contexts = [len(encode_prompt(tokenizer, p)) + new_tokens // 2 for p in held.prompts]  # as validation computes them
+    return workload, contexts, runs
+
+
+def _errors(db: Path, stored: tuple[str, list[int], list[dict]]) -> dict:
+    """The stored validation predicted again from ``db``: median |speed-up error| over its plans."""
+    workload, contexts, runs = stored
+    profile, _ = load_profile(open_engine(str(db)), TARGET, workload, "greedy", 1.0)
+    auto = next(p for p in runs if len(p["chain"]) == 1)
+    predicted = {p["plan_id"]: predict_over(profile, p["chain"], p["widths"], "empirical", contexts).ms_per_token for p in runs}
+    errors = [abs(predicted[auto["plan_id"]] / predicted[p["plan_id"]] / p["measured_speedup"] - 1) for p in runs if p is not auto]
+    return {
+        "speedup_error": statistics.median(errors),
+        "error": statistics.median(abs(predicted[p["plan_id"]] / p["ms"] - 1) for p in runs),
+    }
 
 
 def main() -> None:
@@ -105,18 +128,21 @@ def main() -> None:
     ap.add_argument("--gap-min", type=float, default=10.0, help="minutes between the two runs")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved latency rounds per profile")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/stability"))
+    ap.add_argument("--analyze-only", action="store_true", help="tabulate the databases and runs.json of an earlier run")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = auto_dtype(torch.device("cpu"))
     loader = ModelLoader(device="cpu", dtype=dtype)
     header = f"{machine()}; CPU capability {cpu_capability()}; dtype {dtype}"
     print(header, flush=True)
-    runs = {}
-    for i, name in enumerate("AB"):
+    saved = args.out / "runs.json"
+    runs = json.loads(saved.read_text()) if args.analyze_only and saved.exists() else {}
+    for i, name in enumerate("" if args.analyze_only else "AB"):
         if i:
             print(f"waiting {args.gap_min:g} min", flush=True)
             time.sleep(60 * args.gap_min)
         runs[name] = profile_and_validate(args.out / f"{name}.db", args.rounds, loader, dtype)
+        saved.write_text(json.dumps(runs, indent=1, default=str))
         r = runs[name]["report"]
         print(
             f"run {name} at {runs[name]['started']}: profile {runs[name]['profile_s']:.0f} s; speed-up error {r['median_abs_speedup_error']:.1%}, "
@@ -135,18 +161,24 @@ def main() -> None:
         model_gaps = [abs(statistics.median(a[k]) - statistics.median(b[k])) / statistics.median(a[k]) for k in models]
         row = {"rounds": r, "spread_median": statistics.median(gaps), "spread_models_median": statistics.median(model_gaps)}
         row["spread_models_p90"] = sorted(model_gaps)[int(0.9 * (len(model_gaps) - 1))]
+        # the same after one scale factor per profile (the machine as a whole faster or slower):
+        # what is left is a change of the curves' shape, which is what ratios between plans see
+        scale = statistics.geometric_mean(statistics.median(b[k]) / statistics.median(a[k]) for k in models)
+        shape = [abs(statistics.median(b[k]) / scale - statistics.median(a[k])) / statistics.median(a[k]) for k in models]
+        row["scale_b_over_a"], row["shape_spread_median"] = scale, statistics.median(shape)
         for name in "AB":
             cut = _cut(args.out / f"{name}.db", r, args.out / f"{name}-r{r}.db")
-            row[name] = _errors(cut, runs[name])
+            row[name] = _errors(cut, _stored_validation(args.out / f"{name}.db", loader))
         rows.append(row)
     print(f"\n{header}\n")
     print(
-        "| rounds | c(n) spread A vs B, models: median / p90 (all points incl. n-gram: median) | A: speed-up error / error | B: speed-up error / error |"
+        "| rounds | c(n) spread A vs B, models: median / p90 (all points incl. n-gram: median) | B / A scale | spread after the scale: median | A: speed-up error / raw error | B: speed-up error / raw error |"
     )
-    print("|---|---|---|---|")
+    print("|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['rounds']} | {row['spread_models_median']:.1%} / {row['spread_models_p90']:.1%} ({row['spread_median']:.1%}) | "
+            f"{row['scale_b_over_a']:.3f} | {row['shape_spread_median']:.1%} | "
             f"{row['A']['speedup_error']:.1%} / {row['A']['error']:.1%} | {row['B']['speedup_error']:.1%} / {row['B']['error']:.1%} |"
         )
     print("\n| run | started | profile s | plans | pick | speed-up error | error raw / calibrated | drift | regret / untied |")
