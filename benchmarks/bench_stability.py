@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from benchmarks.common import machine
 from hsd_planner.plan import SolveConfig, predict_over
-from hsd_planner.profiling import ProfileConfig, run_profile
+from hsd_planner.profiling import run_profile
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.store import Latency, ModelRow, Solve, Validation, ValidationRun, Workload, open_engine
 from hsd_planner.store.reader import load_profile
@@ -48,14 +48,7 @@ def profile_and_validate(db: Path, rounds: int, loader: ModelLoader, dtype: str)
     db.unlink(missing_ok=True)
     engine = open_engine(str(db))
     prompts = split(load_prompts(FAMILY.prompts), "profile", FAMILY.max_prompts)
-    config = ProfileConfig(
-        models=FAMILY.models.split(","),
-        dtype=dtype,
-        max_new_tokens=FAMILY.max_new_tokens,
-        latency_grid=list(FAMILY.latency_grid),
-        context_lens=list(FAMILY.context_lens),
-        repeats=rounds,
-    )
+    config = FAMILY.profile_config(dtype, repeats=rounds)
     t0 = time.perf_counter()
     run_profile(engine, config, prompts, loader)
     profile_s = time.perf_counter() - t0

@@ -35,6 +35,17 @@ class DemoFamily:
     latency_grid: tuple[int, ...]
     context_lens: tuple[int, ...]
 
+    def profile_config(self, dtype: Dtype, repeats: int = 3) -> ProfileConfig:
+        """What the demo profiles: the family's candidates, budget and grid, ``repeats`` rounds."""
+        return ProfileConfig(
+            models=self.models.split(","),
+            dtype=dtype,
+            max_new_tokens=self.max_new_tokens,
+            latency_grid=list(self.latency_grid),
+            context_lens=list(self.context_lens),
+            repeats=repeats,
+        )
+
 
 FAMILIES: dict[str, DemoFamily] = {
     # where hierarchies can pay: int8 copies, a smaller sibling and an early exit under an fp32/bf16 1.5B
@@ -122,14 +133,7 @@ def run_demo(
     bars = stages or _Quiet()
     f = family
     prompts = split(load_prompts(f.prompts), "profile", f.max_prompts)
-    config = ProfileConfig(
-        models=f.models.split(","),
-        dtype=dtype,
-        max_new_tokens=f.max_new_tokens,
-        latency_grid=list(f.latency_grid),
-        context_lens=list(f.context_lens),
-        repeats=3,
-    )
+    config = f.profile_config(dtype)
     say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({dtype})")
     bars.start("profiling")
     outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
