@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig
 
 from ..plan.profile import LatencyCurve
-from ..store import Continuation, Latency
+from ..store import Continuation
+from ..store.reader import latency_curve
 from ..vocab import Dtype
 
 if TYPE_CHECKING:
@@ -31,13 +32,9 @@ ASSIST_WIDTH = 4  # tokens the assistant drafts per round when generating a veri
 
 def latency_curves(engine: Engine, hardware_id: int, dtype: Dtype, candidates: list[_Candidate]) -> dict[int, LatencyCurve]:
     """Each candidate's cost curve as just stored (model row id -> curve)."""
-    curves: dict[int, dict[int, dict[int, float]]] = {}
     with Session(engine) as s:
-        for c in candidates:
-            rows = s.scalars(select(Latency).filter_by(model_id=c.row_id, hardware_id=hardware_id, dtype=c.spec.run_dtype(dtype)))
-            for r in rows:
-                curves.setdefault(c.row_id, {}).setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
-    return {mid: LatencyCurve(points=points) for mid, points in curves.items()}
+        curves = {c.row_id: latency_curve(s, c.row_id, hardware_id, c.spec.run_dtype(dtype)) for c in candidates}
+    return {mid: curve for mid, curve in curves.items() if curve is not None}
 
 
 @dataclass
@@ -53,20 +50,24 @@ class Assistant:
     curves: dict[int, LatencyCurve]
     context: float
     alpha: dict[tuple[int, int], tuple[float, int]] = field(default_factory=dict)  # (drafter, verifier) -> (sum, positions)
-    last: dict[int, float] = field(default_factory=dict)  # drafter -> its acceptance by the last verifier measured
+    last: dict[int, int] = field(default_factory=dict)  # drafter -> the verifier it was last measured against
 
     def record(self, drafter: int, verifier: int, alpha_sum: float, positions: int) -> None:
         total, count = self.alpha.get((drafter, verifier), (0.0, 0))
         self.alpha[(drafter, verifier)] = (total + alpha_sum, count + positions)
-        self.last[drafter] = (total + alpha_sum) / max(1, count + positions)
+        self.last[drafter] = verifier
+
+    def _acceptance(self, drafter: int, verifier: int) -> float:
+        """Measured for the pair, else by the drafter's last verifier, else 0.5."""
+        total, count = self.alpha.get((drafter, verifier)) or self.alpha.get((drafter, self.last.get(drafter, -1)), (0.5, 1))
+        return total / max(1, count)
 
     def choose(self, drafters: list[_Candidate], verifier: _Candidate) -> _Candidate | None:
         """The fastest drafter for ``verifier`` at ASSIST_WIDTH, or None if plain decoding is."""
         cost, ctx, w = self.curves[verifier.row_id], int(self.context), ASSIST_WIDTH
         best, best_ms = None, cost(1, ctx)
         for d in drafters:
-            total, count = self.alpha.get((d.row_id, verifier.row_id), (0.0, 0))
-            a = min(total / count if count else self.last.get(d.row_id, 0.5), 0.99)
+            a = min(self._acceptance(d.row_id, verifier.row_id), 0.99)
             draft = self.curves[d.row_id]
             draft_ms = draft(w, ctx) if d.loaded is None else w * draft(1, ctx)  # a lookup proposes all w at once
             ms = (draft_ms + cost(w + 1, ctx)) * (1 - a) / (1 - a ** (w + 1))  # per round over tokens per round

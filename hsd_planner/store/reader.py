@@ -31,6 +31,15 @@ class ProfileSource:
     contexts: list[int] | None = None  # each profiled prompt's length plus half its continuation, when recorded
 
 
+def latency_curve(session: Session, model_id: int, hardware_id: int, dtype: str) -> LatencyCurve | None:
+    """The stored cost curve of one model on one hardware in ``dtype`` (the dtype it runs in:
+    never another dtype's latency, a profile predicts its own); None when nothing is stored."""
+    points: dict[int, dict[int, float]] = {}
+    for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype)):
+        points.setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
+    return LatencyCurve(points=points) if points else None
+
+
 def load_profile(
     engine: Engine,
     target: str | None = None,
@@ -89,17 +98,11 @@ def load_profile(
         involved = {target_id} | {r.drafter_id for r in rows} | {r.verifier_id for r in rows}
         profiles = []
         for mid in sorted(involved, key=lambda i: models[i].parameters):
-            lat = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=hw.id)).all()
             spec = parse_spec(models[mid].spec)
-            lookup = spec.is_ngram
-            want = spec.run_dtype(setting.dtype)  # never another dtype's latency: a profile predicts its own dtype
-            points: dict[int, dict[int, float]] = {}
-            for r in lat:
-                if r.dtype == want:
-                    points.setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
-            if not points:
+            curve = latency_curve(s, mid, hw.id, spec.run_dtype(setting.dtype))
+            if curve is None:
                 continue  # no latency here: not a usable candidate on this hardware
-            profiles.append(ModelProfile(name=models[mid].spec, latency=LatencyCurve(points=points), lookup=lookup))
+            profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram))
         have = {m.name for m in profiles}
         acceptance = [
             PairAcceptance(
