@@ -1,4 +1,4 @@
-"""Runtime against Hugging Face transformers on smollm2-135m: same model, settings and prompts.
+"""Runtime against Hugging Face transformers: same model, dtype, settings and prompts.
 
 Rows (greedy; every run decodes exactly the same number of new tokens, see NEVER below):
   autoregressive   ours K=0                      vs  model.generate
@@ -10,7 +10,13 @@ Each prompt runs both sides back to back (order alternating), ``--repeats`` time
 taken per prompt in the same run, and the table reports medians. Times are end to end (prefill +
 decode) on both sides, since generate does not report them apart.
 
-    python benchmarks/bench_runtime.py --per-category 5 --repeats 2
+Ours runs the kernels of ``--kernels`` (prepacked weights by default, see hsd_runtime.packing);
+transformers runs its models as it loads them, on a copy loaded with plain kernels.
+``--prompts humaneval`` takes the held-out HumanEval problems instead of Spec-Bench categories.
+
+    python -m benchmarks.bench_runtime --per-category 5 --repeats 2
+    python -m benchmarks.bench_runtime --target qwen2.5-coder-1.5b --drafter qwen2.5-coder-0.5b --dtype fp32 \
+        --prompts humaneval --per-category 4 --new-tokens 64 --lookup-n 3
 """
 
 from __future__ import annotations
@@ -24,13 +30,13 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import machine, spec_bench_prompts
-from hsd_planner.prompts import encode_prompt
-from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter
+from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter, cpu_capability, head_rows
 
 # Both sides decode exactly --new-tokens tokens: ours is built without stop tokens, and generate
-# gets as its EOS a token id the model does not produce here (min_new_tokens would also force
-# HF's assistant to draft up to the remaining minimum in every round).
-NEVER = 49151
+# gets as its EOS a token id the model does not produce here, the last padded row of its head
+# (min_new_tokens would also force HF's assistant to draft up to the remaining minimum in every round).
+NEVER = 0  # set in main() from the target's head
 
 
 def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int], float]:
@@ -61,7 +67,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--target", default="smollm2-135m")
     ap.add_argument("--drafter", default="smollm2-135m:layers=8")
+    ap.add_argument("--kernels", choices=["prepacked", "plain"], default="prepacked", help="ours; transformers always runs plain")
+    ap.add_argument("--prompts", choices=["spec-bench", "humaneval"], default="spec-bench")
     ap.add_argument("--assist-width", type=int, default=3)
     ap.add_argument("--lookup-width", type=int, default=10)
     ap.add_argument("--lookup-n", type=int, default=3)
@@ -69,13 +78,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/runtime.json"))
     args = ap.parse_args()
 
-    loader = ModelLoader(device="cpu", dtype=args.dtype)
-    target = loader.load("smollm2-135m")
-    drafter = loader.load(args.drafter)
-    drafter.model.generation_config.num_assistant_tokens_schedule = "constant"
-    drafter.model.generation_config.assistant_confidence_threshold = 0.0
-    drafter.model.generation_config.num_assistant_tokens = args.assist_width  # HF reads T from the assistant
-    names = ["smollm2-135m"]
+    global NEVER
+    loader = ModelLoader(device="cpu", dtype=args.dtype, prepack=args.kernels == "prepacked")
+    hf_loader = loader.with_kernels("plain")
+    target, hf_target = loader.load(args.target), hf_loader.load(args.target)
+    NEVER = head_rows(target.model) - 1
+    drafter, hf_drafter = loader.load(args.drafter), hf_loader.load(args.drafter)
+    g = hf_drafter.model.generation_config
+    g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = "constant", 0.0
+    g.num_assistant_tokens = args.assist_width  # HF reads T from the assistant
+    names = [args.target]
     rows = {
         "autoregressive": (
             Hierarchy([target.model], [], names=names),
@@ -87,20 +99,23 @@ def main() -> None:
         ),
         "assisted": (
             Hierarchy([drafter.model, target.model], [args.assist_width], names=[args.drafter, *names]),
-            dict(assistant_model=drafter.model),
+            dict(assistant_model=hf_drafter.model),
         ),
     }
     rows = {name: rows[name] for name in args.rows.split(",")}
-    categories = spec_bench_prompts(args.per_category)
+    if args.prompts == "humaneval":
+        categories = {"humaneval": split(load_prompts("humaneval"), "validate").prompts[: args.per_category]}
+    else:
+        categories = spec_bench_prompts(args.per_category)
     warm = encode_prompt(target.tokenizer, "Hello there.")
     for hierarchy, kwargs in rows.values():
         ours(hierarchy, warm, 8)
-        hf_generate(target.model, warm, 8, **kwargs)
+        hf_generate(hf_target.model, warm, 8, **kwargs)
 
     results = []
     for row, (hierarchy, kwargs) in rows.items():
         for category, prompts in categories.items():
-            if row == "prompt lookup" and category not in ("summarization", "rag"):
+            if row == "prompt lookup" and category not in ("summarization", "rag", "humaneval"):
                 continue
             for i, text in enumerate(prompts):
                 ids = encode_prompt(target.tokenizer, text)
@@ -109,7 +124,7 @@ def main() -> None:
                 for rep in range(args.repeats):
                     first_ours = (i + rep) % 2 == 0
                     if not first_ours:
-                        t_h, _, m_h = hf_generate(target.model, ids, args.new_tokens, **kwargs)
+                        t_h, _, m_h = hf_generate(hf_target.model, ids, args.new_tokens, **kwargs)
                         t_hf.append(t_h)
                         hf_mal.append(m_h)
                     t, toks, m, o = ours(hierarchy, ids, args.new_tokens)
@@ -117,7 +132,7 @@ def main() -> None:
                     mal.append(m)
                     over.append(o)
                     if first_ours:
-                        t_h, hf_toks, m_h = hf_generate(target.model, ids, args.new_tokens, **kwargs)
+                        t_h, hf_toks, m_h = hf_generate(hf_target.model, ids, args.new_tokens, **kwargs)
                         t_hf.append(t_h)
                         hf_mal.append(m_h)
                         same = same and hf_toks == toks
@@ -138,7 +153,7 @@ def main() -> None:
                 print(json.dumps(rec), flush=True)
 
     print(
-        f"\nmachine: {machine()}; smollm2-135m {args.dtype}, greedy, {args.new_tokens} new tokens, "
+        f"\nmachine: {machine()}, {cpu_capability()}; {args.target} {args.dtype}, ours {args.kernels} kernels, greedy, {args.new_tokens} new tokens, "
         f"{args.per_category} prompts per category, {args.repeats} repeats\n"
     )
     print(

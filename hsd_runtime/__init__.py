@@ -35,6 +35,10 @@ _EXPORTS = {
     "QUANTS": "spec",
     "ModelLoader": "loading",
     "check_same_tokenizer": "loading",
+    "head_rows": "loading",
+    "PackedLinear": "packing",
+    "can_prepack": "packing",
+    "prepack": "packing",
     "resolve_device": "device",
     "NgramDrafter": "ngram",
     "ngram_lookup": "ngram",
@@ -80,8 +84,9 @@ if TYPE_CHECKING:  # static checkers see the eager imports
         TokenizerMismatchError,
     )
     from .hierarchy import Hierarchy, build_hierarchy
-    from .loading import LoadedModel, ModelLoader, check_same_tokenizer
+    from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows
     from .ngram import NgramDrafter, ngram_lookup
+    from .packing import PackedLinear, can_prepack, prepack
     from .quantize import Int8Linear, quantized_copy
     from .sampling import SamplingConfig, warp
     from .spec import DTYPES, QUANTS, Dtype, ModelSpec, parse_chain, parse_spec

@@ -48,6 +48,7 @@ class CachedModel:
         self._cache = DynamicCache()
         self._cached: list[int] = []
         self._last: torch.Tensor | None = None  # [1, V] logits after the last cached token
+        self._forward_s = 0.0  # time inside the model since the last logits()/prefill() call
 
     def _rollback(self, keep: int) -> None:
         """Drop every cached position from ``keep`` on."""
@@ -81,9 +82,14 @@ class CachedModel:
         return logits, len(new)
 
     def _run(self, new: list[int], keep: int) -> torch.Tensor:
+        t0 = time.perf_counter()
         ids = torch.tensor([new], device=self.device)  # [1, new tokens]
         out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep)
-        return out.logits[0, :, : self.width]  # [keep, V]
+        logits = out.logits[0, :, : self.width]  # [keep, V]
+        if logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)
+        self._forward_s += time.perf_counter() - t0
+        return logits
 
     def logits(self, seq: list[int], first: int) -> torch.Tensor:
         """Logits ``[len(seq) - first, V]``; row i predicts the token after ``seq[first + i]``.
@@ -92,13 +98,17 @@ class CachedModel:
         wanted were all kept from the previous pass, e.g. the prompt's last position).
         """
         t0 = time.perf_counter()
+        self._forward_s = 0.0
         logits, fed = self._forward(seq, first)
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
         if fed:
             self.stats.forward_passes += 1
             self.stats.tokens_fed += fed
-        self.stats.time_s += time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
+        self.stats.time_s += elapsed
+        self.stats.forward_s += self._forward_s
+        self.stats.cache_s += elapsed - self._forward_s
         return logits
 
     def prefill(self, prompt: list[int]) -> None:

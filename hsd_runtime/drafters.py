@@ -9,6 +9,7 @@ are committed one at a time. Chains are built by composing these objects, not by
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -77,7 +78,10 @@ class ModelDrafter:
         seq = list(ctx.tokens)
         probs: list[torch.Tensor] = []
         for _ in range(n):
-            token, p = _choose(self.cached.logits(seq, len(seq) - 1), ctx)
+            logits = self.cached.logits(seq, len(seq) - 1)
+            t0 = time.perf_counter()
+            token, p = _choose(logits, ctx)
+            self.stats.draft_s += time.perf_counter() - t0
             seq.append(token)
             if p is not None:
                 probs.append(p)
@@ -112,6 +116,7 @@ class VerifierLevel:
         """
         draft = self.lower.propose(ctx, self.width) if self.lower is not None else Proposal([])
         logits = self.cached.logits(ctx.tokens + draft.tokens, len(ctx.tokens) - 1)  # [b + 1, V]
+        t0 = time.perf_counter()
         if ctx.sampling.greedy:
             n, token = verify_greedy(draft.tokens, logits.argmax(-1).tolist())
             probs = None
@@ -119,6 +124,7 @@ class VerifierLevel:
             p = warp(logits, ctx.sampling)
             n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generator)
             probs = self.emitted_probs(p, draft, n)
+        self.stats.verify_s += time.perf_counter() - t0
         if self.lower is not None:
             self.lower.stats.proposed += len(draft.tokens)
             self.lower.stats.accepted += n

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import nn
@@ -17,7 +16,7 @@ from torch import nn
 from .cache import CachedModel
 from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
 from .errors import ChainError, PromptError
-from .loading import LoadedModel, ModelLoader, check_same_tokenizer
+from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows
 from .ngram import NgramDrafter
 from .sampling import SamplingConfig
 from .spec import ModelSpec, parse_spec
@@ -61,7 +60,7 @@ class Hierarchy:
             raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
         names = list(names) if names is not None else [type(m).__name__ for m in members]
         models = [m for m in members if isinstance(m, nn.Module)]
-        width = logits_width or min(_head_rows(m) for m in models)
+        width = logits_width or min(head_rows(m) for m in models)
         self.names = names
         self.widths = list(widths)
         self.eos_token_ids = frozenset(eos_token_ids)
@@ -140,11 +139,6 @@ class Hierarchy:
             target_rounds=len(per_round),
             committed_per_round=per_round,
         )
-
-
-def _head_rows(model: Any) -> int:
-    """Rows of the output layer: the logits width, which may exceed the tokenizer by padding."""
-    return int(model.get_output_embeddings().weight.shape[0])
 
 
 def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[int], loader: ModelLoader) -> tuple[Hierarchy, object]:

@@ -25,6 +25,7 @@ from torch import nn
 from .device import resolve_device, resolve_dtype
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
 from .packaged import PACKAGED, converted_dir, packaged_gguf, shareable
+from .packing import PackedLinear, prepack
 from .quantize import Int8Linear, quantized_copy
 from .spec import ModelSpec, parse_spec
 
@@ -32,6 +33,7 @@ __all__ = [
     "LoadedModel",
     "ModelLoader",
     "check_same_tokenizer",
+    "head_rows",
     "truncated_config",
     "truncated_view",
 ]
@@ -53,7 +55,7 @@ class LoadedModel:
     def num_parameters(self) -> int:
         """Weights of the model; the int8 layers of a quantized copy count (it has its parent's)."""
         dense = sum(p.numel() for p in self.model.parameters())
-        return dense + sum(m.num_weights for m in self.model.modules() if isinstance(m, Int8Linear))
+        return dense + sum(m.num_weights for m in self.model.modules() if isinstance(m, (Int8Linear, PackedLinear)))
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -62,6 +64,14 @@ def tokenizer_fingerprint(tokenizer) -> str:
     special = [tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id]
     blob = json.dumps([vocab, special], ensure_ascii=False).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def head_rows(model: Any) -> int:
+    """Rows of the output layer: the logits width, which may exceed the tokenizer by padding.
+
+    Read from the layer's shape, never its weight: a packed or int8 head has no dense weight to read.
+    """
+    return int(model.get_output_embeddings().out_features)
 
 
 def _decoder(model: Any) -> Any:
@@ -176,14 +186,33 @@ def _source_dir(spec: ModelSpec) -> Path:
 
 
 class ModelLoader:
-    """Loads specs onto one device; full models are loaded once and shared by their views."""
+    """Loads specs onto one device; full models are loaded once and shared by their views.
 
-    def __init__(self, device: str | None = None, dtype: str = "fp32") -> None:
+    Args:
+        device: ``cpu``, ``cuda``, ``cuda:N`` (None: CUDA when present).
+        dtype: the dtype of models whose spec names none.
+        prepack: on the CPU, multiply by weights packed once at load (:mod:`.packing`); off runs
+            torch's default kernels. Ignored on other devices.
+    """
+
+    def __init__(self, device: str | None = None, dtype: str = "fp32", prepack: bool = True) -> None:
         self.device = resolve_device(device)
         self.default_dtype = dtype
+        self.prepack = prepack
         resolve_dtype(dtype)
         self._full: dict[tuple[str, str], LoadedModel] = {}
         self._quantized: dict[tuple[str, str, str], LoadedModel] = {}
+
+    @property
+    def kernels(self) -> str:
+        """``prepacked`` or ``plain``: which kernels this loader's models run (part of a profile's hardware key)."""
+        return "prepacked" if self.prepack and self.device.type == "cpu" else "plain"
+
+    def with_kernels(self, kernels: str) -> ModelLoader:
+        """This loader when it runs ``kernels`` already, else a new one on the same device and dtype that does."""
+        if kernels == self.kernels:
+            return self
+        return ModelLoader(str(self.device), self.default_dtype, prepack=kernels == "prepacked")
 
     def load(self, spec: ModelSpec | str) -> LoadedModel:
         """Load one model spec (not ``ngram``)."""
@@ -222,6 +251,9 @@ class ModelLoader:
         except (OSError, ValueError, KeyError) as exc:
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {first_line(exc)}") from None
         model.to(self.device).eval()
+        logits_width = head_rows(model)
+        if self.kernels == "prepacked":
+            prepack(model)  # in place, before any view or quantized copy is taken of it
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
@@ -234,7 +266,7 @@ class ModelLoader:
             model=model,
             tokenizer=tokenizer,
             num_layers=model.config.num_hidden_layers,
-            logits_width=model.get_output_embeddings().weight.shape[0],
+            logits_width=logits_width,
             fingerprint=tokenizer_fingerprint(tokenizer),
             eos_token_ids=tuple(sorted(eos_ids)),
         )

@@ -55,6 +55,7 @@ import torch
 from torch import nn
 
 from .errors import ModelSpecError
+from .packing import PackedLinear
 from .spec import QUANTS
 
 __all__ = ["Int8Linear", "quantized_copy"]
@@ -67,7 +68,7 @@ class Int8Linear(nn.Module):
         linear: the fp32 layer to quantize; it is read, never modified.
     """
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, linear: nn.Linear | PackedLinear) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
@@ -119,7 +120,7 @@ def _needs_reduced_range() -> bool:
 
 
 def quantized_copy(model: nn.Module, quant: str = "int8") -> nn.Module:
-    """A copy of ``model`` with every ``nn.Linear`` (the head included) replaced by an int8 layer.
+    """A copy of ``model`` with every Linear layer (the head included) replaced by an int8 layer.
 
     Embeddings are not quantized. Every tensor that is not a Linear weight is shared with
     ``model``; the module tree, config and generation config are the copy's own.
@@ -135,7 +136,7 @@ def quantized_copy(model: nn.Module, quant: str = "int8") -> nn.Module:
     # int8 replacement and every other parameter/buffer come out as the parent's own tensor.
     memo: dict[int, object] = {}
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, PackedLinear)):  # a packed parent gives its weights back dense
             memo[id(module)] = Int8Linear(module)
     for tensor in [*model.parameters(), *model.buffers()]:
         memo.setdefault(id(tensor), tensor)

@@ -14,6 +14,12 @@ class LevelStats:
     ``proposed`` counts the tokens this level handed to the level above and ``accepted`` how many
     of them that level accepted (both 0 for the target). Forward passes and their tokens exclude
     the prompt's prefill, which is counted apart.
+
+    Where the time went: ``time_s`` is the level's model passes with their cache work (the
+    n-gram lookup for ``ngram``); it splits into ``forward_s`` (inside the model, or the lookup) and
+    ``cache_s`` (prefix matching, rollback, logits bookkeeping). ``draft_s`` is choosing drafted
+    tokens from a level-0 model's logits (argmax or sampling) and ``verify_s`` the verification rule this
+    level applies to the batch from below (warping included); neither is part of ``time_s``.
     """
 
     model: str
@@ -22,6 +28,10 @@ class LevelStats:
     proposed: int = 0
     accepted: int = 0
     time_s: float = 0.0
+    forward_s: float = 0.0
+    cache_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
     prefill_tokens: int = 0
     prefill_s: float = 0.0
 

@@ -20,7 +20,7 @@ def test_layers_view_shares_weights_and_runs_first_k_layers(tiny_dirs):
     full = loader.load(str(tiny_dirs["target"]))
     view = loader.load(f"{tiny_dirs['target']}:layers=2")
     assert view.num_layers == 2 and full.num_layers == 4 and len(full.model.model.layers) == 4
-    assert view.model.lm_head.weight.data_ptr() == full.model.lm_head.weight.data_ptr()
+    assert view.model.lm_head is full.model.lm_head  # one (packed) head, not a copy
     assert view.model.model.layers[1] is full.model.model.layers[1]
     ids = torch.tensor([[0, 5, 6, 7]])
     with torch.inference_mode():

@@ -9,7 +9,7 @@ import click
 from hsd_runtime import ModelLoader, SamplingConfig
 
 from ..validation import generate_text
-from .options import json_option, parse_widths, resolve_dtype_choice, runtime_options, sampling_options
+from .options import json_option, parse_widths, prepack_option, resolve_dtype_choice, runtime_options, sampling_options
 from .render import emit, format_generate
 
 __all__ = ["generate"]
@@ -25,6 +25,7 @@ __all__ = ["generate"]
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="Run a short untimed generation first.")
 @sampling_options
 @runtime_options
+@prepack_option
 @json_option
 def generate(
     chain: str,
@@ -41,6 +42,7 @@ def generate(
     seed: int,
     dtype: str,
     device: str,
+    prepack: bool,
     as_json: bool,
 ) -> None:
     """Run one hierarchy on one prompt and report per-level stats.
@@ -58,7 +60,7 @@ def generate(
     if check and mode != "greedy":
         raise click.ClickException("--check compares greedy outputs; use it with --mode greedy")
     sampling = SamplingConfig(mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    loader = ModelLoader(device=device, dtype=resolve_dtype_choice(dtype, device))
+    loader = ModelLoader(device=device, dtype=resolve_dtype_choice(dtype, device), prepack=prepack)
     report = generate_text(chain, parse_widths(widths), prompt, max_new_tokens, sampling, loader, chat=not raw, check=check, warmup=warmup)
     emit(report, as_json, format_generate)
     if report.check is not None and report.check.exact and not report.check.identical:

@@ -17,6 +17,7 @@ __all__ = [
     "json_option",
     "mode_options",
     "parse_widths",
+    "prepack_option",
     "prompt_options",
     "resolve_dtype_choice",
     "runtime_options",
@@ -62,6 +63,16 @@ def runtime_options(f: F | None = None, *, dtype: str | None = "auto", dtype_hel
         )(g)
 
     return wrap(f) if f is not None else wrap
+
+
+def prepack_option(f: F) -> F:
+    return click.option(
+        "--prepack/--no-prepack",
+        default=True,
+        show_default=True,
+        help="On the CPU, multiply by weights packed once at load (oneDNN); --no-prepack runs torch's default kernels. "
+        "Profiles are kept apart by this choice; validate runs the kernels its profile was measured with.",
+    )(f)
 
 
 def resolve_dtype_choice(dtype: str, device: str) -> str:

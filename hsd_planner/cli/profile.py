@@ -10,7 +10,16 @@ from ..profiling import ProfileConfig, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
 from ..store import open_engine
-from .options import db_option, int_list, json_option, prompt_options, resolve_dtype_choice, runtime_options, sampling_options
+from .options import (
+    db_option,
+    int_list,
+    json_option,
+    prepack_option,
+    prompt_options,
+    resolve_dtype_choice,
+    runtime_options,
+    sampling_options,
+)
 from .render import Bars, emit, format_summary
 
 __all__ = ["profile"]
@@ -44,6 +53,7 @@ _D = ProfileConfig.model_fields
 @click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")
 @runtime_options
+@prepack_option
 @db_option
 @json_option
 def profile(
@@ -63,6 +73,7 @@ def profile(
     force: bool,
     dtype: str,
     device: str,
+    prepack: bool,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -95,7 +106,7 @@ def profile(
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     engine = open_engine(db)
-    loader = ModelLoader(device=device, dtype=dtype)
+    loader = ModelLoader(device=device, dtype=dtype, prepack=prepack)
     bars = Bars()
     bars.start("profiling")
     try:

@@ -61,15 +61,24 @@ class Bars:
 def format_generate(report: GenerateReport) -> str:
     """The text, the per-level table and the summary line of ``hsd-plan generate``."""
     r = report.result
-    lines = [report.text, "", f"{'level':<34} {'passes':>7} {'tok/pass':>8} {'proposed':>9} {'accepted':>9} {'alpha':>6} {'ms':>9}"]
+    lines = [
+        report.text,
+        "",
+        f"{'level':<34} {'passes':>7} {'tok/pass':>8} {'proposed':>9} {'accepted':>9} {'alpha':>6} {'ms':>9}"
+        f" {'forward':>8} {'cache':>6} {'draft':>6} {'verify':>6}",
+    ]
     for lv in r.levels:
         alpha = f"{lv.acceptance:.2f}" if lv.acceptance is not None else "-"
+        split = "".join(f" {1000 * v:>{w}.1f}" for v, w in ((lv.forward_s, 8), (lv.cache_s, 6), (lv.draft_s, 6), (lv.verify_s, 6)))
         lines.append(
-            f"{lv.model:<34} {lv.forward_passes:>7} {lv.tokens_per_pass:>8.2f} {lv.proposed:>9} {lv.accepted:>9} {alpha:>6} {1000 * lv.time_s:>9.1f}"
+            f"{lv.model:<34} {lv.forward_passes:>7} {lv.tokens_per_pass:>8.2f} {lv.proposed:>9} {lv.accepted:>9} {alpha:>6} "
+            f"{1000 * lv.time_s:>9.1f}{split}"
         )
+    other = r.decode_s - sum(lv.time_s + lv.draft_s + lv.verify_s for lv in r.levels)
     lines.append(
         f"{len(r.tokens)} tokens in {r.decode_s:.2f} s: {r.ms_per_token:.1f} ms/token ({r.tokens_per_s:.1f} tok/s), "
-        f"mean accepted length {r.mean_accepted_length:.2f}; prefill {r.prompt_tokens} tokens in {1000 * r.prefill_s:.0f} ms "
+        f"mean accepted length {r.mean_accepted_length:.2f}; {1000 * other:.0f} ms outside the levels; "
+        f"prefill {r.prompt_tokens} tokens in {1000 * r.prefill_s:.0f} ms "
         f"[{report.dtype}, {report.device}]"
     )
     if report.check is not None:
@@ -113,14 +122,20 @@ def _format_profiles(doc: ProfileDocument) -> str:
     ]
     for h in doc.hardware:
         capability = f" ({h.capability})" if h.capability else ""
-        lines.append(f"hardware {h.fingerprint}: {h.device} {h.device_name}{capability}, {h.threads} threads, torch {h.torch_version}")
+        kernels = f", {h.kernels} kernels" if h.kernels else ""
+        lines.append(
+            f"hardware {h.fingerprint}: {h.device} {h.device_name}{capability}, {h.threads} threads, torch {h.torch_version}{kernels}"
+        )
+        if h.bandwidth_gbs is not None:
+            peaks = ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in sorted((h.peak_gflops or {}).items()))
+            lines.append(
+                f"  floor probe: read {h.bandwidth_gbs:.1f} GB/s (p90/p10 {h.bandwidth_spread:.2f}){', ' + peaks if peaks else ''}"
+            )
     for w in doc.workloads:
         lines.append(f"workload {w.name}: {w.count} prompts ({w.content_hash[:12]})")
     for m in doc.models:
         pts = [r for r in doc.latency if r.model == m.spec]
-        c1 = min((r for r in pts if r.n_tokens == 1), key=lambda r: r.context_len, default=None)
-        c1_text = f", c(1) = {c1.median_ms:.2f} ms" if c1 else ""
-        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{c1_text}")
+        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{_cost_text(pts)}")
     names = {w.content_hash: w.name for w in doc.workloads}
     for a in doc.acceptance:
         lines.append(
@@ -131,6 +146,23 @@ def _format_profiles(doc: ProfileDocument) -> str:
     return "\n".join(lines)
 
 
+def _cost_text(points: list) -> str:
+    """``, c(1) = 47.2 ms (1.04x floor), c(8)/c(1) = 1.41`` at the shortest context profiled."""
+    if not points:
+        return ""
+    ctx = min(r.context_len for r in points)
+    at = {r.n_tokens: r for r in points if r.context_len == ctx}
+    c1 = at.get(1)
+    if c1 is None:
+        return ""
+    text = f", c(1) = {c1.median_ms:.2f} ms"
+    if c1.floor_ms:
+        text += f" ({c1.median_ms / c1.floor_ms:.2f}x floor)"
+    if 8 in at:
+        text += f", c(8)/c(1) = {at[8].median_ms / c1.median_ms:.2f}"
+    return text + f" at context {ctx}"
+
+
 def format_summary(summary: ProfileSummary) -> str:
     """The summary as two plain-text tables."""
     hw, st = summary.hardware, summary.setting
@@ -139,14 +171,15 @@ def format_summary(summary: ProfileSummary) -> str:
         + (f", {summary.noisy} latency points still noisy (p90/p10 > {SPREAD_LIMIT})" if summary.noisy else "")
         + (f", {summary.inverted} pass sizes slower than the next wider one even measured again (kept)" if summary.inverted else "")
         + " "
-        f"[{hw['device_name']} ({hw['capability']}), {hw['threads']} threads; workload {summary.workload['name']} "
+        f"[{hw['device_name']} ({hw['capability']}), {hw['threads']} threads, {hw['kernels']} kernels; workload {summary.workload['name']} "
         f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",
         "",
-        f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + "   context",
+        f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + f"{'c(1)/floor':>12}   context",
     ]
     for row in summary.latency:
         cells = "".join(f"{v:>11.2f}" if v is not None else f"{'-':>11}" for v in row.ms)
-        lines.append(f"{row.model:<36}{cells}   {row.context_len}")
+        floor = f"{row.floor_ratio:>12.2f}" if row.floor_ratio is not None else f"{'-':>12}"
+        lines.append(f"{row.model:<36}{cells}{floor}   {row.context_len}")
     if summary.acceptance:
         alpha = {(a.drafter, a.verifier): a.alpha for a in summary.acceptance}
         verifiers = [m for m in summary.models if any(v == m for _, v in alpha)]

@@ -15,7 +15,7 @@ from ..prompts import load_prompts, split
 from ..store import Setting, open_engine
 from ..validation import CANDIDATE_SETS, FAMILIES, run_demo, run_validation, select_plans
 from ..validation.plot import check_plot_path, plot_validation
-from .options import db_option, json_option, prompt_options, resolve_dtype_choice, runtime_options
+from .options import db_option, json_option, prepack_option, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit, format_summary, format_validation
 
 __all__ = ["demo", "validate"]
@@ -99,6 +99,7 @@ def validate(
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Continuation length [default: the family's].")
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default="hsd-plan-demo.png", show_default=True)
 @runtime_options
+@prepack_option
 @db_option
 @json_option
 def demo(
@@ -110,6 +111,7 @@ def demo(
     plot_file: str,
     dtype: str,
     device: str,
+    prepack: bool,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -141,6 +143,13 @@ def demo(
     chosen = replace(chosen, **{k: v for k, v in overrides.items() if v is not None})
     dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(
-        open_engine(db), ModelLoader(device=device, dtype=dtype), chosen, dtype, Path(plot_file), say=say, show=show, stages=Bars()
+        open_engine(db),
+        ModelLoader(device=device, dtype=dtype, prepack=prepack),
+        chosen,
+        dtype,
+        Path(plot_file),
+        say=say,
+        show=show,
+        stages=Bars(),
     )
     emit(report, as_json, lambda r: f"{format_validation(r.validation)}\n\n{r.conclusion}")

@@ -22,10 +22,17 @@ class HardwareInfo:
     threads: int
     torch_version: str
     capability: str = ""  # what the device computes natively (AMX, AVX512-BF16, AVX2, CUDA sm_90); not in the fingerprint
+    kernels: str = "plain"  # "prepacked" (weights packed once at load, see hsd_runtime.packing) or "plain"
 
     @property
     def fingerprint(self) -> str:
+        """The key of this machine and runtime: latencies measured with other kernels are another machine's.
+
+        Plain kernels keep the fingerprint profiles had before prepacking existed.
+        """
         blob = f"{self.device}|{self.device_name}|{self.threads}|{self.torch_version}"
+        if self.kernels != "plain":
+            blob += f"|{self.kernels}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -41,17 +48,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def detect_hardware(device: torch.device) -> HardwareInfo:
-    """Describe ``device`` as profiled: GPU name on CUDA, CPU model and thread count on CPU."""
+def detect_hardware(device: torch.device, kernels: str = "plain") -> HardwareInfo:
+    """Describe ``device`` as profiled: GPU name on CUDA, CPU model and thread count on CPU, and
+    the ``kernels`` its models run (``ModelLoader.kernels``)."""
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         return HardwareInfo(
-            "cuda", torch.cuda.get_device_name(device), torch.get_num_threads(), torch.__version__, f"CUDA sm_{major}{minor}"
+            "cuda", torch.cuda.get_device_name(device), torch.get_num_threads(), torch.__version__, f"CUDA sm_{major}{minor}", kernels
         )
-    return HardwareInfo("cpu", cpu_name(), torch.get_num_threads(), torch.__version__, cpu_capability())
+    return HardwareInfo("cpu", cpu_name(), torch.get_num_threads(), torch.__version__, cpu_capability(), kernels)
 
 
 def this_machine() -> list[str]:
-    """The fingerprints a profile taken here could carry: the CPU's, and each CUDA device's."""
-    devices = [torch.device("cpu")] + [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    return [detect_hardware(d).fingerprint for d in devices]
+    """The fingerprints a profile taken here could carry: the CPU's with prepacked and with plain
+    kernels, and each CUDA device's."""
+    cpu = torch.device("cpu")
+    cuda = [detect_hardware(torch.device("cuda", i)).fingerprint for i in range(torch.cuda.device_count())]
+    return [detect_hardware(cpu, "prepacked").fingerprint, detect_hardware(cpu).fingerprint, *cuda]

@@ -18,8 +18,8 @@ from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, che
 
 from ..errors import ChainError
 from ..prompts import PromptSet, encode_prompt
-from ..store import AcceptancePrompt, Latency, Workload
-from ..store.repo import aggregate_acceptance, hardware_row, model_row, setting_row, workload_row
+from ..store import AcceptancePrompt, Hardware, Latency, Workload
+from ..store.repo import aggregate_acceptance, hardware_row, model_row, record_probe, setting_row, workload_row
 from ..vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 from .acceptance import (
     acceptance_from_logits,
@@ -31,6 +31,7 @@ from .acceptance import (
     visited_run_sums,
 )
 from .continuations import Assistant, latency_curves, verifier_continuation
+from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
 from .sources import source_fingerprint
 from .timing import SPREAD_LIMIT, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
@@ -130,7 +131,7 @@ def run_profile(
     candidates = _load(config, loader)
     out = ProfileOutcome()
     with Session(engine) as s, s.begin():
-        out.hardware_id = hardware_row(s, detect_hardware(loader.device)).id
+        out.hardware_id = hardware_row(s, detect_hardware(loader.device, loader.kernels)).id
         out.workload_id = workload_row(s, prompts).id
         out.setting_id = setting_row(s, config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens).id
         for c in candidates:
@@ -149,7 +150,7 @@ def run_profile(
         total(len(points) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
     step = progress or (lambda _n: None)
 
-    _latency_sweep(engine, config, out, points, step)
+    _latency_sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
     assist = Assistant(
         latency_curves(engine, out.hardware_id, config.dtype, candidates),
         statistics.median(len(ids) for ids in encoded) + config.max_new_tokens // 2,
@@ -159,8 +160,25 @@ def run_profile(
     return out
 
 
+def _floors(
+    engine: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[_Candidate], loader: ModelLoader
+) -> Callable[[_Candidate, int, int], float | None]:
+    """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None: ngram)."""
+    models = [c for c in candidates if c.loaded is not None]
+    probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
+    with Session(engine) as s, s.begin():
+        record_probe(s.get_one(Hardware, out.hardware_id), probe)
+    traffic = {c.row_id: pass_traffic(c.loaded.model) for c in models}
+    return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic else None
+
+
 def _latency_sweep(
-    engine: Engine, config: ProfileConfig, out: ProfileOutcome, points: list[tuple[_Candidate, int, int]], step: Callable[[int], None]
+    engine: Engine,
+    config: ProfileConfig,
+    out: ProfileOutcome,
+    points: list[tuple[_Candidate, int, int]],
+    step: Callable[[int], None],
+    floor: Callable[[_Candidate, int, int], float | None],
 ) -> None:
     """Interleaved rounds over every latency point the database lacks (see :mod:`.timing`).
 
@@ -171,11 +189,14 @@ def _latency_sweep(
     samples: dict[tuple[int, int, int], list[float]] = {}
     keys: dict[tuple[int, int, int], dict] = {}
     todo: list[tuple[_Candidate, int, int]] = []
+    backfill: dict[int, float | None] = {}  # latency row id -> its floor
     with Session(engine) as s:
         for cand, ctx, n in points:
             dtype = cand.spec.run_dtype(config.dtype)
             key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
             row = s.scalars(select(Latency).filter_by(**key)).first()
+            if row is not None and row.floor_ms is None:  # measured before the floor probe existed
+                backfill[row.id] = floor(cand, ctx, n)
             have = [] if row is None or config.force else (row.samples_ms or [row.median_ms] * row.repeats)
             if row is not None and not config.force and len(have) >= config.repeats:
                 out.skipped += 1
@@ -185,6 +206,9 @@ def _latency_sweep(
             samples[point], keys[point] = list(have), key
             step(len(have))
             todo.append((cand, ctx, n))
+    with Session(engine) as s, s.begin():
+        for row_id, value in backfill.items():
+            s.get_one(Latency, row_id).floor_ms = value
     timers: dict[tuple[int, int], Callable[[int], float]] = {}
 
     def timer(cand: _Candidate, ctx: int) -> Callable[[int], float]:
@@ -199,7 +223,17 @@ def _latency_sweep(
         med, p10, p90 = summarize(samples[point])
         with Session(engine) as s, s.begin():
             s.execute(delete(Latency).filter_by(**keys[point]))
-            s.add(Latency(**keys[point], median_ms=med, p10_ms=p10, p90_ms=p90, repeats=len(samples[point]), samples_ms=samples[point]))
+            s.add(
+                Latency(
+                    **keys[point],
+                    median_ms=med,
+                    p10_ms=p10,
+                    p90_ms=p90,
+                    repeats=len(samples[point]),
+                    samples_ms=samples[point],
+                    floor_ms=floor(cand, ctx, n),
+                )
+            )
 
     by_point = {(c.row_id, ctx, n): (c, ctx, n) for c, ctx, n in todo}
     rounds = config.repeats - min((len(samples[p]) for p in by_point), default=config.repeats)

@@ -23,9 +23,11 @@ class LatencyRow:
     model: str
     context_len: int
     ms: tuple[float | None, ...]  # aligned with SUMMARY_N
+    floor_ratio: float | None = None  # c(1) / the machine's floor for that pass (None: ngram, or no probe)
 
     def to_dict(self) -> dict:
-        return {"model": self.model, "context_len": self.context_len, **{f"c{n}_ms": v for n, v in zip(SUMMARY_N, self.ms)}}
+        cells = {f"c{n}_ms": v for n, v in zip(SUMMARY_N, self.ms)}
+        return {"model": self.model, "context_len": self.context_len, **cells, "c1_over_floor": self.floor_ratio}
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
                 continue
             ctx = min(r.context_len for r in rows)
             curve = {r.n_tokens: r.median_ms for r in rows if r.context_len == ctx}
-            latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N)))
+            c1 = next((r for r in rows if r.context_len == ctx and r.n_tokens == 1 and r.floor_ms), None)
+            ratio = c1.median_ms / c1.floor_ms if c1 is not None and c1.floor_ms else None
+            latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N), ratio))
         names = {mid: spec for spec, mid in ids.items()}
         acc = s.scalars(select(Acceptance).filter_by(workload_id=out.workload_id, setting_id=out.setting_id)).all()
         acceptance = [
@@ -102,6 +106,9 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
                 "device_name": hw.device_name,
                 "capability": hw.capability,
                 "threads": hw.threads,
+                "kernels": hw.kernels,
+                "bandwidth_gbs": hw.bandwidth_gbs,
+                "peak_gflops": hw.peak_gflops,
             },
             workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
             setting={

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hsd_runtime import ngram_lookup
+from hsd_runtime import head_rows, ngram_lookup
 
 __all__ = ["SPREAD_LIMIT", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 
@@ -68,7 +68,7 @@ class PassTimer:
 
         self.model = model
         self.device = next(model.parameters()).device
-        vocab = model.get_output_embeddings().weight.shape[0]
+        vocab = head_rows(model)
         self._gen = torch.Generator().manual_seed(seed)
         context = torch.randint(0, vocab, (1, context_len), generator=self._gen).to(self.device)
         self._vocab = vocab

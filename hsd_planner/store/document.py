@@ -72,6 +72,11 @@ class HardwareOut(_Row):
     threads: Small
     torch_version: Text
     capability: Text | None = None  # absent in exports made before it was recorded
+    kernels: Annotated[str, Field(pattern="^(plain|prepacked)$")] | None = None  # absent before prepacking
+    bandwidth_gbs: Ms | None = None  # the floor probe; absent before it existed
+    bandwidth_spread: Ms | None = None
+    peak_gflops: dict[Annotated[str, Field(pattern="^(fp32|bf16|fp16)$")], Ms] | None = None
+    peak_spread: dict[Annotated[str, Field(pattern="^(fp32|bf16|fp16)$")], Ms] | None = None
 
 
 class ModelOut(_Row):
@@ -108,6 +113,7 @@ class LatencyOut(_Row):
     p90_ms: Ms
     repeats: Small
     samples_ms: list[Ms] | None = None  # absent in exports made before interleaved sweeps
+    floor_ms: Ms | None = None  # absent before the floor probe
 
 
 class ContinuationOut(_Row):

@@ -199,6 +199,7 @@ def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
                 p90_ms=r.p90_ms,
                 repeats=r.repeats,
                 samples_ms=r.samples_ms,
+                floor_ms=r.floor_ms,
             )
         for r in doc.continuations:
             key = dict(

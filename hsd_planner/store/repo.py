@@ -11,7 +11,16 @@ from sqlalchemy.orm import Session
 from ..errors import StoreError
 from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
 
-__all__ = ["aggregate_acceptance", "get_or_create", "hardware_row", "model_row", "pool_prompts", "setting_row", "workload_row"]
+__all__ = [
+    "aggregate_acceptance",
+    "get_or_create",
+    "hardware_row",
+    "model_row",
+    "pool_prompts",
+    "record_probe",
+    "setting_row",
+    "workload_row",
+]
 
 T = TypeVar("T", bound=Base)
 
@@ -27,7 +36,7 @@ def get_or_create(session: Session, cls: type[T], key: dict, **defaults) -> T:
 
 
 def hardware_row(session: Session, info: Any) -> Hardware:
-    """The row of a HardwareInfo's fingerprint (its capability filled in where an older row lacks it)."""
+    """The row of a HardwareInfo's fingerprint (capability and kernels filled in where an older row lacks them)."""
     row = get_or_create(
         session,
         Hardware,
@@ -37,10 +46,21 @@ def hardware_row(session: Session, info: Any) -> Hardware:
         threads=info.threads,
         torch_version=info.torch_version,
         capability=info.capability or None,
+        kernels=info.kernels,
     )
     if row.capability is None and info.capability:
         row.capability = info.capability
+    if row.kernels is None:
+        row.kernels = info.kernels
     return row
+
+
+def record_probe(row: Hardware, probe: Any) -> None:
+    """Keep ``probe`` (a profiling.floor.FloorProbe) as the hardware row's newest floor measurement."""
+    row.bandwidth_gbs = probe.bandwidth_gbs
+    row.bandwidth_spread = probe.bandwidth_spread
+    row.peak_gflops = {**(row.peak_gflops or {}), **probe.peak_gflops}
+    row.peak_spread = {**(row.peak_spread or {}), **probe.peak_spread}
 
 
 def model_row(session: Session, spec: str, loaded: Any = None, source: str | None = None, replace: bool = False) -> ModelRow:

@@ -46,7 +46,7 @@ class Base(DeclarativeBase):
 
 
 class Hardware(Base):
-    """Where latencies were measured: device, its name, threads and torch version."""
+    """Where latencies were measured: device, its name, threads, torch version and kernels."""
 
     __tablename__ = "hardware"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -56,6 +56,12 @@ class Hardware(Base):
     threads: Mapped[int] = mapped_column(Integer)
     torch_version: Mapped[str] = mapped_column(String(40))
     capability: Mapped[str | None] = mapped_column(String(40))  # AMX, AVX512-BF16, AVX2, ... or CUDA
+    kernels: Mapped[str | None] = mapped_column(String(16))  # "prepacked" or "plain" (None: older rows, plain)
+    # the last floor probe (hsd_planner.profiling.floor): medians, and p90/p10 spreads
+    bandwidth_gbs: Mapped[float | None] = mapped_column(Float)
+    bandwidth_spread: Mapped[float | None] = mapped_column(Float)
+    peak_gflops: Mapped[dict | None] = mapped_column(JSON)  # dtype -> GFLOP/s
+    peak_spread: Mapped[dict | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -114,6 +120,7 @@ class Latency(Base):
     p90_ms: Mapped[float] = mapped_column(Float)
     repeats: Mapped[int] = mapped_column(Integer)
     samples_ms: Mapped[list | None] = mapped_column(JSON)  # every sample, in the order taken (interleaved rounds)
+    floor_ms: Mapped[float | None] = mapped_column(Float)  # the machine's floor for this pass (profiling.floor)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

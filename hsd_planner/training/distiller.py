@@ -119,11 +119,17 @@ class Distiller:
         prompts = load_prompts(config.prompts, config.category)
         self.train_set = split(prompts, "profile", config.max_prompts)
         self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
+        # the student is copied from the target's state dict, which packed layers do not keep
+        loader = loader.with_kernels("plain")
         with _out_of_memory_as_error(config):
             self.target = loader.load(config.target)
             target_dtype = parse_spec(config.target).dtype or loader.default_dtype
             # the student starts from fp32 weights even when the target runs in bf16 or fp16
-            source = self.target if target_dtype == "fp32" else ModelLoader(str(loader.device), "fp32").load(_without_dtype(config.target))
+            source = (
+                self.target
+                if target_dtype == "fp32"
+                else ModelLoader(str(loader.device), "fp32", prepack=False).load(_without_dtype(config.target))
+            )
             self.student = build_student(source.model, config.layers)
         tokenizer = self.target.tokenizer
         self.train_ids = [encode_prompt(tokenizer, p) for p in self.train_set.prompts]

@@ -19,9 +19,13 @@ class LevelResult:
     forward_passes: int
     proposed: int
     accepted: int
-    time_s: float
+    time_s: float  # model passes with their cache work (see hsd_runtime.LevelStats)
     measured_tokens_per_round: float | None = None
     predicted_tokens_per_round: float | None = None
+    forward_s: float = 0.0  # of time_s: inside the model
+    cache_s: float = 0.0  # of time_s: prefix matching, rollback, logits bookkeeping
+    draft_s: float = 0.0  # choosing drafted tokens from a level-0 model's logits
+    verify_s: float = 0.0  # the verification rule over the batch from below
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -97,7 +97,9 @@ def run_validation(
         setting = s.get(Setting, solve.setting_id)
         target = s.get(ModelRow, solve.target_id).spec
         workload = s.get(Workload, solve.workload_id).name
-        hardware = s.get(Hardware, solve.hardware_id).fingerprint
+        hw_row = s.get_one(Hardware, solve.hardware_id)
+        hardware, kernels = hw_row.fingerprint, hw_row.kernels or "plain"
+    loader = loader.with_kernels(kernels)  # the plans run on the kernels their latencies were measured with
     profile, _ = load_profile(engine, target, workload, setting.mode, setting.temperature, hardware)
     sampling = SamplingConfig(mode=setting.mode, temperature=setting.temperature, top_p=setting.top_p)
     with Session(engine) as s:
@@ -193,6 +195,7 @@ def _levels(profile: Profile, plan: PlanRow, results: list, acceptance: Acceptan
                 time_s=sum(x.time_s for x in stats),
                 measured_tokens_per_round=measured,
                 predicted_tokens_per_round=predicted,
+                **{key: sum(getattr(x, key) for x in stats) for key in ("forward_s", "cache_s", "draft_s", "verify_s")},
             )
         )
     return out

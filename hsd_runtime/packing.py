@@ -1,0 +1,98 @@
+"""Prepacked weights on the CPU: every Linear layer multiplies by a weight laid out once at load.
+
+torch's default CPU ``linear`` hands the dense ``[out, in]`` weight to the GEMM on every call, and
+the GEMM re-packs it into its blocked layout each time once more than one row comes in: a pass of
+n = 2 tokens then costs about twice a pass of one. oneDNN can take the weight already in its
+blocked layout (``torch.ops.mkldnn._reorder_linear_weight``, once) and multiply by it on every call
+(``torch.ops.mkldnn._linear_pointwise``): the pass streams the packed weight once, whatever n. These
+are the operators ``torch.compile`` emits for a frozen CPU graph; they are called here directly, so
+no compilation, no recompilation per shape and no graph breaks (measured against ``torch.compile``
+with freezing in ``benchmarks/bench_floor.py``).
+
+A :class:`PackedLinear` holds the packed weight only; the dense one is given back on request
+(:attr:`PackedLinear.weight`, a copy) for the rare readers that need it (a quantized copy made
+from a packed parent). The target alone and the target inside a hierarchy run the same packed
+kernels, so greedy identity between them holds exactly as it did unpacked.
+
+Supported: CPU, fp32 and bf16 (fp16 would need AVX512-FP16 or AVX-NE-CONVERT in oneDNN and is left
+plain). :func:`prepack` leaves a model it cannot pack untouched and says why.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["PackedLinear", "can_prepack", "prepack"]
+
+_PACKABLE = (torch.float32, torch.bfloat16)
+
+
+class PackedLinear(nn.Module):
+    """``y = x W^T + b`` with W held in oneDNN's blocked layout, packed once.
+
+    Args:
+        linear: the layer to pack; read, never modified (its weight may stay shared elsewhere,
+            e.g. a head tied to the input embeddings).
+    """
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        weight = linear.weight.detach()  # [out, in]
+        self.dtype = weight.dtype
+        # batch size None: one layout for every number of rows
+        self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        self.bias = None if linear.bias is None else linear.bias.detach()  # [out] or None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x ``[..., in]`` -> ``[..., out]`` in the layer's dtype."""
+        return torch.ops.mkldnn._linear_pointwise(x, self._packed, self.bias, "none", [], "")
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense weight ``[out, in]`` (a copy unpacked on each access)."""
+        return self._packed.to_dense()
+
+    @property
+    def num_weights(self) -> int:
+        """Weights and biases held, as ``numel`` counts them in the dense layer."""
+        return self.in_features * self.out_features + (0 if self.bias is None else self.bias.numel())
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN prepacked {self.dtype}"
+
+
+def can_prepack(device: torch.device, dtype: torch.dtype) -> str | None:
+    """None when weights on ``device`` in ``dtype`` can be prepacked here, else the reason why not."""
+    if device.type != "cpu":
+        return f"prepacking is a CPU path (oneDNN); {device.type} runs its own kernels"
+    if dtype not in _PACKABLE:
+        return f"oneDNN prepacks fp32 and bf16 weights; {dtype} stays plain"
+    if not torch.backends.mkldnn.is_available():
+        return "this torch build has no oneDNN (mkldnn)"
+    try:  # a CPU or build without the operators answers here, not in the middle of a forward pass
+        probe = PackedLinear(nn.Linear(8, 8, bias=False).to(dtype))
+        probe(torch.zeros(2, 8, dtype=dtype))
+    except (RuntimeError, AttributeError) as exc:
+        return f"oneDNN cannot prepack {dtype} here ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+    return None
+
+
+def prepack(model: nn.Module) -> int:
+    """Replace every ``nn.Linear`` of ``model`` (the head included) by a :class:`PackedLinear`, in place.
+
+    Returns how many layers were packed (0 when the model's device or dtype cannot be packed; see
+    :func:`can_prepack`). Layers shared by truncated views are packed once and stay shared.
+    """
+    first = next(model.parameters())
+    if can_prepack(first.device, first.dtype) is not None:
+        return 0
+    packed = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear):
+                setattr(parent, name, PackedLinear(child))
+                packed += 1
+    return packed
