@@ -184,3 +184,26 @@ def test_solver_bad_input(kwargs, fragment):
     )
     with pytest.raises(SolverError, match=fragment):
         solve_graph(**(args | kwargs))
+
+
+@pytest.mark.parametrize("horizon", [1, 7, 48])
+def test_finite_generation_formula_agrees_with_monte_carlo(horizon):
+    rng = random.Random(11 + horizon)
+    for case in range(4):
+        depth = rng.randint(1, 2)
+        levels = _random_levels(rng, depth, empirical=True)
+        widths = [rng.randint(1, 8) for _ in range(depth)]
+        predicted = hierarchy_latency(levels, widths, horizon)
+        ms, tokens = simulate(levels, widths, rounds=40_000 // horizon + 2000, seed=case, horizon=horizon)
+        assert ms == pytest.approx(predicted.ms_per_token, rel=0.01), (case, widths)
+        assert tokens == pytest.approx(predicted.mean_accepted_length, rel=0.01)
+        steady = hierarchy_latency(levels, widths)
+        assert predicted.mean_accepted_length <= steady.mean_accepted_length + 1e-9  # the cut last round only loses
+
+
+def test_finite_generation_of_one_round_plans():
+    # every round commits b + 1 = 8 tokens: 48 tokens take exactly 6 rounds, 50 take 7
+    sure = Level(lambda n: 10.0, RunLengths([1.0] * 65))
+    levels = [Level(lambda n: 1.0, lookup=True), sure]
+    assert hierarchy_latency(levels, [7], 48).mean_accepted_length == pytest.approx(8.0)
+    assert hierarchy_latency(levels, [7], 50).mean_accepted_length == pytest.approx(50 / 7)

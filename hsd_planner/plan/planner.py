@@ -52,8 +52,13 @@ def predict(
     widths: Sequence[int],
     acceptance: AcceptanceModel = _D.acceptance,
     context_len: int | Sequence[int] = DEFAULT_CONTEXT,
+    max_new_tokens: int | None = None,
 ) -> Prediction:
-    """The latency model's prediction for one given hierarchy (``chain`` smallest first)."""
+    """The latency model's prediction for one given hierarchy (``chain`` smallest first).
+
+    ``max_new_tokens``: predict a generation of that many tokens (its last round cut short)
+    instead of the steady state; see :func:`hierarchy_latency`.
+    """
     pairs = profile.pairs(acceptance)
     levels = []
     for k, name in enumerate(chain):
@@ -64,13 +69,18 @@ def predict(
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
         levels.append(Level(cost, runs, lookup))
-    return hierarchy_latency(levels, widths)
+    return hierarchy_latency(levels, widths, max_new_tokens)
 
 
 def predict_over(
-    profile: Profile, chain: Sequence[str], widths: Sequence[int], acceptance: AcceptanceModel, contexts: Sequence[int]
+    profile: Profile,
+    chain: Sequence[str],
+    widths: Sequence[int],
+    acceptance: AcceptanceModel,
+    contexts: Sequence[int],
+    max_new_tokens: int | None = None,
 ) -> Prediction:
     """The prediction with the median ms per token (and speed-up) over the given context lengths."""
-    preds = [predict(profile, chain, widths, acceptance, c) for c in contexts]
+    preds = [predict(profile, chain, widths, acceptance, c, max_new_tokens) for c in contexts]
     ms = statistics.median(p.ms_per_token for p in preds)
     return Prediction(ms, preds[0].mean_accepted_length, statistics.median(p.speedup for p in preds))

@@ -24,8 +24,12 @@ def _draw_tokens(runs: RunLengths, b: int, rng: random.Random) -> int:
     return g + 1
 
 
-def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: int = 0) -> tuple[float, float]:
-    """Simulate ``rounds`` target rounds; return (ms per token, mean accepted length)."""
+def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: int = 0, horizon: int | None = None) -> tuple[float, float]:
+    """Simulate ``rounds`` target rounds; return (ms per token, mean accepted length).
+
+    With ``horizon`` = N, ``rounds`` is the number of generations instead, each of exactly N new
+    tokens: rounds until N are held, the surplus of the last round dropped.
+    """
     rng = random.Random(seed)
     k_top = len(levels) - 1
 
@@ -39,6 +43,15 @@ def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: 
             held += _draw_tokens(RunLengths.of(levels[k]), widths[k - 1], rng)
         return time
 
+    if horizon is not None:
+        total_ms, total_rounds = 0.0, 0
+        for _ in range(rounds):
+            held = 0
+            while held < horizon:
+                total_ms += deliver(k_top - 1) + levels[k_top].cost(widths[-1] + 1) if k_top else levels[0].cost(1)
+                held += _draw_tokens(RunLengths.of(levels[k_top]), widths[-1], rng) if k_top else 1
+                total_rounds += 1
+        return total_ms / (rounds * horizon), rounds * horizon / total_rounds
     total_ms, total_tokens = 0.0, 0
     for _ in range(rounds):
         if k_top == 0:

@@ -2,7 +2,8 @@
 
 For each plan: measured ms per generated token (decode only, median over prompts and repeats;
 prefill reported apart), the prediction of the latency model (median over the prompts of the
-prediction at each prompt's context: its length plus half the continuation),
+prediction at each prompt's context: its length plus half the continuation, for a generation of
+``max_new_tokens`` tokens whose last round is cut short),
 error = (predicted - measured) / measured, measured speed-up over the target's own
 autoregressive decoding run in the same validation, and mean accepted length per level, predicted
 and measured. Overall: the median absolute error and the regret, the measured latency of the
@@ -131,7 +132,8 @@ def run_validation(
         calibration.measure()  # interleaved: the reference passes between prompts
 
     measured = {p.id: statistics.median(r.ms_per_token for r in runs[p.id] if r.tokens) for p in plans}
-    predicted = {p.id: predict_over(profile, p.chain, p.widths, solve.acceptance_model, contexts) for p in plans}
+    # predicted for generations of max_new_tokens, as they are run (the last round cut short)
+    predicted = {p.id: predict_over(profile, p.chain, p.widths, solve.acceptance_model, contexts, max_new_tokens) for p in plans}
     auto = next(p.id for p in plans if len(p.chain) == 1)
     results = [
         PlanResult(
