@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import click
 
 from ..profiling import SUMMARY_N, ProfileSummary
+from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
 from ..store.exchange import ProfileDocument
 from ..store.solves import SolveReport
@@ -150,14 +151,13 @@ def _cost_text(points: list) -> str:
     """``, c(1) = 47.2 ms (1.04x floor), c(8)/c(1) = 1.41`` at the shortest context profiled."""
     if not points:
         return ""
-    ctx = min(r.context_len for r in points)
-    at = {r.n_tokens: r for r in points if r.context_len == ctx}
+    ctx, at = shortest_context(points)
     c1 = at.get(1)
     if c1 is None:
         return ""
     text = f", c(1) = {c1.median_ms:.2f} ms"
-    if c1.floor_ms:
-        text += f" ({c1.median_ms / c1.floor_ms:.2f}x floor)"
+    if (ratio := floor_ratio(c1)) is not None:
+        text += f" ({ratio:.2f}x floor)"
     if 8 in at:
         text += f", c(8)/c(1) = {at[8].median_ms / c1.median_ms:.2f}"
     return text + f" at context {ctx}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -11,7 +13,7 @@ from ..plan import LatencyCurve
 from ..store import Acceptance, Hardware, Latency, Setting, Workload
 from .runner import ProfileOutcome
 
-__all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "profile_summary"]
+__all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "floor_ratio", "profile_summary", "shortest_context"]
 
 SUMMARY_N = (1, 2, 8, 32)  # the widths n whose c(n) a summary shows (1 and 2: an inversion shows)
 
@@ -64,6 +66,17 @@ class ProfileSummary:
         }
 
 
+def shortest_context(rows: Sequence[Any]) -> tuple[int, dict[int, Any]]:
+    """The shortest context of a model's latency rows and its rows by n (stored rows or exported ones)."""
+    ctx = min(r.context_len for r in rows)
+    return ctx, {r.n_tokens: r for r in rows if r.context_len == ctx}
+
+
+def floor_ratio(row: Any) -> float | None:
+    """c(n) / floor(n) of one latency row; None where no floor was probed."""
+    return row.median_ms / row.floor_ms if row is not None and row.floor_ms else None
+
+
 def _at(curve: dict[int, float], n: int) -> float | None:
     """The curve's ms at ``n``, interpolated as the planner does; None outside the measured grid."""
     if not curve or not min(curve) <= n <= max(curve):
@@ -83,11 +96,9 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
             rows = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=out.hardware_id)).all()
             if not rows:
                 continue
-            ctx = min(r.context_len for r in rows)
-            curve = {r.n_tokens: r.median_ms for r in rows if r.context_len == ctx}
-            c1 = next((r for r in rows if r.context_len == ctx and r.n_tokens == 1 and r.floor_ms), None)
-            ratio = c1.median_ms / c1.floor_ms if c1 is not None and c1.floor_ms else None
-            latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N), ratio))
+            ctx, at = shortest_context(rows)
+            curve = {n: r.median_ms for n, r in at.items()}
+            latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N), floor_ratio(at.get(1))))
         names = {mid: spec for spec, mid in ids.items()}
         acc = s.scalars(select(Acceptance).filter_by(workload_id=out.workload_id, setting_id=out.setting_id)).all()
         acceptance = [
