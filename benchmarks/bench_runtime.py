@@ -33,19 +33,17 @@ from benchmarks.common import machine, spec_bench_prompts
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter, cpu_capability, head_rows
 
-# Both sides decode exactly --new-tokens tokens: ours is built without stop tokens, and generate
-# gets as its EOS a token id the model does not produce here, the last padded row of its head
-# (min_new_tokens would also force HF's assistant to draft up to the remaining minimum in every round).
-NEVER = 0  # set in main() from the target's head
-
-
 def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int], float]:
     """Time generate; also count the target's forward passes to get its mean accepted length."""
     passes = []
     hook = model.register_forward_pre_hook(lambda *_: passes.append(1))
     x = torch.tensor([ids])
     t0 = time.perf_counter()
-    out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, eos_token_id=NEVER, **kwargs)
+    # Both sides decode exactly new_tokens tokens: ours is built without stop tokens, and generate
+    # gets as its EOS a token id the model does not produce here, the last padded row of its head
+    # (min_new_tokens would also force HF's assistant to draft up to the remaining minimum in every round).
+    never = head_rows(model) - 1
+    out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=new_tokens, eos_token_id=never, **kwargs)
     elapsed = time.perf_counter() - t0
     hook.remove()
     tokens = out[0, len(ids) :].tolist()
@@ -78,11 +76,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/runtime.json"))
     args = ap.parse_args()
 
-    global NEVER
     loader = ModelLoader(device="cpu", dtype=args.dtype, prepack=args.kernels == "prepacked")
     hf_loader = loader.with_kernels("plain")
     target, hf_target = loader.load(args.target), hf_loader.load(args.target)
-    NEVER = head_rows(target.model) - 1
     drafter, hf_drafter = loader.load(args.drafter), hf_loader.load(args.drafter)
     g = hf_drafter.model.generation_config
     g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = "constant", 0.0
