@@ -33,6 +33,7 @@ from benchmarks.common import machine, spec_bench_prompts
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter, cpu_capability, head_rows
 
+
 def hf_generate(model, ids, new_tokens, **kwargs) -> tuple[float, list[int], float]:
     """Time generate; also count the target's forward passes to get its mean accepted length."""
     passes = []
