@@ -22,7 +22,8 @@ from hsd_planner.profiling.acceptance import (
     start_survival,
     visited_run_sums,
 )
-from hsd_runtime import SamplingConfig
+from hsd_runtime import Hierarchy, SamplingConfig
+from tests.tiny import tiny_llama
 
 FAST = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
 
@@ -304,7 +305,7 @@ def test_ngram_blocks_are_judged_where_they_land():
     assert ngram_acceptance(2, prompt, continuation, p_logits, greedy, g_max=3)[0].tolist() == [1.0, 1.0, 0.0]
 
 
-def _walk(accepted: list[list[int]], b: int, start: int = 1) -> tuple[int, int]:
+def _walk(accepted: list[list[int]], b: int, start: int = 0) -> tuple[int, int]:
     """(rounds, tokens) of a greedy decoder drafting b tokens a round over 0/1 conditionals."""
     m, t, rounds, tokens = len(accepted), start, 0, 0
     while t + b <= m:
@@ -313,6 +314,13 @@ def _walk(accepted: list[list[int]], b: int, start: int = 1) -> tuple[int, int]:
             g += 1
         rounds, tokens, t = rounds + 1, tokens + g + 1, t + g + 1
     return rounds, tokens
+
+
+def test_the_first_token_comes_from_a_round_not_the_prefill():
+    """Why visited starts begin at position 0: the runtime's prefill emits no token, so every
+    generation's first round drafts right after the prompt (N tokens alone take N rounds)."""
+    result = Hierarchy([tiny_llama(0)], []).generate([0, 5, 9], 5, SamplingConfig())
+    assert result.target_rounds == 5 and result.committed_per_round == [1] * 5
 
 
 def test_visited_run_lengths_reproduce_a_greedy_decoder():
@@ -339,7 +347,7 @@ def test_visited_run_lengths_match_a_sampled_decoder():
     sums, counts = visited_run_sums(survival, b_max=4)
     b, rounds, tokens, rng, cond = 4, 0, 0, random.Random(2), c.tolist()
     for _ in range(20000):
-        t = 1
+        t = 0
         while t + b <= 30:
             g = 0
             while g < b and rng.random() < cond[t][g]:

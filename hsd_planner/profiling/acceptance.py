@@ -119,10 +119,13 @@ def run_length_sums(survival: torch.Tensor) -> tuple[list[float], list[int]]:
     return run_sum, run_count
 
 
-def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 1) -> tuple[list[list[float]], list[float]]:
+def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0) -> tuple[list[list[float]], list[float]]:
     """Sums behind P_b(G >= g) as a decoder drafting ``b`` tokens a round visits starts.
 
-    v_b(start) = 1 (position 0 comes from the prefill); a round at t with S_t moves to t + x with
+    v_b(start) = 1: the runtime's first round drafts at position 0, right after the prompt (the
+    prefill produces no token of its own), and that round counts like any other: a lookup whose
+    first block is always wrong there (a chat template's suffix matched earlier in the prompt) costs
+    every generation a one-token round. A round at t with S_t moves to t + x with
     P(X = x) = S_t(x - 1) - S_t(x) for x <= b and S_t(b) for x = b + 1. Only starts with all b
     drafted positions inside the continuation (t + b <= m) are counted, so the end of a short
     continuation does not bias the rounds. Returns ``visit_sum[b - 1][g]`` = sum_t v_b(t) S_t(g),
