@@ -43,21 +43,22 @@ def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: 
             held += _draw_tokens(RunLengths.of(levels[k]), widths[k - 1], rng)
         return time
 
+    def target_round() -> tuple[float, int]:
+        """Time and committed tokens of one target round (one pass per token for K = 0)."""
+        if k_top == 0:
+            return levels[0].cost(1), 1
+        return deliver(k_top - 1) + levels[k_top].cost(widths[-1] + 1), _draw_tokens(RunLengths.of(levels[k_top]), widths[-1], rng)
+
     if horizon is not None:
         total_ms, total_rounds = 0.0, 0
         for _ in range(rounds):
             held = 0
             while held < horizon:
-                total_ms += deliver(k_top - 1) + levels[k_top].cost(widths[-1] + 1) if k_top else levels[0].cost(1)
-                held += _draw_tokens(RunLengths.of(levels[k_top]), widths[-1], rng) if k_top else 1
-                total_rounds += 1
+                ms, tokens = target_round()
+                total_ms, held, total_rounds = total_ms + ms, held + tokens, total_rounds + 1
         return total_ms / (rounds * horizon), rounds * horizon / total_rounds
     total_ms, total_tokens = 0.0, 0
     for _ in range(rounds):
-        if k_top == 0:
-            total_ms += levels[0].cost(1)
-            total_tokens += 1
-            continue
-        total_ms += deliver(k_top - 1) + levels[k_top].cost(widths[-1] + 1)
-        total_tokens += _draw_tokens(RunLengths.of(levels[k_top]), widths[-1], rng)
+        ms, tokens = target_round()
+        total_ms, total_tokens = total_ms + ms, total_tokens + tokens
     return total_ms / total_tokens, total_tokens / rounds

@@ -194,10 +194,9 @@ def _levels(profile: Profile, plan: PlanRow, results: list, acceptance: Acceptan
                 forward_passes=sum(x.forward_passes for x in stats),
                 proposed=sum(x.proposed for x in stats),
                 accepted=sum(x.accepted for x in stats),
-                time_s=sum(x.time_s for x in stats),
                 measured_tokens_per_round=measured,
                 predicted_tokens_per_round=predicted,
-                **{key: sum(getattr(x, key) for x in stats) for key in ("forward_s", "cache_s", "draft_s", "verify_s")},
+                **{key: sum(getattr(x, key) for x in stats) for key in ("time_s", "forward_s", "cache_s", "draft_s", "verify_s")},
             )
         )
     return out
