@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["DEFAULT_NGRAM_ORDER", "DTYPES", "MAX_TEMPERATURE", "MAX_WIDTH", "MIN_TEMPERATURE", "MODES", "Dtype", "Mode"]
+__all__ = ["DEFAULT_NGRAM_ORDER", "DTYPES", "MAX_TEMPERATURE", "MAX_TREE_NODES", "MAX_WIDTH", "MIN_TEMPERATURE", "MODES", "Dtype", "Mode"]
 
 Dtype = Literal["fp32", "bf16", "fp16"]  # weights and activations of a model
 DTYPES: tuple[str, ...] = get_args(Dtype)
@@ -17,6 +17,9 @@ DEFAULT_NGRAM_ORDER = 3  # the n of `ngram` when its spec sets none; shorter mat
 # the most tokens one level hands upward per request: a verifier accepts far fewer in a row, and a
 # mistyped width (10000) must not draft for minutes
 MAX_WIDTH = 64
+
+# the most tree nodes one verification pass checks (a tree shape multiplies quickly: 4x4x4 is 84)
+MAX_TREE_NODES = 64
 
 # sampling temperatures outside this range overflow fp32 logits (1e-300 divides them to inf)
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3

@@ -99,6 +99,9 @@ class PairAcceptance(BaseModel):
     alpha: float = Field(ge=0, le=1)
     run_lengths: list[float] | None = None  # P(G >= g), g = 0.., over every start (optional)
     visited: list[list[float] | None] | None = None  # [b - 1][g]: over the starts a width-b decoder visits (optional)
+    # A(k), k = 1..: P(one of k siblings drawn without replacement from the drafter is accepted by
+    # the verifier's recursive rejection sampling) - what a draft tree's branching is worth (optional)
+    siblings: list[float] | None = None
 
     def runs(self, model: AcceptanceModel) -> RunLengths:
         """The run-length distribution under ``model`` (the i.i.d. one when none was measured)."""
