@@ -51,6 +51,13 @@ _EXPORTS = {
     "parse_spec": "spec",
     "GenerationResult": "stats",
     "LevelStats": "stats",
+    "TreeShape": "shape",
+    "Width": "shape",
+    "parse_width": "shape",
+    "DraftTree": "tree",
+    "rrs_node": "rrs",
+    "verify_tree_greedy": "rrs",
+    "verify_tree_sample": "rrs",
     "verify_greedy": "verify",
     "verify_sample": "verify",
 }
@@ -88,7 +95,10 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from .ngram import NgramDrafter, ngram_lookup
     from .packing import PackedLinear, can_prepack, prepack
     from .quantize import Int8Linear, quantized_copy
+    from .rrs import rrs_node, verify_tree_greedy, verify_tree_sample
     from .sampling import SamplingConfig, warp
+    from .shape import TreeShape, Width, parse_width
     from .spec import DTYPES, QUANTS, Dtype, ModelSpec, parse_chain, parse_spec
     from .stats import GenerationResult, LevelStats
+    from .tree import DraftTree
     from .verify import verify_greedy, verify_sample

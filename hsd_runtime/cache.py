@@ -3,16 +3,23 @@
 Callers never crop caches themselves. They ask for logits over a whole sequence; the cache keeps
 the longest prefix it already holds, crops the rest (a rejection below, or a commit above that
 replaced a token) and feeds only the new tokens in one forward pass.
+
+A draft tree can hang after the sequence (:meth:`CachedModel.tree_logits`: nodes fed with a
+tree attention mask). The next call over a sequence settles it: the nodes along the path that
+sequence took through the tree are kept (their keys and values gathered into sequence order),
+the other branches dropped.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from .stats import LevelStats
+from .tree import DraftTree, tree_mask, tree_positions
 
 __all__ = ["CachedModel"]
 
@@ -49,6 +56,35 @@ class CachedModel:
         self._cached: list[int] = []
         self._last: torch.Tensor | None = None  # [1, V] logits after the last cached token
         self._forward_s = 0.0  # time inside the model since the last logits()/prefill() call
+        # a draft tree whose first `_tree_fed` nodes follow `_cached` in the cache, in order, and
+        # the logits after each of them ([_tree_fed, V]); `_last` stays the row after `_cached`
+        self._tree: DraftTree | None = None
+        self._tree_fed = 0
+        self._tree_rows: torch.Tensor | None = None
+
+    def _settle(self, seq: list[int]) -> None:
+        """Make the cache linear again: keep the hanging tree's nodes along ``seq``, drop the rest."""
+        tree = self._tree
+        if tree is None:
+            return
+        held = len(self._cached)
+        path = []
+        if seq[:held] == self._cached:
+            # nodes are breadth-first, so the fed ones (a prefix) along a path form a prefix of it
+            path = [i for i in tree.follow(seq[held:]) if i < self._tree_fed]
+        layers = getattr(self._cache, "layers", None)
+        if path and layers is not None and all(type(layer).__name__ == "DynamicLayer" for layer in layers):
+            keep = torch.cat([torch.arange(held), held + torch.tensor(path)]).to(self.device)
+            for layer in layers:
+                if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                    layer.keys = layer.keys.index_select(-2, keep)
+                    layer.values = layer.values.index_select(-2, keep)
+            assert self._tree_rows is not None
+            self._cached = self._cached + [tree.tokens[i] for i in path]
+            self._last = self._tree_rows[path[-1] : path[-1] + 1]
+        elif self._tree_fed:  # no path kept (or a cache layout without plain layers): drop the nodes
+            self._cache.crop(-self._tree_fed)
+        self._tree, self._tree_fed, self._tree_rows = None, 0, None
 
     def _rollback(self, keep: int) -> None:
         """Drop every cached position from ``keep`` on."""
@@ -63,6 +99,7 @@ class CachedModel:
     @torch.inference_mode()
     def _forward(self, seq: list[int], first: int) -> tuple[torch.Tensor, int]:
         """Logits rows ``first..len(seq)-1`` and the number of tokens fed to get them."""
+        self._settle(seq)
         common = _common_prefix(self._cached, seq)
         held = len(self._cached)
         if self._last is not None and common == held and first == held - 1:
@@ -81,10 +118,10 @@ class CachedModel:
         self._last = logits[-1:]
         return logits, len(new)
 
-    def _run(self, new: list[int], keep: int) -> torch.Tensor:
+    def _run(self, new: list[int], keep: int, **extra: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
         ids = torch.tensor([new], device=self.device)  # [1, new tokens]
-        out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep)
+        out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep, **extra)
         logits = out.logits[0, :, : self.width]  # [keep, V]
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
@@ -97,9 +134,13 @@ class CachedModel:
         Counted as one decode forward pass of the tokens not yet cached (none when the rows
         wanted were all kept from the previous pass, e.g. the prompt's last position).
         """
+        return self._counted(lambda: self._forward(seq, first))
+
+    def _counted(self, call: Callable[[], tuple[torch.Tensor, int]]) -> torch.Tensor:
+        """Run one (possibly empty) pass and add it to the stats: a pass, its tokens, its time."""
         t0 = time.perf_counter()
         self._forward_s = 0.0
-        logits, fed = self._forward(seq, first)  # each model pass synchronizes a CUDA device itself
+        logits, fed = call()  # each model pass synchronizes a CUDA device itself
         if fed:
             self.stats.forward_passes += 1
             self.stats.tokens_fed += fed
@@ -108,6 +149,42 @@ class CachedModel:
         self.stats.forward_s += self._forward_s
         self.stats.cache_s += elapsed - self._forward_s
         return logits
+
+    @torch.inference_mode()
+    def _tree_forward(self, seq: list[int], tree: DraftTree) -> tuple[torch.Tensor, int]:
+        """Feed what is missing of ``seq`` and ``tree``; return rows ``[1 + N, V]`` and tokens fed."""
+        if self._tree is not tree or self._cached != seq:
+            self._settle(seq)
+            common = _common_prefix(self._cached, seq)
+            if not (self._last is not None and common == len(self._cached) == len(seq)):
+                start = min(common, len(seq) - 1)
+                self._rollback(start)
+                self._cached = self._cached[:start]  # the tail below is fed again
+        tail = seq[len(self._cached) :]
+        first = self._tree_fed
+        new = tail + tree.tokens[first:]  # [tail + M]: the rest of the text, then the new nodes
+        if new:
+            linear = len(seq)
+            positions = list(range(linear - len(tail), linear)) + tree_positions(tree, linear)[first:]
+            dtype = next(p.dtype for p in self.model.parameters() if p.is_floating_point())  # the activations' dtype
+            mask = tree_mask(tree, linear, len(tail), first, dtype, self.device)
+            rows = self._run(new, len(new), attention_mask=mask, position_ids=torch.tensor([positions], device=self.device))
+            if tail:
+                self._last = rows[len(tail) - 1 : len(tail)]
+            fresh = rows[len(tail) :]
+            self._tree_rows = fresh if self._tree_rows is None or not first else torch.cat([self._tree_rows, fresh])
+        self._cached, self._tree, self._tree_fed = list(seq), tree, len(tree)
+        assert self._last is not None and self._tree_rows is not None
+        return torch.cat([self._last, self._tree_rows]), len(new)
+
+    def tree_logits(self, seq: list[int], tree: DraftTree) -> torch.Tensor:
+        """Logits ``[1 + N, V]`` after ``seq`` (row 0) and after every node of ``tree`` (row 1 + i).
+
+        One forward pass with a tree attention mask feeds whatever is not cached yet: the end of
+        ``seq`` and the tree's nodes (a tree grown depth by depth feeds only its new nodes). The
+        tree then hangs in the cache until the next call settles it.
+        """
+        return self._counted(lambda: self._tree_forward(seq, tree))
 
     def prefill(self, prompt: list[int]) -> None:
         """Cache the whole prompt and keep the logits that predict the first new token."""

@@ -16,8 +16,11 @@ from typing import Protocol
 import torch
 
 from .cache import CachedModel
+from .rrs import draw_without_replacement, verify_tree_greedy, verify_tree_sample
 from .sampling import SamplingConfig, warp
+from .shape import TreeShape, Width
 from .stats import LevelStats
+from .tree import DraftTree
 from .verify import verify_greedy, verify_sample
 
 __all__ = ["DraftContext", "Drafter", "ModelDrafter", "Proposal", "VerifierLevel"]
@@ -65,7 +68,8 @@ def _choose(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.Tensor 
 
 
 class ModelDrafter:
-    """Level 0 backed by a model: drafts ``n`` tokens, one forward pass each."""
+    """Level 0 backed by a model: drafts ``n`` tokens, one forward pass each, or a tree, one
+    batched pass over the frontier per depth."""
 
     def __init__(self, cached: CachedModel) -> None:
         self.cached = cached
@@ -87,6 +91,34 @@ class ModelDrafter:
                 probs.append(p)
         return Proposal(seq[len(ctx.tokens) :], torch.cat(probs) if probs else None)
 
+    def propose_tree(self, ctx: DraftContext, shape: TreeShape) -> DraftTree:
+        """Draft a tree of ``shape`` after ``ctx.tokens``: at every node the top-b children (greedy)
+        or b children drawn without replacement from q (sampling), in order."""
+        tree = DraftTree()
+        rows = self.cached.logits(ctx.tokens, len(ctx.tokens) - 1)  # [1, V]: after the context
+        for depth, b in enumerate(shape.branching, start=1):
+            parents = self._frontier(tree, depth)
+            if depth > 1:
+                rows = self.cached.tree_logits(ctx.tokens, tree)  # [1 + N, V]; row 1 + i after node i
+            t0 = time.perf_counter()
+            for parent in parents:
+                logits = rows[parent + 1]  # [V]
+                if ctx.sampling.greedy:
+                    children = torch.topk(logits, b).indices.tolist()
+                else:
+                    q = warp(logits[None], ctx.sampling)[0]
+                    tree.probs[parent] = q
+                    children = draw_without_replacement(q, b, ctx.generator)
+                for x in children:
+                    tree.add(x, parent)
+            self.stats.draft_s += time.perf_counter() - t0
+        return tree
+
+    @staticmethod
+    def _frontier(tree: DraftTree, depth: int) -> list[int]:
+        """The nodes whose children are drafted at ``depth`` (the root, -1, at depth 1)."""
+        return [-1] if depth == 1 else tree.at_depth(depth - 1)
+
 
 class VerifierLevel:
     """A model that verifies batches from the level below in one forward pass each.
@@ -94,10 +126,11 @@ class VerifierLevel:
     Args:
         cached: this level's model and cache.
         lower: the level below, or None for a target decoding on its own (K = 0).
-        width: how many tokens to ask of ``lower`` per round (T of the level below).
+        width: how many tokens to ask of ``lower`` per round (T of the level below), or the
+            shape of the tree a :class:`ModelDrafter` below drafts each round.
     """
 
-    def __init__(self, cached: CachedModel, lower: Drafter | None, width: int) -> None:
+    def __init__(self, cached: CachedModel, lower: Drafter | None, width: Width) -> None:
         self.cached = cached
         self.stats = cached.stats
         self.lower = lower
@@ -114,6 +147,8 @@ class VerifierLevel:
         The returned tokens follow this level's own distribution exactly; ``probs`` holds this
         level's distributions ``p`` for them (sampling mode).
         """
+        if isinstance(self.width, TreeShape):
+            return self._tree_round(ctx, self.width)
         draft = self.lower.propose(ctx, self.width) if self.lower is not None else Proposal([])
         logits = self.cached.logits(ctx.tokens + draft.tokens, len(ctx.tokens) - 1)  # [b + 1, V]
         t0 = time.perf_counter()
@@ -129,6 +164,27 @@ class VerifierLevel:
             self.lower.stats.proposed += len(draft.tokens)
             self.lower.stats.accepted += n
         return Proposal(draft.tokens[:n] + [token], probs)
+
+    def _tree_round(self, ctx: DraftContext, shape: TreeShape) -> Proposal:
+        """One round over a tree from below: one pass over all its nodes, then RRS (or greedy) from
+        the root; the accepted path plus one token, with this level's p for each."""
+        assert isinstance(self.lower, ModelDrafter)  # the hierarchy allows trees below nothing else
+        tree = self.lower.propose_tree(ctx, shape)
+        logits = self.cached.tree_logits(ctx.tokens, tree)  # [1 + N, V]
+        t0 = time.perf_counter()
+        if ctx.sampling.greedy:
+            path, token = verify_tree_greedy(tree, logits.argmax(-1).tolist())
+            probs = None
+        else:
+            p = warp(logits, ctx.sampling)
+            path, token = verify_tree_sample(tree, p, ctx.generator)
+            probs = p[[0] + [1 + i for i in path]]  # p for each emitted token
+        self.stats.verify_s += time.perf_counter() - t0
+        self.stats.nodes_verified += len(tree)
+        self.lower.stats.proposed += len(tree)
+        self.lower.stats.accepted += len(path)
+        self.lower.stats.trees += 1
+        return Proposal([tree.tokens[i] for i in path] + [token], probs)
 
     @staticmethod
     def emitted_probs(p: torch.Tensor, draft: Proposal, n: int) -> torch.Tensor:

@@ -3,6 +3,8 @@
 Level 0 drafts T_0 tokens; each level 0 < k < K verifies batches of T_{k-1} from the level below
 until it holds exactly T_k; the target verifies one batch of T_{K-1} per round and commits what
 it accepted plus one token of its own. K = 0 is plain autoregressive decoding of the target.
+A model at level 0 may draft a tree instead (T_0 a :class:`TreeShape` such as 3x2x1): level 1
+verifies it in one pass and hands up (or commits) the accepted path plus one token.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .errors import ChainError, PromptError
 from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows
 from .ngram import NgramDrafter
 from .sampling import SamplingConfig
+from .shape import TreeShape, Width
 from .spec import ModelSpec, parse_spec
 from .stats import GenerationResult, LevelStats
 from .vocab import MAX_WIDTH
@@ -32,7 +35,8 @@ class Hierarchy:
     Args:
         members: level 0 first, target last; each an ``nn.Module`` causal LM, or an
             :class:`NgramDrafter` at level 0 only.
-        widths: T_k for every level below the target (``len(members) - 1`` values, each >= 1).
+        widths: T_k for every level below the target (``len(members) - 1`` values, each >= 1);
+            the first may be a :class:`TreeShape` when level 0 is a model.
         names: one label per level for the stats (defaults to the class names).
         logits_width: columns of the shared vocabulary (defaults to the smallest head).
         eos_token_ids: tokens that end generation.
@@ -41,7 +45,7 @@ class Hierarchy:
     def __init__(
         self,
         members: Sequence[nn.Module | NgramDrafter],
-        widths: Sequence[int],
+        widths: Sequence[Width],
         names: Sequence[str] | None = None,
         logits_width: int | None = None,
         eos_token_ids: Sequence[int] = (),
@@ -52,10 +56,15 @@ class Hierarchy:
             raise ChainError(
                 f"a chain of {len(members)} models needs {len(members) - 1} widths (one per level below the target), got {len(widths)}"
             )
-        if any(w < 1 for w in widths):
-            raise ChainError(f"widths must be >= 1, got {','.join(map(str, widths))}")
-        if any(t > MAX_WIDTH for t in widths):
-            raise ChainError(f"widths must be <= {MAX_WIDTH}, got {','.join(map(str, widths))}")
+        text = ",".join(map(str, widths))
+        if any(isinstance(w, TreeShape) for w in widths[1:]):
+            raise ChainError(f"widths {text}: only level 0 drafts trees; the levels above hand up T tokens")
+        if widths and isinstance(widths[0], TreeShape) and isinstance(members[0], NgramDrafter):
+            raise ChainError(f"widths {text}: ngram drafts chains only; give level 0 a number or make it a model")
+        if any(isinstance(w, int) and w < 1 for w in widths):
+            raise ChainError(f"widths must be >= 1, got {text}")
+        if any(isinstance(w, int) and w > MAX_WIDTH for w in widths):
+            raise ChainError(f"widths must be <= {MAX_WIDTH}, got {text}")
         if any(isinstance(m, NgramDrafter) for m in members[1:]):
             raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
         names = list(names) if names is not None else [type(m).__name__ for m in members]
@@ -103,8 +112,10 @@ class Hierarchy:
             raise PromptError("the prompt is empty; give at least one token")
         if max_new_tokens < 1:
             raise ChainError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        # drafts run ahead of the committed text by at most twice the widths; all must fit every level
-        needed = len(prompt) + max_new_tokens + 2 * sum(self.widths) + 1
+        # drafts run ahead of the committed text by at most twice the widths (a tree by its depth in
+        # positions); all must fit every level
+        ahead = sum(w.depth if isinstance(w, TreeShape) else w for w in self.widths)
+        needed = len(prompt) + max_new_tokens + 2 * ahead + 1
         if self.context_limit is not None and needed > self.context_limit:
             raise PromptError(
                 f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens and the drafts it needs {needed} positions, "
@@ -141,7 +152,7 @@ class Hierarchy:
         )
 
 
-def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[int], loader: ModelLoader) -> tuple[Hierarchy, object]:
+def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader) -> tuple[Hierarchy, object]:
     """Load ``chain`` (smallest first, target last) and build its hierarchy.
 
     Returns the hierarchy and the target's tokenizer. Raises if the models do not share a

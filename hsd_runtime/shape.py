@@ -81,5 +81,3 @@ def parse_width(text: str) -> Width:
 def format_width(width: Width) -> str:
     """The text :func:`parse_width` reads back."""
     return str(width)
-
-

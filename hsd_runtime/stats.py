@@ -12,8 +12,10 @@ class LevelStats:
     """Counters of one level over one generation.
 
     ``proposed`` counts the tokens this level handed to the level above and ``accepted`` how many
-    of them that level accepted (both 0 for the target). Forward passes and their tokens exclude
-    the prompt's prefill, which is counted apart.
+    of them that level accepted (both 0 for the target). A level drafting trees counts in
+    ``proposed`` the nodes it drafted, in ``accepted`` the depth the level above accepted, summed
+    over its ``trees``; the level above counts in ``nodes_verified`` the nodes it checked. Forward
+    passes and their tokens exclude the prompt's prefill, which is counted apart.
 
     Where the time went: ``time_s`` is the level's model passes with their cache work (the
     n-gram lookup for ``ngram``); it splits into ``forward_s`` (inside the model, or the lookup) and
@@ -27,6 +29,8 @@ class LevelStats:
     tokens_fed: int = 0
     proposed: int = 0
     accepted: int = 0
+    trees: int = 0
+    nodes_verified: int = 0
     time_s: float = 0.0
     forward_s: float = 0.0
     cache_s: float = 0.0
@@ -44,12 +48,22 @@ class LevelStats:
         return self.tokens_fed / self.forward_passes if self.forward_passes else 0.0
 
     @property
+    def accepted_depth(self) -> float | None:
+        """Mean depth accepted per drafted tree (None when this level drafted no tree)."""
+        return self.accepted / self.trees if self.trees else None
+
+    @property
     def acceptance(self) -> float | None:
         """The fraction of proposed tokens the level above accepted (None when none proposed)."""
         return self.accepted / self.proposed if self.proposed else None
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "tokens_per_pass": self.tokens_per_pass, "acceptance": self.acceptance}
+        return {
+            **asdict(self),
+            "tokens_per_pass": self.tokens_per_pass,
+            "acceptance": self.acceptance,
+            "accepted_depth": self.accepted_depth,
+        }
 
 
 @dataclass

@@ -1,17 +1,33 @@
+"""A drafted tree and the attention mask that verifies it in one pass.
+
+Nodes are kept in breadth-first order: every parent comes before its children, and the children
+of one node are contiguous, in the order they were drawn (the order RRS visits them). The root is
+the last token of the context; it is not a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["DraftTree", "tree_mask", "tree_positions"]
+
+
 @dataclass
 class DraftTree:
     """A drafted tree in breadth-first order.
 
     ``tokens[i]`` is node i's token, ``parents[i]`` its parent's index (-1: a child of the root),
-    ``depths[i]`` its depth (1 for the root's children). ``probs``, when sampling, is
-    ``[1 + N, V]``: the drafter's distribution at the root (row 0) and after every node (row
-    1 + i), the distributions the children were drawn from.
+    ``depths[i]`` its depth (1 for the root's children). ``probs`` (sampling only) maps a parent
+    (-1 for the root) to the drafter's distribution ``[V]`` its children were drawn from; leaves
+    have none.
     """
 
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
-    probs: torch.Tensor | None = None
+    probs: dict[int, torch.Tensor] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -27,6 +43,10 @@ class DraftTree:
         """Indices of ``node``'s children (-1: the root's), in the order they were drawn."""
         return [i for i, p in enumerate(self.parents) if p == node]
 
+    def at_depth(self, depth: int) -> list[int]:
+        """Indices of the nodes at ``depth`` (contiguous in breadth-first order)."""
+        return [i for i, d in enumerate(self.depths) if d == depth]
+
     def path(self, node: int) -> list[int]:
         """Indices from the root's child down to ``node`` (empty for the root, -1)."""
         out = []
@@ -35,21 +55,56 @@ class DraftTree:
             node = self.parents[node]
         return out[::-1]
 
+    def follow(self, tokens: list[int]) -> list[int]:
+        """The longest chain of nodes from the root spelling a prefix of ``tokens``.
+
+        >>> t = DraftTree(); a = t.add(5, -1); b = t.add(6, -1); c = t.add(7, b)
+        >>> t.follow([6, 7, 9]), t.follow([8])
+        ([1, 2], [])
+        """
+        out: list[int] = []
+        parent = -1
+        for token in tokens:
+            nxt = next((i for i in self.children(parent) if self.tokens[i] == token), None)
+            if nxt is None:
+                break
+            out.append(nxt)
+            parent = nxt
+        return out
+
     @property
     def depth(self) -> int:
+        """The deepest node's depth (0 for an empty tree)."""
         return max(self.depths, default=0)
 
 
-def tree_mask(tree: DraftTree, past: int, tail: int, first: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The additive 4-D attention mask ``[1, 1, tail + M, past + tail + M]`` of one pass.
+def tree_positions(tree: DraftTree, start: int) -> list[int]:
+    """Position ids of the nodes when the root's children sit at position ``start``."""
+    return [start + d - 1 for d in tree.depths]
 
-    The pass feeds ``tail`` linear tokens (causal, after ``past`` cached positions) and then the
-    tree nodes ``first..N-1`` (M of them); nodes ``0..first-1`` sit in the cache right after the
-    tail's place, in order. Each node sees every linear position and its own ancestors and itself.
+
+def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive 4-D attention mask ``[1, 1, tail + M, linear + N']`` of one pass.
+
+    Key positions: ``linear`` positions of linear text (the last ``tail`` of them fed by this
+    pass, causally), then tree nodes 0..N'-1 with N' = ``len(tree)``: nodes before ``first`` are
+    already in the cache, nodes ``first..`` (M of them) are fed by this pass after the tail. A node
+    sees all linear text, its ancestors and itself. 0 where attention is allowed, the dtype's
+    minimum elsewhere (added to the scores by eager and SDPA attention alike).
     """
     n = len(tree)
     m = n - first
-    q, kv = tail + m, past + tail + m
+    q, kv = tail + m, linear + n
     allowed = torch.zeros(q, kv, dtype=torch.bool)
-    base = past + tail  # key position of tree node 0 ... wait: nodes 0..first-1 precede the tail?
-    raise NotImplementedError(base, allowed, dtype, device, math)
+    past = linear - tail
+    for j in range(tail):  # linear text: causal
+        allowed[j, : past + j + 1] = True
+    allowed[tail:, :linear] = True  # every node sees all linear text
+    for row, i in enumerate(range(first, n), start=tail):
+        node = i
+        while node >= 0:  # itself and its ancestors
+            allowed[row, linear + node] = True
+            node = tree.parents[node]
+    mask = torch.zeros(q, kv, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.to(device)[None, None]

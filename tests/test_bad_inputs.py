@@ -201,7 +201,7 @@ def test_read_only_database(profiled):
         (["profiles", "show", "--db", "mysql://u@127.0.0.1:1/x"], "is its driver installed"),
         (["generate", "--chain", "{target}:layers=²", "--prompt", "w1"], "must be an integer"),
         (["generate", "--chain", "{draft},{target}", "--widths", "10000", "--prompt", "w1"], "a width is at most 64"),
-        (["generate", "--chain", "{draft},{target}", "--widths", "٣", "--prompt", "w1"], "not a comma-separated list"),
+        (["generate", "--chain", "{draft},{target}", "--widths", "٣", "--prompt", "w1"], "neither a number nor a tree shape"),
         (
             ["generate", "--chain", "{target}", "--prompt", "w1", "--mode", "sample", "--temperature", "1e-300"],
             "1e-300 is not in the range",

@@ -90,7 +90,7 @@ def test_generate_samples(tiny_dirs):
         ("nope-model", [], "unknown model 'nope-model'"),
         ("{other},{target}", ["--widths", "2"], "different tokenizers"),
         ("{draft},{target}", ["--widths", "2,2"], "needs 1 widths"),
-        ("{draft},{target}", ["--widths", "two"], "not a comma-separated list"),
+        ("{draft},{target}", ["--widths", "two"], "neither a number nor a tree shape"),
         ("{draft},{target}", ["--widths", "2", "--check", "--mode", "sample"], "--check compares greedy"),
         ("{target}:layers=7", [], "layers=7 is out of range"),
         ("{target},ngram", [], "cannot be ngram"),

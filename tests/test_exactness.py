@@ -11,7 +11,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from hsd_runtime import Hierarchy, SamplingConfig, VerifierLevel, warp
+from hsd_runtime import Hierarchy, SamplingConfig, TreeShape, VerifierLevel, warp
 from tests.tiny import tiny_llama
 
 V = 5
@@ -80,3 +80,16 @@ def test_wrong_rule_is_caught(joint):
     wrong = Hierarchy([BOTTOM, MIDDLE, TARGET], [2, 3])
     wrong.levels[1].__class__ = PassesDrafterQ  # the middle level only
     assert _pvalue(_empirical(wrong), joint) < 1e-3
+
+
+# RSD trees: level 0 drafts a tree (siblings without replacement), level 1 verifies it by RRS
+TREES = [
+    ([BOTTOM, TARGET], [TreeShape((3,))]),
+    ([BOTTOM, TARGET], [TreeShape((3, 2))]),
+    ([BOTTOM, MIDDLE, TARGET], [TreeShape((2, 2)), 2]),
+]
+
+
+@pytest.mark.parametrize("members, widths", TREES, ids=["tree-depth1", "tree-depth2", "tree-under-middle"])
+def test_sampled_trees_match_target(joint, members, widths):
+    assert _pvalue(_empirical(Hierarchy(members, widths)), joint) > 1e-3

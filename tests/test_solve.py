@@ -125,3 +125,20 @@ def test_default_context_comes_from_the_workload(profiled, isolated_db):
     assert report["context_len"] == int((expected[2] + expected[3]) / 2)
     named = json.loads(run("solve", "--context-len", 32, "--json").output)
     assert named["context_len"] == 32
+
+
+def test_solve_on_a_curated_profile_file_finishes():
+    """An in-memory database has no WAL; opening one must not wait for a mode it can never get."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    curated = Path(__file__).resolve().parents[1] / "profiles" / "amd-epyc-avx512bf16-smollm2-builtin.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "hsd_planner", "solve", "--profile-file", str(curated), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["chain"][-1] == "smollm2-135m"

@@ -7,8 +7,10 @@ from typing import TypeVar
 
 import click
 
+from hsd_runtime.shape import Width, parse_width
+
 from ..errors import ChainError
-from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT
+from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT
 from ..vocab import ACCEPTANCE_MODELS, DTYPES, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE, MODES
 
 __all__ = [
@@ -145,9 +147,27 @@ def solve_options(f: F) -> F:
         default=d.context_len,
         help="Context length the cost curves are read at [default: each profiled prompt's length plus half its continuation].",
     )(f)
+    f = click.option(
+        "--tree-budget",
+        type=click.IntRange(2, TREE_BUDGET_LIMIT),
+        default=d.tree_budget,
+        show_default=True,
+        help="Most nodes of a draft tree, what one verification pass checks: 8 allows 4x1 (4 + 4 nodes) and 2x2, not 3x2 (3 + 6).",
+    )(f)
+    f = click.option(
+        "--trees/--no-trees",
+        default=d.trees,
+        show_default=True,
+        help="Let the first drafter draft a tree (RSD) for a verifier it has a sibling-acceptance curve with; "
+        "a plan then shows it as d[3x2x1]: 3 candidates for the next token, 2 after each, then 1.",
+    )(f)
     f = click.option("--max-depth", type=click.IntRange(min=0), default=d.max_depth, help="Most drafter levels [default: no limit].")(f)
     f = click.option(
-        "--t-max", type=click.IntRange(1, T_MAX_LIMIT), default=d.t_max, show_default=True, help="Largest width tried at any level."
+        "--t-max",
+        type=click.IntRange(1, T_MAX_LIMIT),
+        default=d.t_max,
+        show_default=True,
+        help="Largest width tried at any level, and the deepest tree.",
     )(f)
     f = click.option(
         "--top", "top_k", type=click.IntRange(min=1), default=d.top_k, show_default=True, help="How many hierarchies to list."
@@ -161,12 +181,20 @@ def solve_options(f: F) -> F:
     )(f)
 
 
-def parse_widths(text: str | None) -> list[int]:
-    """``"4,2"`` -> ``[4, 2]``; empty or None -> ``[]``; each width at most MAX_WIDTH."""
+def parse_widths(text: str | None) -> list[Width]:
+    """``"4,2"`` -> ``[4, 2]``, ``"3x2x1,6"`` -> ``[TreeShape((3, 2, 1)), 6]``; empty or None -> ``[]``.
+
+    Each width is at most MAX_WIDTH; a tree shape (level 0 only) at most MAX_TREE_NODES nodes.
+    """
     if not text:
         return []
-    widths = int_list(text, "--widths")
-    if max(widths) > MAX_WIDTH:
+    try:
+        widths = [parse_width(part) for part in text.split(",")]
+    except ChainError as exc:
+        raise ChainError(f"--widths {text}: {exc}") from None
+    if any(isinstance(w, int) and w < 1 for w in widths):
+        raise ChainError(f"--widths {text}: a width is at least 1")
+    if any(isinstance(w, int) and w > MAX_WIDTH for w in widths):
         raise ChainError(f"--widths {text}: a width is at most {MAX_WIDTH} (a verifier accepts far fewer tokens in a row)")
     return widths
 

@@ -47,6 +47,8 @@ def solve_command(
     top_k: int,
     t_max: int,
     max_depth: int | None,
+    trees: bool,
+    tree_budget: int,
     context_len: int | None,
     exclude: str,
     require: str,
@@ -56,7 +58,9 @@ def solve_command(
     """Find the latency-optimal hierarchy from the stored profile, and store the plans.
 
     Prints the best hierarchy, the alternatives, the best single drafter and autoregressive
-    decoding, each with predicted ms per token, mean accepted length and speed-up.
+    decoding, each with predicted ms per token, mean accepted length and speed-up. A width like
+    3x2x1 is a draft tree (first drafter only, where its sibling acceptance was profiled);
+    --no-trees plans chains alone.
 
     With --profile-file, the solve runs on an exported profile (a curated one from profiles/,
     or any hsd-plan profiles export) held in memory: no database is read or written.
@@ -65,13 +69,19 @@ def solve_command(
 
         hsd-plan solve --target smollm2-135m --t-max 8 --json
 
-        hsd-plan solve --profile-file profiles/epyc-avx2-smollm2-fp32.json
+        hsd-plan solve --tree-budget 8
+
+        hsd-plan solve --no-trees
+
+        hsd-plan solve --profile-file profiles/amd-epyc-avx512bf16-smollm2-builtin.json
     """
     target = absolute_spec(target) if target else target
     config = SolveConfig(
         t_max=t_max,
         top_k=top_k,
         max_depth=max_depth,
+        trees=trees,
+        tree_budget=tree_budget,
         acceptance=acceptance,
         context_len=context_len,
         exclude=tuple(absolute_specs(split_specs(exclude))),

@@ -3,18 +3,21 @@
 Owns everything that turns a :class:`Profile` (cost curves and acceptance, plain data) into
 predicted latencies and ranked hierarchies. Pure: imports neither torch nor the database, so a
 serving stack can ``from hsd_planner.plan import Profile, solve, predict`` with only pydantic,
-networkx and numpy installed. May import :mod:`hsd_planner.errors` and :mod:`hsd_planner.vocab`.
+networkx and numpy installed. May import :mod:`hsd_planner.errors`, :mod:`hsd_planner.vocab` and
+the runtime's torch-free :mod:`hsd_runtime.shape` (draft-tree shapes) and :mod:`hsd_runtime.vocab`.
 """
 
-from .config import SOLVE_DEFAULTS, T_MAX_LIMIT, SolveConfig
-from .latency import Level, Prediction, RunLengths, hierarchy_latency
-from .planner import predict, predict_over, solve
+from .config import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT, SolveConfig
+from .latency import Level, Prediction, hierarchy_latency
+from .planner import predict, predict_over, solve, tokens_per_round
 from .profile import LatencyCurve, ModelProfile, PairAcceptance, Profile
+from .rounds import RoundLaw, RunLengths, SiblingCurve
 from .simulate import simulate
-from .solver import Candidate, Plan, Solution, format_chain, solve_graph
+from .solver import Candidate, Plan, Solution, format_chain, solve_graph, tree_shapes
 
 __all__ = [
     "SOLVE_DEFAULTS",
+    "TREE_BUDGET_LIMIT",
     "T_MAX_LIMIT",
     "Candidate",
     "LatencyCurve",
@@ -24,7 +27,9 @@ __all__ = [
     "Plan",
     "Prediction",
     "Profile",
+    "RoundLaw",
     "RunLengths",
+    "SiblingCurve",
     "Solution",
     "SolveConfig",
     "format_chain",
@@ -34,4 +39,6 @@ __all__ = [
     "simulate",
     "solve",
     "solve_graph",
+    "tokens_per_round",
+    "tree_shapes",
 ]

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hsd_runtime.vocab import MAX_TREE_NODES
+
 from ..vocab import MAX_WIDTH, AcceptanceModel
 
-__all__ = ["DEFAULT_CONTEXT", "SOLVE_DEFAULTS", "T_MAX_LIMIT", "SolveConfig"]
+__all__ = ["DEFAULT_CONTEXT", "SOLVE_DEFAULTS", "TREE_BUDGET_LIMIT", "T_MAX_LIMIT", "SolveConfig"]
 
 # the context a solve reads cost curves at when neither the caller nor the workload gives one
 DEFAULT_CONTEXT = 256
 
 # the largest --t-max: the runtime's own bound on widths (the solver's DAG grows as t_max^2)
 T_MAX_LIMIT = MAX_WIDTH
+
+# the largest --tree-budget: the runtime's own bound on the nodes of one tree (its attention mask)
+TREE_BUDGET_LIMIT = MAX_TREE_NODES
 
 
 class SolveConfig(BaseModel):
@@ -28,6 +33,12 @@ class SolveConfig(BaseModel):
         None,
         ge=1,
         description="context length the cost curves are read at; None: each of the workload's prompts plus half its continuation",
+    )
+    trees: bool = Field(
+        True, description="let the first drafter draft a tree (RSD) for a verifier with a measured sibling-acceptance curve"
+    )
+    tree_budget: int = Field(
+        16, ge=2, le=TREE_BUDGET_LIMIT, description="the most nodes of a draft tree (what one verification pass checks besides the root)"
     )
     exclude: tuple[str, ...] = Field((), description="candidates not to use")
     require: tuple[str, ...] = Field((), description="models every returned hierarchy must contain")

@@ -1,8 +1,10 @@
 """The planner API for serving stacks: a :class:`Profile` in, ranked hierarchies out.
 
 ``solve`` ranks hierarchies with the exact DAG solver; ``predict`` gives the latency model's
-prediction for one hierarchy, ``predict_over`` its median over several context lengths.
-Defaults come from :class:`SolveConfig`. Pure: no torch, no database.
+prediction for one hierarchy, ``predict_over`` its median over several context lengths, and
+``tokens_per_round`` the tokens each level's verification rounds yield. A hierarchy's first width
+may be a draft tree (:class:`hsd_runtime.shape.TreeShape`). Defaults come from
+:class:`SolveConfig`. Pure: no torch, no database.
 """
 
 from __future__ import annotations
@@ -10,15 +12,18 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from hsd_runtime.shape import TreeShape, Width
+
 from ..errors import SolverError
 from ..vocab import AcceptanceModel
 from .config import DEFAULT_CONTEXT
 from .config import SOLVE_DEFAULTS as _D
 from .latency import Level, Prediction, hierarchy_latency
 from .profile import Profile
+from .rounds import RoundLaw
 from .solver import Candidate, Solution, solve_graph
 
-__all__ = ["predict", "predict_over", "solve"]
+__all__ = ["predict", "predict_over", "solve", "tokens_per_round"]
 
 
 def solve(
@@ -30,10 +35,14 @@ def solve(
     context_len: int | Sequence[int] = DEFAULT_CONTEXT,
     exclude: Sequence[str] = _D.exclude,
     require: Sequence[str] = _D.require,
+    trees: bool = _D.trees,
+    tree_budget: int = _D.tree_budget,
 ) -> Solution:
     """Rank hierarchies for ``profile.target``: best, top-k, best single drafters, autoregressive.
 
-    ``exclude`` drops candidates; every hierarchy returned contains all of ``require``.
+    ``exclude`` drops candidates; every hierarchy returned contains all of ``require``. With
+    ``trees``, the first drafter may draft a tree of at most ``tree_budget`` nodes for a verifier
+    it has a sibling-acceptance curve with (:meth:`Profile.siblings_curves`).
     """
     if profile.target in exclude:
         raise SolverError(f"{profile.target} is the target; it cannot be excluded (choose another --target)")
@@ -43,39 +52,69 @@ def solve(
     pairs = profile.pairs(acceptance)
     usable = [n for n in names if any(d == n for d, _ in pairs)]
     candidates = [Candidate(n, profile.cost(n, context_len), profile.model(n).lookup) for n in usable]
-    return solve_graph(candidates, target, pairs, t_max=t_max, top_k=top_k, max_depth=max_depth, require=require)
+    return solve_graph(
+        candidates,
+        target,
+        pairs,
+        t_max=t_max,
+        top_k=top_k,
+        max_depth=max_depth,
+        require=require,
+        siblings=profile.siblings_curves(),
+        trees=trees,
+        tree_budget=tree_budget,
+    )
+
+
+def _check_widths(profile: Profile, chain: Sequence[str], widths: Sequence[Width]) -> None:
+    """One width per drafter, and a tree only where the runtime can draft one."""
+    if len(widths) != len(chain) - 1:
+        raise SolverError(f"a chain of {len(chain)} models needs {len(chain) - 1} widths, got {len(widths)}")
+    for k, w in enumerate(widths):
+        if not isinstance(w, TreeShape):
+            continue
+        if k > 0:
+            raise SolverError(f"only the first drafter drafts a tree; {chain[k]} hands up a number of tokens, got {w}")
+        if profile.model(chain[0]).lookup:
+            raise SolverError(f"{chain[0]} is a lookup drafter and drafts chains only, not the tree {w}")
 
 
 def predict(
     profile: Profile,
     chain: Sequence[str],
-    widths: Sequence[int],
+    widths: Sequence[Width],
     acceptance: AcceptanceModel = _D.acceptance,
     context_len: int | Sequence[int] = DEFAULT_CONTEXT,
     max_new_tokens: int | None = None,
 ) -> Prediction:
     """The latency model's prediction for one given hierarchy (``chain`` smallest first).
 
+    ``widths[0]`` may be a tree shape, which needs the sibling-acceptance curve of the first pair.
     ``max_new_tokens``: predict a generation of that many tokens (its last round cut short)
     instead of the steady state; see :func:`hierarchy_latency`.
     """
-    pairs = profile.pairs(acceptance)
+    _check_widths(profile, chain, widths)
+    pairs, curves = profile.pairs(acceptance), profile.siblings_curves()
     levels = []
     for k, name in enumerate(chain):
         cost, lookup = profile.cost(name, context_len), profile.model(name).lookup
-        runs = None
-        if k > 0:
+        runs = curve = None
+        if k > 0 and isinstance(widths[k - 1], TreeShape):
+            curve = curves.get((chain[k - 1], name))
+            if curve is None:
+                raise SolverError(f"no sibling-acceptance curve for {chain[k - 1]} verified by {name}; profile them again to plan trees")
+        elif k > 0:
             runs = pairs.get((chain[k - 1], name))
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
-        levels.append(Level(cost, runs, lookup))
+        levels.append(Level(cost, runs, lookup, curve))
     return hierarchy_latency(levels, widths, max_new_tokens)
 
 
 def predict_over(
     profile: Profile,
     chain: Sequence[str],
-    widths: Sequence[int],
+    widths: Sequence[Width],
     acceptance: AcceptanceModel,
     contexts: Sequence[int],
     max_new_tokens: int | None = None,
@@ -84,3 +123,21 @@ def predict_over(
     preds = [predict(profile, chain, widths, acceptance, c, max_new_tokens) for c in contexts]
     ms = statistics.median(p.ms_per_token for p in preds)
     return Prediction(ms, preds[0].mean_accepted_length, statistics.median(p.speedup for p in preds))
+
+
+def tokens_per_round(profile: Profile, chain: Sequence[str], widths: Sequence[Width], acceptance: AcceptanceModel) -> list[float | None]:
+    """Per level of ``chain``, the expected tokens E[X] one of its verification rounds yields over
+    the batch of the level below (a chain of ``widths[k - 1]`` or the tree); None for level 0 and
+    for a pair without the acceptance data its batch needs."""
+    _check_widths(profile, chain, widths)
+    pairs, curves = profile.pairs(acceptance), profile.siblings_curves()
+    out: list[float | None] = [None]
+    for k in range(1, len(chain)):
+        pair, below = (chain[k - 1], chain[k]), widths[k - 1]
+        if isinstance(below, TreeShape):
+            curve = curves.get(pair)
+            out.append(RoundLaw.tree(below, curve).mean if curve is not None else None)
+        else:
+            runs = pairs.get(pair)
+            out.append(RoundLaw.chain(runs, below).mean if runs is not None else None)
+    return out

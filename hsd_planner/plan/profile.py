@@ -25,6 +25,8 @@ length, and extended linearly past the largest n and the longest context. Accept
 mean ``alpha`` and, when measured, the run-length distribution ``run_lengths`` = P(G >= g),
 g = 0, 1, ... over every start position, and ``visited[b - 1]`` = P(G >= g), g = 0..b, over the
 starts a decoder drafting b tokens a round visits (what the empirical model uses when present).
+``siblings`` = A(k), k = 1, 2, ..., when measured, lets the drafter draft trees for that verifier
+(see :class:`~hsd_planner.plan.rounds.SiblingCurve`); a pair without it plans chains only.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import SolverError
 from ..vocab import AcceptanceModel
-from .latency import CostCurve, RunLengths
+from .latency import CostCurve
+from .rounds import RunLengths, SiblingCurve
 
 __all__ = ["LatencyCurve", "ModelProfile", "PairAcceptance", "Profile"]
 
@@ -139,3 +142,9 @@ class Profile(BaseModel):
     def pairs(self, model: AcceptanceModel) -> dict[tuple[str, str], RunLengths]:
         """``(drafter, verifier) -> RunLengths`` for every measured pair."""
         return {(a.drafter, a.verifier): a.runs(model) for a in self.acceptance}
+
+    def siblings_curves(self) -> dict[tuple[str, str], SiblingCurve]:
+        """``(drafter, verifier) -> SiblingCurve`` for every pair with a measured A(k): the pairs
+        whose drafter may draft a tree for that verifier. The same under either acceptance model
+        (A(1) is alpha, and depths are taken as independent either way)."""
+        return {(a.drafter, a.verifier): SiblingCurve(a.siblings) for a in self.acceptance if a.siblings}

@@ -1,8 +1,10 @@
 """A Monte Carlo simulation of the hierarchy algorithm, to cross-check the latency model.
 
-It shares nothing with :mod:`hsd_planner.plan.latency` but the inputs (and level 0's cost rule): it draws accepted run lengths
-round by round and plays exact-size semantics out (a middle level repeats rounds until it holds
-T_k tokens, then hands up exactly T_k), adding up the cost of every pass.
+It shares nothing with :mod:`hsd_planner.plan.latency` but the inputs (and level 0's cost rule):
+it draws accepted run lengths round by round - or, over a draft tree, accepts depth after depth
+with probability A(b_l) until one fails - and plays exact-size semantics out (a middle level
+repeats rounds until it holds T_k tokens, then hands up exactly T_k), adding up the cost of every
+pass.
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from .latency import Level, RunLengths, draft_cost
+from hsd_runtime.shape import TreeShape, Width
+
+from .latency import Level, draft_cost
+from .rounds import RunLengths, SiblingCurve
 
 __all__ = ["simulate"]
 
@@ -24,30 +29,57 @@ def _draw_tokens(runs: RunLengths, b: int, rng: random.Random) -> int:
     return g + 1
 
 
-def simulate(levels: Sequence[Level], widths: Sequence[int], rounds: int, seed: int = 0, horizon: int | None = None) -> tuple[float, float]:
+def _draw_tree_tokens(siblings: SiblingCurve, shape: TreeShape, rng: random.Random) -> int:
+    """X = D + 1 for one round over a tree: depth l is reached when some sibling of its b_l is
+    accepted, independently of the depths above."""
+    depth = 0
+    for b in shape.branching:
+        if rng.random() >= siblings.at(b):
+            break
+        depth += 1
+    return depth + 1
+
+
+def simulate(
+    levels: Sequence[Level], widths: Sequence[Width], rounds: int, seed: int = 0, horizon: int | None = None
+) -> tuple[float, float]:
     """Simulate ``rounds`` target rounds; return (ms per token, mean accepted length).
 
-    With ``horizon`` = N, ``rounds`` is the number of generations instead, each of exactly N new
+    ``widths[0]`` may be a tree shape (``levels[1].siblings`` then gives its acceptance). With
+    ``horizon`` = N, ``rounds`` is the number of generations instead, each of exactly N new
     tokens: rounds until N are held, the surplus of the last round dropped.
     """
+    if any(isinstance(w, TreeShape) for w in widths[1:]):
+        raise ValueError("only level 0 drafts a tree")
+    wanted = [0] + [w for w in widths[1:] if isinstance(w, int)]  # T_k a level k > 0 hands up
     rng = random.Random(seed)
     k_top = len(levels) - 1
+
+    def verify(k: int) -> tuple[float, int]:
+        """Cost of level k's pass over the batch of level k-1, and the tokens that round yields."""
+        below = widths[k - 1]
+        if isinstance(below, TreeShape):
+            return levels[k].cost(below.nodes + 1), _draw_tree_tokens(SiblingCurve.of(levels[k]), below, rng)
+        return levels[k].cost(below + 1), _draw_tokens(RunLengths.of(levels[k]), below, rng)
 
     def deliver(k: int) -> float:
         """Time for level k < K to hand up its T_k tokens."""
         if k == 0:
             return draft_cost(levels[0].cost, levels[0].lookup, widths[0])
         held, time = 0, 0.0
-        while held < widths[k]:
-            time += deliver(k - 1) + levels[k].cost(widths[k - 1] + 1)
-            held += _draw_tokens(RunLengths.of(levels[k]), widths[k - 1], rng)
+        while held < wanted[k]:
+            below = deliver(k - 1)  # the batch is drafted before it is verified
+            ms, tokens = verify(k)
+            time, held = time + (below + ms), held + tokens
         return time
 
     def target_round() -> tuple[float, int]:
         """Time and committed tokens of one target round (one pass per token for K = 0)."""
         if k_top == 0:
             return levels[0].cost(1), 1
-        return deliver(k_top - 1) + levels[k_top].cost(widths[-1] + 1), _draw_tokens(RunLengths.of(levels[k_top]), widths[-1], rng)
+        below = deliver(k_top - 1)
+        ms, tokens = verify(k_top)
+        return below + ms, tokens
 
     if horizon is not None:
         total_ms, total_rounds = 0.0, 0

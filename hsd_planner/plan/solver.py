@@ -1,32 +1,47 @@
 """The exact hierarchy solver: a shortest path with monotone edge maps in a DAG.
 
-Nodes: a source, one node (j, T) per non-target candidate j and width T in 1..t_max, and the
-target. A label D(v) is the expected time for the level at v to deliver its T tokens; each edge
-maps it as D(v) = g (D(u) + w):
+Nodes: a source, one node (j, T) per non-target candidate j and width T in 1..t_max, one node
+(j, b) per non-lookup candidate j and draft-tree shape b of :func:`tree_shapes`, and the target.
+A label D(v) is the expected time for the level at v to deliver its batch; each edge maps it as
+D(v) = g (D(u) + w):
 
 - source -> (j, T): w = T c_j(1) (c_j(T) for the n-gram lookup), g = 1;
-- (j, T') -> (i, T), c_j(1) < c_i(1): w = c_i(T' + 1), g = m(T; a_ji, T') expected rounds;
-- (j, T') -> target: w = c_K(T' + 1), g = 1 / E[X] - the label becomes ms per token;
+- source -> (j, b): w = sum_l c_j(F_{l-1}), one pass per depth over the frontier, g = 1 (a tree
+  is only ever drafted by level 0, so a tree node has no other way in);
+- (j, T') -> (i, T), c_j(1) < c_i(1): w = c_i(T' + 1), g = m(T) expected rounds under the
+  run-length law of (j, i) over batches of T'; from (j, b): w = c_i(N + 1), g = m(T) under the
+  tree law of (j, i) (its sibling curve; see :class:`RoundLaw`);
+- (j, T') -> target: w = c_K(T' + 1), g = 1 / E[X] - the label becomes ms per token; from
+  (j, b): w = c_K(N + 1), g = 1 / E[X] under the tree law;
 - source -> target: plain autoregressive decoding, c_K(1).
 
 Every map is increasing in D, and the graph is acyclic, so keeping the k smallest labels per node
-in one pass in topological order gives the exact top-k hierarchies: O(N^2 t_max^2) edges.
+in one pass in topological order gives the exact top-k hierarchies: O(N^2 (t_max + S) t_max)
+edges for S tree shapes.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..errors import SolverError
-from .latency import CostCurve, Prediction, RunLengths, draft_cost, expected_run_tokens, rounds_table
+from hsd_runtime.shape import TreeShape, Width
+from hsd_runtime.vocab import MAX_TREE_NODES
 
-__all__ = ["Candidate", "Plan", "Solution", "format_chain", "solve_graph"]
+from ..errors import SolverError
+from .latency import CostCurve, Prediction, draft_cost, verify_size
+from .rounds import RoundLaw, RunLengths, SiblingCurve
+
+__all__ = ["MAX_BRANCHING", "Candidate", "Plan", "Solution", "format_chain", "solve_graph", "tree_shapes"]
 
 SOURCE, TARGET = "source", "target"
+
+# the most children per node a tree the solver tries has: A(k) gains little past a few siblings,
+# while the nodes to verify grow with the product of the branching factors
+MAX_BRANCHING = 4
 
 
 @dataclass(frozen=True)
@@ -38,21 +53,46 @@ class Candidate:
     lookup: bool = False
 
 
-def format_chain(chain: Sequence[str], widths: Sequence[int]) -> str:
-    """``ngram[4] -> m:layers=8[2] -> m``: each drafter with its width, then the target.
+def format_chain(chain: Sequence[str], widths: Sequence[Width]) -> str:
+    """``ngram[4] -> m:layers=8[2] -> m``: each drafter with its width (or tree shape), then the target.
 
-    >>> format_chain(["ngram", "t"], [4])
-    'ngram[4] -> t'
+    >>> format_chain(["ngram", "t"], [4]), format_chain(["m", "t"], [TreeShape((3, 2, 1))])
+    ('ngram[4] -> t', 'm[3x2x1] -> t')
     """
     return " -> ".join([f"{m}[{w}]" for m, w in zip(chain, widths)] + [chain[-1]])
 
 
+def tree_shapes(max_depth: int, budget: int) -> list[TreeShape]:
+    """The draft trees the solver tries: branching non-increasing from b_1 >= 2 (all ones is a
+    chain, tried as a width already), at most :data:`MAX_BRANCHING` per node, depth at most
+    ``max_depth``, at most ``budget`` nodes; shallowest first.
+
+    >>> [str(s) for s in tree_shapes(2, 6)]
+    ['2', '3', '4', '2x1', '2x2', '3x1']
+    """
+    out: list[TreeShape] = []
+
+    def grow(branching: tuple[int, ...], frontier: int, nodes: int) -> None:
+        if branching:
+            out.append(TreeShape(branching))
+        if len(branching) == max_depth:
+            return
+        widest = branching[-1] if branching else MAX_BRANCHING
+        for b in range(1 if branching else 2, widest + 1):
+            if nodes + frontier * b <= budget:
+                grow((*branching, b), frontier * b, nodes + frontier * b)
+
+    grow((), 1, 0)
+    return sorted(out, key=lambda s: (s.depth, s.branching))
+
+
 @dataclass(frozen=True)
 class Plan:
-    """A hierarchy: drafters smallest first, then the target, with one width per drafter."""
+    """A hierarchy: drafters smallest first, then the target, with one width per drafter
+    (the first may be a tree shape)."""
 
     chain: tuple[str, ...]
-    widths: tuple[int, ...]
+    widths: tuple[Width, ...]
     prediction: Prediction
 
     @property
@@ -62,7 +102,7 @@ class Plan:
 
     @property
     def label(self) -> str:
-        """The plan as one line, e.g. ``ngram[4] -> m``."""
+        """The plan as one line, e.g. ``ngram[4] -> m`` or ``d[3x2x1] -> m``."""
         return format_chain(self.chain, self.widths)
 
 
@@ -72,7 +112,7 @@ class Solution:
 
     best: Plan
     top: list[Plan]
-    singles: list[Plan]  # per drafter measured against the target, its best width; fastest first
+    singles: list[Plan]  # per drafter measured against the target, its best width or tree; fastest first
     autoregressive: Plan
     graph: nx.DiGraph = field(repr=False)
 
@@ -82,13 +122,15 @@ class Solution:
         return self.singles[0] if self.singles else None
 
 
-def _validate(candidates, target, acceptance, t_max, top_k, max_depth) -> None:
+def _validate(candidates, target, acceptance, t_max, top_k, max_depth, trees, tree_budget) -> None:
     if t_max < 1:
         raise SolverError(f"the width limit t_max must be >= 1, got {t_max}")
     if top_k < 1:
         raise SolverError(f"top_k must be >= 1, got {top_k}")
     if max_depth is not None and max_depth < 0:
         raise SolverError(f"max_depth must be >= 0, got {max_depth}")
+    if trees and not 2 <= tree_budget <= MAX_TREE_NODES:
+        raise SolverError(f"the tree budget must be in 2..{MAX_TREE_NODES} nodes, got {tree_budget}")
     if not candidates:
         raise SolverError("there are no drafter candidates; profile at least one drafter together with the target")
     names = [c.name for c in candidates]
@@ -96,6 +138,26 @@ def _validate(candidates, target, acceptance, t_max, top_k, max_depth) -> None:
         raise SolverError("candidate names must be distinct and differ from the target's")
     if not any((c.name, target.name) in acceptance for c in candidates):
         raise SolverError(f"no candidate has acceptance data against the target {target.name}; profile them together")
+
+
+def _batches(
+    drafter: Candidate,
+    verifier: str,
+    acceptance: Mapping[tuple[str, str], RunLengths],
+    siblings: Mapping[tuple[str, str], SiblingCurve],
+    widths: range,
+    shapes: Sequence[TreeShape],
+) -> Iterator[tuple[Width, RoundLaw]]:
+    """Every batch ``drafter`` can hand ``verifier`` with measured acceptance, and the law of its
+    rounds: chain widths (run lengths), then tree shapes (sibling curve; not for a lookup)."""
+    runs = acceptance.get((drafter.name, verifier))
+    if runs is not None:
+        for b in widths:
+            yield b, RoundLaw.chain(runs, b)
+    curve = siblings.get((drafter.name, verifier))
+    if curve is not None and not drafter.lookup:
+        for shape in shapes:
+            yield shape, RoundLaw.tree(shape, curve)
 
 
 def solve_graph(
@@ -106,6 +168,9 @@ def solve_graph(
     top_k: int = 5,
     max_depth: int | None = None,
     require: Sequence[str] = (),
+    siblings: Mapping[tuple[str, str], SiblingCurve] | None = None,
+    trees: bool = True,
+    tree_budget: int = 16,
 ) -> Solution:
     """The latency-optimal hierarchies over ``candidates`` for ``target``.
 
@@ -113,17 +178,25 @@ def solve_graph(
         candidates: drafter candidates (not the target); ordered by c(1), cheapest lowest.
         target: the target model.
         acceptance: ``(drafter, verifier) -> RunLengths``; a missing pair is an absent edge.
-        t_max: the largest width tried at any level.
+        t_max: the largest width tried at any level, and the deepest tree.
         top_k: how many hierarchies to return, best first.
         max_depth: the most drafter levels (None: no limit).
         require: names every returned hierarchy must contain.
+        siblings: ``(drafter, verifier) -> SiblingCurve``; a pair missing here drafts no tree
+            for that verifier (None: no trees at all).
+        trees: whether level 0 may draft a tree (:func:`tree_shapes`).
+        tree_budget: the most nodes a tree may have (what one verify pass checks).
 
     >>> flat = lambda ms: (lambda n: ms)
     >>> sol = solve_graph([Candidate("d", flat(1.0))], Candidate("t", flat(10.0)), {("d", "t"): RunLengths.iid(0.9)}, t_max=4)
     >>> sol.best.chain, sol.best.widths
     (('d', 't'), (4,))
+    >>> sol = solve_graph([Candidate("d", flat(1.0))], Candidate("t", flat(10.0)), {("d", "t"): RunLengths.iid(0.5)},
+    ...                   t_max=4, siblings={("d", "t"): SiblingCurve([0.5, 0.8, 0.9, 0.95])})
+    >>> sol.best.label
+    'd[4x3] -> t'
     """
-    _validate(candidates, target, acceptance, t_max, top_k, max_depth)
+    _validate(candidates, target, acceptance, t_max, top_k, max_depth, trees, tree_budget)
     missing = [r for r in require if r not in {c.name for c in candidates}]
     if missing:
         raise SolverError(f"required model {missing[0]} is not among the profiled candidates")
@@ -132,6 +205,8 @@ def solve_graph(
     order = sorted(candidates, key=lambda c: c.cost(1))
     depth_cap = max_depth if max_depth is not None else len(order)
     widths = range(1, t_max + 1)
+    curves = siblings or {}
+    shapes = tree_shapes(t_max, tree_budget) if trees and curves else []
 
     graph = nx.DiGraph()
     graph.add_node(SOURCE)
@@ -142,23 +217,22 @@ def solve_graph(
             for t in widths:
                 graph.add_edge(SOURCE, (c.name, t), w=draft_cost(c.cost, c.lookup, t), g=1.0)
         for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
-            runs = acceptance.get((lo.name, hi.name))
-            if runs is None:
-                continue
-            for b in widths:
-                w = hi.cost(b + 1)
-                rounds = rounds_table(runs, b, t_max)
+            for b, law in _batches(lo, hi.name, acceptance, curves, widths, shapes):
+                w = hi.cost(verify_size(b))
+                rounds = law.rounds(t_max)
                 for t in widths:
                     graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
         for c in order:
-            runs = acceptance.get((c.name, target.name))
-            if runs is None:
-                continue
-            for b in widths:
-                graph.add_edge((c.name, b), TARGET, w=target.cost(b + 1), g=1.0 / expected_run_tokens(runs, b), runs=runs)
+            for b, law in _batches(c, target.name, acceptance, curves, widths, shapes):
+                graph.add_edge((c.name, b), TARGET, w=target.cost(verify_size(b)), g=1.0 / law.mean, law=law)
+        # a tree only ever enters from the source; its node exists when some verifier can take it
+        for c in order:
+            for shape in shapes:
+                if (c.name, shape) in graph:
+                    graph.add_edge(SOURCE, (c.name, shape), w=draft_cost(c.cost, c.lookup, shape), g=1.0)
 
     # labels[v]: up to top_k (D, depth, required-mask, path) with the smallest D per group;
-    # path = ((name, T), ...). Labels of different depth (under a cap) or different sets of
+    # path = ((name, width), ...). Labels of different depth (under a cap) or different sets of
     # required models are not comparable, so each group keeps its own k best.
     labels: dict[object, list[tuple[float, int, int, tuple]]] = {SOURCE: [(0.0, 0, 0, ())]}
     for v in nx.topological_sort(graph):
@@ -181,7 +255,7 @@ def solve_graph(
         raise SolverError(f"no hierarchy contains every required model ({', '.join(require)}) with measured acceptance along it")
     plans.sort(key=lambda p: p.prediction.ms_per_token)
     auto = _plan((), target, target.cost(1), graph)
-    singles = _singles(order, target, acceptance, widths, graph) if depth_cap >= 1 else []
+    singles = _singles(order, target, graph) if depth_cap >= 1 else []
     return Solution(best=plans[0], top=plans[:top_k], singles=singles, autoregressive=auto, graph=graph)
 
 
@@ -195,25 +269,25 @@ def _keep(found: list, k: int, by_depth: bool) -> list:
 def _plan(path: tuple, target: Candidate, ms: float, graph: nx.DiGraph) -> Plan:
     chain = tuple(name for name, _ in path) + (target.name,)
     widths = tuple(t for _, t in path)
-    tokens = 1.0
-    if path:
-        tokens = expected_run_tokens(graph.edges[path[-1], TARGET]["runs"], widths[-1])
+    tokens = graph.edges[path[-1], TARGET]["law"].mean if path else 1.0
     return Plan(chain, widths, Prediction(ms, tokens, target.cost(1) / ms))
 
 
-def _singles(
-    order: Sequence[Candidate], target: Candidate, acceptance: Mapping[tuple[str, str], RunLengths], widths: range, graph: nx.DiGraph
-) -> list[Plan]:
-    """For every drafter with acceptance against the target, its best width as a one-drafter plan."""
+def _singles(order: Sequence[Candidate], target: Candidate, graph: nx.DiGraph) -> list[Plan]:
+    """For every drafter with acceptance against the target, its best one-drafter plan: over its
+    chain widths and, where it has a sibling curve against the target, its tree shapes too (the
+    best this drafter alone can do)."""
     out = []
+    batches = [u for u in graph.predecessors(TARGET) if u != SOURCE]  # per drafter: widths, then trees
     for c in order:
-        if (c.name, target.name) not in acceptance:
+        mine = [u for u in batches if u[0] == c.name]
+        if not mine:
             continue
 
-        def ms(t: int, name: str = c.name) -> float:
-            e = graph.edges[(name, t), TARGET]
-            return e["g"] * (graph.edges[SOURCE, (name, t)]["w"] + e["w"])
+        def ms(u: tuple) -> float:
+            e = graph.edges[u, TARGET]
+            return e["g"] * (graph.edges[SOURCE, u]["w"] + e["w"])
 
-        t = min(widths, key=ms)  # the first of equal ones, as a strict < scan would keep
-        out.append(_plan(((c.name, t),), target, ms(t), graph))
+        best = min(mine, key=ms)  # the first of equal ones (a chain before a tree), as a strict < scan would keep
+        out.append(_plan((best,), target, ms(best), graph))
     return sorted(out, key=lambda p: p.prediction.ms_per_token)

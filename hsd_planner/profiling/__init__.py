@@ -1,9 +1,9 @@
 """Profiling: measuring latency curves and pairwise acceptance into the database.
 
-Owns the measurements themselves (:mod:`.timing`, :mod:`.acceptance`: pure functions of models
-and tokens), the hardware fingerprint, the resumable profiling run (:mod:`.runner`, one committed
-transaction per measurement), the verifiers' continuations it drafts (:mod:`.continuations`) and
-its summary. Imports the runtime, :mod:`hsd_planner.store` for
+Owns the measurements themselves (:mod:`.timing`, :mod:`.acceptance`, :mod:`.siblings`: pure
+functions of models and tokens), the hardware fingerprint, the resumable profiling run
+(:mod:`.runner`, one committed transaction per measurement), the verifiers' continuations it
+drafts (:mod:`.continuations`) and its summary. Imports the runtime, :mod:`hsd_planner.store` for
 writing rows and :mod:`hsd_planner.plan` for curve interpolation; nothing imports it but the
 CLI, validation and training.
 """

@@ -33,6 +33,7 @@ from .acceptance import (
 from .continuations import Assistant, latency_curves, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
+from .siblings import sibling_acceptance, sibling_sums
 from .sources import source_fingerprint
 from .timing import SPREAD_LIMIT, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
@@ -272,7 +273,13 @@ def _acceptance_for_verifier(
     step: Callable[[int], None],
     assist: Assistant,
 ) -> None:
-    """Teacher-force every cheaper drafter over the verifier's continuation of every (encoded) prompt."""
+    """Teacher-force every cheaper drafter over the verifier's continuation of every (encoded) prompt.
+
+    The same logits give each model drafter's sibling curve (:mod:`.siblings`). A prompt row
+    stored before sibling curves existed keeps none: filling it in needs these passes again, so
+    it happens only when the pair is measured again (``force``), and until then the pair's pooled
+    curve is None (chains only for that pair).
+    """
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p)
     width = min([verifier.loaded.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
     for k, ids in enumerate(encoded):
@@ -297,17 +304,20 @@ def _acceptance_for_verifier(
         out.skipped += len(drafters) - len(todo)
         step(len(drafters) - len(todo))
         for d in todo:
+            siblings: tuple[list[float] | None, int | None] = (None, None)  # the n-gram drafter drafts chains only
             if d.loaded is None:
                 c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling)
             else:
-                a = acceptance_from_logits(teacher_forced_logits(d.loaded.model, ids, continuation, width), p_logits, sampling)
-                c = model_conditionals(a)
+                q_logits = teacher_forced_logits(d.loaded.model, ids, continuation, width)
+                c = model_conditionals(acceptance_from_logits(q_logits, p_logits, sampling))
+                siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
             survival = start_survival(c)  # [m, G_MAX + 1]
             run_sum, run_count = run_length_sums(survival)
             visit_sum, visit_count = visited_run_sums(survival)
             row = dict(
                 positions=len(c), alpha_sum=run_sum[1], run_sum=run_sum, run_count=run_count, visit_sum=visit_sum, visit_count=visit_count
             )
+            row.update(siblings_sum=siblings[0], siblings_count=siblings[1])
             assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
             with Session(engine) as s, s.begin():
                 s.execute(delete(AcceptancePrompt).filter_by(**keys[d.row_id]))

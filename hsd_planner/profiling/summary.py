@@ -41,6 +41,7 @@ class AcceptanceRow:
     alpha: float
     positions: int
     run_lengths: list[float]
+    siblings: list[float] | None = None  # A(k), k = 1..8 (None: the n-gram drafter, or measured before siblings)
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
         names = {mid: spec for spec, mid in ids.items()}
         acc = s.scalars(select(Acceptance).filter_by(workload_id=out.workload_id, setting_id=out.setting_id)).all()
         acceptance = [
-            AcceptanceRow(names[a.drafter_id], names[a.verifier_id], a.alpha, a.positions, a.run_lengths)
+            AcceptanceRow(names[a.drafter_id], names[a.verifier_id], a.alpha, a.positions, a.run_lengths, a.siblings)
             for a in acc
             if a.drafter_id in names and a.verifier_id in names
         ]

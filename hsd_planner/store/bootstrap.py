@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from ..plan import PairAcceptance, Profile
 from .reader import ProfileSource
-from .repo import pool_prompts
+from .repo import pool_prompts, pool_siblings
 from .schema import AcceptancePrompt, ModelRow
 
 __all__ = ["BOOTSTRAP_PROFILES", "bootstrap_profiles", "resample_profiles"]
@@ -47,7 +47,8 @@ def bootstrap_profiles(
 
 def resample_profiles(profile: Profile, by_pair: Mapping[tuple[str, str], Mapping[int, Any]], count: int, seed: int = 0) -> list[Profile]:
     """The bootstrap itself, without a database: ``by_pair[(drafter, verifier)][prompt]`` holds
-    per-prompt acceptance rows (positions, alpha_sum, run_sum, run_count, visit_sum, visit_count)."""
+    per-prompt acceptance rows (positions, alpha_sum, run_sum, run_count, visit_sum, visit_count,
+    and optionally siblings_sum, siblings_count: the resampled A(k) of pairs that have one)."""
     have = {(a.drafter, a.verifier) for a in profile.acceptance}
     prompts = sorted({k for pair in by_pair.values() for k in pair})
     if not prompts or any(set(by_pair.get(pair, {})) != set(prompts) for pair in have):
@@ -60,9 +61,17 @@ def resample_profiles(profile: Profile, by_pair: Mapping[tuple[str, str], Mappin
         for (drafter, verifier), per_prompt in by_pair.items():
             if (drafter, verifier) not in have:
                 continue
-            alpha, _positions, run_lengths, visited = pool_prompts([per_prompt[k] for k in drawn])
+            rows = [per_prompt[k] for k in drawn]
+            alpha, _positions, run_lengths, visited = pool_prompts(rows)
             acceptance.append(
-                PairAcceptance(drafter=drafter, verifier=verifier, alpha=min(1.0, alpha), run_lengths=run_lengths, visited=visited)
+                PairAcceptance(
+                    drafter=drafter,
+                    verifier=verifier,
+                    alpha=min(1.0, alpha),
+                    run_lengths=run_lengths,
+                    visited=visited,
+                    siblings=pool_siblings(rows),
+                )
             )
         out.append(profile.model_copy(update={"acceptance": acceptance}))
     return out

@@ -84,6 +84,8 @@ def _enable_wal(cur: sqlite3.Cursor) -> None:
     Changing the journal mode takes an exclusive lock without SQLite's busy handler, so two
     processes opening a new database at the same instant can see "database is locked" here even
     with a busy timeout; reading the mode first makes the common case (already WAL) lock-free.
+    An in-memory database (``solve --profile-file`` works on one) has no WAL: SQLite answers
+    "memory", and that is final.
     """
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     delay = 0.01
@@ -91,7 +93,8 @@ def _enable_wal(cur: sqlite3.Cursor) -> None:
         try:
             if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
                 return
-            cur.execute("PRAGMA journal_mode = WAL")
+            if cur.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+                return  # this database cannot use WAL (in memory); its mode stays what it is
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise

@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from hsd_runtime.spec import parse_spec
 
@@ -59,6 +59,21 @@ def _printable(value: str) -> str:
 
 Spec = Annotated[Name, AfterValidator(_spec), AfterValidator(_printable)]
 Text = Annotated[Name, AfterValidator(_printable)]
+
+SIBLINGS_MAX = 64  # the longest sibling curve an import accepts (profiles store k = 1..8)
+SIBLINGS_NOISE = 1e-6  # how far a stored curve may dip: sums of non-decreasing a_t(k) differ by rounding only
+
+
+def _non_decreasing(values: list[float]) -> list[float]:
+    """A(k) (or its sums over positions) never falls with k: one more sibling only adds a chance."""
+    scale = max([1.0, *values])
+    if any(b < a - SIBLINGS_NOISE * scale for a, b in zip(values, values[1:])):
+        raise ValueError("must be non-decreasing in k (one more sibling can only add acceptance)")
+    return values
+
+
+SiblingCurve = Annotated[list[Prob], Field(min_length=1, max_length=SIBLINGS_MAX), AfterValidator(_non_decreasing)]
+SiblingSums = Annotated[list[Sum], Field(min_length=1, max_length=SIBLINGS_MAX), AfterValidator(_non_decreasing)]
 
 
 class _Row(BaseModel):
@@ -136,6 +151,20 @@ class AcceptancePromptOut(_Row):
     run_count: list[Count]
     visit_sum: list[list[Sum]] | None = None  # absent in exports made before they were measured
     visit_count: list[Sum] | None = None
+    siblings_sum: SiblingSums | None = None  # sum over positions of a_t(k); absent: n-gram drafter, or older exports
+    siblings_count: Count | None = None
+
+    @model_validator(mode="after")
+    def _siblings(self) -> AcceptancePromptOut:
+        if (self.siblings_sum is None) != (self.siblings_count is None):
+            raise ValueError("siblings_sum and siblings_count come together")
+        if (
+            self.siblings_sum is not None
+            and self.siblings_count is not None
+            and max(self.siblings_sum) > self.siblings_count * (1 + SIBLINGS_NOISE)
+        ):
+            raise ValueError("siblings_sum exceeds siblings_count (a_t(k) is a probability)")
+        return self
 
 
 class AcceptanceOut(_Row):
@@ -148,6 +177,7 @@ class AcceptanceOut(_Row):
     prompts: Count
     run_lengths: list[Prob]
     visited: list[list[Prob] | None] | None = None
+    siblings: SiblingCurve | None = None  # A(k), k = 1..; absent: n-gram drafter, or older exports
 
 
 class ProfileDocument(_Row):

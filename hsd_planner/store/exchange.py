@@ -225,6 +225,8 @@ def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
                 run_count=r.run_count,
                 visit_sum=r.visit_sum,
                 visit_count=r.visit_count,
+                siblings_sum=r.siblings_sum,
+                siblings_count=r.siblings_count,
             )
         for r in doc.acceptance:
             key = dict(
@@ -240,4 +242,5 @@ def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
                 prompts=r.prompts,
                 run_lengths=r.run_lengths,
                 visited=r.visited,
+                siblings=r.siblings,
             )

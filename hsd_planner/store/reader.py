@@ -111,6 +111,7 @@ def load_profile(
                 alpha=r.alpha,
                 run_lengths=r.run_lengths,
                 visited=r.visited,
+                siblings=r.siblings,  # A(k), k = 1..8; None: chains only for this pair
             )
             for r in rows
             if models[r.drafter_id].spec in have and models[r.verifier_id].spec in have

@@ -17,6 +17,7 @@ __all__ = [
     "hardware_row",
     "model_row",
     "pool_prompts",
+    "pool_siblings",
     "record_probe",
     "setting_row",
     "workload_row",
@@ -127,6 +128,31 @@ def _visited(rows: Sequence[Any]) -> list[list[float] | None] | None:
     return out
 
 
+def pool_siblings(rows: Sequence[Any]) -> list[float] | None:
+    """A(k), k = 1..K, pooled over per-prompt rows: ``sum siblings_sum[k - 1] / sum siblings_count``.
+
+    None when any prompt has no sums (the n-gram drafter, or a row measured before siblings
+    were): a curve over part of the prompts would not match the pair's alpha and run lengths.
+    Rows may repeat (a bootstrap resample). K is the shortest stored curve.
+
+    >>> from types import SimpleNamespace as R
+    >>> pool_siblings([R(siblings_sum=[1.0, 2.0], siblings_count=2), R(siblings_sum=[0.0, 1.0], siblings_count=2)])
+    [0.25, 0.75]
+    """
+    sums: list[list[float]] = []
+    total = 0
+    for r in rows:
+        k_sums, count = getattr(r, "siblings_sum", None), getattr(r, "siblings_count", None)
+        if not k_sums or count is None:
+            return None
+        sums.append(k_sums)
+        total += count
+    if total <= 0:
+        return None
+    k_max = min(len(k_sums) for k_sums in sums)
+    return [min(1.0, max(0.0, sum(k_sums[k] for k_sums in sums) / total)) for k in range(k_max)]
+
+
 def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, workload_id: int, setting_id: int) -> Acceptance | None:
     """(Re)compute the workload-level acceptance row of a pair from its per-prompt rows."""
     key = dict(drafter_id=drafter_id, verifier_id=verifier_id, workload_id=workload_id, setting_id=setting_id)
@@ -134,11 +160,15 @@ def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, wo
     if not rows:
         return None
     alpha, positions, run_lengths, visited = pool_prompts(rows)
+    siblings = pool_siblings(rows)
     agg = session.scalars(select(Acceptance).filter_by(**key)).first()
     if agg is None:
-        agg = Acceptance(**key, alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths, visited=visited)
+        agg = Acceptance(
+            **key, alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths, visited=visited, siblings=siblings
+        )
         session.add(agg)
     else:
         agg.alpha, agg.positions, agg.prompts, agg.run_lengths, agg.visited = alpha, positions, len(rows), run_lengths, visited
+        agg.siblings = siblings
     session.flush()
     return agg

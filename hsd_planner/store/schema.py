@@ -153,6 +153,9 @@ class AcceptancePrompt(_PairKey, Base):
     the g tokens from t are all accepted; ``run_count[g]`` counts those start positions.
     ``visit_sum[b - 1][g]`` and ``visit_count[b - 1]`` are the same weighted by how often a
     decoder drafting b tokens a round starts a round at t (see :mod:`hsd_planner.profiling.acceptance`).
+    ``siblings_sum[k - 1]`` adds a_t(k), the probability that one of k siblings drafted at t is
+    accepted, over ``siblings_count`` positions (:mod:`hsd_planner.profiling.siblings`; None for the
+    n-gram drafter, which drafts chains only, and for rows measured before siblings were).
     """
 
     __tablename__ = "acceptance_prompts"
@@ -165,6 +168,8 @@ class AcceptancePrompt(_PairKey, Base):
     run_count: Mapped[list[int]] = mapped_column(JSON)
     visit_sum: Mapped[list[list[float]] | None] = mapped_column(JSON, nullable=True)
     visit_count: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
+    siblings_sum: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
+    siblings_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Acceptance(_PairKey, Base):
@@ -173,7 +178,9 @@ class Acceptance(_PairKey, Base):
     ``alpha`` is the mean per-position acceptance; ``run_lengths[g]`` is P(G >= g), the
     probability that g consecutive drafted tokens are accepted (g = 0..64, ``run_lengths[0] = 1``),
     averaged over every start position; ``visited[b - 1][g]`` is P(G >= g), g = 0..b, over the
-    starts a decoder drafting b tokens a round visits (None where no start had room for b).
+    starts a decoder drafting b tokens a round visits (None where no start had room for b);
+    ``siblings[k - 1]`` is A(k), P(one of k siblings drawn without replacement is accepted), k = 1..8
+    (None: the n-gram drafter, or some prompt measured before siblings were).
     """
 
     __tablename__ = "acceptance"
@@ -184,6 +191,7 @@ class Acceptance(_PairKey, Base):
     prompts: Mapped[int] = mapped_column(Integer)
     run_lengths: Mapped[list[float]] = mapped_column(JSON)
     visited: Mapped[list[list[float] | None] | None] = mapped_column(JSON, nullable=True)
+    siblings: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 

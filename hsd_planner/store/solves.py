@@ -1,4 +1,8 @@
-"""Solving on the stored profile and storing the ranked plans (``hsd-plan solve``)."""
+"""Solving on the stored profile and storing the ranked plans (``hsd-plan solve``).
+
+Widths are a JSON list per plan: a number of tokens stays a number, a draft tree (only ever the
+first width) is stored as its text, ``"3x2x1"``; :func:`widths_from_json` reads either back.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,9 @@ import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
+from hsd_runtime.shape import TreeShape, Width, format_width, parse_width
+
+from ..errors import ChainError, StoreError
 from ..plan import SOLVE_DEFAULTS, Plan, Profile, SolveConfig, format_chain, predict, solve
 from ..plan.config import DEFAULT_CONTEXT
 from ..vocab import AcceptanceModel, Mode, PlanKind
@@ -18,7 +25,31 @@ from .reader import load_profile
 from .repo import get_or_create
 from .schema import ModelRow, PlanRow, Solve
 
-__all__ = ["PlanReport", "SolveReport", "solve_and_store"]
+__all__ = ["PlanReport", "SolveReport", "solve_and_store", "widths_from_json", "widths_to_json"]
+
+
+def widths_to_json(widths: Sequence[Width]) -> list[int | str]:
+    """Widths as stored and printed: numbers stay numbers, a tree becomes ``"3x2x1"``.
+
+    >>> widths_to_json([TreeShape((3, 2, 1)), 4])
+    ['3x2x1', 4]
+    """
+    return [w if isinstance(w, int) else format_width(w) for w in widths]
+
+
+def widths_from_json(values: Sequence[int | str]) -> list[Width]:
+    """The widths :func:`widths_to_json` wrote (a stored plan's ``widths``), trees as TreeShape.
+
+    >>> widths_from_json(["3x2x1", 4])
+    [TreeShape(branching=(3, 2, 1)), 4]
+    """
+    out: list[Width] = []
+    for v in values:
+        try:
+            out.append(v if isinstance(v, int) else parse_width(v))
+        except ChainError as exc:
+            raise StoreError(f"a stored plan has a width that cannot be read back: {exc}") from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -28,7 +59,7 @@ class PlanReport:
     id: int | None
     kind: PlanKind
     chain: list[str]
-    widths: list[int]
+    widths: list[Width]  # the first may be a draft tree
     predicted_ms_per_token: float
     predicted_mean_accepted_length: float
     predicted_speedup: float
@@ -47,7 +78,7 @@ class PlanReport:
         return format_chain(self.chain, self.widths)
 
     def to_dict(self) -> dict:
-        return dict(vars(self))
+        return {**vars(self), "widths": widths_to_json(self.widths)}
 
 
 @dataclass(frozen=True)
@@ -76,8 +107,9 @@ class SolveReport:
                 for k in ("solve_id", "target", "workload", "hardware", "mode", "temperature", "acceptance", "context_len")
             },
             **{
-                k: getattr(best, k)
-                for k in ("chain", "widths", "predicted_ms_per_token", "predicted_mean_accepted_length", "predicted_speedup")
+                k: v
+                for k, v in best.to_dict().items()
+                if k in ("chain", "widths", "predicted_ms_per_token", "predicted_mean_accepted_length", "predicted_speedup")
             },
             "plans": [p.to_dict() for p in self.plans],
         }
@@ -101,7 +133,7 @@ def solve_and_store(
     # the workload's own contexts unless one is named: each prompt plus half its continuation
     contexts: int | list[int] = c.context_len or source.contexts or DEFAULT_CONTEXT
     context_len = contexts if isinstance(contexts, int) else int(statistics.median(contexts))
-    solution = solve(profile, c.t_max, c.top_k, c.max_depth, c.acceptance, contexts, c.exclude, c.require)
+    solution = solve(profile, c.t_max, c.top_k, c.max_depth, c.acceptance, contexts, c.exclude, c.require, c.trees, c.tree_budget)
     ranked: list[tuple[Plan, PlanKind]] = [(p, "best" if i == 0 else "top") for i, p in enumerate(solution.top)]
     ranked += [(p, "single") for p in solution.singles] + [(solution.autoregressive, "autoregressive")]
     intervals = _intervals(bootstrap_profiles(engine, profile, source), [p for p, _ in ranked], c.acceptance, contexts)
@@ -127,16 +159,17 @@ def solve_and_store(
                 rank=rank,
                 kind=kind,
                 chain=list(plan.chain),
-                widths=list(plan.widths),
+                widths=widths_to_json(plan.widths),
                 predicted_ms_per_token=p.ms_per_token,
                 predicted_mean_accepted_length=p.mean_accepted_length,
                 predicted_speedup=p.speedup,
             )
-            interval = intervals[rank] if intervals else None
+            interval, pick = (intervals[rank], intervals[0]) if intervals else (None, None)
             if interval is not None:
                 pr.speedup_lo, pr.speedup_hi = interval
+            if interval is not None and pick is not None:
                 same_as_pick = (plan.chain, plan.widths) == (ranked[0][0].chain, ranked[0][0].widths)
-                pr.tied = not same_as_pick and interval[1] >= intervals[0][0]  # overlaps the pick's interval (rank 0)
+                pr.tied = not same_as_pick and interval[1] >= pick[0]  # overlaps the pick's interval (rank 0)
             s.add(pr)
             s.flush()
             plans.append(PlanReport.of(plan, kind, pr.id, interval, pr.tied))
@@ -156,12 +189,25 @@ def solve_and_store(
 
 def _intervals(
     profiles: list[Profile], plans: list[Plan], acceptance: AcceptanceModel, contexts: int | list[int]
-) -> list[tuple[float, float]] | None:
-    """Per plan, the 5th and 95th percentile of its predicted speed-up over the bootstrap profiles."""
+) -> list[tuple[float, float] | None] | None:
+    """Per plan, the 5th and 95th percentile of its predicted speed-up over the bootstrap profiles;
+    None for a tree plan whose sibling curve the resamples do not carry (a fixed curve would
+    shrink the interval to the upper levels' uncertainty and claim a certainty never measured)."""
     if not profiles:
         return None
-    out = []
+    out: list[tuple[float, float] | None] = []
     for plan in plans:
+        if not all(_predictable(b, plan) for b in profiles):
+            out.append(None)
+            continue
         speedups = [predict(b, plan.chain, plan.widths, acceptance, contexts).speedup for b in profiles]
         out.append((float(np.percentile(speedups, 5)), float(np.percentile(speedups, 95))))
     return out
+
+
+def _predictable(profile: Profile, plan: Plan) -> bool:
+    """Whether ``profile`` has what ``plan`` needs beyond run lengths: the first pair's sibling
+    curve when the first drafter drafts a tree."""
+    if not plan.widths or not isinstance(plan.widths[0], TreeShape):
+        return True
+    return (plan.chain[0], plan.chain[1]) in profile.siblings_curves()

@@ -143,10 +143,7 @@ def run_demo(
     say("\n2/3 solving")
     solved = solve_and_store(engine, target=config.models[-1], workload=prompts.name, config=SolveConfig())
     best = solved.best
-    say(
-        f"best: {' -> '.join(best.chain)} widths {best.widths}, predicted {best.predicted_ms_per_token:.1f} ms/token "
-        f"({best.predicted_speedup:.2f}x)"
-    )
+    say(f"best: {best.label}, predicted {best.predicted_ms_per_token:.1f} ms/token ({best.predicted_speedup:.2f}x)")
     say("\n3/3 validating on held-out prompts")
     solve, plans = select_plans(engine, (), "best")
     held_out = split(load_prompts(f.prompts), "validate", f.validate_prompts)

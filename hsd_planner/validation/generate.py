@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hsd_runtime import GenerationResult, ModelLoader, SamplingConfig, build_hierarchy, parse_chain
+from hsd_runtime.shape import Width
 
 from ..errors import PromptError
 from ..prompts import encode_prompt
+from ..store.solves import widths_to_json
 
 __all__ = ["CheckResult", "GenerateReport", "compare_tokens", "generate_text"]
 
@@ -41,7 +43,7 @@ class GenerateReport:
     """Everything ``hsd-plan generate`` prints."""
 
     chain: list[str]
-    widths: list[int]
+    widths: list[Width]
     text: str
     result: GenerationResult
     dtype: str
@@ -51,7 +53,7 @@ class GenerateReport:
     def to_dict(self) -> dict:
         return {
             "chain": self.chain,
-            "widths": self.widths,
+            "widths": widths_to_json(self.widths),  # a tree as "3x2x1"
             "text": self.text,
             "dtype": self.dtype,
             "device": self.device,
@@ -62,7 +64,7 @@ class GenerateReport:
 
 def generate_text(
     chain: str,
-    widths: list[int],
+    widths: list[Width],
     prompt: str,
     max_new_tokens: int,
     sampling: SamplingConfig,

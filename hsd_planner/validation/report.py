@@ -5,7 +5,10 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
+from hsd_runtime.shape import Width
+
 from ..plan import format_chain
+from ..store.solves import widths_to_json
 from ..vocab import AcceptanceModel, Mode, PlanKind
 
 __all__ = ["LevelResult", "PlanResult", "ValidationReport"]
@@ -38,7 +41,7 @@ class PlanResult:
     plan_id: int
     kind: PlanKind
     chain: list[str]
-    widths: list[int]
+    widths: list[Width]  # a tree (first drafter only) as a TreeShape
     predicted_ms_per_token: float
     measured_ms_per_token: float
     predicted_mean_accepted_length: float
@@ -67,6 +70,7 @@ class PlanResult:
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "levels"}
+        out["widths"] = widths_to_json(self.widths)  # a tree as "3x2x1"
         return {**out, "error": self.error, "speedup_error": self.speedup_error, "levels": [lv.to_dict() for lv in self.levels]}
 
 

@@ -26,14 +26,15 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime import HSDError, ModelLoader, SamplingConfig, build_hierarchy
+from hsd_runtime.shape import Width
 
 from ..errors import StoreError
-from ..plan import Profile, predict_over
-from ..plan.latency import expected_run_tokens
+from ..plan import Profile, predict_over, tokens_per_round
 from ..profiling.sources import check_source
 from ..prompts import PromptSet, encode_prompt
 from ..store import Hardware, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
 from ..store.reader import load_profile
+from ..store.solves import widths_from_json, widths_to_json
 from ..vocab import AcceptanceModel, PlanKind
 from .calibration import Calibration
 from .report import LevelResult, PlanResult, ValidationReport
@@ -107,10 +108,11 @@ def run_validation(
         stored = {m.spec: m.source_fingerprint for m in s.scalars(select(ModelRow))}
     for spec in {name for plan in plans for name in plan.chain}:
         check_source(spec, stored.get(spec))
+    widths = {plan.id: widths_from_json(plan.widths) for plan in plans}  # a stored tree "3x2x1" as a TreeShape
     built = {}
     for plan in plans:
         try:
-            built[plan.id] = build_hierarchy(plan.chain, plan.widths, loader)[0]
+            built[plan.id] = build_hierarchy(plan.chain, widths[plan.id], loader)[0]
         except HSDError as exc:
             raise StoreError(f"plan {plan.id} ({','.join(plan.chain)}) cannot be run: {exc}") from None
     target_model = loader.load(target)
@@ -133,14 +135,14 @@ def run_validation(
 
     measured = {p.id: statistics.median(r.ms_per_token for r in runs[p.id] if r.tokens) for p in plans}
     # predicted for generations of max_new_tokens, as they are run (the last round cut short)
-    predicted = {p.id: predict_over(profile, p.chain, p.widths, solve.acceptance_model, contexts, max_new_tokens) for p in plans}
+    predicted = {p.id: predict_over(profile, p.chain, widths[p.id], solve.acceptance_model, contexts, max_new_tokens) for p in plans}
     auto = next(p.id for p in plans if len(p.chain) == 1)
     results = [
         PlanResult(
             plan_id=plan.id,
             kind=plan.kind,
             chain=list(plan.chain),
-            widths=list(plan.widths),
+            widths=widths[plan.id],
             predicted_ms_per_token=predicted[plan.id].ms_per_token,
             measured_ms_per_token=measured[plan.id],
             predicted_mean_accepted_length=predicted[plan.id].mean_accepted_length,
@@ -149,7 +151,7 @@ def run_validation(
             measured_speedup=measured[auto] / measured[plan.id],
             prefill_ms=statistics.median(1000 * r.prefill_s for r in runs[plan.id]),
             tokens=sum(len(r.tokens) for r in runs[plan.id]),
-            levels=_levels(profile, plan, runs[plan.id], solve.acceptance_model),
+            levels=_levels(profile, plan.chain, widths[plan.id], runs[plan.id], solve.acceptance_model),
             measured_speedup_interval=_speedup_interval(runs[auto], runs[plan.id], len(encoded)),
             tied=plan.tied,
         )
@@ -175,19 +177,17 @@ def run_validation(
     return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
 
 
-def _levels(profile: Profile, plan: PlanRow, results: list, acceptance: AcceptanceModel) -> list[LevelResult]:
+def _levels(profile: Profile, chain: list[str], widths: list[Width], results: list, acceptance: AcceptanceModel) -> list[LevelResult]:
     """Per level: forward passes and acceptance, and tokens per round predicted vs measured."""
-    pairs = profile.pairs(acceptance)
+    predicted_rounds = tokens_per_round(profile, chain, widths, acceptance)  # E[X] per level, trees included
     out = []
-    for k, name in enumerate(plan.chain):
+    for k, name in enumerate(chain):
         stats = [r.levels[k] for r in results]
-        measured = predicted = None
+        measured = None
         if k > 0:
             below = [r.levels[k - 1] for r in results]
             rounds = sum(x.forward_passes for x in stats) or 1
             measured = (sum(x.accepted for x in below) + rounds) / rounds
-            runs = pairs.get((plan.chain[k - 1], name))
-            predicted = expected_run_tokens(runs, plan.widths[k - 1]) if runs else None
         out.append(
             LevelResult(
                 model=name,
@@ -195,7 +195,7 @@ def _levels(profile: Profile, plan: PlanRow, results: list, acceptance: Acceptan
                 proposed=sum(x.proposed for x in stats),
                 accepted=sum(x.accepted for x in stats),
                 measured_tokens_per_round=measured,
-                predicted_tokens_per_round=predicted,
+                predicted_tokens_per_round=predicted_rounds[k],
                 **{key: sum(getattr(x, key) for x in stats) for key in ("time_s", "forward_s", "cache_s", "draft_s", "verify_s")},
             )
         )
@@ -222,7 +222,7 @@ def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int
                     validation_id=v.id,
                     plan_id=p.plan_id,
                     chain=p.chain,
-                    widths=p.widths,
+                    widths=widths_to_json(p.widths),
                     predicted_ms_per_token=p.predicted_ms_per_token,
                     measured_ms_per_token=p.measured_ms_per_token,
                     error=p.error,

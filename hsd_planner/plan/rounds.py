@@ -1,0 +1,180 @@
+"""What one verification round yields, whatever drafted the batch it verifies.
+
+A round of level k over the batch of level k-1 commits X = A + 1 tokens, A the drafted tokens it
+accepts along one path. :class:`RoundLaw` holds P(A >= g) and answers every question the latency
+model and the solver ask of a round (E[X], P(X = x), the renewal m(t)); it is built from
+
+- :class:`RunLengths`, the accepted run length G of a chain (A = min(G, b) for a batch of b);
+- :class:`SiblingCurve`, A(k) for a draft tree (A = D, the accepted depth, P(D >= l) =
+  prod_{j<=l} A(b_j): each depth accepted independently, as in RSD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hsd_runtime.shape import TreeShape
+
+if TYPE_CHECKING:  # only named in signatures: latency imports this module
+    from .latency import Level
+
+__all__ = ["RoundLaw", "RunLengths", "SiblingCurve"]
+
+
+class RunLengths:
+    """The distribution of an accepted run length G, as P(G >= g) for g = 0, 1, 2, ...
+
+    ``survival`` is P(G >= g) over every start position. ``by_width[b - 1]``, when given, is
+    P(G >= g), g = 0..b, over the starts a decoder drafting b tokens a round visits (it skips the
+    starts inside long runs, so bursty acceptance yields fewer tokens per round than the plain
+    average suggests); every width-b question reads it, wider widths the widest table there is.
+    Beyond a stored tail, P(G >= g) continues geometrically with the ratio of its last two values
+    (0 when they are 0), so any width can be evaluated.
+    """
+
+    def __init__(self, survival: Sequence[float], by_width: Sequence[Sequence[float] | None] | None = None) -> None:
+        self._s = _survival(survival)
+        self._by_width = [None if t is None else _survival(t) for t in by_width or []]
+
+    @classmethod
+    def iid(cls, alpha: float, length: int = 65) -> RunLengths:
+        """P(G >= g) = alpha^g."""
+        return cls([alpha**g for g in range(length)])
+
+    @staticmethod
+    def of(level: Level) -> RunLengths:
+        """The acceptance of the level below by ``level``; every level above level 0 has one."""
+        if level.runs is None:
+            raise ValueError("a level above level 0 needs the acceptance of the level below (runs)")
+        return level.runs
+
+    @property
+    def alpha(self) -> float:
+        """P(G >= 1) over every start: the mean acceptance of a drafted token."""
+        return self.at_least(1)
+
+    def at_least(self, g: int, b: int | None = None) -> float:
+        """P(G >= g), over the starts a width-``b`` decoder visits when ``b`` is given and known."""
+        if g <= 0:
+            return 1.0
+        table = self._s
+        if b is not None and self._by_width:
+            table = self._by_width[min(b, len(self._by_width)) - 1] or self._s
+        if g < len(table):
+            return table[g]
+        ratio = table[-1] / table[-2] if len(table) >= 2 and table[-2] > 0 else 0.0
+        return table[-1] * ratio ** (g - len(table) + 1)
+
+    def tokens_per_round(self, b: int) -> list[float]:
+        """P(X = x) for x = 0..b+1 (index 0 unused) with X = min(G, b) + 1."""
+        return RoundLaw.chain(self, b).tokens()
+
+
+def _survival(values: Sequence[float]) -> list[float]:
+    """Clamp to [0, 1] and make non-increasing; P(G >= 0) must be 1."""
+    if not values or abs(values[0] - 1.0) > 1e-9:
+        raise ValueError("run lengths must start with P(G >= 0) = 1")
+    s = [min(1.0, max(0.0, float(v))) for v in values]
+    for g in range(1, len(s)):  # a survival function cannot increase
+        s[g] = min(s[g], s[g - 1])
+    return s
+
+
+class SiblingCurve:
+    """A(k), k = 1, 2, ...: P(one of k siblings drawn without replacement from the drafter is
+    accepted by the verifier's recursive rejection sampling); A(1) is alpha.
+
+    Values are clamped to [0, 1] and made non-decreasing: one more sibling can only add a chance,
+    so a dip is estimation noise and must not make the solver prefer fewer siblings. Beyond the
+    last stored k the curve stays at its last value (no gain claimed that was not measured).
+
+    >>> curve = SiblingCurve([0.4, 0.6, 0.55])
+    >>> curve.at(1), curve.at(3), curve.at(8)
+    (0.4, 0.6, 0.6)
+    """
+
+    def __init__(self, values: Sequence[float]) -> None:
+        if not values:
+            raise ValueError("a sibling-acceptance curve needs at least A(1)")
+        a = [min(1.0, max(0.0, float(v))) for v in values]
+        for k in range(1, len(a)):
+            a[k] = max(a[k], a[k - 1])
+        self._a = tuple(a)
+
+    @staticmethod
+    def of(level: Level) -> SiblingCurve:
+        """How ``level`` accepts the siblings of the tree below it; a tree needs one."""
+        if level.siblings is None:
+            raise ValueError("a level above a draft tree needs the sibling-acceptance curve of the level below (siblings)")
+        return level.siblings
+
+    @property
+    def values(self) -> tuple[float, ...]:
+        """A(1), A(2), ... as stored (after clamping)."""
+        return self._a
+
+    def at(self, k: int) -> float:
+        """A(k) for k >= 1 siblings."""
+        if k < 1:
+            raise ValueError(f"a node has at least one child, got {k}")
+        return self._a[min(k, len(self._a)) - 1]
+
+    def __repr__(self) -> str:
+        return f"SiblingCurve({list(self._a)})"
+
+
+@dataclass(frozen=True)
+class RoundLaw:
+    """What one verification round yields: X = A + 1 tokens, A the drafted tokens accepted.
+
+    ``accepted[g]`` = P(A >= g) for g = 0..depth, depth the drafted tokens on the longest path
+    (b for a chain batch, L for a tree); every question about a round (E[X], P(X = x), the
+    renewal m(t)) is answered from it alone, whatever drafted the batch.
+    """
+
+    accepted: tuple[float, ...]
+
+    @classmethod
+    def chain(cls, runs: RunLengths, b: int) -> RoundLaw:
+        """A chain batch of ``b``: A = min(G, b)."""
+        return cls(tuple(runs.at_least(g, b) for g in range(b + 1)))
+
+    @classmethod
+    def tree(cls, shape: TreeShape, siblings: SiblingCurve) -> RoundLaw:
+        """A tree: A = D, P(D >= l) = prod_{j<=l} A(b_j) (each depth accepted independently).
+
+        >>> RoundLaw.tree(TreeShape((2, 1)), SiblingCurve([0.5, 0.75])).accepted
+        (1.0, 0.75, 0.375)
+        """
+        s = [1.0]
+        for b in shape.branching:
+            s.append(s[-1] * siblings.at(b))
+        return cls(tuple(s))
+
+    @property
+    def mean(self) -> float:
+        """E[X] = sum_{g>=0} P(X > g) = sum_{g=0..depth} P(A >= g): tokens per round."""
+        return sum(self.accepted)
+
+    def tokens(self) -> list[float]:
+        """P(X = x) for x = 0..depth+1 (index 0 unused)."""
+        s, depth = self.accepted, len(self.accepted) - 1
+        px = [0.0] * (depth + 2)
+        for x in range(1, depth + 1):
+            px[x] = s[x - 1] - s[x]
+        px[depth + 1] = s[depth]
+        return px
+
+    def rounds(self, t_max: int) -> list[float]:
+        """m(t) for t = 0..t_max: expected rounds until ``t`` tokens are held.
+
+        m(t) = 1 + sum_x P(X = x) m(t - x), m(t <= 0) = 0.
+        """
+        px = self.tokens()
+        top = len(px) - 1  # the most tokens one round yields
+        m = [0.0] * (t_max + 1)
+        for u in range(1, t_max + 1):
+            m[u] = 1.0 + sum(px[x] * m[u - x] for x in range(1, min(top, u - 1) + 1))
+        return m
