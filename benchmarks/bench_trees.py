@@ -49,7 +49,7 @@ FAMILIES = {
     "qwen": ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "bf16"),
 }
 # budget N -> the draft shapes with exactly N nodes that are compared (the chain first)
-BUDGETS = {6: ["6", "3x1", "2x2", "6x1"], 12: ["12", "4x2", "3x3", "2x1x1x1x1x1"]}
+BUDGETS = {6: ["6", "6x", "3x1", "2x2", "2x1x1"], 12: ["12", "6x1", "4x2", "3x3", "2x1x1x1x1x1"]}
 MODES = {"greedy": SamplingConfig(mode="greedy"), "T=1": SamplingConfig(mode="sample", temperature=1.0)}
 
 

@@ -3,7 +3,9 @@
 A tree shape with constant branching ``b = (b_1, ..., b_L)`` (RSD-C, Jeon et al. 2024) drafts
 ``b_1`` children under the root, ``b_2`` under each of those, and so on:
 ``N = sum_l prod_{j<=l} b_j`` nodes. The root is the last committed token; depth 1 holds the
-candidates for the next position. A chain of width T is the shape ``1x1x...x1`` (T ones).
+candidates for the next position. A chain of width T is the shape ``1x1x...x1`` (T ones). A tree
+one level deep is written with a trailing ``x``: ``4x`` is 4 candidates for the next token (``4``
+alone is a chain of 4 tokens).
 """
 
 from __future__ import annotations
@@ -54,24 +56,28 @@ class TreeShape:
         return all(b == 1 for b in self.branching)
 
     def __str__(self) -> str:
-        return "x".join(map(str, self.branching))
+        text = "x".join(map(str, self.branching))
+        return text + "x" if self.depth == 1 else text  # "4x": a tree, never the chain width "4"
 
 
 Width = int | TreeShape  # what one level hands upward: T tokens, or (level 0 only) a tree
 
 
 def parse_width(text: str) -> Width:
-    """``"6"`` -> 6, ``"3x2x1"`` -> TreeShape((3, 2, 1)).
+    """``"6"`` -> 6, ``"3x2x1"`` -> TreeShape((3, 2, 1)), ``"4x"`` -> TreeShape((4,)).
 
-    >>> parse_width("4"), str(parse_width("3x2x1")), parse_width("2x2").nodes
-    (4, '3x2x1', 6)
+    >>> parse_width("4"), str(parse_width("3x2x1")), parse_width("2x2").nodes, str(parse_width("4x"))
+    (4, '3x2x1', 6, '4x')
     """
     text = text.strip().lower()
     parts = text.split("x")
+    tree = len(parts) > 1
+    if tree and parts[-1] == "" and len(parts) == 2:
+        parts = parts[:-1]  # "4x": a tree one level deep
     if not text or not all(p.isascii() and p.isdigit() for p in parts):
-        raise ChainError(f"width {text!r} is neither a number nor a tree shape like 3x2x1")
+        raise ChainError(f"width {text!r} is neither a number nor a tree shape like 3x2x1 (or 4x: 4 candidates, one level)")
     values = tuple(int(p) for p in parts)
-    if len(values) == 1:
+    if not tree:
         return values[0]
     if any(v < 1 or v > MAX_WIDTH for v in values):
         raise ChainError(f"tree shape {text!r}: every branching factor must be in 1..{MAX_WIDTH}")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hsd_planner.prompts import encode_prompt
-from hsd_runtime import ModelLoader, build_hierarchy
+from hsd_runtime import ModelLoader, TreeShape, build_hierarchy
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +29,8 @@ def loader():
     [
         (["ngram", "smollm2-135m:layers=4", "smollm2-135m"], [4, 2]),
         (["smollm2-135m:layers=8", "smollm2-135m"], [3]),
+        (["smollm2-135m:layers=8", "smollm2-135m"], [TreeShape((3, 2, 1))]),
+        (["smollm2-135m:layers=4", "smollm2-135m:layers=16", "smollm2-135m"], [TreeShape((2, 2)), 3]),
     ],
 )
 def test_smollm2_greedy_hierarchy_equals_target_greedy(loader, chain, widths):
@@ -57,22 +59,27 @@ def test_second_load_of_smollm2_is_fast(loader):
 
 def test_gemma3_loads_and_generates():
     loader = ModelLoader(device="cpu", dtype="fp32")
-    hierarchy, tokenizer = build_hierarchy(["gemma3-270m:layers=6", "gemma3-270m"], [3], loader)
-    target, _ = build_hierarchy(["gemma3-270m"], [], loader)
+    target, tokenizer = build_hierarchy(["gemma3-270m"], [], loader)
     ids = encode_prompt(tokenizer, "The capital of France is")
-    result = hierarchy.generate(ids, 12)
-    assert len(result.tokens) >= 1 and result.tokens == target.generate(ids, 12).tokens
+    reference = target.generate(ids, 12).tokens
+    for widths in ([3], [TreeShape((2, 2))]):  # a chain, and a tree (sliding-window layers settle by cropping)
+        hierarchy, _ = build_hierarchy(["gemma3-270m:layers=6", "gemma3-270m"], widths, loader)
+        result = hierarchy.generate(ids, 12)
+        assert len(result.tokens) >= 1 and result.tokens == reference
 
 
-def test_generate_command_as_a_user_runs_it():
+@pytest.mark.parametrize(
+    "chain, widths", [("ngram,smollm2-135m:layers=8,smollm2-135m", "4,2"), ("smollm2-135m:layers=8,smollm2-135m", "3x2x1")]
+)
+def test_generate_command_as_a_user_runs_it(chain, widths):
     out = subprocess.run(
         [
             "hsd-plan",
             "generate",
             "--chain",
-            "ngram,smollm2-135m:layers=8,smollm2-135m",
+            chain,
             "--widths",
-            "4,2",
+            widths,
             "--prompt",
             "Name the planets of the solar system.",
             "--max-new-tokens",

@@ -46,9 +46,11 @@ def test_shapes_parse_and_count_their_nodes():
     assert isinstance(shape, TreeShape) and shape.branching == (3, 2, 1)
     assert shape.frontiers == [1, 3, 6, 6] and shape.nodes == 15 and shape.depth == 3 and str(shape) == "3x2x1"
     assert parse_width("6") == 6 and parse_width("1x1").is_chain
+    one_level = parse_width("4x")  # a tree one level deep: never the chain width 4
+    assert one_level == TreeShape((4,)) and str(one_level) == "4x" and parse_width(str(one_level)) == one_level
 
 
-@pytest.mark.parametrize("text", ["3x", "x2", "3x0", "a", "3x2x-1", "", "8x8x8"])
+@pytest.mark.parametrize("text", ["3xx", "x2", "3x0", "a", "3x2x-1", "", "8x8x8", "2x2x", "x"])
 def test_bad_shapes_are_refused(text):
     with pytest.raises(ChainError):
         parse_width(text)
@@ -265,3 +267,10 @@ def test_greedy_tree_verification_walks_the_argmax():
     assert verify_tree_greedy(tree, [5, 9, 6, 8]) == ([b, c], 8)
     assert verify_tree_greedy(tree, [7, 0, 0, 0]) == ([], 7)
     assert a == 0 and SamplingConfig().greedy
+
+
+def test_a_one_level_tree_is_stored_and_read_back_as_a_tree():
+    from hsd_planner.store.solves import widths_from_json, widths_to_json
+
+    widths = [TreeShape((2,)), 3]
+    assert widths_to_json(widths) == ["2x", 3] and widths_from_json(widths_to_json(widths)) == widths

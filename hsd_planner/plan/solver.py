@@ -68,7 +68,7 @@ def tree_shapes(max_depth: int, budget: int) -> list[TreeShape]:
     ``max_depth``, at most ``budget`` nodes; shallowest first.
 
     >>> [str(s) for s in tree_shapes(2, 6)]
-    ['2', '3', '4', '2x1', '2x2', '3x1']
+    ['2x', '3x', '4x', '2x1', '2x2', '3x1']
     """
     out: list[TreeShape] = []
 
