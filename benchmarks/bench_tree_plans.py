@@ -7,7 +7,10 @@ A(k) come with the acceptance profile), ``hsd-plan solve --top K`` with trees al
 and autoregressive decoding, interleaved in one run. Reported: each plan's predicted and measured
 speed-up, the measured ratio pick / best chain, and the speed-up error of tree plans.
 
-    python -m benchmarks.bench_tree_plans --family qwen --workloads humaneval,translation --mode sample
+    python -m benchmarks.bench_tree_plans --family qwen --workloads humaneval,translation,qa --mode sample \
+        --prompts 4 --validate-prompts 3 --new-tokens 40
+    python -m benchmarks.bench_tree_plans --family qwen --workloads translation,qa --mode sample --dtype fp32 \
+        --prompts 4 --validate-prompts 3 --new-tokens 40
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ def run_workload(args: argparse.Namespace, workload: str, db: Path) -> dict:
         "1,2,4,8,16,32",
         "--repeats",
         "3",
+        "--dtype",
+        args.dtype,
         *common,
     )
     solved = cli("solve", "--top", "30", *mode, *common)
@@ -69,7 +74,9 @@ def run_workload(args: argparse.Namespace, workload: str, db: Path) -> dict:
     validated = cli(
         "validate", *flags, *source, "--max-prompts", str(args.validate_prompts), "--max-new-tokens", str(args.new_tokens), *common
     )
-    by_id = {p["plan_id"]: p for p in validated["plans"]}
+    # validate runs each distinct (chain, widths) once: the pick may be autoregressive decoding itself
+    by_key = {(tuple(p["chain"]), tuple(p["widths"])): p for p in validated["plans"]}
+    by_id = {p["id"]: by_key[(tuple(p["chain"]), tuple(p["widths"]))] for p in plans if p["id"] in ids}
 
     def row(p: dict | None) -> dict | None:
         if p is None:
@@ -100,16 +107,17 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=6, help="profiling prompts")
     ap.add_argument("--validate-prompts", type=int, default=4)
     ap.add_argument("--new-tokens", type=int, default=48)
+    ap.add_argument("--dtype", default="auto", help="the models' dtype (auto: bf16 where native)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/tree_plans"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
     for workload in args.workloads.split(","):
-        db = args.out / f"{args.family}-{args.mode}-{workload}.db"  # one database per workload: resumable
+        db = args.out / f"{args.family}-{args.mode}-{args.dtype}-{workload}.db"  # one database per workload: resumable
         results[workload] = run_workload(args, workload, db)
         print(json.dumps({workload: results[workload]}, indent=1), flush=True)
     meta = {"machine": machine(), "cpu_capability": cpu_capability(), "args": {k: str(v) for k, v in vars(args).items()}}
-    path = args.out / f"{args.family}-{args.mode}.json"
+    path = args.out / f"{args.family}-{args.mode}-{args.dtype}.json"
     path.write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     print(f"wrote {path}")
 

@@ -13,7 +13,7 @@ one run of this script).
 ``--mask-cost`` instead times the verifier's pass of n tokens as a chain (causal) and as a tree of n
 nodes (4-D mask, per-node positions), interleaved, to check that the mask adds no cost.
 
-    python -m benchmarks.bench_trees --family qwen --mask-cost
+    python -m benchmarks.bench_trees --family qwen --mask-cost [--dtype fp32]
 """
 
 from __future__ import annotations
@@ -98,9 +98,11 @@ def main() -> None:
     ap.add_argument("--budgets", default="6,12")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/trees"))
     ap.add_argument("--mask-cost", action="store_true", help="time chain vs tree verification passes only")
+    ap.add_argument("--dtype", default=None, help="override the family's dtype (fp32, bf16)")
     args = ap.parse_args()
 
     drafter, target, dtype = FAMILIES[args.family]
+    dtype = args.dtype or dtype
     loader = ModelLoader(device="cpu", dtype=dtype)
     if args.mask_cost:
         for name in (drafter, target):
