@@ -46,6 +46,8 @@ class CachedModel:
         self.width = logits_width
         self.stats = stats
         self.device = next(model.parameters()).device
+        # the activations' dtype, for the additive tree mask (an int8 copy computes in fp32 like its embeddings)
+        self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
         self.reset()
 
     def reset(self) -> None:
@@ -166,8 +168,7 @@ class CachedModel:
         if new:
             linear = len(seq)
             positions = list(range(linear - len(tail), linear)) + tree_positions(tree, linear)[first:]
-            dtype = next(p.dtype for p in self.model.parameters() if p.is_floating_point())  # the activations' dtype
-            mask = tree_mask(tree, linear, len(tail), first, dtype, self.device)
+            mask = tree_mask(tree, linear, len(tail), first, self.dtype, self.device)
             rows = self._run(new, len(new), attention_mask=mask, position_ids=torch.tensor([positions], device=self.device))
             if tail:
                 self._last = rows[len(tail) - 1 : len(tail)]

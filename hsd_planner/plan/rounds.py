@@ -67,10 +67,6 @@ class RunLengths:
         ratio = table[-1] / table[-2] if len(table) >= 2 and table[-2] > 0 else 0.0
         return table[-1] * ratio ** (g - len(table) + 1)
 
-    def tokens_per_round(self, b: int) -> list[float]:
-        """P(X = x) for x = 0..b+1 (index 0 unused) with X = min(G, b) + 1."""
-        return RoundLaw.chain(self, b).tokens()
-
 
 def _survival(values: Sequence[float]) -> list[float]:
     """Clamp to [0, 1] and make non-increasing; P(G >= 0) must be 1."""
