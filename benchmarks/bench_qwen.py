@@ -99,7 +99,7 @@ def stage_validate(args, engine, loader) -> dict:
         solved = solve_and_store(engine, target=TARGET, workload=name, config=SolveConfig(top_k=5))
         solve, plans = select_plans(engine, (), "all")
         assert solve.id == solved.solve_id
-        report = run_validation(engine, loader, solve, plans, held, args.new_tokens, 1)
+        report = run_validation(engine, loader, solve, plans, held, args.new_tokens, args.repeats)
         reports[name] = report.to_dict()
         row = _summary_row(name, reports[name])
         print(f"[validate] {json.dumps(row)}", flush=True)
@@ -114,6 +114,7 @@ def _summary_row(name: str, report: dict) -> dict:
     single = min(singles, key=lambda p: p["measured_ms_per_token"])
     fastest = min(plans, key=lambda p: p["measured_ms_per_token"])
     errors = [abs(p["predicted_speedup"] / p["measured_speedup"] - 1) for p in plans if p is not auto]
+    calibrated = [abs(p["calibrated_speedup_error"]) for p in plans if p is not auto and p.get("calibrated_speedup_error") is not None]
     return {
         "workload": name,
         "plans": len(plans),
@@ -126,6 +127,8 @@ def _summary_row(name: str, report: dict) -> dict:
         "fastest": _plan_name(fastest),
         "fastest_over_best_single": single["measured_ms_per_token"] / fastest["measured_ms_per_token"],
         "median_abs_speedup_error": statistics.median(errors),
+        "median_abs_speedup_error_calibrated": statistics.median(calibrated) if calibrated else None,
+        "pick_cal_speedup": pick.get("calibrated_speedup"),
         "median_abs_error": report["median_abs_error"],
         "median_abs_error_calibrated": report["median_abs_error_calibrated"],
         "drift": report["drift"],
@@ -240,16 +243,19 @@ def _print_tables(result: dict) -> None:
             print(f"| {name} | {run['prompts']} | {run['wall_s'] / 60:.1f} min |")
     if "validate" in result:
         print(
-            "\n| workload | plans | solver's pick | predicted / measured speed-up | best single drafter (measured) | pick over best single |"
-            " fastest plan measured | median abs speed-up error | median abs error raw / calibrated | regret (untied) |"
+            "\n| workload | plans | solver's pick | speed-up predicted / calibrated / measured | best single drafter (measured) |"
+            " pick over best single | fastest plan measured | median abs speed-up error as profiled / calibrated |"
+            " median abs error raw / calibrated | regret (untied) |"
         )
         print("|---|---|---|---|---|---|---|---|---|---|")
         for name, report in result["validate"].items():
             r = _summary_row(name, report)
+            cal = "-" if r["pick_cal_speedup"] is None else f"{r['pick_cal_speedup']:.2f}x"
+            cal_err = "-" if r["median_abs_speedup_error_calibrated"] is None else f"{r['median_abs_speedup_error_calibrated']:.1%}"
             print(
-                f"| {name} | {r['plans']} | {r['pick']} | {r['pick_pred_speedup']:.2f}x / {r['pick_meas_speedup']:.2f}x | "
+                f"| {name} | {r['plans']} | {r['pick']} | {r['pick_pred_speedup']:.2f}x / {cal} / {r['pick_meas_speedup']:.2f}x | "
                 f"{r['best_single']} ({r['best_single_meas_speedup']:.2f}x) | {r['pick_over_best_single']:.2f}x | "
-                f"{r['fastest']} ({r['fastest_over_best_single']:.2f}x best single) | {r['median_abs_speedup_error']:.1%} | "
+                f"{r['fastest']} ({r['fastest_over_best_single']:.2f}x best single) | {r['median_abs_speedup_error']:.1%} / {cal_err} | "
                 f"{r['median_abs_error']:.1%} / {r['median_abs_error_calibrated']:.1%} | {r['regret']:.1%} ({r['regret_untied']:.1%}) |"
             )
     if "hf" in result:
@@ -271,6 +277,7 @@ def main() -> None:
     ap.add_argument("--per-category-validate", type=int, default=3)
     ap.add_argument("--workloads", type=int, default=6, help="the first N workloads (HumanEval first)")
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=1, help="validation runs of every plan on every held-out prompt")
     ap.add_argument(
         "--constant", type=lambda s: [int(x) for x in s.split(",")], default=[3, 6], help="HF constant num_assistant_tokens tried"
     )

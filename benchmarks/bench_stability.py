@@ -48,7 +48,7 @@ def profile_and_validate(db: Path, rounds: int, loader: ModelLoader, dtype: str)
     db.unlink(missing_ok=True)
     engine = open_engine(str(db))
     prompts = split(load_prompts(FAMILY.prompts), "profile", FAMILY.max_prompts)
-    config = FAMILY.profile_config(dtype, repeats=rounds)
+    config = FAMILY.profile_config(dtype, rounds=rounds)
     t0 = time.perf_counter()
     run_profile(engine, config, prompts, loader)
     profile_s = time.perf_counter() - t0

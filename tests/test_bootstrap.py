@@ -47,16 +47,78 @@ def test_no_interval_without_per_prompt_rows():
     assert resample_profiles(base, {}, count=10) == []
 
 
-def test_calibration_scales_predictions_by_the_measured_drift():
+def test_calibration_scales_each_model_by_its_drift_at_each_pass_size():
     from hsd_planner.validation.calibration import Calibration
+
+    profile = Profile(
+        target="t",
+        models=[
+            {"name": "ngram", "latency": {64: {1: 0.2, 8: 0.2}}, "lookup": True},
+            {"name": "d", "latency": {64: {1: 2.0, 8: 2.5}}},
+            {"name": "t", "latency": {64: {1: 20.0, 2: 22.0, 8: 30.0, 16: 50.0}, 512: {1: 40.0, 8: 60.0}}},
+        ],
+        acceptance=[{"drafter": "ngram", "verifier": "t", "alpha": 0.8}],
+    )
+    at = 64
+    now = {"t": {1: 26.0, 8: 33.0}, "d": {1: 2.0, 8: 2.5}}  # the target 1.3x slower at n = 1, 1.1x at n = 8; d unchanged
+    calibration = Calibration(profile, {m: (lambda n, m=m: now[m][n]) for m in now}, at)
+    assert calibration.factor("t", 1) == 1.0  # no sample yet: no drift
+    calibration.measure(rounds=3)
+    assert abs(calibration.factor("t", 1) - 1.3) < 1e-12 and abs(calibration.factor("t", 8) - 1.1) < 1e-12
+    assert abs(calibration.factor("t", 16) - 1.1) < 1e-12  # held beyond 8
+    assert abs(calibration.factor("t", 2) - 1.3 ** (2 / 3) * 1.1 ** (1 / 3)) < 1e-12  # log-linear: log2(2) / log2(8) = 1/3
+    assert calibration.factor("d", 4) == 1.0 and calibration.factor("ngram", 4) == 1.0
+    assert abs(calibration.drift - (1.3 * 1.1) ** 0.5) < 1e-12
+    scaled = calibration.apply(profile)
+    t = scaled.model("t").latency.points
+    assert abs(t[64][1] - 26.0) < 1e-9 and abs(t[64][8] - 33.0) < 1e-9 and abs(t[512][1] - 52.0) < 1e-9 and abs(t[64][16] - 55.0) < 1e-9
+    assert scaled.model("d").latency.points == profile.model("d").latency.points
+    assert profile.model("t").latency.points[64][1] == 20.0  # the profile itself is untouched
+    # single tokens slowed down more than passes of 8: the curve is flatter now, so a plan verifying
+    # 8 tokens a round gains more over autoregressive decoding than the profile promised
+    raw = predict(profile, ["ngram", "t"], [7], "iid", 64)
+    cal = predict(scaled, ["ngram", "t"], [7], "iid", 64)
+    assert cal.speedup > 1.1 * raw.speedup
+
+
+def test_calibrated_figures_in_the_report():
+    from dataclasses import replace
+
+    import pytest
+
+    from hsd_planner.cli.render import format_validation
     from hsd_planner.validation.report import PlanResult, ValidationReport
 
-    profile = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 20.0, 8: 30.0}, 512: {1: 40.0, 8: 60.0}}}])
-    now = {1: 26.0, 8: 36.0}  # 1.3x and 1.2x slower than profiled at context 64
-    calibration = Calibration(profile, None, context_len=100, timer=lambda n: now[n])
-    calibration.measure(rounds=3)
-    assert calibration.context_len == 64 and abs(calibration.drift - (1.3 * 1.2) ** 0.5) < 1e-12
-    plan = PlanResult(1, "autoregressive", ["t"], [], 20.0, 25.0, 1.0, 1.0, 1.0, 1.0, 1.0, 8, [])
-    report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [plan], 1, drift=calibration.drift)
-    assert abs(report.median_abs_error - 0.2) < 1e-12  # raw: 20 predicted, 25 measured
-    assert abs(report.median_abs_error_calibrated - abs(20.0 * calibration.drift / 25.0 - 1.0)) < 1e-12
+    auto = PlanResult(
+        1, "autoregressive", ["t"], [], 20.0, 25.0, 1.0, 1.0, 1.0, 1.0, 1.0, 8, [], calibrated_ms_per_token=26.0, calibrated_speedup=1.0
+    )
+    plan = PlanResult(
+        2, "best", ["d", "t"], [4], 10.0, 10.0, 2.0, 2.0, 2.0, 2.5, 1.0, 8, [], calibrated_ms_per_token=10.5, calibrated_speedup=26.0 / 10.5
+    )
+    report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, plan], 2)
+    assert abs(report.median_abs_error - 0.1) < 1e-12  # raw: |20/25 - 1| = 0.2 and 0
+    assert abs(report.median_abs_error_calibrated - (0.04 + 0.05) / 2) < 1e-12
+    assert abs(report.median_abs_speedup_error - abs(2.0 / 2.5 - 1)) < 1e-12  # autoregressive decoding is not counted
+    assert abs(report.median_abs_speedup_error_calibrated - abs(26.0 / 10.5 / 2.5 - 1)) < 1e-12
+    assert report.to_dict()["plans"][1]["calibrated_speedup_error"] == plan.calibrated_speedup_error
+    # the pick's calibrated speed-up is 24% above the profile's: the report says the machine changed state
+    assert report.state_changed and report.target_ratios == {}
+    reference = {"models": {"t": {"profiled_ms": {"1": 20.0, "8": 30.0}, "samples_ms": {"1": [26.0, 26.0], "8": [33.0, 33.0]}}}}
+    noted = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, plan], 2, calibration=reference)
+    assert noted.target_ratios == pytest.approx({1: 1.3, 8: 1.1})
+    assert "another state" in format_validation(noted)
+    same = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, replace(plan, calibrated_speedup=2.05)], 2)
+    assert not same.state_changed and "another state" not in format_validation(same)
+
+
+def test_a_run_is_calibrated_by_the_reference_rounds_around_it():
+    from hsd_planner.validation.calibration import Calibration
+
+    profile = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 20.0, 8: 30.0}}}])
+    states = iter([20.0, 30.0] * 2 + [30.0, 33.0] * 2)  # two rounds as profiled, then two in a slower state
+    calibration = Calibration(profile, {"t": lambda n: next(states)}, 64)
+    assert calibration.measure(rounds=2) == 1 and calibration.measure(rounds=2) == 3
+    assert calibration.factor("t", 1, at=[0, 1]) == 1.0 and calibration.factor("t", 8, at=[0, 1]) == 1.0
+    assert abs(calibration.factor("t", 1, at=[2, 3]) - 1.5) < 1e-12 and abs(calibration.factor("t", 8, at=[2, 3]) - 1.1) < 1e-12
+    assert abs(calibration.ratio("t", 1) - 1.25) < 1e-12  # every round: the median of 20, 20, 30, 30
+    assert abs(calibration.apply(profile, at=[2, 3]).model("t").latency.points[64][1] - 30.0) < 1e-9

@@ -115,3 +115,25 @@ def test_continuations_are_drafted_by_the_drafter_predicted_fastest():
     other = _Candidate(parse_spec("b"), object(), row_id=4)  # not measured against it yet: borrow the last acceptance
     curves[4] = _flat(100.0, 110.0)
     assert assist.choose([bad, good], other) is None
+
+
+def test_latency_rounds_spread_over_the_acceptance_passes(tiny_dirs, tmp_path, isolated_db, monkeypatch):
+    """Half the rounds before acceptance, the rest between the verifiers' passes, none lost."""
+    seen = []
+    acceptance = runner._acceptance_for_verifier
+
+    def recording(engine, *args, **kwargs):
+        with Session(engine) as s:
+            seen.append(sorted({len(r.samples_ms) for r in s.scalars(select(Latency))}))
+        return acceptance(engine, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "_acceptance_for_verifier", recording)
+    models = ["ngram", str(tiny_dirs["draft"]), str(tiny_dirs["target"])]
+    config = ProfileConfig(models=models, latency_grid=[1, 2], context_lens=[8], repeats=5, max_new_tokens=4)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
+    engine = open_engine(str(isolated_db))
+    run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
+    assert seen == [[3], [4]]  # two verifiers: 3 rounds first, one after the first verifier
+    with Session(engine) as s:
+        assert min(len(r.samples_ms) for r in s.scalars(select(Latency))) >= 5  # noisy points get more

@@ -69,6 +69,22 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
         regret = conn.execute("SELECT regret FROM validations WHERE id = ?", (report["validation_id"],)).fetchone()[0]
     assert sorted(stored) == sorted((p["plan_id"], p["measured_ms_per_token"], p["error"]) for p in report["plans"])
     assert regret == pytest.approx(report["regret"])
+    # every model the plans run has reference passes, and the calibrated predictions are stored beside the raw ones
+    models = {n for p in report["plans"] for n in p["chain"] if n != "ngram"}
+    assert set(report["calibration"]["models"]) == models
+    runs = len(report["plans"]) * 3  # 3 prompts, one repeat
+    assert all(
+        len(s) == 3 + runs for m in report["calibration"]["models"].values() for s in m["samples_ms"].values()
+    )  # 3 before, 1 per run
+    with sqlite3.connect(isolated_db) as conn:
+        calibrated = dict(
+            conn.execute("SELECT plan_id, calibrated_ms_per_token FROM validation_runs WHERE validation_id = ?", (report["validation_id"],))
+        )
+        summary = conn.execute(
+            "SELECT median_abs_speedup_error_calibrated FROM validations WHERE id = ?", (report["validation_id"],)
+        ).fetchone()[0]
+    assert calibrated == {p["plan_id"]: pytest.approx(p["calibrated_ms_per_token"]) for p in report["plans"]}
+    assert summary == pytest.approx(report["median_abs_speedup_error_calibrated"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -48,7 +48,11 @@ _D = ProfileConfig.model_fields
     help="Cached context lengths to time at; auto: 64, 512 and the longest prompt plus continuation when longer.",
 )
 @click.option(
-    "--repeats", type=click.IntRange(min=1), default=_D["repeats"].default, show_default=True, help="Timed passes per point (median kept)."
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=_D["repeats"].default,
+    show_default=True,
+    help="Interleaved latency rounds: timed passes per point (median kept).",
 )
 @click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")

@@ -203,21 +203,32 @@ def format_validation(report: ValidationReport) -> str:
     lines = [
         f"target {report.target}: {report.prompt_count} held-out prompts of {report.prompts}, "
         f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}",
-        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/m':>13} {'measured 90%':>13} "
+        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'cal ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/c/m':>18} {'measured 90%':>13} "
         f"{'accepted p/m':>13}  hierarchy",
     ]
     for p in report.plans:
         interval = p.measured_speedup_interval
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}" if interval else "-"
+        cal_ms = f"{p.calibrated_ms_per_token:>8.2f}" if p.calibrated_ms_per_token is not None else f"{'-':>8}"
+        cal_up = f"{p.calibrated_speedup:.2f}" if p.calibrated_speedup is not None else "-"
         lines.append(
-            f"{p.plan_id:>5} {p.kind:<15} {p.predicted_ms_per_token:>8.2f} {p.measured_ms_per_token:>8.2f} "
-            f"{p.error:>+7.1%} {p.predicted_speedup:>6.2f}/{p.measured_speedup:<6.2f} {spread:>13} "
+            f"{p.plan_id:>5} {p.kind:<15} {p.predicted_ms_per_token:>8.2f} {cal_ms} {p.measured_ms_per_token:>8.2f} "
+            f"{p.error:>+7.1%} {f'{p.predicted_speedup:.2f}/{cal_up}/{p.measured_speedup:.2f}':>18} {spread:>13} "
             f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}{' (tied)' if p.tied else ''}"
         )
     lines.append(
-        f"median |error| {report.median_abs_error:.1%} raw, {report.median_abs_error_calibrated:.1%} scaled by the drift "
-        f"{report.drift:.3f} (the target's reference passes now / profiled); median |speed-up error| {report.median_abs_speedup_error:.1%}; "
+        f"median |speed-up error| {report.median_abs_speedup_error:.1%} as profiled, {report.median_abs_speedup_error_calibrated:.1%} calibrated; "
+        f"median |error| {report.median_abs_error:.1%} raw, {report.median_abs_error_calibrated:.1%} calibrated "
+        f"(target now / profiled: {report.drift:.3f}); "
         f"regret {report.regret:.1%}, against the best untied plan {report.regret_untied:.1%} (pick: plan {report.pick}); "
         f"validation {report.validation_id} stored"
     )
+    if report.state_changed:
+        pick = next(p for p in report.plans if p.plan_id == report.pick)
+        ratios = ", ".join(f"{r:.2f} at {n} token{'s' if n > 1 else ''}" for n, r in sorted(report.target_ratios.items()))
+        lines.append(
+            f"note: the machine is in another state than when it was profiled (the target's passes now / profiled: {ratios}); "
+            f"here the pick's speed-up is {pick.calibrated_speedup:.2f}x calibrated, not the profile's {pick.predicted_speedup:.2f}x. "
+            "Profile again to plan for this state."
+        )
     return "\n".join(lines)

@@ -97,6 +97,15 @@ def validate(
     "--validate-prompts", type=click.IntRange(min=1), default=None, help="Held-out prompts to validate on [default: the family's]."
 )
 @click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Continuation length [default: the family's].")
+@click.option(
+    "--rounds", type=click.IntRange(min=1), default=None, help="Interleaved latency rounds when profiling [default: the family's, 5]."
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Validation runs of every plan on every held-out prompt [default: the family's, 2].",
+)
 @click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default="hsd-plan-demo.png", show_default=True)
 @runtime_options
 @prepack_option
@@ -108,6 +117,8 @@ def demo(
     max_prompts: int | None,
     validate_prompts: int | None,
     max_new_tokens: int | None,
+    rounds: int | None,
+    repeats: int | None,
     plot_file: str,
     dtype: str,
     device: str,
@@ -139,7 +150,14 @@ def demo(
 
     check_plot_path(Path(plot_file))
     chosen = FAMILIES[family]
-    overrides = {"models": models, "max_prompts": max_prompts, "validate_prompts": validate_prompts, "max_new_tokens": max_new_tokens}
+    overrides = {
+        "models": models,
+        "max_prompts": max_prompts,
+        "validate_prompts": validate_prompts,
+        "max_new_tokens": max_new_tokens,
+        "rounds": rounds,
+        "repeats": repeats,
+    }
     chosen = replace(chosen, **{k: v for k, v in overrides.items() if v is not None})
     dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(

@@ -151,13 +151,19 @@ def run_profile(
         total(len(points) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
     step = progress or (lambda _n: None)
 
-    _latency_sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
+    sweep = _Sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
+    # half the rounds before acceptance (whose drafting picks the fastest candidate from these
+    # curves), the rest spread between the verifiers' acceptance passes, which take minutes
+    first = -(-config.repeats // 2) if verifiers else config.repeats
+    sweep.to(first)
     assist = Assistant(
         latency_curves(engine, out.hardware_id, config.dtype, candidates),
         statistics.median(len(ids) for ids in encoded) + config.max_new_tokens // 2,
     )
-    for j in verifiers:
+    for i, j in enumerate(verifiers):
         _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step, assist)
+        sweep.to(first + -(-(config.repeats - first) * (i + 1) // len(verifiers)))
+    sweep.finish()
     return out
 
 
@@ -173,86 +179,101 @@ def _floors(
     return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic else None
 
 
-def _latency_sweep(
-    engine: Engine,
-    config: ProfileConfig,
-    out: ProfileOutcome,
-    points: list[tuple[_Candidate, int, int]],
-    step: Callable[[int], None],
-    floor: Callable[[_Candidate, int, int], float | None],
-) -> None:
+class _Sweep:
     """Interleaved rounds over every latency point the database lacks (see :mod:`.timing`).
 
+    Rounds are taken in stages (:meth:`to`), so that a profile's rounds spread over its whole
+    run instead of the first seconds of it: the machine's state changes from minute to minute,
+    and the curves should describe its usual state, not the one of the sweep's first seconds.
     Each sample is committed as it is taken (the row's median, p10 and p90 over its samples so
-    far), so an interrupted sweep resumes where it stopped. Points whose spread stays above
-    SPREAD_LIMIT after ``repeats`` samples get up to ``repeats`` more, interleaved among themselves.
+    far), so an interrupted sweep resumes where it stopped. :meth:`finish` completes the rounds;
+    then points whose spread stays above SPREAD_LIMIT get up to ``repeats`` more, interleaved
+    among themselves, and inverted neighbours twice that.
     """
-    samples: dict[tuple[int, int, int], list[float]] = {}
-    keys: dict[tuple[int, int, int], dict] = {}
-    todo: list[tuple[_Candidate, int, int]] = []
-    backfill: dict[int, float | None] = {}  # latency row id -> its floor
-    with Session(engine) as s:
-        for cand, ctx, n in points:
-            dtype = cand.spec.run_dtype(config.dtype)
-            key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
-            row = s.scalars(select(Latency).filter_by(**key)).first()
-            if row is not None and row.floor_ms is None:  # measured before the floor probe existed
-                backfill[row.id] = floor(cand, ctx, n)
-            have = [] if row is None or config.force else (row.samples_ms or [row.median_ms] * row.repeats)
-            if row is not None and not config.force and len(have) >= config.repeats:
-                out.skipped += 1
-                step(config.repeats)
-                continue
-            point = (cand.row_id, ctx, n)
-            samples[point], keys[point] = list(have), key
-            step(len(have))
-            todo.append((cand, ctx, n))
-    with Session(engine) as s, s.begin():
-        for row_id, value in backfill.items():
-            s.get_one(Latency, row_id).floor_ms = value
-    timers: dict[tuple[int, int], Callable[[int], float]] = {}
 
-    def timer(cand: _Candidate, ctx: int) -> Callable[[int], float]:
-        if (cand.row_id, ctx) not in timers:
-            made = LookupTimer(cand.spec.ngram_order, ctx) if cand.loaded is None else PassTimer(cand.loaded.model, ctx)
-            timers[(cand.row_id, ctx)] = made
-        return timers[(cand.row_id, ctx)]
-
-    def sample(cand: _Candidate, ctx: int, n: int) -> None:
-        point = (cand.row_id, ctx, n)
-        samples[point].append(timer(cand, ctx)(n))
-        med, p10, p90 = summarize(samples[point])
+    def __init__(
+        self,
+        engine: Engine,
+        config: ProfileConfig,
+        out: ProfileOutcome,
+        points: list[tuple[_Candidate, int, int]],
+        step: Callable[[int], None],
+        floor: Callable[[_Candidate, int, int], float | None],
+    ) -> None:
+        self.engine, self.config, self.out, self.step, self.floor = engine, config, out, step, floor
+        self.samples: dict[tuple[int, int, int], list[float]] = {}
+        self.keys: dict[tuple[int, int, int], dict] = {}
+        self.by_point: dict[tuple[int, int, int], tuple[_Candidate, int, int]] = {}
+        self._timers: dict[tuple[int, int], Callable[[int], float]] = {}
+        backfill: dict[int, float | None] = {}  # latency row id -> its floor
+        with Session(engine) as s:
+            for cand, ctx, n in points:
+                dtype = cand.spec.run_dtype(config.dtype)
+                key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
+                row = s.scalars(select(Latency).filter_by(**key)).first()
+                if row is not None and row.floor_ms is None:  # measured before the floor probe existed
+                    backfill[row.id] = floor(cand, ctx, n)
+                have = [] if row is None or config.force else (row.samples_ms or [row.median_ms] * row.repeats)
+                if row is not None and not config.force and len(have) >= config.repeats:
+                    out.skipped += 1
+                    step(config.repeats)
+                    continue
+                point = (cand.row_id, ctx, n)
+                self.samples[point], self.keys[point], self.by_point[point] = list(have), key, (cand, ctx, n)
+                step(len(have))
         with Session(engine) as s, s.begin():
-            s.execute(delete(Latency).filter_by(**keys[point]))
+            for row_id, value in backfill.items():
+                s.get_one(Latency, row_id).floor_ms = value
+
+    def _timer(self, cand: _Candidate, ctx: int) -> Callable[[int], float]:
+        if (cand.row_id, ctx) not in self._timers:
+            made = LookupTimer(cand.spec.ngram_order, ctx) if cand.loaded is None else PassTimer(cand.loaded.model, ctx)
+            self._timers[(cand.row_id, ctx)] = made
+        return self._timers[(cand.row_id, ctx)]
+
+    def _sample(self, point: tuple[int, int, int]) -> None:
+        cand, ctx, n = self.by_point[point]
+        self.samples[point].append(self._timer(cand, ctx)(n))
+        med, p10, p90 = summarize(self.samples[point])
+        with Session(self.engine) as s, s.begin():
+            s.execute(delete(Latency).filter_by(**self.keys[point]))
             s.add(
                 Latency(
-                    **keys[point],
+                    **self.keys[point],
                     median_ms=med,
                     p10_ms=p10,
                     p90_ms=p90,
-                    repeats=len(samples[point]),
-                    samples_ms=samples[point],
-                    floor_ms=floor(cand, ctx, n),
+                    repeats=len(self.samples[point]),
+                    samples_ms=self.samples[point],
+                    floor_ms=self.floor(cand, ctx, n),
                 )
             )
 
-    by_point = {(c.row_id, ctx, n): (c, ctx, n) for c, ctx, n in todo}
-    rounds = config.repeats - min((len(samples[p]) for p in by_point), default=config.repeats)
-    for point in sweep_order(list(by_point), rounds, config.seed):
-        if len(samples[point]) < config.repeats:
-            sample(*by_point[point])
-            step(1)
-    noisy = [p for p in by_point if spread(samples[p]) > SPREAD_LIMIT]
-    for point in sweep_order(noisy, config.repeats, config.seed + 1):
-        sample(*by_point[point])
-    # a pass of fewer tokens measured slower than a wider one beyond their noise: both points get
-    # twice their rounds again, so a slow spell that produced the inversion ends up a minority
-    inverted = sorted({p for pair in _inversions(samples) for p in pair})
-    for point in sweep_order(inverted, 2 * config.repeats, config.seed + 2):
-        sample(*by_point[point])
-    out.measured += len(by_point)
-    out.noisy += sum(spread(samples[p]) > SPREAD_LIMIT for p in noisy)
-    out.inverted += len(_inversions(samples))  # what survives measuring again is real; the profile keeps it
+    def to(self, rounds: int) -> None:
+        """Interleaved rounds until every point has ``rounds`` samples (at most ``repeats``)."""
+        rounds = min(rounds, self.config.repeats)
+        short = [p for p in self.by_point if len(self.samples[p]) < rounds]
+        need = rounds - min((len(self.samples[p]) for p in short), default=rounds)
+        for point in sweep_order(short, need, self.config.seed + rounds):
+            if len(self.samples[point]) < rounds:
+                self._sample(point)
+                self.step(1)
+
+    def finish(self) -> None:
+        """The remaining rounds, then more for noisy and inverted points."""
+        self.to(self.config.repeats)
+        repeats, seed = self.config.repeats, self.config.seed
+        noisy = [p for p in self.by_point if spread(self.samples[p]) > SPREAD_LIMIT]
+        for point in sweep_order(noisy, repeats, seed + 1):
+            self._sample(point)
+        # a pass of fewer tokens measured slower than a wider one beyond their noise: both points get
+        # twice their rounds again, so a slow spell that produced the inversion ends up a minority
+        inverted = sorted({p for pair in _inversions(self.samples) for p in pair})
+        for point in sweep_order(inverted, 2 * repeats, seed + 2):
+            self._sample(point)
+        self.out.measured += len(self.by_point)
+        self.out.noisy += sum(spread(self.samples[p]) > SPREAD_LIMIT for p in noisy)
+        self.out.inverted += len(_inversions(self.samples))  # what survives measuring again is real; the profile keeps it
 
 
 def _inversions(samples: dict[tuple[int, int, int], list[float]]) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -21,6 +21,8 @@ from torch import nn
 from hsd_runtime import head_rows, ngram_lookup
 
 __all__ = ["SPREAD_LIMIT", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
+
+P = TypeVar("P", bound=Hashable)  # a latency point
 
 # a point whose p90 / p10 exceeds this is noisy: the sweep gives it more rounds
 SPREAD_LIMIT = 1.25
@@ -112,14 +114,14 @@ class LookupTimer:
         return 1000.0 * (time.perf_counter() - t0)
 
 
-def sweep_order(points: Sequence[Hashable], rounds: int, seed: int = 0) -> list[Hashable]:
+def sweep_order(points: Sequence[P], rounds: int, seed: int = 0) -> list[P]:
     """Every point once per round, each round in its own seeded random order.
 
     >>> order = sweep_order(["a", "b", "c"], 2, seed=1)
     >>> sorted(order) == ["a", "a", "b", "b", "c", "c"] and sorted(order[:3]) == ["a", "b", "c"]
     True
     """
-    out: list[Hashable] = []
+    out: list[P] = []
     for r in range(rounds):
         batch = list(points)
         random.Random(seed * 1_000_003 + r).shuffle(batch)

@@ -242,6 +242,9 @@ class Validation(Base):
     median_abs_error: Mapped[float | None] = mapped_column(Float)
     regret: Mapped[float | None] = mapped_column(Float)
     median_abs_speedup_error: Mapped[float | None] = mapped_column(Float)
+    median_abs_error_calibrated: Mapped[float | None] = mapped_column(Float)
+    median_abs_speedup_error_calibrated: Mapped[float | None] = mapped_column(Float)
+    calibration: Mapped[dict | None] = mapped_column(JSON)  # per model: profiled reference ms and the samples measured
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -255,6 +258,7 @@ class ValidationRun(Base):
     chain: Mapped[list[str]] = mapped_column(JSON)
     widths: Mapped[list[int]] = mapped_column(JSON)
     predicted_ms_per_token: Mapped[float] = mapped_column(Float)
+    calibrated_ms_per_token: Mapped[float | None] = mapped_column(Float)  # from the profile scaled by the measured drift
     measured_ms_per_token: Mapped[float] = mapped_column(Float)
     error: Mapped[float] = mapped_column(Float)
     measured_speedup: Mapped[float] = mapped_column(Float)

@@ -53,6 +53,8 @@ class PlanResult:
     levels: list[LevelResult]
     measured_speedup_interval: tuple[float, float] | None = None  # 5th-95th percentile over bootstrap resamples of the prompts
     tied: bool | None = None  # the solve found its predicted interval overlapping the pick's
+    calibrated_ms_per_token: float | None = None  # predicted from the profile scaled by the drift of each model and pass size
+    calibrated_speedup: float | None = None  # over the autoregressive plan's calibrated prediction
 
     @property
     def error(self) -> float:
@@ -65,13 +67,26 @@ class PlanResult:
         return self.predicted_speedup / self.measured_speedup - 1.0
 
     @property
+    def calibrated_error(self) -> float | None:
+        """The error of the calibrated prediction (None when the validation had no reference passes)."""
+        if self.calibrated_ms_per_token is None:
+            return None
+        return self.calibrated_ms_per_token / self.measured_ms_per_token - 1.0
+
+    @property
+    def calibrated_speedup_error(self) -> float | None:
+        """Calibrated predicted over measured speed-up, minus one."""
+        return None if self.calibrated_speedup is None else self.calibrated_speedup / self.measured_speedup - 1.0
+
+    @property
     def label(self) -> str:
         return format_chain(self.chain, self.widths)
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "levels"}
         out["widths"] = widths_to_json(self.widths)  # a tree as "3x2x1"
-        return {**out, "error": self.error, "speedup_error": self.speedup_error, "levels": [lv.to_dict() for lv in self.levels]}
+        derived = {k: getattr(self, k) for k in ("error", "speedup_error", "calibrated_error", "calibrated_speedup_error")}
+        return {**out, **derived, "levels": [lv.to_dict() for lv in self.levels]}
 
 
 @dataclass(frozen=True)
@@ -90,7 +105,8 @@ class ValidationReport:
     acceptance: AcceptanceModel
     plans: list[PlanResult]
     pick: int  # plan id of the solver's pick among those run
-    drift: float = 1.0  # the machine now over when profiled (the target's reference passes; see calibration)
+    drift: float = 1.0  # the target now over when profiled (geometric mean of its reference ratios; see calibration)
+    calibration: dict | None = None  # the reference passes: per model, profiled ms and the samples now
 
     @property
     def median_abs_error(self) -> float:
@@ -98,12 +114,18 @@ class ValidationReport:
 
     @property
     def median_abs_error_calibrated(self) -> float:
-        """The median |error| of predictions scaled by the measured drift."""
-        return _median([abs(p.predicted_ms_per_token * self.drift / p.measured_ms_per_token - 1.0) for p in self.plans])
+        """The median |error| of the calibrated predictions (each model's curve scaled by its drift)."""
+        return _median([abs(p.calibrated_error) for p in self.plans if p.calibrated_error is not None])
 
     @property
     def median_abs_speedup_error(self) -> float:
+        """The median |speed-up error| of the plans above autoregressive decoding, predicted from the profile as measured."""
         return _median([abs(p.speedup_error) for p in self.plans if len(p.chain) > 1])
+
+    @property
+    def median_abs_speedup_error_calibrated(self) -> float:
+        """The same from the calibrated profile: what is left once the machine's change of state is taken out."""
+        return _median([abs(p.calibrated_speedup_error) for p in self.plans if len(p.chain) > 1 and p.calibrated_speedup_error is not None])
 
     @property
     def regret(self) -> float:
@@ -118,9 +140,32 @@ class ValidationReport:
         fair = [p.measured_ms_per_token for p in self.plans if p.plan_id == self.pick or not p.tied]
         return pick.measured_ms_per_token / min(fair) - 1.0
 
+    @property
+    def target_ratios(self) -> dict[int, float]:
+        """The target's reference passes over the validation, median now over profiled, per pass size."""
+        ref = (self.calibration or {}).get("models", {}).get(self.target)
+        if not ref:
+            return {}
+        return {int(n): statistics.median(samples) / ref["profiled_ms"][n] for n, samples in ref["samples_ms"].items() if samples}
+
+    @property
+    def state_changed(self) -> bool:
+        """The pick's calibrated speed-up differs from the profile's by more than 5%: the machine
+        is in another state than when profiled (see :mod:`.calibration`)."""
+        pick = next(p for p in self.plans if p.plan_id == self.pick)
+        return pick.calibrated_speedup is not None and abs(pick.calibrated_speedup / pick.predicted_speedup - 1.0) > 0.05
+
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}
-        keys = ("median_abs_error", "median_abs_error_calibrated", "median_abs_speedup_error", "regret", "regret_untied")
+        keys = (
+            "median_abs_error",
+            "median_abs_error_calibrated",
+            "median_abs_speedup_error",
+            "median_abs_speedup_error_calibrated",
+            "regret",
+            "regret_untied",
+            "state_changed",
+        )
         summary = {k: getattr(self, k) for k in keys}
         return {**out, **summary, "plans": [p.to_dict() for p in self.plans]}
 

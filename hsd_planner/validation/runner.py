@@ -12,7 +12,10 @@ solver's pick over the best measured among the plans run.
 The error compares a profile measured at one time with runs at another, so it includes any
 change of the machine's speed in between (on a shared 2-core host, 10-25% from one minute to the
 next). The speed-up error, predicted over measured speed-up against autoregressive decoding minus
-one, divides that out: both speed-ups are ratios taken within one run.
+one, divides out a change that slows every pass alike, but not one that changes the curves'
+shape (memory contention slows single-token passes most). The calibrated prediction takes both
+out, run by run (:mod:`.calibration`): each run is predicted from the profile scaled by the
+reference passes measured around it, and a plan's calibrated prediction is the median over its runs.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from hsd_runtime.shape import Width
 from ..errors import StoreError
 from ..plan import Profile, predict_over, tokens_per_round
 from ..profiling.sources import check_source
+from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
 from ..store import Hardware, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
 from ..store.reader import load_profile
@@ -115,27 +119,39 @@ def run_validation(
             built[plan.id] = build_hierarchy(plan.chain, widths[plan.id], loader)[0]
         except HSDError as exc:
             raise StoreError(f"plan {plan.id} ({','.join(plan.chain)}) cannot be run: {exc}") from None
-    target_model = loader.load(target)
-    tokenizer = target_model.tokenizer
+    tokenizer = loader.load(target).tokenizer
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
-    calibration = Calibration(profile, target_model.model, int(statistics.median(contexts)))
+    calibration = _calibration(profile, loader, plans, int(statistics.median(contexts)))
     calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed
         h.generate(encoded[0], 4, sampling)
 
     runs: dict[int, list] = {p.id: [] for p in plans}
+    around: dict[int, list[tuple[int, list[int]]]] = {p.id: [] for p in plans}  # per run: its prompt, the reference rounds around it
     for k, ids in enumerate(encoded):
         for rep in range(repeats):
             seed = 1000 * k + rep
             for plan in plans:  # interleaved, so that drift of the machine hits every plan alike
                 runs[plan.id].append(built[plan.id].generate(ids, max_new_tokens, sampling.model_copy(update={"seed": seed})))
+                after = calibration.measure()  # the reference right after every run; the one before is the last round
+                around[plan.id].append((k, [after - 1, after]))
                 step(1)
-        calibration.measure()  # interleaved: the reference passes between prompts
 
     measured = {p.id: statistics.median(r.ms_per_token for r in runs[p.id] if r.tokens) for p in plans}
     # predicted for generations of max_new_tokens, as they are run (the last round cut short)
     predicted = {p.id: predict_over(profile, p.chain, widths[p.id], solve.acceptance_model, contexts, max_new_tokens) for p in plans}
+    # per run: the profile scaled by the drift of the reference rounds around it, at its prompt's context
+    calibrated = {
+        p.id: statistics.median(
+            predict_over(
+                calibration.apply(profile, at), p.chain, widths[p.id], solve.acceptance_model, [contexts[k]], max_new_tokens
+            ).ms_per_token
+            for (k, at), r in zip(around[p.id], runs[p.id])
+            if r.tokens
+        )
+        for p in plans
+    }
     auto = next(p.id for p in plans if len(p.chain) == 1)
     results = [
         PlanResult(
@@ -154,6 +170,8 @@ def run_validation(
             levels=_levels(profile, plan.chain, widths[plan.id], runs[plan.id], solve.acceptance_model),
             measured_speedup_interval=_speedup_interval(runs[auto], runs[plan.id], len(encoded)),
             tied=plan.tied,
+            calibrated_ms_per_token=calibrated[plan.id],
+            calibrated_speedup=calibrated[auto] / calibrated[plan.id],
         )
         for plan in plans
     ]
@@ -173,8 +191,15 @@ def run_validation(
         plans=results,
         pick=pick.plan_id,
         drift=calibration.drift,
+        calibration=calibration.to_dict(),
     )
     return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
+
+
+def _calibration(profile: Profile, loader: ModelLoader, plans: list[PlanRow], context_len: int) -> Calibration:
+    """Reference timers for the target and every model the plans run (the n-gram lookup has none)."""
+    names = [profile.target] + sorted({n for p in plans for n in p.chain if n != profile.target and not profile.model(n).lookup})
+    return Calibration(profile, {name: PassTimer(loader.load(name).model, context_len) for name in names}, context_len)
 
 
 def _levels(profile: Profile, chain: list[str], widths: list[Width], results: list, acceptance: AcceptanceModel) -> list[LevelResult]:
@@ -213,6 +238,9 @@ def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int
             median_abs_error=report.median_abs_error,
             regret=report.regret,
             median_abs_speedup_error=report.median_abs_speedup_error,
+            median_abs_error_calibrated=report.median_abs_error_calibrated,
+            median_abs_speedup_error_calibrated=report.median_abs_speedup_error_calibrated,
+            calibration=report.calibration,
         )
         s.add(v)
         s.flush()
@@ -224,6 +252,7 @@ def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int
                     chain=p.chain,
                     widths=widths_to_json(p.widths),
                     predicted_ms_per_token=p.predicted_ms_per_token,
+                    calibrated_ms_per_token=p.calibrated_ms_per_token,
                     measured_ms_per_token=p.measured_ms_per_token,
                     error=p.error,
                     measured_speedup=p.measured_speedup,
