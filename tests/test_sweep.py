@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hsd_planner.plan.profile import LatencyCurve
-from hsd_planner.profiling import ProfileConfig, run_profile, runner
+from hsd_planner.profiling import ProfileConfig, run_profile, runner, sweep
 from hsd_planner.profiling.continuations import Assistant
 from hsd_planner.profiling.runner import _Candidate
 from hsd_planner.profiling.timing import inversions, spread, summarize, sweep_order
@@ -78,7 +78,7 @@ class _SlowSpellTimer:
 
 @pytest.mark.parametrize("slow, kept", [(3, 0), (1000, 1)], ids=["slow-spell", "really-slower"])
 def test_an_inverted_point_is_measured_again_and_kept_only_if_real(tiny_dirs, tmp_path, isolated_db, monkeypatch, slow, kept):
-    monkeypatch.setattr(runner, "PassTimer", _SlowSpellTimer)
+    monkeypatch.setattr(sweep, "PassTimer", _SlowSpellTimer)
     monkeypatch.setattr(_SlowSpellTimer, "calls", Counter())
     monkeypatch.setattr(_SlowSpellTimer, "slow", slow)
     config = ProfileConfig(models=[str(tiny_dirs["target"])], latency_grid=[1, 2, 4], context_lens=[8], repeats=3, acceptance=False)
