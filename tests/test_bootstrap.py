@@ -49,6 +49,7 @@ def test_no_interval_without_per_prompt_rows():
 
 def test_calibration_scales_each_model_by_its_drift_at_each_pass_size():
     from hsd_planner.validation.calibration import Calibration
+    from hsd_planner.validation.report import ValidationReport
 
     profile = Profile(
         target="t",
@@ -68,7 +69,8 @@ def test_calibration_scales_each_model_by_its_drift_at_each_pass_size():
     assert abs(calibration.factor("t", 16) - 1.1) < 1e-12  # held beyond 8
     assert abs(calibration.factor("t", 2) - 1.3 ** (2 / 3) * 1.1 ** (1 / 3)) < 1e-12  # log-linear: log2(2) / log2(8) = 1/3
     assert calibration.factor("d", 4) == 1.0 and calibration.factor("ngram", 4) == 1.0
-    assert abs(calibration.drift - (1.3 * 1.1) ** 0.5) < 1e-12
+    report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [], 0, calibration=calibration.to_dict())
+    assert abs(report.drift - (1.3 * 1.1) ** 0.5) < 1e-12  # the summary's one figure, from the stored reference passes
     scaled = calibration.apply(profile)
     t = scaled.model("t").latency.points
     assert abs(t[64][1] - 26.0) < 1e-9 and abs(t[64][8] - 33.0) < 1e-9 and abs(t[512][1] - 52.0) < 1e-9 and abs(t[64][16] - 55.0) < 1e-9

@@ -14,7 +14,7 @@ three before the plans run and one right after every run. A run is calibrated by
 around it: per model, the drift at n is the median measured over profiled time at n = 1 and
 n = 8 over those rounds, interpolated in log n between them and held beyond; the calibrated
 profile is the profile with every model's curve scaled by its drift. Predictions from it are
-reported beside the raw ones, and the speed-up error is reported from both (see :mod:`.report`).
+reported beside the raw ones, and the speed-up error is reported from both; the report derives its one-figure drift from the stored reference (see :mod:`.report`).
 """
 
 from __future__ import annotations
@@ -77,12 +77,6 @@ class Calibration:
         r_lo, r_hi = self.ratio(name, lo, at), self.ratio(name, hi, at)
         t = min(1.0, max(0.0, math.log(max(n, lo) / lo) / math.log(hi / lo)))
         return r_lo ** (1.0 - t) * r_hi**t
-
-    @property
-    def drift(self) -> float:
-        """The target now over then over the whole validation: the geometric mean of its two
-        reference ratios (one figure for the summary)."""
-        return math.sqrt(self.ratio(self.target, REFERENCE_N[0]) * self.ratio(self.target, REFERENCE_N[1]))
 
     def apply(self, profile: Profile, at: Sequence[int] | None = None) -> Profile:
         """``profile`` with every calibrated model's latency points scaled by its drift at each n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass
 
@@ -105,8 +106,7 @@ class ValidationReport:
     acceptance: AcceptanceModel
     plans: list[PlanResult]
     pick: int  # plan id of the solver's pick among those run
-    drift: float = 1.0  # the target now over when profiled (geometric mean of its reference ratios; see calibration)
-    calibration: dict | None = None  # the reference passes: per model, profiled ms and the samples now
+    calibration: dict | None = None  # the reference passes (Calibration.to_dict): per model, profiled ms and the samples now
 
     @property
     def median_abs_error(self) -> float:
@@ -149,6 +149,13 @@ class ValidationReport:
         return {int(n): statistics.median(samples) / ref["profiled_ms"][n] for n, samples in ref["samples_ms"].items() if samples}
 
     @property
+    def drift(self) -> float:
+        """The target now over when profiled over the whole validation: the geometric mean of its
+        reference ratios (1.0 without reference passes; one figure for the summary)."""
+        ratios = list(self.target_ratios.values())
+        return math.prod(ratios) ** (1.0 / len(ratios)) if ratios else 1.0
+
+    @property
     def state_changed(self) -> bool:
         """The pick's calibrated speed-up differs from the profile's by more than 5%: the machine
         is in another state than when profiled (see :mod:`.calibration`)."""
@@ -164,6 +171,7 @@ class ValidationReport:
             "median_abs_speedup_error_calibrated",
             "regret",
             "regret_untied",
+            "drift",
             "state_changed",
         )
         summary = {k: getattr(self, k) for k in keys}

@@ -190,7 +190,6 @@ def run_validation(
         acceptance=solve.acceptance_model,
         plans=results,
         pick=pick.plan_id,
-        drift=calibration.drift,
         calibration=calibration.to_dict(),
     )
     return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
