@@ -19,6 +19,7 @@ hf         on HumanEval's held-out prompts: the solver's pick, the best single d
 
     python -m benchmarks.bench_qwen --out benchmarks/out/qwen
     python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages hf
+    python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages validate --only qa,rag
 """
 
 from __future__ import annotations
@@ -93,14 +94,18 @@ def stage_profile(args, engine, loader, dtype: str) -> dict:
     return runs
 
 
-def stage_validate(args, engine, loader) -> dict:
-    reports = {}
+def stage_validate(args, engine, loader, reports: dict, save) -> dict:
+    """Validate every workload (those of ``--only``), adding each report to ``reports`` and
+    calling ``save()`` as it lands, so that a stopped run keeps the workloads it finished."""
     for name, _, held in _workloads(args):
+        if args.only and name.split("/")[-1] not in args.only:
+            continue
         solved = solve_and_store(engine, target=TARGET, workload=name, config=SolveConfig(top_k=5))
         solve, plans = select_plans(engine, (), "all")
         assert solve.id == solved.solve_id
         report = run_validation(engine, loader, solve, plans, held, args.new_tokens, args.repeats)
         reports[name] = report.to_dict()
+        save()
         row = _summary_row(name, reports[name])
         print(f"[validate] {json.dumps(row)}", flush=True)
     return reports
@@ -129,6 +134,7 @@ def _summary_row(name: str, report: dict) -> dict:
         "median_abs_speedup_error": statistics.median(errors),
         "median_abs_speedup_error_calibrated": statistics.median(calibrated) if calibrated else None,
         "pick_cal_speedup": pick.get("calibrated_speedup"),
+        "pick_accepted": (pick["predicted_mean_accepted_length"], pick["measured_mean_accepted_length"]),
         "median_abs_error": report["median_abs_error"],
         "median_abs_error_calibrated": report["median_abs_error_calibrated"],
         "drift": report["drift"],
@@ -245,9 +251,9 @@ def _print_tables(result: dict) -> None:
         print(
             "\n| workload | plans | solver's pick | speed-up predicted / calibrated / measured | best single drafter (measured) |"
             " pick over best single | fastest plan measured | median abs speed-up error as profiled / calibrated |"
-            " median abs error raw / calibrated | regret (untied) |"
+            " median abs error raw / calibrated | regret (untied) | pick's tokens per round predicted / measured |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for name, report in result["validate"].items():
             r = _summary_row(name, report)
             cal = "-" if r["pick_cal_speedup"] is None else f"{r['pick_cal_speedup']:.2f}x"
@@ -256,7 +262,8 @@ def _print_tables(result: dict) -> None:
                 f"| {name} | {r['plans']} | {r['pick']} | {r['pick_pred_speedup']:.2f}x / {cal} / {r['pick_meas_speedup']:.2f}x | "
                 f"{r['best_single']} ({r['best_single_meas_speedup']:.2f}x) | {r['pick_over_best_single']:.2f}x | "
                 f"{r['fastest']} ({r['fastest_over_best_single']:.2f}x best single) | {r['median_abs_speedup_error']:.1%} / {cal_err} | "
-                f"{r['median_abs_error']:.1%} / {r['median_abs_error_calibrated']:.1%} | {r['regret']:.1%} ({r['regret_untied']:.1%}) |"
+                f"{r['median_abs_error']:.1%} / {r['median_abs_error_calibrated']:.1%} | {r['regret']:.1%} ({r['regret_untied']:.1%}) | "
+                f"{r['pick_accepted'][0]:.2f} / {r['pick_accepted'][1]:.2f} |"
             )
     if "hf" in result:
         hf = result["hf"]
@@ -276,6 +283,12 @@ def main() -> None:
     ap.add_argument("--per-category", type=int, default=4, help="Spec-Bench prompts profiled per category")
     ap.add_argument("--per-category-validate", type=int, default=3)
     ap.add_argument("--workloads", type=int, default=6, help="the first N workloads (HumanEval first)")
+    ap.add_argument(
+        "--only",
+        type=lambda s: s.split(","),
+        default=[],
+        help="validate only these workloads (humaneval, translation, ...), keeping the others' stored reports",
+    )
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=1, help="validation runs of every plan on every held-out prompt")
     ap.add_argument(
@@ -297,12 +310,21 @@ def main() -> None:
         result["profile"] = stage_profile(args, engine, loader, dtype)
         result_file.write_text(json.dumps(result, indent=1))
     if "validate" in stages:
-        result["validate"] = stage_validate(args, engine, loader)
-        result_file.write_text(json.dumps(result, indent=1))
+        result["validate"] = result.get("validate", {}) if args.only else {}
+
+        def save() -> None:
+            result_file.write_text(json.dumps(result, indent=1))
+
+        stage_validate(args, engine, loader, result["validate"], save)
     if "hf" in stages:
         result["hf"] = stage_hf(args, engine, loader, result["validate"])
         result_file.write_text(json.dumps(result, indent=1))
     _print_tables(result)
+
+
+def tables(path: Path) -> None:
+    """Print the tables of a stored result file (``python -c 'from benchmarks.bench_qwen import tables; tables(...)'``)."""
+    _print_tables(json.loads(Path(path).read_text()))
 
 
 if __name__ == "__main__":

@@ -118,9 +118,23 @@ def test_a_run_is_calibrated_by_the_reference_rounds_around_it():
 
     profile = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 20.0, 8: 30.0}}}])
     states = iter([20.0, 30.0] * 2 + [30.0, 33.0] * 2)  # two rounds as profiled, then two in a slower state
-    calibration = Calibration(profile, {"t": lambda n: next(states)}, 64)
+    calibration = Calibration(profile, {"t": lambda n: next(states)}, 64, passes=1)
     assert calibration.measure(rounds=2) == 1 and calibration.measure(rounds=2) == 3
     assert calibration.factor("t", 1, at=[0, 1]) == 1.0 and calibration.factor("t", 8, at=[0, 1]) == 1.0
     assert abs(calibration.factor("t", 1, at=[2, 3]) - 1.5) < 1e-12 and abs(calibration.factor("t", 8, at=[2, 3]) - 1.1) < 1e-12
     assert abs(calibration.ratio("t", 1) - 1.25) < 1e-12  # every round: the median of 20, 20, 30, 30
     assert abs(calibration.apply(profile, at=[2, 3]).model("t").latency.points[64][1] - 30.0) < 1e-9
+
+
+def test_a_reference_round_keeps_the_median_of_its_passes():
+    from hsd_planner.validation.calibration import Calibration
+
+    profile = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 20.0, 8: 30.0}}}])
+    # per round, passes in turn (1, 8) x 3; the second pass of n = 1 is a slow spell of twice its time
+    times = iter([22.0, 30.0, 44.0, 31.0, 21.0, 29.0] * 2)
+    calls: list[int] = []
+    calibration = Calibration(profile, {"t": lambda n: calls.append(n) or next(times)}, 64)
+    assert calibration.measure(rounds=2) == 1
+    assert calls == [1, 8] * 6  # interleaved over pass sizes
+    assert calibration.samples["t"] == {1: [22.0, 22.0], 8: [30.0, 30.0]}  # one median per round, the spell gone
+    assert abs(calibration.factor("t", 1) - 1.1) < 1e-12

@@ -141,7 +141,7 @@ def test_profile_stores_kernels_probe_and_floors(tiny_dirs, monkeypatch, isolate
     monkeypatch.setattr(floor_mod, "_GEMM", (16, 256, 256))
     runner = CliRunner()
     args = ["profile", "--models", str(tiny_dirs["target"]), "--skip-acceptance", "--latency-grid", "1,2", "--context-lens", "16"]
-    args += ["--repeats", "2", "--max-prompts", "2", "--dtype", "fp32"]
+    args += ["--repeats", "2", "--max-prompts", "2", "--dtype", "fp32", "--device", "cpu"]  # prepacking is a CPU path
     for flag in ("--prepack", "--no-prepack"):
         result = runner.invoke(cli, [*args, flag, "--json"])
         assert result.exit_code == 0, result.output

@@ -142,3 +142,23 @@ def test_solve_on_a_curated_profile_file_finishes():
     )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["chain"][-1] == "smollm2-135m"
+
+
+def test_a_pick_on_few_prompts_says_its_sample_is_thin(profiled, isolated_db):
+    from hsd_planner.store.solves import THIN_PROMPTS, SolveReport
+
+    draft, target = str(profiled["draft"]), str(profiled["target"])
+    report = json.loads(run("solve", "--require", draft, "--exclude", "ngram", "--json").output)
+    assert report["chain"] == [draft, target]
+    with sqlite3.connect(isolated_db) as con:
+        prompts, positions = con.execute(
+            "SELECT a.prompts, a.positions FROM acceptance a JOIN models d ON a.drafter_id = d.id JOIN models v ON a.verifier_id = v.id"
+            " WHERE d.spec = ? AND v.spec = ?",
+            (draft, target),
+        ).fetchone()
+    assert (report["sample_prompts"], report["sample_positions"]) == (prompts, positions) and prompts == 6
+    assert report["thin_sample"] and THIN_PROMPTS > 6
+    text = run("solve", "--require", draft, "--exclude", "ngram").output
+    assert "rests on 6 prompts" in text and "--max-prompts" in text
+    enough = SolveReport(1, "t", "w", "hw", "greedy", None, "empirical", 256, [], sample_prompts=THIN_PROMPTS)
+    assert not enough.thin_sample and not SolveReport(1, "t", "w", "hw", "greedy", None, "empirical", 256, []).thin_sample

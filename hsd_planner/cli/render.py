@@ -13,7 +13,7 @@ from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
 from ..store.exchange import ProfileDocument
-from ..store.solves import SolveReport
+from ..store.solves import THIN_PROMPTS, SolveReport
 from ..validation import GenerateReport, ValidationReport
 
 __all__ = ["Bars", "emit", "format_generate", "format_profiles", "format_solve", "format_summary", "format_validation"]
@@ -108,6 +108,11 @@ def format_solve(report: SolveReport) -> str:
         lines.append(
             f"{p.id:>5} {p.kind:<15} {p.predicted_ms_per_token:>9.2f} {p.predicted_mean_accepted_length:>9.2f} "
             f"{p.predicted_speedup:>8.2f}x {interval:>13}  {p.label}{' (tied with the pick)' if p.tied else ''}"
+        )
+    if report.thin_sample:
+        lines.append(
+            f"note: the pick's acceptance rests on {report.sample_prompts} prompts ({report.sample_positions} positions); prompts vary "
+            f"more than so few show, so its interval is too narrow to trust. Profile at least {THIN_PROMPTS} (--max-prompts)."
         )
     return "\n".join(lines)
 

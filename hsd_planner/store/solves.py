@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime.shape import TreeShape, Width, format_width, parse_width
@@ -21,11 +21,16 @@ from ..plan import SOLVE_DEFAULTS, Plan, Profile, SolveConfig, format_chain, pre
 from ..plan.config import DEFAULT_CONTEXT
 from ..vocab import AcceptanceModel, Mode, PlanKind
 from .bootstrap import bootstrap_profiles
-from .reader import load_profile
+from .reader import ProfileSource, load_profile
 from .repo import get_or_create
-from .schema import ModelRow, PlanRow, Solve
+from .schema import Acceptance, ModelRow, PlanRow, Solve
 
-__all__ = ["PlanReport", "SolveReport", "solve_and_store", "widths_from_json", "widths_to_json"]
+__all__ = ["THIN_PROMPTS", "PlanReport", "SolveReport", "solve_and_store", "widths_from_json", "widths_to_json"]
+
+# Fewer profiled prompts than this and the pick's acceptance is a thin sample: on the Qwen family,
+# 4 prompts per Spec-Bench category predicted a 1.64x pick that held-out prompts ran at 0.88x,
+# with a 90% interval of 1.56-1.82 (see BENCHMARKS.md)
+THIN_PROMPTS = 10
 
 
 def widths_to_json(widths: Sequence[Width]) -> list[int | str]:
@@ -94,6 +99,16 @@ class SolveReport:
     acceptance: str
     context_len: int  # the one named, or the median of the workload's contexts the costs were averaged over
     plans: list[PlanReport]  # best, top, singles, autoregressive
+    # what the pick's acceptance rests on: the fewest prompts and positions over its pairs (None for
+    # autoregressive decoding, or a profile file without them)
+    sample_prompts: int | None = None
+    sample_positions: int | None = None
+
+    @property
+    def thin_sample(self) -> bool:
+        """The pick's acceptance rests on fewer than THIN_PROMPTS prompts: prompts vary more than so
+        few show, and a bootstrap over them gives intervals too narrow to trust."""
+        return self.sample_prompts is not None and self.sample_prompts < THIN_PROMPTS
 
     @property
     def best(self) -> PlanReport:
@@ -104,7 +119,19 @@ class SolveReport:
         return {
             **{
                 k: getattr(self, k)
-                for k in ("solve_id", "target", "workload", "hardware", "mode", "temperature", "acceptance", "context_len")
+                for k in (
+                    "solve_id",
+                    "target",
+                    "workload",
+                    "hardware",
+                    "mode",
+                    "temperature",
+                    "acceptance",
+                    "context_len",
+                    "sample_prompts",
+                    "sample_positions",
+                    "thin_sample",
+                )
             },
             **{
                 k: v
@@ -174,6 +201,7 @@ def solve_and_store(
             s.flush()
             plans.append(PlanReport.of(plan, kind, pr.id, interval, pr.tied))
         solve_id = row.id
+        sample = _acceptance_sample(s, source, ranked[0][0].chain)
     return SolveReport(
         solve_id=solve_id,
         target=source.target,
@@ -184,7 +212,26 @@ def solve_and_store(
         acceptance=c.acceptance,
         context_len=context_len,
         plans=plans,
+        sample_prompts=sample[0] if sample else None,
+        sample_positions=sample[1] if sample else None,
     )
+
+
+def _acceptance_sample(session: Session, source: ProfileSource, chain: Sequence[str]) -> tuple[int, int] | None:
+    """(fewest prompts, fewest positions) over the acceptance rows of the consecutive pairs of
+    ``chain`` in the solve's workload and setting; None when it has no pair or a row is missing."""
+    ids = dict(session.execute(select(ModelRow.spec, ModelRow.id).where(ModelRow.spec.in_(list(chain)))).tuples().all())
+    rows = []
+    for drafter, verifier in zip(chain, chain[1:]):
+        row = session.scalars(
+            select(Acceptance).filter_by(
+                drafter_id=ids.get(drafter), verifier_id=ids.get(verifier), workload_id=source.workload_id, setting_id=source.setting_id
+            )
+        ).first()
+        if row is None:
+            return None
+        rows.append(row)
+    return (min(r.prompts for r in rows), min(r.positions for r in rows)) if rows else None
 
 
 def _intervals(

@@ -10,7 +10,9 @@ The machine's state also changes within seconds (the target's c(1) went 85, 78, 
 58, 60, 87 ms in consecutive reference rounds of one validation), so one drift for a whole
 validation does not describe any one run. The reference, each validated model's passes of 1 and
 8 tokens at the validation's median context, is therefore measured in rounds:
-three before the plans run and one right after every run. A run is calibrated by the two rounds
+three before the plans run and one right after every run. Single passes are noisy too (one pass
+in ten or twenty takes twice its time while the others agree), so a round times every pass
+``passes`` times, interleaved, and keeps the median. A run is calibrated by the two rounds
 around it: per model, the drift at n is the median measured over profiled time at n = 1 and
 n = 8 over those rounds, interpolated in log n between them and held beyond; the calibrated
 profile is the profile with every model's curve scaled by its drift. Predictions from it are
@@ -25,22 +27,27 @@ from collections.abc import Callable, Mapping, Sequence
 
 from ..plan import Profile
 
-__all__ = ["REFERENCE_N", "Calibration"]
+__all__ = ["REFERENCE_N", "REFERENCE_PASSES", "Calibration"]
 
 REFERENCE_N = (1, 8)  # the passes each model's drift is measured on
+REFERENCE_PASSES = 3  # passes per reference point and round, the median kept
 
 
 class Calibration:
     """Reference passes of the validated models, and the drift they show against the profile."""
 
-    def __init__(self, profile: Profile, timers: Mapping[str, Callable[[int], float]], context_len: int) -> None:
+    def __init__(
+        self, profile: Profile, timers: Mapping[str, Callable[[int], float]], context_len: int, passes: int = REFERENCE_PASSES
+    ) -> None:
         """``timers[name](n)``: ms of one pass of n tokens of model ``name`` at ``context_len``, the
         validation's own (the profile is read there too: the machine's state changes the curves'
-        slope in the context as well); the profile's target must be among them."""
+        slope in the context as well); the profile's target must be among them. ``passes``: passes
+        per point and round, the round keeping their median."""
         if profile.target not in timers:
             raise ValueError(f"the target {profile.target} needs a reference timer")
         self.target = profile.target
         self.context_len = context_len
+        self.passes = passes
         self._timers = dict(timers)
         self.profiled = {name: {n: profile.model(name).latency(n, context_len) for n in REFERENCE_N} for name in timers}
         self.samples: dict[str, dict[int, list[float]]] = {name: {n: [] for n in REFERENCE_N} for name in timers}
@@ -51,11 +58,17 @@ class Calibration:
         return len(self.samples[self.target][REFERENCE_N[0]])
 
     def measure(self, rounds: int = 1) -> int:
-        """One sample of each model's reference passes per round; returns the index of the last round."""
+        """One sample of each model's reference passes per round, the median of ``passes`` passes
+        timed in turn over every model and pass size; returns the index of the last round."""
         for _ in range(rounds):
-            for name, timer in self._timers.items():
-                for n in REFERENCE_N:
-                    self.samples[name][n].append(timer(n))
+            got: dict[str, dict[int, list[float]]] = {name: {n: [] for n in REFERENCE_N} for name in self._timers}
+            for _ in range(self.passes):
+                for name, timer in self._timers.items():
+                    for n in REFERENCE_N:
+                        got[name][n].append(timer(n))
+            for name, by_n in got.items():
+                for n, ms in by_n.items():
+                    self.samples[name][n].append(statistics.median(ms))
         return self.rounds - 1
 
     def ratio(self, name: str, n: int, at: Sequence[int] | None = None) -> float:
@@ -90,7 +103,7 @@ class Calibration:
         return profile.model_copy(update={"models": models})
 
     def to_dict(self) -> dict:
-        """Per model: the profiled reference ms and the samples measured now."""
+        """Per model: the profiled reference ms and the samples measured now (one per round)."""
         return {
             "context_len": self.context_len,
             "models": {

@@ -1,0 +1,99 @@
+"""The runtime and the CLI on a CUDA device (skipped where there is none).
+
+The same rules as on the CPU: greedy hierarchies (chains, trees, the n-gram drafter) give the
+target's own greedy tokens, sampled ones follow the target's distribution exactly, and
+``profile``/``solve``/``validate`` run end to end with ``--device cuda``, storing curves timed with
+the device synchronized.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape
+from tests.tiny import tiny_llama
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+V = 5
+PROMPT = [0, 3, 4]
+
+
+def _on_cuda(seed: int, **kwargs) -> torch.nn.Module:
+    return tiny_llama(seed, **kwargs).to("cuda")
+
+
+@pytest.mark.parametrize(
+    "ngram, widths",
+    [(False, [4]), (False, [TreeShape((3, 2))]), (True, [3, 4])],
+    ids=["chain", "tree", "ngram-chain"],
+)
+def test_greedy_on_cuda_is_the_targets_greedy(ngram, widths):
+    target, draft = _on_cuda(0, layers=3), _on_cuda(1, layers=1)
+    members: list = [NgramDrafter(), draft, target] if ngram else [draft, target]
+    prompt = [1, 5, 9, 1, 5, 9, 1, 5]
+    auto = Hierarchy([target], []).generate(prompt, 24)
+    got = Hierarchy(members, widths).generate(prompt, 24)
+    assert got.tokens == auto.tokens and len(got.tokens) == 24
+
+
+@torch.inference_mode()
+def _exact_joint(target: torch.nn.Module) -> np.ndarray:
+    from hsd_runtime import warp
+
+    cfg = SamplingConfig(mode="sample", temperature=1.0)
+    p1 = warp(target(torch.tensor([PROMPT], device="cuda")).logits[0, -1:].float(), cfg)[0]
+    joint = np.zeros((V, V))
+    for x1 in range(V):
+        p2 = warp(target(torch.tensor([PROMPT + [x1]], device="cuda")).logits[0, -1:].float(), cfg)[0]
+        joint[x1] = (p1[x1] * p2).cpu().numpy()
+    return joint.ravel()
+
+
+@pytest.mark.parametrize("widths", [[3], [TreeShape((3, 2))]], ids=["chain", "tree"])
+def test_sampling_on_cuda_follows_the_target(widths):
+    from scipy.stats import chisquare
+
+    target = _on_cuda(10, layers=2, vocab=V, hidden=16, head_scale=10.0)
+    draft = _on_cuda(12, layers=1, vocab=V, hidden=16, head_scale=10.0)
+    probs = _exact_joint(target)
+    runs = 1500
+    counts = np.zeros(V * V)
+    hierarchy = Hierarchy([draft, target], widths)
+    for seed in range(runs):
+        x1, x2 = hierarchy.generate(PROMPT, 2, SamplingConfig(mode="sample", temperature=1.0, seed=seed)).tokens
+        counts[x1 * V + x2] += 1
+    keep = probs * runs >= 5
+    observed = np.append(counts[keep], counts[~keep].sum())
+    expected = np.append(probs[keep], probs[~keep].sum()) * runs
+    if expected[-1] == 0:
+        observed, expected = observed[:-1], expected[:-1]
+    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
+
+
+def test_profile_solve_validate_on_cuda(tiny_dirs, tmp_path):
+    from hsd_planner.cli import cli
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(f"w{i} w{i + 1} w{i} w{i + 1} w{i + 2}" for i in range(40)))
+
+    def run(*args):
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    fast = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6"]
+    run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 6, "--device", "cuda", *fast)
+    solved = json.loads(run("solve", "--t-max", "4", "--json"))
+    assert solved["plans"]
+    report = json.loads(
+        run(
+            "validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 3, "--max-new-tokens", 8, "--device", "cuda", "--json"
+        )
+    )
+    assert all(p["measured_ms_per_token"] > 0 for p in report["plans"])
+    assert all(len(s) >= 4 for m in report["calibration"]["models"].values() for s in m["samples_ms"].values())
