@@ -8,18 +8,14 @@ the device synchronized.
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
 
-from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape
+from hsd_runtime import Hierarchy, NgramDrafter, TreeShape
 from tests.tiny import tiny_llama
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-
-V = 5
-PROMPT = [0, 3, 4]
 
 
 def _on_cuda(seed: int, **kwargs) -> torch.nn.Module:
@@ -40,38 +36,13 @@ def test_greedy_on_cuda_is_the_targets_greedy(ngram, widths):
     assert got.tokens == auto.tokens and len(got.tokens) == 24
 
 
-@torch.inference_mode()
-def _exact_joint(target: torch.nn.Module) -> np.ndarray:
-    from hsd_runtime import warp
-
-    cfg = SamplingConfig(mode="sample", temperature=1.0)
-    p1 = warp(target(torch.tensor([PROMPT], device="cuda")).logits[0, -1:].float(), cfg)[0]
-    joint = np.zeros((V, V))
-    for x1 in range(V):
-        p2 = warp(target(torch.tensor([PROMPT + [x1]], device="cuda")).logits[0, -1:].float(), cfg)[0]
-        joint[x1] = (p1[x1] * p2).cpu().numpy()
-    return joint.ravel()
-
-
 @pytest.mark.parametrize("widths", [[3], [TreeShape((3, 2))]], ids=["chain", "tree"])
 def test_sampling_on_cuda_follows_the_target(widths):
-    from scipy.stats import chisquare
+    from tests.test_exactness import V, _empirical, _exact_joint, _pvalue
 
     target = _on_cuda(10, layers=2, vocab=V, hidden=16, head_scale=10.0)
     draft = _on_cuda(12, layers=1, vocab=V, hidden=16, head_scale=10.0)
-    probs = _exact_joint(target)
-    runs = 1500
-    counts = np.zeros(V * V)
-    hierarchy = Hierarchy([draft, target], widths)
-    for seed in range(runs):
-        x1, x2 = hierarchy.generate(PROMPT, 2, SamplingConfig(mode="sample", temperature=1.0, seed=seed)).tokens
-        counts[x1 * V + x2] += 1
-    keep = probs * runs >= 5
-    observed = np.append(counts[keep], counts[~keep].sum())
-    expected = np.append(probs[keep], probs[~keep].sum()) * runs
-    if expected[-1] == 0:
-        observed, expected = observed[:-1], expected[:-1]
-    assert chisquare(observed, expected * observed.sum() / expected.sum()).pvalue > 1e-3
+    assert _pvalue(_empirical(Hierarchy([draft, target], widths)), _exact_joint(target)) > 1e-3
 
 
 def test_profile_solve_validate_on_cuda(tiny_dirs, tmp_path):

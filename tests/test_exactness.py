@@ -24,14 +24,15 @@ BOTTOM = tiny_llama(12, layers=1, vocab=V, hidden=16, head_scale=10.0)
 
 
 @torch.inference_mode()
-def _exact_joint() -> np.ndarray:
-    """P(x1, x2 | prompt) under the target, ``[V * V]``."""
+def _exact_joint(target: torch.nn.Module = TARGET) -> np.ndarray:
+    """P(x1, x2 | prompt) under ``target`` (on whatever device it is), ``[V * V]``."""
     cfg = SamplingConfig(**CFG)
-    p1 = warp(TARGET(torch.tensor([PROMPT])).logits[0, -1:], cfg)[0]
+    device = next(target.parameters()).device
+    p1 = warp(target(torch.tensor([PROMPT], device=device)).logits[0, -1:].float(), cfg)[0]
     joint = np.zeros((V, V))
     for x1 in range(V):
-        p2 = warp(TARGET(torch.tensor([PROMPT + [x1]])).logits[0, -1:], cfg)[0]
-        joint[x1] = (p1[x1] * p2).numpy()
+        p2 = warp(target(torch.tensor([PROMPT + [x1]], device=device)).logits[0, -1:].float(), cfg)[0]
+        joint[x1] = (p1[x1] * p2).cpu().numpy()
     return joint.ravel()
 
 
