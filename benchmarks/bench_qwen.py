@@ -4,8 +4,8 @@ Three stages, each reading what the one before stored (``--stages`` picks):
 
 profile    every candidate (n-gram, int8 copies of both models, the 0.5B, early exits of both,
            the 1.5B target) on the profiling split of each workload: HumanEval (``--humaneval``
-           problems) and the five Spec-Bench categories (``--per-category`` prompts each), one
-           workload each, ``--new-tokens`` continuations, library defaults otherwise (what
+           problems), the five Spec-Bench categories and its multi-turn category (the first
+           turns of its 80 MT-bench questions) (``--per-category`` prompts each), one workload each, ``--new-tokens`` continuations, library defaults otherwise (what
            ``hsd-plan profile`` does). Wall time per workload.
 validate   per workload: solve (top 5, every single drafter, autoregressive), run every plan on
            held-out prompts (the validation split, never profiled), predicted against measured.
@@ -20,6 +20,7 @@ hf         on HumanEval's held-out prompts: the solver's pick, the best single d
     python -m benchmarks.bench_qwen --out benchmarks/out/qwen
     python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages hf
     python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages validate --only qa,rag
+    python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages profile,validate --only mt_bench
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
+from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine, mt_bench_set
 from hsd_planner.plan import SolveConfig
 from hsd_planner.profiling import ProfileConfig, profile_summary, run_profile
 from hsd_planner.prompts import PromptSet, encode_prompt, load_prompts, split
@@ -77,12 +78,21 @@ def _workloads(args) -> list[tuple[str, PromptSet, PromptSet]]:
                 PromptSet(f"{name}:validate", split(every, "validate").prompts[: args.per_category_validate]),
             )
         )
-    return out[: args.workloads]
+    mt_bench = mt_bench_set()
+    out.append(
+        (
+            mt_bench.name,
+            PromptSet(mt_bench.name, split(mt_bench, "profile").prompts[: args.per_category]),
+            PromptSet(f"{mt_bench.name}:validate", split(mt_bench, "validate").prompts[: args.per_category_validate]),
+        )
+    )
+    out = out[: args.workloads]
+    return [w for w in out if not args.only or w[0].split("/")[-1] in args.only]
 
 
-def stage_profile(args, engine, loader, dtype: str) -> dict:
+def stage_profile(args, engine, loader, dtype: str, runs: dict) -> dict:
+    """Profile every workload (those of ``--only``), adding each to ``runs``."""
     config = ProfileConfig(models=MODELS, dtype=dtype, max_new_tokens=args.new_tokens)
-    runs = {}
     for name, prompts, _ in _workloads(args):
         t0 = time.perf_counter()
         outcome = run_profile(engine, config, prompts, loader)
@@ -98,8 +108,6 @@ def stage_validate(args, engine, loader, reports: dict, save) -> dict:
     """Validate every workload (those of ``--only``), adding each report to ``reports`` and
     calling ``save()`` as it lands, so that a stopped run keeps the workloads it finished."""
     for name, _, held in _workloads(args):
-        if args.only and name.split("/")[-1] not in args.only:
-            continue
         solved = solve_and_store(engine, target=TARGET, workload=name, config=SolveConfig(top_k=5))
         solve, plans = select_plans(engine, (), "all")
         assert solve.id == solved.solve_id
@@ -282,12 +290,12 @@ def main() -> None:
     ap.add_argument("--humaneval-validate", type=int, default=6, help="held-out HumanEval problems validated")
     ap.add_argument("--per-category", type=int, default=4, help="Spec-Bench prompts profiled per category")
     ap.add_argument("--per-category-validate", type=int, default=3)
-    ap.add_argument("--workloads", type=int, default=6, help="the first N workloads (HumanEval first)")
+    ap.add_argument("--workloads", type=int, default=7, help="the first N workloads (HumanEval first, MT-bench last)")
     ap.add_argument(
         "--only",
         type=lambda s: s.split(","),
         default=[],
-        help="validate only these workloads (humaneval, translation, ...), keeping the others' stored reports",
+        help="profile and validate only these workloads (humaneval, translation, ..., mt_bench), keeping the others' stored results",
     )
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=1, help="validation runs of every plan on every held-out prompt")
@@ -307,7 +315,7 @@ def main() -> None:
     print(result["machine"], flush=True)
     stages = args.stages.split(",")
     if "profile" in stages:
-        result["profile"] = stage_profile(args, engine, loader, dtype)
+        result["profile"] = stage_profile(args, engine, loader, dtype, result.get("profile", {}) if args.only else {})
         result_file.write_text(json.dumps(result, indent=1))
     if "validate" in stages:
         result["validate"] = result.get("validate", {}) if args.only else {}
