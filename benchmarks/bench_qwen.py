@@ -4,9 +4,10 @@ Three stages, each reading what the one before stored (``--stages`` picks):
 
 profile    every candidate (n-gram, int8 copies of both models, the 0.5B, early exits of both,
            the 1.5B target) on the profiling split of each workload: HumanEval (``--humaneval``
-           problems), the five Spec-Bench categories and its multi-turn category (the first
-           turns of its 80 MT-bench questions) (``--per-category`` prompts each), one workload each, ``--new-tokens`` continuations, library defaults otherwise (what
-           ``hsd-plan profile`` does). Wall time per workload.
+           problems) and Spec-Bench's six categories (``--per-category`` prompts each; the
+           multi-turn one is the first turns of its 80 MT-bench questions), one workload each,
+           ``--new-tokens`` continuations, library defaults otherwise (what ``hsd-plan profile``
+           does). Wall time per workload.
 validate   per workload: solve (top 5, every single drafter, autoregressive), run every plan on
            held-out prompts (the validation split, never profiled), predicted against measured.
 hf         on HumanEval's held-out prompts: the solver's pick, the best single drafter (by the
@@ -68,9 +69,8 @@ def _workloads(args) -> list[tuple[str, PromptSet, PromptSet]]:
             PromptSet("humaneval:validate", split(humaneval, "validate").prompts[: args.humaneval_validate]),
         )
     )
-    for category in SPEC_CATEGORIES:
-        every = load_prompts(SPEC_BENCH, category)
-        name = f"spec_bench/{category}"
+    for every in [*(load_prompts(SPEC_BENCH, category) for category in SPEC_CATEGORIES), mt_bench_set()]:
+        name = every.name  # spec_bench/<category>
         out.append(
             (
                 name,
@@ -78,14 +78,6 @@ def _workloads(args) -> list[tuple[str, PromptSet, PromptSet]]:
                 PromptSet(f"{name}:validate", split(every, "validate").prompts[: args.per_category_validate]),
             )
         )
-    mt_bench = mt_bench_set()
-    out.append(
-        (
-            mt_bench.name,
-            PromptSet(mt_bench.name, split(mt_bench, "profile").prompts[: args.per_category]),
-            PromptSet(f"{mt_bench.name}:validate", split(mt_bench, "validate").prompts[: args.per_category_validate]),
-        )
-    )
     out = out[: args.workloads]
     return [w for w in out if not args.only or w[0].split("/")[-1] in args.only]
 
