@@ -25,7 +25,7 @@ from torch import nn
 from .device import resolve_device, resolve_dtype
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
 from .packaged import PACKAGED, converted_dir, packaged_gguf, shareable
-from .packing import PackedLinear, prepack
+from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
 from .spec import ModelSpec, parse_spec
 
@@ -205,8 +205,21 @@ class ModelLoader:
 
     @property
     def kernels(self) -> str:
-        """``prepacked`` or ``plain``: which kernels this loader's models run (part of a profile's hardware key)."""
-        return "prepacked" if self.prepack and self.device.type == "cpu" else "plain"
+        """``prepacked`` or ``plain``: which kernels this loader's models run (part of a profile's hardware key).
+
+        Prepacked only where asked for, on the CPU, and where this CPU packs the loader's dtype
+        (an AVX2-only CPU packs fp32 but not bf16: bf16 models then run the plain kernels, and a
+        profile taken with them is stored as plain). A model whose own ``dtype=`` cannot be packed
+        runs plain inside a prepacked loader.
+        """
+        return "prepacked" if self.prepack and self.device.type == "cpu" and self.prepack_refusal is None else "plain"
+
+    @property
+    def prepack_refusal(self) -> str | None:
+        """Why prepacking was asked for and cannot be had for this loader's dtype here, else None."""
+        if not self.prepack or self.device.type != "cpu":
+            return None
+        return can_prepack(self.device, resolve_dtype(self.default_dtype))
 
     def with_kernels(self, kernels: str) -> ModelLoader:
         """This loader when it runs ``kernels`` already, else a new one on the same device and dtype that does."""
@@ -252,8 +265,8 @@ class ModelLoader:
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {first_line(exc)}") from None
         model.to(self.device).eval()
         logits_width = head_rows(model)
-        if self.kernels == "prepacked":
-            prepack(model)  # in place, before any view or quantized copy is taken of it
+        if self.kernels == "prepacked" and prepack(model):  # in place, before any view or quantized copy is taken of it
+            _own_unpacked_tensors(model)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
@@ -270,6 +283,24 @@ class ModelLoader:
             fingerprint=tokenizer_fingerprint(tokenizer),
             eos_token_ids=tuple(sorted(eos_ids)),
         )
+
+
+def _own_unpacked_tensors(model: nn.Module) -> None:
+    """Copy the tensors that packing left (embeddings, norms, rotary tables) out of the checkpoint's memory map.
+
+    transformers memory-maps a safetensors checkpoint and its tensors view that one mapping. Packing
+    drops the Linear weights read from it, but any tensor still viewing it keeps the whole file
+    mapped and resident: 6.2 GB beside the packed copy for the fp32 Qwen 1.5B, so the demo's process
+    held 19.8 GB for 12 GB of models. Once nothing views the mapping it is closed, and the process
+    holds what its models need. (Plain kernels compute on the mapped weights themselves: nothing to copy.)
+    """
+    with torch.no_grad():
+        for module in model.modules():
+            for param in module.parameters(recurse=False):
+                param.data = param.data.clone()
+            for name, buffer in module.named_buffers(recurse=False):
+                if buffer is not None:
+                    module._buffers[name] = buffer.clone()
 
 
 def check_same_tokenizer(models: list[LoadedModel]) -> int:

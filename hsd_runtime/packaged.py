@@ -22,7 +22,7 @@ from typing import Any, BinaryIO
 
 from .errors import ModelNotFoundError, PackageMissingError
 
-__all__ = ["PACKAGED", "PackagedModel", "cache_dir", "converted_dir", "packaged_gguf"]
+__all__ = ["PACKAGED", "PackagedModel", "cache_dir", "converted_dir", "is_converted", "packaged_gguf"]
 
 
 @dataclass(frozen=True)
@@ -191,3 +191,17 @@ def converted_dir(gguf: Path) -> Path:
     st = gguf.stat()
     key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
     return cache_dir() / "converted" / f"{gguf.stem}-{key}"
+
+
+def is_converted(alias: str) -> bool:
+    """Whether ``alias`` is assembled and converted in the cache already, so that loading it takes
+    seconds rather than minutes; False too where its packages are missing. Reads, never writes."""
+    pm = PACKAGED[alias]
+    if len(pm.packages) == 1 and not pm.chunk_glob:
+        found = importlib.util.find_spec(pm.packages[0])
+        if found is None or not found.submodule_search_locations:
+            return False
+        gguf = Path(next(iter(found.submodule_search_locations))) / pm.gguf_name
+    else:
+        gguf = cache_dir() / "gguf" / pm.gguf_name
+    return gguf.is_file() and (converted_dir(gguf) / "config.json").is_file()

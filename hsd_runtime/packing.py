@@ -14,11 +14,16 @@ A :class:`PackedLinear` holds the packed weight only; the dense one is given bac
 from a packed parent). The target alone and the target inside a hierarchy run the same packed
 kernels, so greedy identity between them holds exactly as it did unpacked.
 
-Supported: CPU, fp32 and bf16 (fp16 would need AVX512-FP16 or AVX-NE-CONVERT in oneDNN and is left
-plain). :func:`prepack` leaves a model it cannot pack untouched and says why.
+Supported: CPU, fp32 everywhere oneDNN runs, bf16 where the CPU has AVX512 (BW, VL, DQ) or
+AVX-NE-CONVERT (torch refuses to reorder bf16 weights elsewhere: an AVX2-only CPU packs fp32 only),
+never fp16. Whether a dtype packs is asked of this machine once per process (:func:`can_prepack`,
+by packing and running a tiny layer); :func:`prepack` leaves a model it cannot pack on the plain
+kernels, and :class:`~hsd_runtime.loading.ModelLoader` reports that choice as its ``kernels``.
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import nn
@@ -44,7 +49,8 @@ class PackedLinear(nn.Module):
         self.dtype = weight.dtype
         # batch size None: one layout for every number of rows
         self._packed = torch.ops.mkldnn._reorder_linear_weight(weight, None)
-        self.bias = None if linear.bias is None else linear.bias.detach()  # [out] or None
+        # [out] or None; a copy, so no tensor of the packed layer views the checkpoint's memory map
+        self.bias = None if linear.bias is None else linear.bias.detach().clone()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x ``[..., in]`` -> ``[..., out]`` in the layer's dtype."""
@@ -64,20 +70,39 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, oneDNN prepacked {self.dtype}"
 
 
-def can_prepack(device: torch.device, dtype: torch.dtype) -> str | None:
-    """None when weights on ``device`` in ``dtype`` can be prepacked here, else the reason why not."""
-    if device.type != "cpu":
-        return f"prepacking is a CPU path (oneDNN); {device.type} runs its own kernels"
+def _short(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+
+
+def _try_pack(dtype: torch.dtype) -> None:
+    """Pack and run an 8 x 8 layer in ``dtype``; raises what oneDNN raises where it cannot."""
+    probe = PackedLinear(nn.Linear(8, 8, bias=False).to(dtype))
+    probe(torch.zeros(2, 8, dtype=dtype))
+
+
+@functools.cache
+def _cpu_answer(dtype: torch.dtype) -> str | None:
+    """This CPU's answer for ``dtype``, asked once per process (the CPU does not change under it)."""
     if dtype not in _PACKABLE:
-        return f"oneDNN prepacks fp32 and bf16 weights; {dtype} stays plain"
+        return f"oneDNN prepacks fp32 and bf16 weights; {_short(dtype)} stays plain"
     if not torch.backends.mkldnn.is_available():
         return "this torch build has no oneDNN (mkldnn)"
     try:  # a CPU or build without the operators answers here, not in the middle of a forward pass
-        probe = PackedLinear(nn.Linear(8, 8, bias=False).to(dtype))
-        probe(torch.zeros(2, 8, dtype=dtype))
+        _try_pack(dtype)
     except (RuntimeError, AttributeError) as exc:
-        return f"oneDNN cannot prepack {dtype} here ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"oneDNN cannot prepack {_short(dtype)} weights on this CPU ({first})"
     return None
+
+
+def can_prepack(device: torch.device, dtype: torch.dtype) -> str | None:
+    """None when weights on ``device`` in ``dtype`` can be prepacked here, else the reason why not (one line).
+
+    The CPU is asked once per dtype and process; every later call returns the same answer.
+    """
+    if device.type != "cpu":
+        return f"prepacking is a CPU path (oneDNN); {device.type} runs its own kernels"
+    return _cpu_answer(dtype)
 
 
 def prepack(model: nn.Module) -> int:

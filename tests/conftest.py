@@ -1,11 +1,20 @@
-"""Shared fixtures."""
+"""Shared fixtures.
+
+``HSD_PLAN_TEST_CPU=avx2`` makes the in-process tests see an AVX2-only CPU on any x86 machine: the
+capability probes answer no AMX, no AVX512-BF16 and no VNNI, and oneDNN's weight reorder refuses
+bf16 as it does there. Add ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` so the kernels
+dispatch as there too. Subprocesses (the CLI run as a program) see the real CPU.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
+from hsd_runtime import packing
 from tests.tiny import save_tiny_model
 
 
@@ -26,3 +35,41 @@ def isolated_db(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "hsd-plan.db"
     monkeypatch.setenv("HSD_PLAN_DB", str(path))
     return path
+
+
+# What torch raises on a CPU without AVX512 (BW, VL, DQ) or AVX-NE-CONVERT, e.g. an AVX2-only EPYC.
+NO_BF16 = "mkldnn_reorder_linear_weight: bf16 path needs the cpu support avx_ne_convert or avx512bw, avx512vl and avx512dq"
+
+
+def refuse_bf16_packing(mp: pytest.MonkeyPatch) -> None:
+    """Make oneDNN's weight reorder refuse bf16 as on an AVX2-only CPU (fp32 still packs).
+
+    The operator itself is replaced, so any code path that packs bf16 without asking first fails
+    as it would there; the cached answer of :func:`hsd_runtime.can_prepack` is cleared.
+    """
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+
+    def refuse(weight, *args):
+        if weight.dtype == torch.bfloat16:
+            raise RuntimeError(NO_BF16)
+        return reorder(weight, *args)
+
+    mp.setattr(torch.ops.mkldnn, "_reorder_linear_weight", refuse)
+    packing._cpu_answer.cache_clear()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def emulated_cpu():
+    """Answer as an AVX2-only CPU when ``HSD_PLAN_TEST_CPU=avx2`` (see the module docstring)."""
+    kind = os.environ.get("HSD_PLAN_TEST_CPU", "")
+    if kind not in ("", "avx2"):
+        raise pytest.UsageError(f"HSD_PLAN_TEST_CPU={kind!r}: only avx2 can be emulated")
+    if not kind:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported", "_is_vnni_supported"):
+            mp.setattr(torch.cpu, probe, lambda: False, raising=False)
+        refuse_bf16_packing(mp)
+        yield
+    packing._cpu_answer.cache_clear()

@@ -1,6 +1,9 @@
 """Model specs resolve to shared weights, and every loading error is one actionable line."""
 
 import importlib.util
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,3 +79,17 @@ def test_chain_with_different_tokenizers_is_refused(tiny_dirs):
     chain = [str(tiny_dirs["other"]), str(tiny_dirs["target"])]
     with pytest.raises(TokenizerMismatchError, match="different tokenizers"):
         build_hierarchy(chain, [2], ModelLoader(device="cpu"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc/self/maps (Linux) to see the process's mappings")
+@pytest.mark.parametrize("prepack, mapped", [(False, True), (True, False)])
+def test_a_prepacked_model_keeps_no_view_of_its_memory_mapped_checkpoint(tiny_dirs, prepack, mapped):
+    """Plain kernels compute on the mapped checkpoint; packed ones copied what they need, so it is unmapped."""
+    script = (
+        "import sys; from pathlib import Path; from hsd_runtime import ModelLoader\n"
+        f"m = ModelLoader('cpu', 'fp32', prepack={prepack}).load(sys.argv[1])\n"
+        "print(str(Path(sys.argv[1], 'model.safetensors').resolve()) in Path('/proc/self/maps').read_text())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script, str(tiny_dirs["target"])], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == str(mapped)

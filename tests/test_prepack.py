@@ -14,7 +14,8 @@ from hsd_planner.cli import cli
 from hsd_planner.profiling import floor as floor_mod
 from hsd_planner.profiling.floor import FloorProbe, PassTraffic, pass_floor_ms, pass_traffic, probe_floor
 from hsd_planner.profiling.hardware import HardwareInfo, detect_hardware, this_machine
-from hsd_runtime import Hierarchy, Int8Linear, ModelLoader, PackedLinear, SamplingConfig, can_prepack, prepack, quantized_copy
+from hsd_runtime import Hierarchy, Int8Linear, ModelLoader, PackedLinear, SamplingConfig, can_prepack, packing, prepack, quantized_copy
+from tests.conftest import NO_BF16, refuse_bf16_packing
 from tests.tiny import tiny_llama
 
 pytestmark = pytest.mark.skipif(can_prepack(torch.device("cpu"), torch.float32) is not None, reason="no oneDNN prepacking here")
@@ -33,6 +34,9 @@ def test_packed_linear_matches_linear_in_fp32(bias, shape):
     assert packed.out_features == 80 and packed.num_weights == 48 * 80 + (80 if bias else 0)
 
 
+@pytest.mark.skipif(
+    can_prepack(torch.device("cpu"), torch.bfloat16) is not None, reason=f"{can_prepack(torch.device('cpu'), torch.bfloat16)}"
+)
 def test_packed_linear_bf16_matches_bf16_linear():
     torch.manual_seed(0)
     lin = nn.Linear(64, 32, bias=False).to(torch.bfloat16)
@@ -165,3 +169,70 @@ def test_level_time_splits_into_forward_cache_draft_and_verify():
     assert top.verify_s > 0 and top.draft_s == 0
     assert sum(lv.time_s + lv.draft_s + lv.verify_s for lv in result.levels) <= result.decode_s
     assert {"forward_s", "cache_s", "draft_s", "verify_s"} <= set(low.to_dict())
+
+
+@pytest.fixture
+def no_bf16_packing(monkeypatch):
+    """oneDNN answers as on an AVX2-only CPU: the weight reorder refuses bf16 (fp32 still packs)."""
+    refuse_bf16_packing(monkeypatch)
+    yield
+    packing._cpu_answer.cache_clear()
+
+
+def test_the_cpu_is_asked_once_per_dtype(monkeypatch):
+    asked = []
+    monkeypatch.setattr(packing, "_try_pack", asked.append)
+    packing._cpu_answer.cache_clear()
+    try:
+        for _ in range(3):
+            assert can_prepack(torch.device("cpu"), torch.float32) is None
+        assert asked == [torch.float32]
+    finally:
+        packing._cpu_answer.cache_clear()
+
+
+def test_a_cpu_that_cannot_pack_bf16_runs_bf16_on_plain_kernels(no_bf16_packing, tiny_dirs):
+    reason = can_prepack(torch.device("cpu"), torch.bfloat16)
+    assert reason == f"oneDNN cannot prepack bf16 weights on this CPU ({NO_BF16})"
+    assert can_prepack(torch.device("cpu"), torch.float32) is None
+    bf16 = ModelLoader("cpu", "bf16")
+    assert bf16.kernels == "plain" and bf16.prepack_refusal == reason
+    model = bf16.load(str(tiny_dirs["target"])).model
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+    assert prepack(tiny_llama(0).to(torch.bfloat16)) == 0  # never a traceback from the packing operator
+    fp32 = ModelLoader("cpu", "fp32")
+    assert fp32.kernels == "prepacked" and fp32.prepack_refusal is None
+    assert ModelLoader("cpu", "bf16", prepack=False).prepack_refusal is None  # not asked for: nothing to say
+
+
+def test_the_floor_probe_times_bf16_on_plain_kernels_where_it_cannot_pack(no_bf16_packing, monkeypatch):
+    monkeypatch.setattr(floor_mod, "PROBE_MIB", 16)
+    monkeypatch.setattr(floor_mod, "_GEMM", (16, 256, 256))
+    probe = probe_floor("cpu", ["fp32", "bf16"], "prepacked", repeats=2)
+    assert set(probe.peak_gflops) == {"fp32", "bf16"} and all(v > 0 for v in probe.peak_gflops.values())
+
+
+def test_profile_generate_and_validate_in_bf16_where_it_cannot_pack(no_bf16_packing, tiny_dirs, tmp_path, isolated_db):
+    runner = CliRunner()
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(f"w{i} w{i + 1} w{i + 2} w{i} w{i + 1}" for i in range(10)))
+    models = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    common = ["--dtype", "bf16", "--device", "cpu"]
+    profile = runner.invoke(
+        cli,
+        ["profile", "--models", models, "--prompts", str(prompts), "--latency-grid", "1,4", "--context-lens", "8"]
+        + ["--repeats", "1", "--max-new-tokens", "6", *common, "--json"],
+    )
+    assert profile.exit_code == 0, profile.output
+    note = f"note: oneDNN cannot prepack bf16 weights on this CPU ({NO_BF16}); bf16 models run torch's plain kernels\n"
+    assert profile.stderr == note  # said once, on stderr, as one line
+    summary = json.loads(profile.stdout)
+    assert summary["hardware"]["kernels"] == "plain"
+    assert all(row["c1_over_floor"] > 0 for row in summary["latency"] if row["model"] != "ngram")
+    assert runner.invoke(cli, ["solve"]).exit_code == 0
+    validate = runner.invoke(cli, ["validate", "--best", "--max-prompts", "1", "--max-new-tokens", "4", *common, "--json"])
+    assert validate.exit_code == 0, validate.output
+    assert validate.stderr.count("note: oneDNN cannot prepack bf16") == 1
+    chain = f"{tiny_dirs['draft']},{tiny_dirs['target']}"
+    generate = runner.invoke(cli, ["generate", "--chain", chain, "--widths", "2", "--prompt", "w1 w2", "--max-new-tokens", "6", *common])
+    assert generate.exit_code == 0, generate.output

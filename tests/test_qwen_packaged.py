@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hsd_runtime import ModelNotFoundError, PackageMissingError
-from hsd_runtime.packaged import PACKAGED, _split_alias, packaged_gguf
+from hsd_runtime.packaged import PACKAGED, _split_alias, converted_dir, is_converted, packaged_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNKS = [bytes([i]) * (1000 + 17 * i) for i in range(1, 4)]  # three chunks of unequal sizes
@@ -53,6 +53,15 @@ def test_good_chunks_assemble_once_without_importing(fake_alias, tmp_path):
     _chunk(tmp_path, 2).unlink()  # a second call uses the verified file and reads no chunk
     assert packaged_gguf(fake_alias) == path and path.stat().st_mtime_ns == mtime
     assert _cache_files(tmp_path) == ["gguf/fake.gguf"]
+
+
+def test_is_converted_reads_the_cache_and_writes_nothing(fake_alias, tmp_path):
+    assert not is_converted(fake_alias) and _cache_files(tmp_path) == []  # nothing assembled: a first load converts
+    gguf = packaged_gguf(fake_alias)
+    assert not is_converted(fake_alias)  # assembled, not yet converted
+    (converted_dir(gguf)).mkdir(parents=True)
+    (converted_dir(gguf) / "config.json").write_text("{}")
+    assert is_converted(fake_alias)
 
 
 def test_missing_package_names_it_and_the_pip_command(fake_alias, tmp_path):

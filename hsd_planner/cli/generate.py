@@ -6,10 +6,10 @@ import sys
 
 import click
 
-from hsd_runtime import ModelLoader, SamplingConfig
+from hsd_runtime import SamplingConfig
 
 from ..validation import generate_text
-from .options import json_option, parse_widths, prepack_option, resolve_dtype_choice, runtime_options, sampling_options
+from .options import json_option, make_loader, parse_widths, prepack_option, resolve_dtype_choice, runtime_options, sampling_options
 from .render import emit, format_generate
 
 __all__ = ["generate"]
@@ -60,7 +60,7 @@ def generate(
     if check and mode != "greedy":
         raise click.ClickException("--check compares greedy outputs; use it with --mode greedy")
     sampling = SamplingConfig(mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-    loader = ModelLoader(device=device, dtype=resolve_dtype_choice(dtype, device), prepack=prepack)
+    loader = make_loader(device, resolve_dtype_choice(dtype, device), prepack)
     report = generate_text(chain, parse_widths(widths), prompt, max_new_tokens, sampling, loader, chat=not raw, check=check, warmup=warmup)
     emit(report, as_json, format_generate)
     if report.check is not None and report.check.exact and not report.check.identical:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
@@ -17,6 +17,7 @@ __all__ = [
     "db_option",
     "int_list",
     "json_option",
+    "make_loader",
     "mode_options",
     "parse_widths",
     "prepack_option",
@@ -27,6 +28,9 @@ __all__ = [
     "solve_options",
     "split_specs",
 ]
+
+if TYPE_CHECKING:
+    from hsd_runtime import ModelLoader
 
 F = TypeVar("F", bound=Callable)
 
@@ -88,6 +92,18 @@ def resolve_dtype_choice(dtype: str, device: str) -> str:
     from hsd_runtime import auto_dtype, resolve_device
 
     return auto_dtype(resolve_device(device))
+
+
+def make_loader(device: str, dtype: str, prepack: bool = True) -> ModelLoader:
+    """The loader of a command that runs models (``dtype`` already concrete), saying once on stderr
+    when prepacking was asked for and this CPU cannot pack ``dtype``: those models then run torch's
+    plain kernels, and profiles taken with them are stored as plain."""
+    from hsd_runtime import ModelLoader
+
+    loader = ModelLoader(device=device, dtype=dtype, prepack=prepack)
+    if loader.prepack_refusal is not None:
+        click.echo(f"note: {loader.prepack_refusal}; {dtype} models run torch's plain kernels", err=True)
+    return loader
 
 
 def mode_options(f: F) -> F:

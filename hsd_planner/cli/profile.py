@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import click
 
-from hsd_runtime import ModelLoader
-
 from ..profiling import ProfileConfig, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
@@ -14,6 +12,7 @@ from .options import (
     db_option,
     int_list,
     json_option,
+    make_loader,
     prepack_option,
     prompt_options,
     resolve_dtype_choice,
@@ -110,7 +109,7 @@ def profile(
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     engine = open_engine(db)
-    loader = ModelLoader(device=device, dtype=dtype, prepack=prepack)
+    loader = make_loader(device, dtype, prepack)
     bars = Bars()
     bars.start("profiling")
     try:

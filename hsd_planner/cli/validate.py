@@ -8,14 +8,12 @@ from pathlib import Path
 import click
 from sqlalchemy.orm import Session
 
-from hsd_runtime import ModelLoader
-
 from ..profiling import ProfileSummary
 from ..prompts import load_prompts, split
 from ..store import Setting, open_engine
 from ..validation import CANDIDATE_SETS, FAMILIES, run_demo, run_validation, select_plans
 from ..validation.plot import check_plot_path, plot_validation
-from .options import db_option, json_option, prepack_option, prompt_options, resolve_dtype_choice, runtime_options
+from .options import db_option, json_option, make_loader, prepack_option, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit, format_summary, format_validation
 
 __all__ = ["demo", "validate"]
@@ -71,7 +69,7 @@ def validate(
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
     with Session(engine) as s:
         solve_dtype = s.get(Setting, solve.setting_id).dtype
-    loader = ModelLoader(device=device, dtype=resolve_dtype_choice(dtype, device) if dtype else solve_dtype)
+    loader = make_loader(device, resolve_dtype_choice(dtype, device) if dtype else solve_dtype)
     bars = Bars()
     bars.start("validating", len(plans) * len(prompts.prompts) * repeats)
     try:
@@ -162,7 +160,7 @@ def demo(
     dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(
         open_engine(db),
-        ModelLoader(device=device, dtype=dtype, prepack=prepack),
+        make_loader(device, dtype, prepack),
         chosen,
         dtype,
         Path(plot_file),

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hsd_runtime import Int8Linear, PackedLinear, resolve_device
+from hsd_runtime import Int8Linear, PackedLinear, can_prepack, resolve_device
 
 __all__ = ["FloorProbe", "PassTraffic", "pass_floor_ms", "pass_traffic", "probe_floor"]
 
@@ -77,7 +77,8 @@ def probe_floor(device: str | torch.device, dtypes: list[str], kernels: str = "p
     """Measure streaming bandwidth and GEMM throughput in each of ``dtypes`` (``fp32``/``bf16``/``fp16``).
 
     The GEMM runs through the kernels of ``kernels`` (``prepacked``: a weight packed once by
-    oneDNN, as the models run; ``plain``: torch's default). Under a second on a CPU.
+    oneDNN, as the models run, for each dtype this CPU can pack; ``plain``: torch's default).
+    Under a second on a CPU.
     """
     from hsd_runtime.device import resolve_dtype
 
@@ -95,7 +96,8 @@ def probe_floor(device: str | torch.device, dtypes: list[str], kernels: str = "p
         dt = resolve_dtype(name)
         a = torch.randn(m, k, generator=gen).to(dev, dt)  # [M, K]
         w = nn.Linear(k, n, bias=False).to(dev, dt)  # [N, K]
-        layer: nn.Module = PackedLinear(w) if kernels == "prepacked" and dev.type == "cpu" and dt != torch.float16 else w
+        # the models' own choice: a dtype this CPU cannot pack runs plain in them, so it does here
+        layer: nn.Module = PackedLinear(w) if kernels == "prepacked" and can_prepack(dev, dt) is None else w
         with torch.inference_mode():
             times = _timed(partial(layer, a), repeats, sync)
         peaks[name] = 2 * m * k * n / statistics.median(times) / 1e9

@@ -9,7 +9,8 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from hsd_runtime import ModelLoader
+from hsd_runtime import ModelLoader, parse_spec
+from hsd_runtime.packaged import PACKAGED, is_converted
 
 from ..plan import SolveConfig
 from ..profiling import ProfileConfig, ProfileSummary, profile_summary, run_profile
@@ -38,6 +39,17 @@ class DemoFamily:
     # fewer than 5 let a slow spell of the machine set a point (see BENCHMARKS.md, stability)
     rounds: int = 5
     repeats: int = 2  # validation: runs of every plan on every held-out prompt
+    # measured runs with the models already converted, per dtype the models ran in: (minutes, where)
+    measured: tuple[tuple[Dtype, float, str], ...] = ()
+    convert_minutes: float = 0.0  # the packaged models' one-time assembly and conversion, measured
+
+    def expected(self, dtype: Dtype, converted: bool) -> str | None:
+        """One line saying how long this demo took where it was measured in ``dtype``, or None."""
+        for measured_dtype, minutes, where in self.measured:
+            if measured_dtype == dtype:
+                first = "" if converted else f", plus about {self.convert_minutes:.0f} min to convert the packaged models once"
+                return f"expected: about {minutes:.0f} min in {dtype} (measured on {where}){first}"
+        return None
 
     def profile_config(self, dtype: Dtype, rounds: int | None = None) -> ProfileConfig:
         """What the demo profiles: the family's candidates, budget and grid, ``rounds`` interleaved rounds (default: the family's)."""
@@ -61,6 +73,8 @@ FAMILIES: dict[str, DemoFamily] = {
         max_new_tokens=48,
         latency_grid=(1, 2, 4, 8),
         context_lens=(64, 256),
+        measured=(("bf16", 3.3, "a 2-core AMD EPYC with AVX512-BF16"), ("fp32", 13.0, "a 2-core AMD EPYC with AVX2 only")),
+        convert_minutes=4.0,
     ),
     # the quick one: untrained early exits of a 135M model, where mostly the n-gram lookup pays
     "smollm2": DemoFamily(
@@ -138,6 +152,11 @@ def run_demo(
     f = family
     prompts = split(load_prompts(f.prompts), "profile", f.max_prompts)
     config = f.profile_config(dtype)
+    names = {parse_spec(spec).name for spec in config.models}
+    converted = all(is_converted(name) for name in names & PACKAGED.keys())
+    expected = f.expected(dtype, converted)
+    if expected:
+        say(expected)
     say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({dtype})")
     bars.start("profiling")
     outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
