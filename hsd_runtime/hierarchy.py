@@ -18,7 +18,7 @@ from torch import nn
 from .cache import CachedModel
 from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
 from .errors import ChainError, PromptError
-from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows
+from .loading import ModelLoader, check_same_tokenizer, head_rows
 from .ngram import NgramDrafter
 from .sampling import SamplingConfig
 from .shape import TreeShape, Width
@@ -161,11 +161,7 @@ def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], l
     specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
     if not specs or specs[-1].is_ngram:
         raise ChainError("the last model of a chain is the target and cannot be ngram")
-    loaded: list[LoadedModel | None] = []
-    for s in specs:  # one at a time: a tokenizer mismatch stops before the rest load
-        loaded.append(None if s.is_ngram else loader.load(s))
-        if not s.is_ngram:
-            check_same_tokenizer([m for m in loaded if m is not None])
+    loaded = loader.load_chain(specs)
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)
     members: list[nn.Module | NgramDrafter] = [

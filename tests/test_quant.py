@@ -146,3 +146,15 @@ def test_planner_latency_timing_runs_on_a_quantized_copy():
 
     median, p10, p90 = time_forward(quantized_copy(tiny_llama(0)), n=4, context_len=16, repeats=3)
     assert 0 < p10 <= median <= p90
+
+
+def test_a_quantized_copy_keeps_its_parent_only_where_the_parent_is_loaded_itself(tiny_dirs):
+    target = str(tiny_dirs["target"])
+    alone = ModelLoader(device="cpu", dtype="bf16")  # a bf16 run whose int8 drafter is made from an fp32 parent
+    q = alone.load(f"{target}:quant=int8")
+    assert (target, "fp32") not in alone._full  # the fp32 Linear weights went with the transient parent
+    chain = ModelLoader(device="cpu", dtype="fp32")
+    copy, parent = chain.load_chain([parse_spec(f"{target}:quant=int8"), parse_spec(target)])
+    assert copy is not None and parent is not None
+    assert copy.model.model.embed_tokens.weight is parent.model.model.embed_tokens.weight  # loaded parent first: shared
+    assert isinstance(q.model.lm_head, Int8Linear)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
-from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
+from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, parse_spec
 
 from ..errors import ChainError
 from ..prompts import PromptSet, encode_prompt
@@ -108,11 +108,7 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
         raise ChainError("acceptance needs at least two models (a drafter and a verifier); add one, or pass --skip-acceptance")
     if all(s.is_ngram for s in specs):
         raise ChainError("--models needs at least one model besides ngram")
-    candidates = []
-    for s in specs:  # one at a time: a tokenizer mismatch stops before the rest load
-        candidates.append(_Candidate(s, None if s.is_ngram else loader.load(s)))
-        if not s.is_ngram:
-            check_same_tokenizer([c.loaded for c in candidates if c.loaded is not None])
+    candidates = [_Candidate(s, m) for s, m in zip(specs, loader.load_chain(specs))]
     # stable sort: cheapest first, ties keep the order given
     return sorted(candidates, key=lambda c: c.cost_rank)
 
