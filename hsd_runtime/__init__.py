@@ -23,6 +23,7 @@ _EXPORTS = {
     "ModelNotFoundError": "errors",
     "ModelSpecError": "errors",
     "PackageMissingError": "errors",
+    "PathError": "errors",
     "PromptError": "errors",
     "TokenizerMismatchError": "errors",
     "Hierarchy": "hierarchy",
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports
         ModelNotFoundError,
         ModelSpecError,
         PackageMissingError,
+        PathError,
         PromptError,
         TokenizerMismatchError,
     )

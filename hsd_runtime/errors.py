@@ -12,6 +12,7 @@ __all__ = [
     "ModelNotFoundError",
     "ModelSpecError",
     "PackageMissingError",
+    "PathError",
     "PromptError",
     "TokenizerMismatchError",
     "first_line",
@@ -47,6 +48,11 @@ class TokenizerMismatchError(HSDError):
 
 class ChainError(HSDError):
     """A chain and its widths do not describe a valid hierarchy."""
+
+
+class PathError(HSDError):
+    """A path the user gave cannot be read or written as asked (a FIFO, a device, a folder, too
+    large, a symbolic link loop, or an existing file that would be replaced without --force)."""
 
 
 class PromptError(HSDError):

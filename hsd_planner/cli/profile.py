@@ -6,14 +6,16 @@ import click
 
 from hsd_runtime import ModelLoader
 
-from ..profiling import ProfileConfig, profile_summary, run_profile
+from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
-from ..store import open_engine
+from ..store import check_db, open_engine
+from ..vocab import MAX_LENGTH, MAX_REPEATS
 from .options import (
     db_option,
     int_list,
     json_option,
+    model_list,
     prepack_option,
     prompt_options,
     resolve_dtype_choice,
@@ -32,7 +34,7 @@ _D = ProfileConfig.model_fields
 @prompt_options(max_help="Profile at most this many prompts.")
 @click.option(
     "--max-new-tokens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_LENGTH),
     default=_D["max_new_tokens"].default,
     show_default=True,
     help="Length of each verifier continuation.",
@@ -49,7 +51,7 @@ _D = ProfileConfig.model_fields
 )
 @click.option(
     "--repeats",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_REPEATS),
     default=_D["repeats"].default,
     show_default=True,
     help="Interleaved latency rounds: timed passes per point (median kept).",
@@ -95,7 +97,7 @@ def profile(
     """
     dtype = resolve_dtype_choice(dtype, device)
     config = ProfileConfig(
-        models=absolute_specs([m for m in models.split(",") if m]),
+        models=absolute_specs(model_list(models, "--models")),
         mode=mode,
         temperature=temperature,
         top_p=top_p or 1.0,
@@ -109,12 +111,14 @@ def profile(
         force=force,
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
-    engine = open_engine(db)
+    check_db(db)  # a bad --db fails before the models load
     loader = ModelLoader(device=device, dtype=dtype, prepack=prepack)
+    prepared = prepare_profile(config, prompts, loader)  # every refusal before the database is created or written
+    engine = open_engine(db)
     bars = Bars()
     bars.start("profiling")
     try:
-        outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
+        outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     except KeyboardInterrupt:
         raise click.ClickException("interrupted; every finished measurement is saved, rerun the same command to resume") from None
     finally:

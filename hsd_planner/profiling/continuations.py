@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig
 
+from ..errors import StoreError
 from ..plan.profile import LatencyCurve
 from ..store import Continuation
 from ..store.reader import latency_curve
@@ -94,6 +95,12 @@ def verifier_continuation(
     with Session(engine) as s:
         row = s.scalars(select(Continuation).filter_by(**key)).first()
         if row is not None and not config.force:
+            width = verifier.loaded.logits_width
+            if any(not 0 <= t < width for t in row.tokens):  # an imported row: ids the model has no logits for
+                raise StoreError(
+                    f"the stored continuation of prompt {k + 1} for {verifier.spec} holds token ids outside its vocabulary "
+                    f"(0..{width - 1}); rerun with --force to measure it again"
+                )
             return list(row.tokens), False
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, seed=config.seed + k)
     members: list = [verifier.loaded.model]
