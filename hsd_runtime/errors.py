@@ -10,6 +10,7 @@ __all__ = [
     "ChainError",
     "HSDError",
     "ModelNotFoundError",
+    "ModelOutputError",
     "ModelSpecError",
     "PackageMissingError",
     "PathError",
@@ -36,6 +37,10 @@ class ModelSpecError(HSDError):
 
 class ModelNotFoundError(HSDError):
     """A model spec names no packaged alias, directory or file that exists."""
+
+
+class ModelOutputError(HSDError):
+    """A model computed probabilities that are not finite (NaN or infinite weights)."""
 
 
 class PackageMissingError(HSDError):

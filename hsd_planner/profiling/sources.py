@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from hsd_runtime.files import stat_path
 from hsd_runtime.packaged import PACKAGED
 from hsd_runtime.spec import ModelSpec, parse_spec
 
@@ -24,7 +25,7 @@ def _local_path(spec: ModelSpec) -> Path | None:
     if spec.is_ngram or spec.name in PACKAGED:
         return None
     path = Path(spec.name).expanduser()
-    return path if path.exists() else None
+    return path if stat_path(path, "model") is not None else None  # a loop or an overlong name is one line
 
 
 def absolute_spec(text: str) -> str:
