@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from ..store import open_engine
-from ..store.exchange import document_rows, export_document, import_document, read_document, write_document
+from ..store import check_db, open_engine
+from ..store.exchange import check_export_path, document_rows, export_document, import_document, read_document, write_document
 from .options import db_option, json_option
 from .render import Bars, format_profiles
 
@@ -48,9 +48,9 @@ def profiles_export(file: str, force: bool, db: str | None) -> None:
 
         hsd-plan profiles export my-machine.json
     """
-    engine = open_engine(db, create=False)
-    doc = export_document(engine)
-    write_document(doc, file, engine, force)
+    target = check_export_path(file, check_db(db, create=False).database, force)  # refused before the database is read
+    doc = export_document(open_engine(db, create=False))
+    write_document(doc, target)
     click.echo(f"exported {len(doc.latency)} latency points and {len(doc.acceptance)} acceptance pairs to {file}")
 
 

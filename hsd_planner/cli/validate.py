@@ -69,7 +69,7 @@ def validate(
 
         hsd-plan validate --candidates top-k --max-prompts 8 --plot validate.png
     """
-    plot = check_plot_path(plot_file, force) if plot_file else None
+    plot = check_plot_path(plot_file, force) if plot_file is not None else None
     engine = open_engine(db, create=False)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)

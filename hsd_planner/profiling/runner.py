@@ -31,7 +31,7 @@ from .acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
-from .continuations import ASSIST_WIDTH, Assistant, latency_curves, verifier_continuation
+from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, latency_curves, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
 from .siblings import sibling_acceptance, sibling_sums
@@ -186,6 +186,8 @@ def run_profile(
     """
     prep = prepared or prepare_profile(config, prompts, loader)
     candidates, encoded, contexts = prep.candidates, prep.encoded, prep.contexts
+    if config.acceptance and not config.force:
+        check_stored_continuations(engine, prompts.content_hash, [c for c in candidates if c.loaded is not None])
     out = ProfileOutcome()
     with Session(engine) as s, s.begin():
         out.hardware_id = hardware_row(s, detect_hardware(loader.device, loader.kernels)).id

@@ -41,6 +41,7 @@ __all__ = [
     "MAX_DOCUMENT_BYTES",
     "SCHEMA_VERSION",
     "ProfileDocument",
+    "check_export_path",
     "document_rows",
     "export_document",
     "import_document",
@@ -112,24 +113,28 @@ def export_document(engine: Engine) -> ProfileDocument:
         )
 
 
-def write_document(doc: ProfileDocument, path: str | Path, engine: Engine, force: bool = False) -> Path:
-    """Write ``doc`` to ``path`` atomically (a temporary file renamed over it); return the path.
+def check_export_path(path: str | Path, database: str | None, force: bool = False) -> Path:
+    """The export file ``path`` checked before anything is read or written; return it.
 
-    Never over an SQLite file (the open database above all: an export holds no solves, plans or
-    validations, so it cannot restore one), over an existing export only with ``force``, and never
-    to anything :func:`~hsd_planner.paths.check_output_path` refuses.
+    Never an SQLite file (the ``database`` being exported above all: an export holds no solves,
+    plans or validations, so it cannot restore one), an existing export only with ``force``, and
+    nothing :func:`~hsd_planner.paths.check_output_path` refuses.
     """
     typed = Path(str(path)).expanduser()
     st = stat_path(typed, "export file", follow=False)
     if st is not None and stat.S_ISREG(st.st_mode):  # read 16 bytes of a regular file only: a FIFO would block
         with open(typed, "rb") as fh:
             is_sqlite = fh.read(16) == SQLITE_HEADER
-        database = engine.url.database
-        if is_sqlite or (database and os.path.samefile(database, typed)):
+        same = database is not None and stat_path(Path(database), "database") is not None and os.path.samefile(database, typed)
+        if is_sqlite or same:
             raise StoreError(f"{typed} is an SQLite database; an export never overwrites one (choose a .json file name)")
-    target = check_output_path(path, "export file", force)
-    write_atomic(target, "export file", lambda tmp: tmp.write_text(doc.model_dump_json(indent=1)))
-    return target
+    return check_output_path(path, "export file", force)
+
+
+def write_document(doc: ProfileDocument, path: Path) -> None:
+    """Write ``doc`` to ``path`` (checked with :func:`check_export_path`) atomically: a temporary
+    file renamed over it, so ``path`` is the whole export or what it was before."""
+    write_atomic(path, "export file", lambda tmp: tmp.write_text(doc.model_dump_json(indent=1)))
 
 
 def read_document(path: Path, what: str = "profile file") -> ProfileDocument:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hsd_runtime import ModelLoader, SamplingConfig, parse_spec
 
-from ..errors import DistillError
+from ..errors import DistillError, ModelOutputError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from ..prompts import encode_prompt, load_prompts, split
 from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, DistillData, Divergence, Dtype
@@ -213,7 +213,10 @@ class Distiller:
             ids = self.train_ids[index]
             if c.data == "on-policy" or (c.data == "mixed" and coin < 0.5):
                 sampling = SamplingConfig(mode="sample", temperature=c.temperature, seed=seed)
-                out.append(sample(self.student, self.target, ids, c.max_new_tokens, sampling))
+                try:
+                    out.append(sample(self.student, self.target, ids, c.max_new_tokens, sampling))
+                except ModelOutputError:  # the last update overflowed the student's activations
+                    raise self._diverged("the student's probabilities are no longer finite") from None
                 continue
             if index not in self.target_samples:
                 # the target is frozen: its continuation of a prompt is drawn once, seeded by the prompt
