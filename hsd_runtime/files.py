@@ -17,7 +17,9 @@ from typing import BinaryIO
 
 from .errors import PathError
 
-__all__ = ["describe_mode", "open_input", "read_input", "stat_input", "stat_path"]
+__all__ = ["MAX_CONFIG_BYTES", "describe_mode", "open_input", "read_input", "stat_input", "stat_path"]
+
+MAX_CONFIG_BYTES = 16 << 20  # a model's config.json or tokenizer_config.json (chat templates make the latter long)
 
 
 def describe_mode(mode: int) -> str:

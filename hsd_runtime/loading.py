@@ -25,7 +25,7 @@ from torch import nn
 
 from .device import resolve_device, resolve_dtype
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
-from .files import read_input, stat_input, stat_path
+from .files import MAX_CONFIG_BYTES, read_input, stat_input, stat_path
 from .packaged import PACKAGED, cache_lock, converted_dir, packaged_gguf, shareable
 from .packing import PackedLinear, prepack
 from .quantize import Int8Linear, quantized_copy
@@ -123,7 +123,6 @@ def _silence_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-MAX_CONFIG_BYTES = 16 << 20  # a model's config.json or tokenizer_config.json (chat templates make the latter long)
 MAX_GGUF_BYTES = 1 << 40  # a GGUF is read by transformers in pieces; the bound only keeps devices and FIFOs out
 
 
@@ -132,8 +131,8 @@ def _check_model_dir(source: Path, spec: ModelSpec) -> None:
     Python code (``auto_map``), which loading would run."""
     for name in ("config.json", "tokenizer_config.json"):
         path = source / name
-        if name != "config.json" and not path.is_file():
-            continue  # a tokenizer config is optional
+        if name != "config.json" and stat_path(path, f"{spec.name}:") is None:
+            continue  # a tokenizer config is optional (one that is there is checked: a FIFO would block transformers)
         data = read_input(path, f"{spec.name}:", MAX_CONFIG_BYTES)
         try:
             config = json.loads(data)
