@@ -2,7 +2,8 @@
 group, one :mod:`.render` for output, shared options declared once in :mod:`.options`.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
-``Error: ...`` on stderr and exit status 1, never a traceback. Imports every other subpackage;
+``Error: ...`` on stderr and exit status 1, never a traceback; a malformed option or a command
+group without its command exits 2, Ctrl-C 130, each with one line too. Imports every other subpackage;
 nothing imports it.
 """
 
