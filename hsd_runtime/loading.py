@@ -16,6 +16,7 @@ import os
 import shutil
 import stat
 import tempfile
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -270,8 +271,10 @@ class ModelLoader:
         source = _source_dir(spec)
         _check_model_dir(source, spec)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
-            model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype), trust_remote_code=False)
+            with warnings.catch_warnings():  # torch's remarks on a refused pickle would break the one-line error
+                warnings.simplefilter("ignore", UserWarning)
+                tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
+                model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype), trust_remote_code=False)
         except Exception as exc:  # a damaged directory fails anywhere in transformers, with any kind of error
             # (an unexpected config shape, weights that weights-only unpickling refuses): a user acts on the file, not the type
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {type(exc).__name__}: {first_line(exc)}") from None

@@ -24,6 +24,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -273,8 +274,11 @@ def test_a_malicious_pickle_is_refused_in_one_line(scratch, tiny_dirs):
     (model / "model.safetensors").unlink()
     with open(model / "pytorch_model.bin", "wb") as fh:
         pickle.dump({"model.embed_tokens.weight": _Evil()}, fh)
-    refused(scratch, ["generate", "--chain", "./m", "--prompt", "w1", "--device", "cpu"], "cannot load")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        refused(scratch, ["generate", "--chain", "./m", "--prompt", "w1", "--device", "cpu"], "cannot load")
     assert not (scratch / "pwned").exists()
+    assert not [w for w in caught if "pickle" in str(w.message)]  # it would be a second line on a user's terminal
 
 
 def test_overlong_names(scratch):
