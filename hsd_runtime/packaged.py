@@ -169,9 +169,10 @@ def packaged_gguf(alias: str) -> Path:
     out = cache_dir() / "gguf" / pm.gguf_name
     if out.is_file():  # only a verified file is ever renamed to this name
         return out
+    chunks = _chunks(pm, dirs)  # a missing chunk is refused before the cache is touched
     with cache_lock(out):
         if not out.is_file():  # not assembled by another process while this one waited
-            _assemble(_chunks(pm, dirs), out, pm)
+            _assemble(chunks, out, pm)
     return out
 
 
