@@ -7,7 +7,18 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from hsd_runtime.vocab import DEFAULT_NGRAM_ORDER, DTYPES, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE, MODES, Dtype, Mode
+from hsd_runtime.vocab import (
+    DEFAULT_NGRAM_ORDER,
+    DTYPES,
+    MAX_SEED,
+    MAX_SPEC_CHARS,
+    MAX_TEMPERATURE,
+    MAX_WIDTH,
+    MIN_TEMPERATURE,
+    MODES,
+    Dtype,
+    Mode,
+)
 
 __all__ = [
     "ACCEPTANCE_MODELS",
@@ -15,11 +26,17 @@ __all__ = [
     "DISTILL_DATA",
     "DIVERGENCE_NAMES",
     "DTYPES",
+    "MAX_COUNT",
+    "MAX_LENGTH",
+    "MAX_REPEATS",
+    "MAX_SEED",
+    "MAX_SPEC_CHARS",
     "MAX_TEMPERATURE",
     "MAX_WIDTH",
     "MIN_TEMPERATURE",
     "MODES",
     "PLAN_KINDS",
+    "SQLITE_INT_MAX",
     "AcceptanceModel",
     "DistillData",
     "Divergence",
@@ -43,3 +60,9 @@ DIVERGENCE_NAMES: tuple[str, ...] = get_args(Divergence)
 # where a distillation step's continuations come from
 DistillData = Literal["on-policy", "target", "mixed"]
 DISTILL_DATA: tuple[str, ...] = get_args(DistillData)
+
+# Bounds of the numbers a user types or an import holds, checked before anything is written.
+SQLITE_INT_MAX = 2**63 - 1  # the largest integer SQLite stores (a row id, a count)
+MAX_LENGTH = 10**7  # tokens: a prompt, a continuation, a context length, a pass (far beyond any model's context)
+MAX_COUNT = 10**6  # how many of something a run does: prompts, steps, plans listed, a batch
+MAX_REPEATS = 1000  # timed rounds per latency point, validation runs per prompt

@@ -17,7 +17,7 @@ import torch
 
 from .cache import CachedModel
 from .rrs import draw_without_replacement, verify_tree_greedy, verify_tree_sample
-from .sampling import SamplingConfig, warp
+from .sampling import SamplingConfig, draw, warp
 from .shape import TreeShape, Width
 from .stats import LevelStats
 from .tree import DraftTree
@@ -64,7 +64,7 @@ def _choose(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.Tensor 
     if ctx.sampling.greedy:
         return int(logits[0].argmax()), None
     probs = warp(logits, ctx.sampling)
-    return int(torch.multinomial(probs[0], 1, generator=ctx.generator)), probs
+    return draw(probs[0], ctx.generator), probs
 
 
 class ModelDrafter:

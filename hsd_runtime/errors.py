@@ -10,8 +10,10 @@ __all__ = [
     "ChainError",
     "HSDError",
     "ModelNotFoundError",
+    "ModelOutputError",
     "ModelSpecError",
     "PackageMissingError",
+    "PathError",
     "PromptError",
     "TokenizerMismatchError",
     "first_line",
@@ -37,6 +39,10 @@ class ModelNotFoundError(HSDError):
     """A model spec names no packaged alias, directory or file that exists."""
 
 
+class ModelOutputError(HSDError):
+    """A model computed probabilities that are not finite (NaN or infinite weights)."""
+
+
 class PackageMissingError(HSDError):
     """A packaged alias whose PyPI package is not installed."""
 
@@ -47,6 +53,11 @@ class TokenizerMismatchError(HSDError):
 
 class ChainError(HSDError):
     """A chain and its widths do not describe a valid hierarchy."""
+
+
+class PathError(HSDError):
+    """A path the user gave cannot be read or written as asked (a FIFO, a device, a folder, too
+    large, a symbolic link loop, or an existing file that would be replaced without --force)."""
 
 
 class PromptError(HSDError):

@@ -14,7 +14,9 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +27,8 @@ from torch import nn
 
 from .device import resolve_device, resolve_dtype
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
-from .packaged import PACKAGED, converted_dir, packaged_gguf, shareable
+from .files import MAX_CONFIG_BYTES, read_input, stat_input, stat_path
+from .packaged import PACKAGED, cache_lock, converted_dir, packaged_gguf, shareable
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
 from .spec import ModelSpec, parse_spec
@@ -122,31 +125,53 @@ def _silence_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
-def _refuse_custom_code(source: Path, spec: ModelSpec) -> None:
-    """A model whose config maps to its own Python code (``auto_map``) would run that code: refuse it."""
+MAX_GGUF_BYTES = 1 << 40  # a GGUF is read by transformers in pieces; the bound only keeps devices and FIFOs out
+
+
+def _check_model_dir(source: Path, spec: ModelSpec) -> None:
+    """Refuse a model directory whose configs are not JSON objects, or map to the model's own
+    Python code (``auto_map``), which loading would run."""
     for name in ("config.json", "tokenizer_config.json"):
         path = source / name
-        if path.is_file():
-            try:
-                mapped = "auto_map" in json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue  # transformers reports an unreadable config itself
-            if mapped:
-                raise ModelNotFoundError(
-                    f"{spec.name} ships its own model code ({name} has auto_map); hsd-plan never runs code from a model directory"
-                )
+        if name != "config.json" and stat_path(path, f"{spec.name}:") is None:
+            continue  # a tokenizer config is optional (one that is there is checked: a FIFO would block transformers)
+        data = read_input(path, f"{spec.name}:", MAX_CONFIG_BYTES)
+        try:
+            config = json.loads(data)
+        except (ValueError, RecursionError):
+            raise ModelNotFoundError(f"{spec.name}: {name} is not JSON; it is not a Hugging Face model directory") from None
+        if not isinstance(config, dict):
+            raise ModelNotFoundError(f"{spec.name}: {name} holds a JSON {type(config).__name__}, not an object of settings")
+        if "auto_map" in config:
+            raise ModelNotFoundError(
+                f"{spec.name} ships its own model code ({name} has auto_map); hsd-plan never runs code from a model directory"
+            )
 
 
 def _convert_gguf(gguf: Path) -> Path:
-    """Dequantize ``gguf`` once into a Hugging Face directory in the cache; return that directory."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Dequantize ``gguf`` once into a Hugging Face directory in the cache; return that directory.
 
+    The conversion runs under the entry's :func:`cache_lock`: a second process that needs it at
+    the same time waits and then loads the finished directory.
+    """
     out = converted_dir(gguf)
     if (out / "config.json").is_file():
         return out
     with open(gguf, "rb") as fh:
         if fh.read(4) != b"GGUF":
             raise ModelNotFoundError(f"{gguf} is not a GGUF file (no GGUF magic bytes); pass a model directory or a .gguf file")
+    with cache_lock(out):
+        if not (out / "config.json").is_file():  # not converted by another process while this one waited
+            if out.exists():  # only finished directories are renamed in: this one was damaged since
+                shutil.rmtree(out)
+            _convert_into(gguf, out)
+    return out
+
+
+def _convert_into(gguf: Path, out: Path) -> None:
+    """Dequantize ``gguf`` and save it as the Hugging Face directory ``out`` (atomic rename)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     try:
         model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -156,7 +181,6 @@ def _convert_gguf(gguf: Path) -> Path:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
     try:
         model.save_pretrained(tmp)
@@ -165,7 +189,6 @@ def _convert_gguf(gguf: Path) -> Path:
         os.replace(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return out
 
 
 def _source_dir(spec: ModelSpec) -> Path:
@@ -174,12 +197,14 @@ def _source_dir(spec: ModelSpec) -> Path:
     if name in PACKAGED:
         return _convert_gguf(packaged_gguf(name))
     path = Path(name).expanduser()
+    st = stat_path(path, "model")  # a symbolic link loop or a name too long is one line too
     if path.suffix == ".gguf":
-        if not path.is_file():
+        if st is None:
             raise ModelNotFoundError(f"GGUF file {name!r} does not exist")
+        stat_input(path, "GGUF file", MAX_GGUF_BYTES)  # a FIFO would block the read of its magic bytes
         return _convert_gguf(path)
-    if path.is_dir():
-        if not (path / "config.json").is_file():
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        if stat_path(path / "config.json", "model") is None:
             raise ModelNotFoundError(f"directory {name!r} has no config.json; it is not a Hugging Face model directory")
         return path
     known = ", ".join(sorted(PACKAGED))
@@ -290,12 +315,15 @@ class ModelLoader:
 
         _silence_transformers()
         source = _source_dir(spec)
-        _refuse_custom_code(source, spec)
+        _check_model_dir(source, spec)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
-            model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype), trust_remote_code=False)
-        except (OSError, ValueError, KeyError) as exc:
-            raise ModelNotFoundError(f"cannot load {spec.name!r}: {first_line(exc)}") from None
+            with warnings.catch_warnings():  # torch's remarks on a refused pickle would break the one-line error
+                warnings.simplefilter("ignore", UserWarning)
+                tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
+                model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype), trust_remote_code=False)
+        except Exception as exc:  # a damaged directory fails anywhere in transformers, with any kind of error
+            # (an unexpected config shape, weights that weights-only unpickling refuses): a user acts on the file, not the type
+            raise ModelNotFoundError(f"cannot load {spec.name!r}: {type(exc).__name__}: {first_line(exc)}") from None
         model.to(self.device).eval()
         logits_width = head_rows(model)
         if pack and self.kernels == "prepacked" and prepack(model):  # in place, before any view or quantized copy is taken of it

@@ -8,21 +8,28 @@ concatenated once into the cache, SHA256-checked before they appear there (atomi
 cache never holds a partial or unverified file). Dequantizing a GGUF through transformers takes
 20 s (135M) to minutes (1.5B), so the result is written once as a Hugging Face directory
 (safetensors) under the cache and loaded from there.
+
+Every cache entry is filled under an exclusive lock (:func:`cache_lock`, ``flock`` on a file
+beside the entry): when two processes on one machine need the same entry for the first time, one
+fills it and the other waits, then finds it finished.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .errors import ModelNotFoundError, PackageMissingError
+from .errors import ModelNotFoundError, PackageMissingError, PathError
 
-__all__ = ["PACKAGED", "PackagedModel", "cache_dir", "converted_dir", "is_converted", "packaged_gguf"]
+__all__ = ["PACKAGED", "PackagedModel", "cache_dir", "cache_folder", "cache_lock", "converted_dir", "is_converted", "packaged_gguf"]
 
 
 @dataclass(frozen=True)
@@ -105,6 +112,38 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "hsd-plan"
 
 
+def cache_folder(folder: Path) -> Path:
+    """Create the cache folder ``folder`` (and its parents) if needed; refuse, before any long
+    conversion, a cache that cannot hold it (``$HSD_PLAN_CACHE`` naming a regular file, say)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PathError(
+            f"the model cache {cache_dir()} cannot hold {folder}: {exc.strerror}; point HSD_PLAN_CACHE at a writable folder"
+        ) from None
+    if not os.access(folder, os.W_OK):
+        raise PathError(f"the model cache folder {folder} is not writable; point HSD_PLAN_CACHE at a writable folder")
+    return folder
+
+
+@contextmanager
+def cache_lock(entry: Path) -> Iterator[None]:
+    """Hold the exclusive lock of the cache entry ``entry`` while it is filled.
+
+    The lock is ``flock`` on ``.NAME.lock`` beside the entry; it is released when the process
+    ends however it ends, and the file stays (removing it would let a third process lock a file
+    the second already waits on). The caller checks again, under the lock, whether the entry was
+    finished meanwhile.
+    """
+    cache_folder(entry.parent)
+    fd = os.open(entry.parent / f".{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _package_dir(import_name: str, pip: str) -> Path:
     found = importlib.util.find_spec(import_name)
     if found is None or not found.submodule_search_locations:
@@ -130,6 +169,15 @@ def packaged_gguf(alias: str) -> Path:
     out = cache_dir() / "gguf" / pm.gguf_name
     if out.is_file():  # only a verified file is ever renamed to this name
         return out
+    chunks = _chunks(pm, dirs)  # a missing chunk is refused before the cache is touched
+    with cache_lock(out):
+        if not out.is_file():  # not assembled by another process while this one waited
+            _assemble(chunks, out, pm)
+    return out
+
+
+def _chunks(pm: PackagedModel, dirs: list[Path]) -> list[Path]:
+    """The one chunk file of each package directory, in order."""
     chunks = []
     for name, d in zip(pm.packages, dirs):
         found = sorted(d.glob(pm.chunk_pattern))
@@ -138,9 +186,7 @@ def packaged_gguf(alias: str) -> Path:
                 f"package {name!r} holds {len(found)} chunks matching {pm.chunk_pattern!r} instead of 1; reinstall with: {pm.pip}"
             )
         chunks.append(found[0])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _assemble(chunks, out, pm)
-    return out
+    return chunks
 
 
 def _assemble(chunks: list[Path], out: Path, pm: PackagedModel) -> None:

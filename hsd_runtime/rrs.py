@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import torch
 
+from .sampling import draw
 from .tree import DraftTree
 
 __all__ = ["draw_without_replacement", "rrs_node", "verify_tree_greedy", "verify_tree_sample"]
@@ -66,7 +67,7 @@ def rrs_node(children: list[int], q: torch.Tensor | None, p: torch.Tensor, gener
         total = residual.sum()
         if float(total) > 0:  # r == q' up to rounding: the rejection had probability ~0
             r = residual / total
-    return -1, int(torch.multinomial(r, 1, generator=generator))
+    return -1, draw(r, generator)
 
 
 def verify_tree_greedy(tree: DraftTree, argmax: list[int]) -> tuple[list[int], int]:
@@ -96,7 +97,7 @@ def verify_tree_sample(tree: DraftTree, p: torch.Tensor, generator: torch.Genera
     while True:
         kids = tree.children(node)
         if not kids:  # a leaf was accepted: the bonus token comes from p after it
-            return path, int(torch.multinomial(p[node + 1], 1, generator=generator))
+            return path, draw(p[node + 1], generator)
         i, token = rrs_node([tree.tokens[c] for c in kids], tree.probs.get(node), p[node + 1], generator)
         if i < 0:
             return path, token

@@ -10,9 +10,10 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from .vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, Mode
+from .errors import ModelOutputError
+from .vocab import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Mode
 
-__all__ = ["SamplingConfig", "warp"]
+__all__ = ["SamplingConfig", "draw", "warp"]
 
 
 class SamplingConfig(BaseModel):
@@ -21,10 +22,10 @@ class SamplingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     mode: Mode = "greedy"
-    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
     top_k: int | None = Field(None, ge=1)
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: int = 0
+    top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
 
     @property
     def greedy(self) -> bool:
@@ -51,3 +52,20 @@ def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:
         probs = probs.masked_fill(drop, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token drawn from the distribution ``probs`` ``[V]``.
+
+    Every sampled token goes through here, so a model whose weights hold NaN or inf (a diverged
+    training run) is reported as such instead of as torch's complaint about its input.
+    """
+    try:
+        return int(torch.multinomial(probs, 1, generator=generator))
+    except RuntimeError as exc:
+        if "probability tensor" not in str(exc):
+            raise
+        raise ModelOutputError(
+            "a model computed probabilities that are not finite (NaN or infinite weights, e.g. from a diverged training run); "
+            "check the models of the chain"
+        ) from None

@@ -15,13 +15,14 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from .errors import ModelSpecError
-from .vocab import DEFAULT_NGRAM_ORDER, DTYPES, Dtype
+from .vocab import DEFAULT_NGRAM_ORDER, DTYPES, MAX_SPEC_CHARS, Dtype
 
 __all__ = ["DTYPES", "NGRAM", "QUANTS", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
 
 NGRAM = "ngram"
 QUANTS = ("int8",)  # weight quantizations a spec may ask for (see hsd_runtime.quantize)
 _INT_OPTIONS = {"layers", "n"}
+_MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
 _KNOWN = {"layers", "dtype", "n", "quant"}
 
 
@@ -86,6 +87,8 @@ def parse_spec(text: str) -> ModelSpec:
     text = text.strip()
     if not text:
         raise ModelSpecError("empty model spec; write NAME[:key=value]..., e.g. smollm2-135m:layers=8")
+    if len(text) > MAX_SPEC_CHARS:
+        raise ModelSpecError(f"model spec {text[:40]!r}... has {len(text):,} characters; a spec has at most {MAX_SPEC_CHARS:,}")
     name, *parts = text.split(":")
     if not name:
         raise ModelSpecError(f"model spec {text!r} has no name before the first ':'")
@@ -98,8 +101,8 @@ def parse_spec(text: str) -> ModelSpec:
             raise ModelSpecError(f"unknown option {key!r} in model spec {text!r}; known: {', '.join(sorted(_KNOWN))}")
         if any(k == key for k, _ in options):
             raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
-        if key in _INT_OPTIONS and not (value.isascii() and value.isdigit() and 1 <= int(value) <= 10**6):
-            raise ModelSpecError(f"option {key}={value} in model spec {text!r} must be an integer >= 1")
+        if key in _INT_OPTIONS and not (value.isascii() and value.isdigit() and 1 <= int(value) <= _MAX_INT_OPTION):
+            raise ModelSpecError(f"option {key}={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,}")
         if key == "dtype" and value not in DTYPES:
             raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")
         if key == "quant" and value not in QUANTS:

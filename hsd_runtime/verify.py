@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from .sampling import draw
+
 __all__ = ["verify_greedy", "verify_sample"]
 
 
@@ -64,5 +66,5 @@ def verify_sample(
         dist = (p[n] - q_row).clamp_min(0.0)
         if float(dist.sum()) <= 0.0:  # p == q up to rounding: a rejection had probability ~0
             dist = p[n]
-    token = int(torch.multinomial(dist, 1, generator=generator))
+    token = draw(dist, generator)
     return n, token

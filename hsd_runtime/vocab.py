@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["DEFAULT_NGRAM_ORDER", "DTYPES", "MAX_TEMPERATURE", "MAX_TREE_NODES", "MAX_WIDTH", "MIN_TEMPERATURE", "MODES", "Dtype", "Mode"]
+__all__ = [
+    "DEFAULT_NGRAM_ORDER",
+    "DTYPES",
+    "MAX_SEED",
+    "MAX_SPEC_CHARS",
+    "MAX_TEMPERATURE",
+    "MAX_TREE_NODES",
+    "MAX_WIDTH",
+    "MIN_TEMPERATURE",
+    "MODES",
+    "Dtype",
+    "Mode",
+]
 
 Dtype = Literal["fp32", "bf16", "fp16"]  # weights and activations of a model
 DTYPES: tuple[str, ...] = get_args(Dtype)
@@ -23,3 +35,9 @@ MAX_TREE_NODES = 64
 
 # sampling temperatures outside this range overflow fp32 logits (1e-300 divides them to inf)
 MIN_TEMPERATURE, MAX_TEMPERATURE = 1e-3, 1e3
+
+# a torch generator takes a 64-bit seed; profiling adds the prompt index to the seed, so one below 2**63 leaves room
+MAX_SEED = 2**63 - 1
+
+# the longest model spec: a name is at most a path (PATH_MAX), and a longer string is a typo or an attack
+MAX_SPEC_CHARS = 4096

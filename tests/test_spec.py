@@ -21,8 +21,8 @@ def test_spec_fields():
     "text, fragment",
     [
         ("", "empty model spec"),
-        ("m:layers=0", "integer >= 1"),
-        ("m:layers=x", "integer >= 1"),
+        ("m:layers=0", "integer from 1 to 1,000,000"),
+        ("m:layers=x", "integer from 1 to 1,000,000"),
         ("m:depth=2", "unknown option 'depth'"),
         ("m:layers", "is not key=value"),
         ("m:dtype=int4", "dtype=int4"),

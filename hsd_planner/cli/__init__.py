@@ -2,7 +2,8 @@
 group, one :mod:`.render` for output, shared options declared once in :mod:`.options`.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
-``Error: ...`` on stderr and exit status 1, never a traceback. Imports every other subpackage;
+``Error: ...`` on stderr and exit status 1, never a traceback; a malformed option or a command
+group without its command exits 2, Ctrl-C 130, each with one line too. Imports every other subpackage;
 nothing imports it.
 """
 
@@ -29,12 +30,23 @@ class _UsageError(click.ClickException):
     exit_code = 2
 
 
+class _Interrupted(click.ClickException):
+    """Ctrl-C: one line instead of click's bare "Aborted!", exit status 130 as shells give SIGINT."""
+
+    exit_code = 130
+
+
 class _Group(click.Group):
     """Turns every error a user can act on into one line on stderr (exit status 1; 2 for usage)."""
 
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError as exc:  # a bare command group: name its commands, not its whole help
+            group = exc.ctx.command if exc.ctx else None
+            names = ", ".join(sorted(group.commands)) if isinstance(group, click.Group) else "a command"
+            path = exc.ctx.command_path.split(" ", 1)[-1] if exc.ctx else ""
+            raise _UsageError(f"hsd-plan {path} needs a command: {names} (see hsd-plan {path} --help)") from None
         except click.UsageError as exc:  # click prints usage and a hint too; one line says it all
             command = f" (see hsd-plan {exc.ctx.command_path.split(' ', 1)[-1]} --help)" if exc.ctx and " " in exc.ctx.command_path else ""
             raise _UsageError(exc.format_message() + command) from None
@@ -45,6 +57,8 @@ class _Group(click.Group):
         except ValidationError as exc:
             first = exc.errors()[0]
             raise click.ClickException(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        except KeyboardInterrupt:
+            raise _Interrupted("interrupted (Ctrl-C)") from None
 
 
 @click.group(cls=_Group)

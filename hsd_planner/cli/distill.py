@@ -9,8 +9,8 @@ import click
 from hsd_runtime import ModelLoader
 
 from ..training import DistillConfig, Distiller, DistillReport, parse_init, running_average
-from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES, MAX_TEMPERATURE, MIN_TEMPERATURE
-from .options import json_option, prompt_options, resolve_dtype_choice, runtime_options
+from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES, MAX_COUNT, MAX_LENGTH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit
 
 __all__ = ["distill"]
@@ -41,27 +41,35 @@ def _default(name: str) -> object:
     help="Continuations sampled from the student, from the target, or either with probability 1/2.",
 )
 @prompt_options
-@click.option("--steps", type=click.IntRange(min=1), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=_default("batch_size"), show_default=True, help="Prompts per step.")
+@click.option("--steps", type=click.IntRange(1, MAX_COUNT), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
+@click.option(
+    "--batch-size", type=click.IntRange(1, MAX_COUNT), default=_default("batch_size"), show_default=True, help="Prompts per step."
+)
 @click.option(
     "--max-new-tokens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_LENGTH),
     default=_default("max_new_tokens"),
     show_default=True,
     help="Length of each generated continuation.",
 )
-@click.option("--lr", type=click.FloatRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
+@click.option("--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
 @click.option(
     "--temperature",
-    type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+    type=FiniteRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
     default=_default("temperature"),
     show_default=True,
     help="Sampling temperature of the continuations and of the divergence.",
 )
-@click.option("--seed", type=int, default=_default("seed"), show_default=True, help="Seed of the run: the same seed reproduces it.")
+@click.option(
+    "--seed",
+    type=click.IntRange(0, MAX_SEED),
+    default=_default("seed"),
+    show_default=True,
+    help="Seed of the run: the same seed reproduces it.",
+)
 @click.option(
     "--checkpoint-every",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_COUNT),
     default=_default("checkpoint_every"),
     show_default=True,
     help="Save a checkpoint every N steps (and at the end).",

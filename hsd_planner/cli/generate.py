@@ -9,6 +9,7 @@ import click
 from hsd_runtime import SamplingConfig
 
 from ..validation import generate_text
+from ..vocab import MAX_LENGTH
 from .options import json_option, make_loader, parse_widths, prepack_option, resolve_dtype_choice, runtime_options, sampling_options
 from .render import emit, format_generate
 
@@ -19,7 +20,7 @@ __all__ = ["generate"]
 @click.option("--chain", required=True, help="Models, smallest first, target last: a,b,c.")
 @click.option("--widths", default="", help="One proposal width per level below the target: 4,2.")
 @click.option("--prompt", required=True, help="The prompt text.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=128, show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(1, MAX_LENGTH), default=128, show_default=True)
 @click.option("--raw", is_flag=True, help="Do not wrap the prompt in the tokenizer's chat template.")
 @click.option("--check", is_flag=True, help="Also decode with the target alone (greedy) and compare.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="Run a short untimed generation first.")

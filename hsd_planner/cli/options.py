@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -11,14 +13,26 @@ from hsd_runtime.shape import Width, parse_width
 
 from ..errors import ChainError
 from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT
-from ..vocab import ACCEPTANCE_MODELS, DTYPES, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE, MODES
+from ..vocab import (
+    ACCEPTANCE_MODELS,
+    DTYPES,
+    MAX_COUNT,
+    MAX_LENGTH,
+    MAX_SEED,
+    MAX_TEMPERATURE,
+    MAX_WIDTH,
+    MIN_TEMPERATURE,
+    MODES,
+)
 
 __all__ = [
+    "FiniteRange",
     "db_option",
     "int_list",
     "json_option",
     "make_loader",
     "mode_options",
+    "model_list",
     "parse_widths",
     "prepack_option",
     "prompt_options",
@@ -33,6 +47,17 @@ if TYPE_CHECKING:
     from hsd_runtime import ModelLoader
 
 F = TypeVar("F", bound=Callable)
+
+
+class FiniteRange(click.FloatRange):
+    """A float in a range that is also finite: click's FloatRange lets ``nan`` through (it
+    compares false with every bound) and ``inf`` where no upper bound is set."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 
 
 def json_option(f: F) -> F:
@@ -110,7 +135,7 @@ def mode_options(f: F) -> F:
     """``--mode`` and ``--temperature``: which decoding a profile or a run is for."""
     f = click.option(
         "--temperature",
-        type=click.FloatRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+        type=FiniteRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
         default=1.0,
         show_default=True,
         help="Sampling temperature.",
@@ -122,12 +147,10 @@ def sampling_options(f: F | None = None, *, top_k: bool = True, seed_help: str =
     """:func:`mode_options` plus ``--top-p``, ``--seed`` and (when ``top_k``) ``--top-k``."""
 
     def wrap(g: F) -> F:
-        g = click.option("--seed", type=int, default=0, show_default=True, help=seed_help)(g)
-        g = click.option(
-            "--top-p", type=click.FloatRange(0, 1, min_open=True), default=None, help="Nucleus sampling mass [default: 1, off]."
-        )(g)
+        g = click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True, help=seed_help)(g)
+        g = click.option("--top-p", type=FiniteRange(0, 1, min_open=True), default=None, help="Nucleus sampling mass [default: 1, off].")(g)
         if top_k:
-            g = click.option("--top-k", type=click.IntRange(min=1), default=None, help="Sample among the k likeliest tokens.")(g)
+            g = click.option("--top-k", type=click.IntRange(1, MAX_LENGTH), default=None, help="Sample among the k likeliest tokens.")(g)
         return mode_options(g)
 
     return wrap(f) if f is not None else wrap
@@ -138,7 +161,7 @@ def prompt_options(f: F | None = None, *, max_prompts: int | None = None, max_he
 
     def wrap(g: F) -> F:
         g = click.option(
-            "--max-prompts", type=click.IntRange(min=1), default=max_prompts, show_default=max_prompts is not None, help=max_help
+            "--max-prompts", type=click.IntRange(1, MAX_COUNT), default=max_prompts, show_default=max_prompts is not None, help=max_help
         )(g)
         g = click.option("--category", default=None, help="Keep only JSONL rows of this category.")(g)
         return click.option(
@@ -159,7 +182,7 @@ def solve_options(f: F) -> F:
     f = click.option("--exclude", default="", help="Comma-separated model specs not to use.")(f)
     f = click.option(
         "--context-len",
-        type=click.IntRange(min=1),
+        type=click.IntRange(1, MAX_LENGTH),
         default=d.context_len,
         help="Context length the cost curves are read at [default: each profiled prompt's length plus half its continuation].",
     )(f)
@@ -177,7 +200,9 @@ def solve_options(f: F) -> F:
         help="Let the first drafter draft a tree (RSD) for a verifier it has a sibling-acceptance curve with; "
         "a plan then shows it as d[3x2x1]: 3 candidates for the next token, 2 after each, then 1.",
     )(f)
-    f = click.option("--max-depth", type=click.IntRange(min=0), default=d.max_depth, help="Most drafter levels [default: no limit].")(f)
+    f = click.option(
+        "--max-depth", type=click.IntRange(0, MAX_COUNT), default=d.max_depth, help="Most drafter levels [default: no limit]."
+    )(f)
     f = click.option(
         "--t-max",
         type=click.IntRange(1, T_MAX_LIMIT),
@@ -186,7 +211,7 @@ def solve_options(f: F) -> F:
         help="Largest width tried at any level, and the deepest tree.",
     )(f)
     f = click.option(
-        "--top", "top_k", type=click.IntRange(min=1), default=d.top_k, show_default=True, help="How many hierarchies to list."
+        "--top", "top_k", type=click.IntRange(1, MAX_COUNT), default=d.top_k, show_default=True, help="How many hierarchies to list."
     )(f)
     return click.option(
         "--acceptance",
@@ -215,17 +240,23 @@ def parse_widths(text: str | None) -> list[Width]:
     return widths
 
 
-def int_list(text: str, option: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]``, every value >= 1."""
-    try:
-        values = [int(part) for part in text.split(",") if part.strip().isascii()]
-        if len(values) != len(text.split(",")):
-            raise ValueError(text)
-    except ValueError:
-        raise ChainError(f"{option} {text!r} is not a comma-separated list of integers") from None
-    if not values or min(values) < 1:
-        raise ChainError(f"{option} values must be >= 1")
+def int_list(text: str, option: str, most: int = MAX_LENGTH) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``, every value from 1 to ``most``."""
+    parts = text.split(",")
+    if not all(re.fullmatch(r"\s*-?[0-9]{1,30}\s*", p) for p in parts):  # ASCII digits only: int() takes '٣' too
+        raise ChainError(f"{option} {text[:80]!r} is not a comma-separated list of integers")
+    values = [int(p) for p in parts]
+    if min(values) < 1 or max(values) > most:
+        raise ChainError(f"{option} {text[:80]}: every value is an integer from 1 to {most}")
     return values
+
+
+def model_list(text: str, option: str) -> list[str]:
+    """The model specs of a comma-separated ``option`` (empty parts dropped); refuse a list of none."""
+    specs = list(split_specs(text))
+    if not specs:
+        raise ChainError(f"{option} {text!r} names no model; write a comma-separated list such as ngram,smollm2-135m:layers=8,smollm2-135m")
+    return specs
 
 
 def split_specs(text: str) -> tuple[str, ...]:

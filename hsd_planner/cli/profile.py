@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import click
 
-from ..profiling import ProfileConfig, profile_summary, run_profile
+from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
-from ..store import open_engine
+from ..store import check_db, open_engine
+from ..vocab import MAX_LENGTH, MAX_REPEATS
 from .options import (
     db_option,
     int_list,
     json_option,
     make_loader,
+    model_list,
     prepack_option,
     prompt_options,
     resolve_dtype_choice,
@@ -31,7 +33,7 @@ _D = ProfileConfig.model_fields
 @prompt_options(max_help="Profile at most this many prompts.")
 @click.option(
     "--max-new-tokens",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_LENGTH),
     default=_D["max_new_tokens"].default,
     show_default=True,
     help="Length of each verifier continuation.",
@@ -48,7 +50,7 @@ _D = ProfileConfig.model_fields
 )
 @click.option(
     "--repeats",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_REPEATS),
     default=_D["repeats"].default,
     show_default=True,
     help="Interleaved latency rounds: timed passes per point (median kept).",
@@ -94,7 +96,7 @@ def profile(
     """
     dtype = resolve_dtype_choice(dtype, device)
     config = ProfileConfig(
-        models=absolute_specs([m for m in models.split(",") if m]),
+        models=absolute_specs(model_list(models, "--models")),
         mode=mode,
         temperature=temperature,
         top_p=top_p or 1.0,
@@ -108,12 +110,14 @@ def profile(
         force=force,
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
-    engine = open_engine(db)
+    check_db(db)  # a bad --db fails before the models load
     loader = make_loader(device, dtype, prepack)
+    prepared = prepare_profile(config, prompts, loader)  # every refusal before the database is created or written
+    engine = open_engine(db)
     bars = Bars()
     bars.start("profiling")
     try:
-        outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
+        outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     except KeyboardInterrupt:
         raise click.ClickException("interrupted; every finished measurement is saved, rerun the same command to resume") from None
     finally:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import click
 
-from ..store import open_engine
-from ..store.exchange import export_document, import_document, read_document, write_document
+from ..store import check_db, open_engine
+from ..store.exchange import check_export_path, document_rows, export_document, import_document, read_document, write_document
 from .options import db_option, json_option
-from .render import format_profiles
+from .render import Bars, format_profiles
 
 __all__ = ["profiles"]
 
@@ -35,8 +35,8 @@ def profiles_show(db: str | None, as_json: bool) -> None:
 
 
 @profiles.command("export")
-@click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--force", is_flag=True, help="Overwrite an existing export (never a database).")
+@click.argument("file")
+@click.option("--force", is_flag=True, help="Overwrite an existing export or a symbolic link (never a database).")
 @db_option
 def profiles_export(file: str, force: bool, db: str | None) -> None:
     """Write the whole database to FILE as versioned JSON.
@@ -48,14 +48,14 @@ def profiles_export(file: str, force: bool, db: str | None) -> None:
 
         hsd-plan profiles export my-machine.json
     """
-    engine = open_engine(db, create=False)
-    doc = export_document(engine)
-    write_document(doc, Path(file), engine, force)
+    target = check_export_path(file, check_db(db, create=False).database, force)  # refused before the database is read
+    doc = export_document(open_engine(db, create=False))
+    write_document(doc, target)
     click.echo(f"exported {len(doc.latency)} latency points and {len(doc.acceptance)} acceptance pairs to {file}")
 
 
 @profiles.command("import")
-@click.argument("file", type=click.Path(dir_okay=False))
+@click.argument("file")
 @db_option
 @json_option
 def profiles_import(file: str, db: str | None, as_json: bool) -> None:
@@ -65,6 +65,12 @@ def profiles_import(file: str, db: str | None, as_json: bool) -> None:
 
         hsd-plan profiles import my-machine.json --db team.db
     """
-    doc = read_document(Path(file))
-    added = import_document(open_engine(db), doc)
+    doc = read_document(Path(file), "FILE")  # checked whole before the database is even opened
+    engine = open_engine(db)
+    bars = Bars(enabled=not as_json)
+    bars.start("importing", document_rows(doc))
+    try:
+        added = import_document(engine, doc, progress=bars.step)
+    finally:
+        bars.close()
     click.echo(json.dumps(added) if as_json else "imported: " + ", ".join(f"{v} {k}" for k, v in added.items()))

@@ -32,16 +32,18 @@ def emit(report: _Report, as_json: bool, text: Any = None) -> None:
 
 
 class Bars:
-    """Progress bars on stderr, one per stage (tqdm; hidden when stderr is not a terminal)."""
+    """Progress bars on stderr, one per stage (tqdm; hidden when stderr is not a terminal, or
+    when not ``enabled``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, enabled: bool = True) -> None:
         self._bar: Any = None
+        self._enabled = enabled
 
     def start(self, desc: str, total: int | None = None) -> None:
         from tqdm import tqdm
 
         self.close()
-        self._bar = tqdm(desc=desc, total=total, unit="step", file=sys.stderr, disable=None)
+        self._bar = tqdm(desc=desc, total=total, unit="step", file=sys.stderr, disable=None if self._enabled else True)
 
     def total(self, n: int) -> None:
         self._bar.total = n

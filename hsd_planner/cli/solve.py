@@ -9,7 +9,7 @@ import click
 from ..plan import SolveConfig
 from ..profiling.hardware import this_machine
 from ..profiling.sources import absolute_spec, absolute_specs
-from ..store import open_engine
+from ..store import open_engine, open_memory_engine
 from ..store.exchange import import_document, read_document
 from ..store.solves import solve_and_store
 from .options import db_option, json_option, mode_options, solve_options, split_specs
@@ -28,7 +28,6 @@ __all__ = ["solve_command"]
 )
 @click.option(
     "--profile-file",
-    type=click.Path(dir_okay=False),
     default=None,
     help="Solve on an exported profile (e.g. profiles/NAME.json) instead of the database; nothing is stored.",
 )
@@ -88,8 +87,9 @@ def solve_command(
         require=tuple(absolute_specs(split_specs(require))),
     )
     if profile_file is not None:
-        engine = open_engine("sqlite://")  # in memory: the file is the whole profile, whatever machine it came from
-        import_document(engine, read_document(Path(profile_file)))
+        doc = read_document(Path(profile_file), "--profile-file")
+        engine = open_memory_engine()  # the file is the whole profile, whatever machine it came from
+        import_document(engine, doc)
         machines = hardware
     else:
         engine = open_engine(db, create=False)

@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import click
 from sqlalchemy.orm import Session
 
+from ..errors import ChainError
 from ..profiling import ProfileSummary
 from ..prompts import load_prompts, split
-from ..store import Setting, open_engine
+from ..store import Setting, check_db, open_engine
 from ..validation import CANDIDATE_SETS, FAMILIES, run_demo, run_validation, select_plans
 from ..validation.plot import check_plot_path, plot_validation
-from .options import db_option, json_option, make_loader, prepack_option, prompt_options, resolve_dtype_choice, runtime_options
+from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_REPEATS, SQLITE_INT_MAX
+from .options import db_option, json_option, make_loader, model_list, prepack_option, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit, format_summary, format_validation
 
 __all__ = ["demo", "validate"]
 
 
 @click.command()
-@click.option("--plan", "plan_ids", type=int, multiple=True, help="Plan id to run (repeatable); see hsd-plan solve.")
+@click.option(
+    "--plan", "plan_ids", type=click.IntRange(1, SQLITE_INT_MAX), multiple=True, help="Plan id to run (repeatable); see hsd-plan solve."
+)
 @click.option("--best", is_flag=True, help="Run the newest solve's best plan (with the best single drafter).")
 @click.option(
     "--candidates",
@@ -30,9 +33,10 @@ __all__ = ["demo", "validate"]
     help="Which plans of the newest solve to run; autoregressive decoding always runs as the baseline.",
 )
 @prompt_options(max_prompts=6, max_help="Validate on at most this many held-out prompts.")
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=64, show_default=True)
-@click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default=None, help="Write predicted-vs-measured figure (PNG).")
+@click.option("--max-new-tokens", type=click.IntRange(1, MAX_LENGTH), default=64, show_default=True)
+@click.option("--repeats", type=click.IntRange(1, MAX_REPEATS), default=1, show_default=True)
+@click.option("--plot", "plot_file", default=None, help="Write predicted-vs-measured figure (PNG, PDF, SVG or JPEG).")
+@click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
 @runtime_options(dtype=None, dtype_help="Dtype for models whose spec sets none [default: the dtype the plan was profiled in].")
 @db_option
 @json_option
@@ -46,6 +50,7 @@ def validate(
     max_new_tokens: int,
     repeats: int,
     plot_file: str | None,
+    force: bool,
     dtype: str | None,
     device: str,
     db: str | None,
@@ -62,22 +67,27 @@ def validate(
 
         hsd-plan validate --candidates top-k --max-prompts 8 --plot validate.png
     """
-    if plot_file:
-        check_plot_path(Path(plot_file))
+    plot = check_plot_path(plot_file, force) if plot_file is not None else None
     engine = open_engine(db, create=False)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
     with Session(engine) as s:
-        solve_dtype = s.get(Setting, solve.setting_id).dtype
-    loader = make_loader(device, resolve_dtype_choice(dtype, device) if dtype else solve_dtype)
+        solve_dtype = s.get_one(Setting, solve.setting_id).dtype
+    chosen = resolve_dtype_choice(dtype, device) if dtype else solve_dtype
+    if chosen != solve_dtype:  # a profile predicts its own dtype only: the comparison would mean nothing
+        raise ChainError(
+            f"--dtype {dtype}: the plans were profiled in {solve_dtype}, and a profile predicts only its own dtype; "
+            f"leave --dtype out, or profile and solve in {chosen} first"
+        )
+    loader = make_loader(device, chosen)
     bars = Bars()
     bars.start("validating", len(plans) * len(prompts.prompts) * repeats)
     try:
         report = run_validation(engine, loader, solve, plans, prompts, max_new_tokens, repeats, progress=bars.step)
     finally:
         bars.close()
-    if plot_file:
-        plot_validation(report, Path(plot_file))
+    if plot is not None:
+        plot_validation(report, plot)
     emit(report, as_json, format_validation)
 
 
@@ -90,21 +100,25 @@ def validate(
     help="qwen: Qwen2.5-Coder 0.5B/1.5B with int8 copies on HumanEval; smollm2: SmolLM2-135M early exits, quick.",
 )
 @click.option("--models", default=None, help="Candidates, target last [default: the family's].")
-@click.option("--max-prompts", type=click.IntRange(min=1), default=None, help="Profiling prompts [default: the family's].")
+@click.option("--max-prompts", type=click.IntRange(1, MAX_COUNT), default=None, help="Profiling prompts [default: the family's].")
 @click.option(
-    "--validate-prompts", type=click.IntRange(min=1), default=None, help="Held-out prompts to validate on [default: the family's]."
+    "--validate-prompts", type=click.IntRange(1, MAX_COUNT), default=None, help="Held-out prompts to validate on [default: the family's]."
 )
-@click.option("--max-new-tokens", type=click.IntRange(min=1), default=None, help="Continuation length [default: the family's].")
+@click.option("--max-new-tokens", type=click.IntRange(1, MAX_LENGTH), default=None, help="Continuation length [default: the family's].")
 @click.option(
-    "--rounds", type=click.IntRange(min=1), default=None, help="Interleaved latency rounds when profiling [default: the family's, 5]."
+    "--rounds",
+    type=click.IntRange(1, MAX_REPEATS),
+    default=None,
+    help="Interleaved latency rounds when profiling [default: the family's, 5].",
 )
 @click.option(
     "--repeats",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_REPEATS),
     default=None,
     help="Validation runs of every plan on every held-out prompt [default: the family's, 2].",
 )
-@click.option("--plot", "plot_file", type=click.Path(dir_okay=False), default="hsd-plan-demo.png", show_default=True)
+@click.option("--plot", "plot_file", default="hsd-plan-demo.png", show_default=True, help="The validation figure (PNG, PDF, SVG or JPEG).")
+@click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
 @runtime_options
 @prepack_option
 @db_option
@@ -118,6 +132,7 @@ def demo(
     rounds: int | None,
     repeats: int | None,
     plot_file: str,
+    force: bool,
     dtype: str,
     device: str,
     prepack: bool,
@@ -146,10 +161,11 @@ def demo(
     def show(summary: ProfileSummary) -> None:
         say(format_summary(summary))
 
-    check_plot_path(Path(plot_file))
+    plot = check_plot_path(plot_file, force)
+    check_db(db)  # a bad --db fails before the models load
     chosen = FAMILIES[family]
     overrides = {
-        "models": models,
+        "models": ",".join(model_list(models, "--models")) if models is not None else None,
         "max_prompts": max_prompts,
         "validate_prompts": validate_prompts,
         "max_new_tokens": max_new_tokens,
@@ -159,11 +175,11 @@ def demo(
     chosen = replace(chosen, **{k: v for k, v in overrides.items() if v is not None})
     dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(
-        open_engine(db),
+        lambda: open_engine(db),  # opened once the models are loaded and checked: a refusal creates no database
         make_loader(device, dtype, prepack),
         chosen,
         dtype,
-        Path(plot_file),
+        plot,
         say=say,
         show=show,
         stages=Bars(),

@@ -9,16 +9,18 @@ CLI, validation and training.
 """
 
 from .hardware import HardwareInfo, detect_hardware
-from .runner import ProfileConfig, ProfileOutcome, run_profile, workload_context_lens
+from .runner import PreparedProfile, ProfileConfig, ProfileOutcome, prepare_profile, run_profile, workload_context_lens
 from .summary import SUMMARY_N, ProfileSummary, profile_summary
 
 __all__ = [
     "SUMMARY_N",
     "HardwareInfo",
+    "PreparedProfile",
     "ProfileConfig",
     "ProfileOutcome",
     "ProfileSummary",
     "detect_hardware",
+    "prepare_profile",
     "profile_summary",
     "run_profile",
     "workload_context_lens",

@@ -17,15 +17,16 @@ from sqlalchemy.orm import Session
 
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig
 
+from ..errors import StoreError
 from ..plan.profile import LatencyCurve
-from ..store import Continuation
+from ..store import Continuation, ModelRow, Workload
 from ..store.reader import latency_curve
 from ..vocab import Dtype
 
 if TYPE_CHECKING:
     from .runner import ProfileConfig, ProfileOutcome, _Candidate
 
-__all__ = ["ASSIST_WIDTH", "Assistant", "latency_curves", "verifier_continuation"]
+__all__ = ["ASSIST_WIDTH", "Assistant", "check_stored_continuations", "latency_curves", "verifier_continuation"]
 
 ASSIST_WIDTH = 4  # tokens the assistant drafts per round when generating a verifier's continuation
 
@@ -76,6 +77,26 @@ class Assistant:
         return best
 
 
+def check_stored_continuations(engine: Engine, content_hash: str, verifiers: list[_Candidate]) -> None:
+    """Refuse, before a profile writes anything, stored continuations of this workload that hold
+    token ids a verifier has no logits for (an import from a model with a larger vocabulary)."""
+    with Session(engine) as s:
+        for v in verifiers:
+            width = v.loaded.logits_width
+            query = (
+                select(Continuation.prompt_index, Continuation.tokens)
+                .join(ModelRow, Continuation.verifier_id == ModelRow.id)
+                .join(Workload, Continuation.workload_id == Workload.id)
+                .where(ModelRow.spec == str(v.spec), Workload.content_hash == content_hash)
+            )
+            for k, tokens in s.execute(query):
+                if any(not 0 <= t < width for t in tokens):
+                    raise StoreError(
+                        f"the stored continuation of prompt {k + 1} for {v.spec} holds token ids outside its vocabulary "
+                        f"(0..{width - 1}); rerun with --force to measure it again"
+                    )
+
+
 def verifier_continuation(
     engine: Engine,
     config: ProfileConfig,
@@ -93,7 +114,7 @@ def verifier_continuation(
     key = dict(verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k)
     with Session(engine) as s:
         row = s.scalars(select(Continuation).filter_by(**key)).first()
-        if row is not None and not config.force:
+        if row is not None and not config.force:  # its token ids were checked by check_stored_continuations
             return list(row.tokens), False
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, seed=config.seed + k)
     members: list = [verifier.loaded.model]

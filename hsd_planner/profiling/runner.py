@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import Engine, delete, select
@@ -16,11 +17,11 @@ from sqlalchemy.orm import Session
 
 from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, parse_spec
 
-from ..errors import ChainError
+from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
 from ..store import AcceptancePrompt, Hardware, Workload
 from ..store.repo import aggregate_acceptance, hardware_row, model_row, record_probe, setting_row, workload_row
-from ..vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
+from ..vocab import MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 from .acceptance import (
     acceptance_from_logits,
     model_conditionals,
@@ -30,14 +31,14 @@ from .acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
-from .continuations import Assistant, latency_curves, verifier_continuation
+from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, latency_curves, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
 from .siblings import sibling_acceptance, sibling_sums
 from .sources import source_fingerprint
 from .sweep import Sweep
 
-__all__ = ["ProfileConfig", "ProfileOutcome", "run_profile", "workload_context_lens"]
+__all__ = ["PreparedProfile", "ProfileConfig", "ProfileOutcome", "prepare_profile", "run_profile", "workload_context_lens"]
 
 
 class ProfileConfig(BaseModel):
@@ -49,12 +50,13 @@ class ProfileConfig(BaseModel):
     mode: Mode = "greedy"
     temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0, le=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     dtype: Dtype = "fp32"
-    max_new_tokens: int = Field(64, ge=1)
-    latency_grid: list[int] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], min_length=1)
-    context_lens: list[int] | None = Field(None, min_length=1)  # None: workload_context_lens of the prompts
-    repeats: int = Field(5, ge=1, le=1000)  # samples per latency point, one per interleaved round
+    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
+    latency_grid: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], min_length=1)
+    # None: workload_context_lens of the prompts
+    context_lens: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] | None = Field(None, min_length=1)
+    repeats: int = Field(5, ge=1, le=MAX_REPEATS)  # samples per latency point, one per interleaved round
     acceptance: bool = True
     force: bool = False
 
@@ -97,6 +99,21 @@ def workload_context_lens(prompt_tokens: list[int], max_new_tokens: int) -> list
     return [64, 512] + ([-(-longest // 256) * 256] if longest > 512 else [])
 
 
+@dataclass
+class PreparedProfile:
+    """What a profile run measures, loaded and checked before anything is written: the
+    candidates (cheapest first), the encoded prompts and the context lengths to time at."""
+
+    candidates: list[_Candidate]
+    encoded: list[list[int]]
+    contexts: list[int]
+
+    @property
+    def target(self) -> ModelSpec:
+        """The dearest candidate: the only one no other candidate verifies."""
+        return self.candidates[-1].spec
+
+
 def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
     specs = [parse_spec(s) for s in config.models]
     seen = set()
@@ -113,6 +130,41 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
     return sorted(candidates, key=lambda c: c.cost_rank)
 
 
+def prepare_profile(config: ProfileConfig, prompts: PromptSet, loader: ModelLoader) -> PreparedProfile:
+    """Load the candidates and encode the prompts; refuse, before any write, what cannot be measured.
+
+    Every prompt with its continuation (and the drafts that generate it) must fit the shortest
+    context of the candidates, and so must every timed pass (context length plus n). Contexts
+    chosen automatically are capped to fit; ones given with --context-lens are refused instead.
+    """
+    candidates = _load(config, loader)
+    tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)  # one tokenizer: checked in _load
+    encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
+    limits = [getattr(c.loaded.model.config, "max_position_embeddings", None) for c in candidates if c.loaded is not None]
+    limit = min((x for x in limits if isinstance(x, int)), default=None)
+    widest = max(config.latency_grid)
+    contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
+    if limit is not None:
+        longest = max(range(len(encoded)), key=lambda k: len(encoded[k]))
+        needed = len(encoded[longest]) + config.max_new_tokens + 2 * ASSIST_WIDTH + 1
+        if needed > limit:
+            raise PromptError(
+                f"prompt {longest + 1} of {prompts.name} has {len(encoded[longest])} tokens; with {config.max_new_tokens} new tokens "
+                f"and the drafts it needs {needed} positions, more than the models' context of {limit}: "
+                "shorten the prompt or lower --max-new-tokens"
+            )
+        if widest >= limit:
+            raise ChainError(f"--latency-grid {widest} is not below the models' context of {limit}")
+        if config.context_lens is None:
+            contexts = sorted({min(ctx, limit - widest) for ctx in contexts})
+        elif max(contexts) + widest > limit:
+            raise ChainError(
+                f"--context-lens {max(contexts)} plus the largest --latency-grid n ({widest}) is more than the models' context of "
+                f"{limit}; use context lengths up to {limit - widest}"
+            )
+    return PreparedProfile(candidates, encoded, contexts)
+
+
 def run_profile(
     engine: Engine,
     config: ProfileConfig,
@@ -120,12 +172,18 @@ def run_profile(
     loader: ModelLoader,
     progress: Callable[[int], None] | None = None,
     total: Callable[[int], None] | None = None,
+    prepared: PreparedProfile | None = None,
 ) -> ProfileOutcome:
     """Measure what the database lacks for ``config`` on ``prompts``.
 
     ``total(n)`` is called once with the number of work units and ``progress(1)`` after each.
+    ``prepared`` is :func:`prepare_profile` of the same arguments, when the caller ran it before
+    opening the database (so that a refusal creates no database); None prepares here.
     """
-    candidates = _load(config, loader)
+    prep = prepared or prepare_profile(config, prompts, loader)
+    candidates, encoded, contexts = prep.candidates, prep.encoded, prep.contexts
+    if config.acceptance and not config.force:
+        check_stored_continuations(engine, prompts.content_hash, [c for c in candidates if c.loaded is not None])
     out = ProfileOutcome()
     with Session(engine) as s, s.begin():
         out.hardware_id = hardware_row(s, detect_hardware(loader.device, loader.kernels)).id
@@ -134,14 +192,10 @@ def run_profile(
         for c in candidates:
             c.row_id = model_row(s, str(c.spec), c.loaded, source_fingerprint(str(c.spec)), replace=config.force).id
             out.model_ids[str(c.spec)] = c.row_id
-    verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
-    tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)  # one tokenizer: checked in _load
-    encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
-    with Session(engine) as s, s.begin():  # the workload's own contexts, for solves that do not name one
-        workload = s.get(Workload, out.workload_id)
+        workload = s.get(Workload, out.workload_id)  # the workload's own contexts, for solves that do not name one
         if workload is not None and workload.prompt_tokens is None:
             workload.prompt_tokens = [len(ids) for ids in encoded]
-    contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
+    verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     if total:
         total(len(points) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from hsd_runtime.files import MAX_CONFIG_BYTES, read_input, stat_path
 from hsd_runtime.packaged import PACKAGED
 from hsd_runtime.spec import ModelSpec, parse_spec
 
@@ -24,7 +25,7 @@ def _local_path(spec: ModelSpec) -> Path | None:
     if spec.is_ngram or spec.name in PACKAGED:
         return None
     path = Path(spec.name).expanduser()
-    return path if path.exists() else None
+    return path if stat_path(path, "model") is not None else None  # a loop or an overlong name is one line
 
 
 def absolute_spec(text: str) -> str:
@@ -53,7 +54,7 @@ def source_fingerprint(spec_text: str) -> str | None:
     digest = hashlib.sha256()
     files = [path] if path.is_file() else sorted(f for pattern in _WEIGHTS for f in path.glob(pattern))
     if path.is_dir() and (path / "config.json").is_file():
-        digest.update((path / "config.json").read_bytes())
+        digest.update(read_input(path / "config.json", f"{spec_text}:", MAX_CONFIG_BYTES))
     for f in files:
         st = f.stat()
         digest.update(f"{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())

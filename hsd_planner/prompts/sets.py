@@ -9,11 +9,14 @@ text, is held out for validation and never used for profiling.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
+
+from hsd_runtime.files import open_input
 
 from ..errors import PromptError
 from .humaneval import HUMANEVAL, humaneval_prompts
@@ -22,6 +25,7 @@ __all__ = ["BUILTIN", "PromptSet", "encode_prompt", "load_prompts", "split"]
 
 MAX_PROMPT_CHARS = 200_000  # about 50k tokens: longer than any model here attends over
 MAX_PROMPTS = 100_000
+MAX_PROMPT_FILE_BYTES = 1 << 30  # read line by line, so this only keeps /dev/zero-like files out
 BUILTIN = Path(str(files("hsd_planner.prompts") / "builtin.jsonl"))  # package data: written for this project
 
 
@@ -82,11 +86,10 @@ def load_prompts(path: str | Path | None = None, category: str | None = None) ->
             raise PromptError("--category applies to JSONL prompt files; humaneval has none")
         return PromptSet(HUMANEVAL, humaneval_prompts())
     file = Path(path) if path is not None else BUILTIN
-    if not file.is_file():
-        raise PromptError(f"prompt file {file} does not exist")
     prompts: list[str] = []
     try:
-        with open(file, encoding="utf-8") as fh:  # line by line: a huge file is refused early, not read whole
+        # a regular file (a FIFO or a device refused before it is opened), read line by line: a huge one is refused early
+        with io.TextIOWrapper(open_input(file, "prompt file", MAX_PROMPT_FILE_BYTES), encoding="utf-8") as fh:
             is_jsonl = file.suffix in (".jsonl", ".json")
             for number, line in enumerate(fh, start=1):
                 if len(line) > MAX_PROMPT_CHARS:

@@ -6,7 +6,7 @@ repository's top-level ``migrations/``, installed as ``hsd_planner.migrations``)
 """
 
 from ..errors import StoreError
-from .db import default_db_path, migrations_dir, open_engine, resolve_url, upgrade_to_head
+from .db import check_db, default_db_path, migrations_dir, open_engine, open_memory_engine, resolve_url, upgrade_to_head
 from .schema import (
     Acceptance,
     AcceptancePrompt,
@@ -38,9 +38,11 @@ __all__ = [
     "Validation",
     "ValidationRun",
     "Workload",
+    "check_db",
     "default_db_path",
     "migrations_dir",
     "open_engine",
+    "open_memory_engine",
     "resolve_url",
     "upgrade_to_head",
 ]

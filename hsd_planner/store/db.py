@@ -9,7 +9,9 @@ hsd-plan, is refused and left untouched.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
+import stat
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -20,15 +22,28 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+from hsd_runtime.files import describe_mode, stat_path
 
 from ..errors import StoreError, first_line
 
-__all__ = ["StoreError", "alembic_config", "default_db_path", "migrations_dir", "open_engine", "resolve_url", "upgrade_to_head"]
+__all__ = [
+    "StoreError",
+    "alembic_config",
+    "check_db",
+    "default_db_path",
+    "migrations_dir",
+    "open_engine",
+    "open_memory_engine",
+    "resolve_url",
+    "upgrade_to_head",
+]
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 60  # how long a writer waits for another process's transaction before giving up
+_URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # only this makes --db a URL; anything else is a path
 
 
 def migrations_dir() -> Path:
@@ -43,18 +58,37 @@ def default_db_path() -> Path:
     return Path(base) / "hsd-plan" / "hsd-plan.db"
 
 
-def resolve_url(db: str | None = None) -> str:
-    """An SQLAlchemy URL from ``--db`` (path or URL), ``$HSD_PLAN_DB`` or the default path."""
+def resolve_url(db: str | None = None) -> URL:
+    """The database named by ``--db``, else ``$HSD_PLAN_DB``, else the default path, as a URL.
+
+    Only a string that starts with ``scheme://`` is a URL; anything else is a file path, taken
+    literally (``new?x=1.db`` is a file of that name, never a URL with a query). An in-memory
+    SQLite URL is refused (nothing would be kept), and so are SQLite URI filenames and query
+    options (``sqlite:///file:x.db?uri=true``), which would bypass the file checks below.
+    """
     if db is not None and not db.strip():
         raise StoreError("--db is empty; pass a database path or URL, or leave --db out for the default")
-    db = db or os.environ.get("HSD_PLAN_DB") or str(default_db_path())
-    if "://" in db:
-        return db
-    return f"sqlite:///{Path(db).expanduser().resolve()}"
+    option = "--db" if db is not None else "HSD_PLAN_DB" if os.environ.get("HSD_PLAN_DB") else "the default database"
+    text = db or os.environ.get("HSD_PLAN_DB") or str(default_db_path())
+    if not _URL_SCHEME.match(text):
+        return URL.create("sqlite", database=os.path.abspath(os.path.expanduser(text)))
+    try:
+        url = make_url(text)
+    except ArgumentError:
+        raise StoreError(f"{option} {text!r} is neither a file path nor a database URL (driver://user@host/name)") from None
+    if url.get_backend_name() != "sqlite":
+        return url
+    if url.database in (None, "", ":memory:"):
+        raise StoreError(f"{option} {text!r} is an in-memory database: nothing would be kept; pass a file path")
+    if url.database.startswith("file:") or url.query:
+        raise StoreError(f"{option} {text!r}: SQLite URI filenames and URL options are not supported; pass the file path itself")
+    return url.set(database=os.path.abspath(os.path.expanduser(url.database)))
 
 
-def alembic_config(url: str) -> Config:
+def alembic_config(url: str | URL) -> Config:
     """An Alembic configuration for ``url`` that needs no alembic.ini (works from a wheel)."""
+    if isinstance(url, URL):
+        url = url.render_as_string(hide_password=False)
     cfg = Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
@@ -103,49 +137,66 @@ def _enable_wal(cur: sqlite3.Cursor) -> None:
 
 
 def open_engine(db: str | None = None, upgrade: bool = True, create: bool = True) -> Engine:
-    """Open (and by default upgrade) the database named by ``db``.
+    """Open (and by default upgrade) the database named by ``db`` (see :func:`resolve_url`).
 
     ``create=False`` (read-only commands) refuses a database file that does not exist instead of
     creating an empty one. An existing SQLite file is inspected read-only first: a file that is not
     SQLite, is damaged, belongs to another program or to a newer hsd-plan is refused with nothing
-    changed on disk (not even its journal mode).
+    changed on disk (not even its journal mode); so is a path that is not a regular file.
     """
+    url = check_db(db, create)
+    if url.get_backend_name() == "sqlite" and url.database:
+        folder = Path(url.database).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the database folder {folder}: {exc.strerror}") from None
+    return _engine(url, upgrade)
+
+
+def check_db(db: str | None = None, create: bool = True) -> URL:
+    """The URL of :func:`resolve_url`, its SQLite file checked as :func:`open_engine` checks it,
+    without writing anything: commands call it first, so a bad ``--db`` fails before a long load."""
     url = resolve_url(db)
-    try:
-        parsed = make_url(url)
-        backend = parsed.get_backend_name()
-    except ArgumentError:
-        raise StoreError(f"--db {db!r} is neither a file path nor a database URL (driver://user@host/name)") from None
-    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
-        _check_sqlite_file(Path(parsed.database), create)
+    if url.get_backend_name() == "sqlite" and url.database:
+        _check_sqlite_file(Path(url.database), create)
+    return url
+
+
+def open_memory_engine() -> Engine:
+    """A migrated in-memory database, for work on an exported profile that stores nothing."""
+    return _engine(URL.create("sqlite"), upgrade=True)
+
+
+def _engine(url: URL, upgrade: bool) -> Engine:
     try:
         engine = create_engine(url)
-        if backend == "sqlite":
+        if url.get_backend_name() == "sqlite":
             _sqlite_settings(engine)
         if upgrade:
             upgrade_to_head(engine, url)
     except (NoSuchModuleError, ImportError) as exc:
-        raise StoreError(
-            f"cannot use {parsed.render_as_string(hide_password=True)}: {first_line(exc)} (is its driver installed?)"
-        ) from None
+        raise StoreError(f"cannot use {url.render_as_string(hide_password=True)}: {first_line(exc)} (is its driver installed?)") from None
     except OperationalError as exc:
-        raise StoreError(f"cannot open {parsed.render_as_string(hide_password=True)}: {first_line(exc.orig or exc)}") from None
+        raise StoreError(f"cannot open {url.render_as_string(hide_password=True)}: {first_line(exc.orig or exc)}") from None
     return engine
 
 
 def _check_sqlite_file(path: Path, create: bool) -> None:
     """Refuse, before anything writes, a database file hsd-plan must not open; create its folder."""
-    if path.is_dir():
+    st = stat_path(path, "database")
+    if st is not None and stat.S_ISDIR(st.st_mode):
         raise StoreError(f"database path {path} is a directory; pass a file path with --db")
-    if not path.exists() or path.stat().st_size == 0:
+    if st is not None and not stat.S_ISREG(st.st_mode):  # a FIFO would block, a device take a journal beside it
+        raise StoreError(f"database path {path} is {describe_mode(st.st_mode)}, not a database file; pass a file path with --db")
+    if st is None or st.st_size == 0:
         if not create:
             raise StoreError(f"there is no database at {path}; run hsd-plan profile first, or pass the right --db")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreError(f"cannot create the database folder {path.parent}: {exc.strerror}") from None
-        if not os.access(path.parent, os.W_OK):
-            raise StoreError(f"cannot create a database in {path.parent}: the folder is not writable")
+        folder = next(p for p in path.parents if stat_path(p, "database folder") is not None)  # the nearest that exists
+        if not folder.is_dir():
+            raise StoreError(f"cannot create a database at {path}: {folder} is not a folder")
+        if not os.access(folder, os.W_OK):
+            raise StoreError(f"cannot create a database in {folder}: the folder is not writable")
         return
     with open(path, "rb") as fh:
         if fh.read(16) != SQLITE_HEADER:
@@ -168,9 +219,9 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
         raise StoreError(f"{path} is damaged ({exc}); it was left untouched: restore it from a backup or pass another --db") from None
 
 
-def upgrade_to_head(engine: Engine, url: str | None = None) -> None:
+def upgrade_to_head(engine: Engine, url: str | URL | None = None) -> None:
     """Migrate the schema to head inside one transaction; refuse newer or foreign databases."""
-    cfg = alembic_config(url or engine.url.render_as_string(hide_password=False))
+    cfg = alembic_config(url or engine.url)
     script = ScriptDirectory.from_config(cfg)
     known = {rev.revision for rev in script.walk_revisions()}
     head = script.get_current_head()

@@ -9,7 +9,8 @@ imported document is checked exactly as strictly as a measurement.
 from __future__ import annotations
 
 import unicodedata
-from typing import Annotated, Literal
+from collections.abc import Callable, Hashable
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -175,7 +176,7 @@ class AcceptanceOut(_Row):
     alpha: Prob
     positions: Count
     prompts: Count
-    run_lengths: list[Prob]
+    run_lengths: Annotated[list[Prob], Field(min_length=1)]  # P(G >= 0) at least; an empty curve predicts nothing
     visited: list[list[Prob] | None] | None = None
     siblings: SiblingCurve | None = None  # A(k), k = 1..; absent: n-gram drafter, or older exports
 
@@ -191,3 +192,58 @@ class ProfileDocument(_Row):
     continuations: list[ContinuationOut] = []
     acceptance_prompts: list[AcceptancePromptOut] = []
     acceptance: list[AcceptanceOut] = []
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProfileDocument:
+        """Every reference defined, no key twice with different values, token ids in vocabulary:
+        decided here, before an import writes anything."""
+        hardware = _unique("hardware", self.hardware, lambda r: r.fingerprint)
+        models = _unique("models", self.models, lambda r: r.spec)
+        workloads = _unique("workloads", self.workloads, lambda r: r.content_hash)
+
+        def known(table: str, i: int, kind: str, value: str, defined: dict) -> None:
+            if value not in defined:
+                raise ValueError(f"{table}[{i}] refers to {kind} {value!r}, which the document does not define")
+
+        _unique("latency", self.latency, lambda r: (r.model, r.hardware, r.dtype, r.n_tokens, r.context_len))
+        for i, r in enumerate(self.latency):
+            known("latency", i, "model", r.model, models)
+            known("latency", i, "hardware", r.hardware, hardware)
+        _unique("continuations", self.continuations, lambda r: (r.verifier, r.workload, _setting_key(r.setting), r.prompt_index))
+        for i, c in enumerate(self.continuations):
+            known("continuations", i, "model", c.verifier, models)
+            known("continuations", i, "workload", c.workload, workloads)
+            vocab = models[c.verifier].vocab_size
+            if vocab is not None and c.tokens and max(c.tokens) >= vocab:
+                raise ValueError(
+                    f"continuations[{i}] holds token id {max(c.tokens)}, beyond the vocabulary of {c.verifier} (0..{vocab - 1})"
+                )
+        pair_rows: list[tuple[str, list]] = [("acceptance_prompts", self.acceptance_prompts), ("acceptance", self.acceptance)]
+        _unique(
+            "acceptance_prompts",
+            self.acceptance_prompts,
+            lambda r: (r.drafter, r.verifier, r.workload, _setting_key(r.setting), r.prompt_index),
+        )
+        _unique("acceptance", self.acceptance, lambda r: (r.drafter, r.verifier, r.workload, _setting_key(r.setting)))
+        for table, rows in pair_rows:
+            for i, r in enumerate(rows):
+                known(table, i, "model", r.drafter, models)
+                known(table, i, "model", r.verifier, models)
+                known(table, i, "workload", r.workload, workloads)
+        return self
+
+
+def _setting_key(s: SettingOut) -> tuple:
+    return tuple(s.model_dump().values())
+
+
+def _unique(table: str, rows: list[_Row], key: Callable[[Any], Hashable]) -> dict[Hashable, Any]:
+    """Rows of ``table`` by natural key; a key twice is refused unless both rows are identical
+    (which row would win is not the user's choice to leave to the order of a file)."""
+    out: dict[Hashable, Any] = {}
+    for i, row in enumerate(rows):
+        k = key(row)
+        if k in out and out[k] != row:
+            raise ValueError(f"{table}[{i}] repeats the key of an earlier row ({k!r}) with different values")
+        out.setdefault(k, row)
+    return out

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, insert, select
 from sqlalchemy.orm import Session
 
-from hsd_runtime.packaged import shareable
+from hsd_runtime.files import read_input, stat_path
 
 from ..errors import StoreError
+from ..paths import check_output_path, write_atomic
 from .db import SQLITE_HEADER
 from .document import (
     SCHEMA_VERSION,
@@ -35,7 +37,19 @@ from .document import (
 from .repo import get_or_create
 from .schema import Acceptance, AcceptancePrompt, Continuation, Hardware, Latency, ModelRow, Setting, Workload
 
-__all__ = ["SCHEMA_VERSION", "ProfileDocument", "export_document", "import_document", "read_document", "write_document"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "SCHEMA_VERSION",
+    "ProfileDocument",
+    "check_export_path",
+    "document_rows",
+    "export_document",
+    "import_document",
+    "read_document",
+    "write_document",
+]
+
+MAX_DOCUMENT_BYTES = 1 << 30  # the largest export read: 1 GiB of JSON, about 20 times a large database's
 
 
 def _fields(row: Any, cls: type[BaseModel], **extra: Any) -> dict:
@@ -99,47 +113,47 @@ def export_document(engine: Engine) -> ProfileDocument:
         )
 
 
-def write_document(doc: ProfileDocument, path: Path, engine: Engine, force: bool = False) -> None:
-    """Write ``doc`` to ``path`` atomically (a temporary file renamed over it).
+def check_export_path(path: str | Path, database: str | None, force: bool = False) -> Path:
+    """The export file ``path`` checked before anything is read or written; return it.
 
-    Never over an SQLite file (the open database above all: an export holds no solves, plans or
-    validations, so it cannot restore one), and over an existing export only with ``force``.
+    Never an SQLite file (the ``database`` being exported above all: an export holds no solves,
+    plans or validations, so it cannot restore one), an existing export only with ``force``, and
+    nothing :func:`~hsd_planner.paths.check_output_path` refuses.
     """
-    path = Path(path)
-    if path.exists():
-        if path.is_dir():
-            raise StoreError(f"{path} is a directory; give the export a file name")
-        with open(path, "rb") as fh:
+    typed = Path(str(path)).expanduser()
+    st = stat_path(typed, "export file", follow=False)
+    if st is not None and stat.S_ISREG(st.st_mode):  # read 16 bytes of a regular file only: a FIFO would block
+        with open(typed, "rb") as fh:
             is_sqlite = fh.read(16) == SQLITE_HEADER
-        database = engine.url.database
-        if is_sqlite or (database and Path(database).resolve() == path.resolve()):
-            raise StoreError(f"{path} is an SQLite database; an export never overwrites one (choose a .json file name)")
-        if not force:
-            raise StoreError(f"{path} exists; pass --force to overwrite it")
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise StoreError(f"cannot write {path}: folder {folder} does not exist")
-    try:
-        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=f".{path.name}.", suffix=".tmp", delete=False) as tmp:
-            tmp.write(doc.model_dump_json(indent=1))
-        shareable(Path(tmp.name))  # temporary files start private; an export is meant to be shared
-        os.replace(tmp.name, path)
-    except OSError as exc:
-        if "tmp" in locals():
-            Path(tmp.name).unlink(missing_ok=True)
-        raise StoreError(f"cannot write {path}: {exc.strerror or exc}") from None
+        same = database is not None and stat_path(Path(database), "database") is not None and os.path.samefile(database, typed)
+        if is_sqlite or same:
+            raise StoreError(f"{typed} is an SQLite database; an export never overwrites one (choose a .json file name)")
+    return check_output_path(path, "export file", force)
 
 
-def read_document(path: Path) -> ProfileDocument:
-    """Parse and validate an export file; a wrong version or shape is a one-line error."""
+def write_document(doc: ProfileDocument, path: Path) -> None:
+    """Write ``doc`` to ``path`` (checked with :func:`check_export_path`) atomically: a temporary
+    file renamed over it, so ``path`` is the whole export or what it was before."""
+    write_atomic(path, "export file", lambda tmp: tmp.write_text(doc.model_dump_json(indent=1)))
+
+
+def read_document(path: Path, what: str = "profile file") -> ProfileDocument:
+    """Parse and validate an export file; a wrong version, shape or reference is a one-line error.
+
+    ``what`` names the argument in messages. The file must be a regular file of at most
+    MAX_DOCUMENT_BYTES (a FIFO or ``/dev/zero`` is refused before it is read).
+    """
+    data = read_input(Path(path), what, MAX_DOCUMENT_BYTES)
+    if data.startswith(SQLITE_HEADER):
+        raise StoreError(f"{what} {path} is an SQLite database, not an exported profile (JSON); pass a database with --db")
     try:
-        raw = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(f"cannot read {path}: {exc}") from None
+        raw = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StoreError(f"{what} {path} is not UTF-8 text, so not an exported profile (JSON)") from None
     except json.JSONDecodeError as exc:
-        raise StoreError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise StoreError(f"{what} {path} is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
-        raise StoreError(f"{path} is nested too deeply to be an hsd-plan export") from None
+        raise StoreError(f"{what} {path} is nested too deeply to be an hsd-plan export") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version != SCHEMA_VERSION:
         raise StoreError(f"{path} has profile schema version {version!r}; this hsd-plan reads version {SCHEMA_VERSION}")
@@ -147,38 +161,43 @@ def read_document(path: Path) -> ProfileDocument:
         return ProfileDocument.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise StoreError(f"{path}: {'.'.join(map(str, first['loc']))}: {first['msg']}; nothing was imported") from None
+        where = ".".join(map(str, first["loc"]))
+        message = first["msg"].removeprefix("Value error, ")
+        raise StoreError(f"{path}: {where + ': ' if where else ''}{message}; nothing was imported") from None
 
 
-def import_document(engine: Engine, doc: ProfileDocument) -> dict[str, int]:
-    """Merge ``doc`` into the database in one transaction; return rows added per table."""
+IMPORT_CHUNK = 2000  # rows per bulk insert, and per progress step
+
+
+def import_document(engine: Engine, doc: ProfileDocument, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+    """Merge ``doc`` into the database in one transaction; return rows added per table.
+
+    Rows whose natural key the database holds already are skipped; the rest are inserted in bulk.
+    ``progress(n)`` is called as rows are handled (their total is :func:`document_rows`). The
+    document's references are checked when it is validated, so nothing fails halfway; if the
+    database does (disk full), the transaction rolls back and nothing is kept.
+    """
+    step = progress or (lambda _n: None)
     added = {name: 0 for name in ProfileDocument.model_fields if name != "schema_version"}
-
-    def add(table: str, session: Session, cls, key: dict, **values) -> object:
-        before = session.scalars(select(cls).filter_by(**key)).first()
-        if before is not None:
-            return before
-        added[table] += 1
-        return get_or_create(session, cls, key, **values)
-
-    try:
-        _merge(engine, doc, add)
-    except KeyError as exc:
-        raise StoreError(f"the document refers to {exc.args[0]!r}, which it does not define; nothing was imported") from None
-    return added
-
-
-def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
     with Session(engine) as s, s.begin():
-        hw = {
-            h.fingerprint: add("hardware", s, Hardware, {"fingerprint": h.fingerprint}, **h.model_dump(exclude={"fingerprint"})).id
-            for h in doc.hardware
-        }
-        models = {m.spec: add("models", s, ModelRow, {"spec": m.spec}, **m.model_dump(exclude={"spec"})).id for m in doc.models}
-        wl = {
-            w.content_hash: add("workloads", s, Workload, {"content_hash": w.content_hash}, **w.model_dump(exclude={"content_hash"})).id
-            for w in doc.workloads
-        }
+
+        def merge(table: str, cls: type, rows: list[dict], key: tuple[str, ...]) -> None:
+            """Insert the ``rows`` whose ``key`` columns are not stored yet, in chunks."""
+            stored = {tuple(r) for r in s.execute(select(*(getattr(cls, k) for k in key)))}
+            fresh = [r for r in rows if tuple(r[k] for k in key) not in stored]
+            step(len(getattr(doc, table)) - len(fresh))  # skipped (already stored, or repeated in the document)
+            for i in range(0, len(fresh), IMPORT_CHUNK):
+                s.execute(insert(cls), fresh[i : i + IMPORT_CHUNK])
+                step(len(fresh[i : i + IMPORT_CHUNK]))
+            added[table] += len(fresh)
+
+        def ids(cls: type, column: str) -> dict:
+            return {k: i for k, i in s.execute(select(getattr(cls, column), cls.id))}
+
+        merge("hardware", Hardware, _unique_rows(h.model_dump() for h in doc.hardware), ("fingerprint",))
+        merge("models", ModelRow, _unique_rows(m.model_dump() for m in doc.models), ("spec",))
+        merge("workloads", Workload, _unique_rows(w.model_dump() for w in doc.workloads), ("content_hash",))
+        hw, models, wl = ids(Hardware, "fingerprint"), ids(ModelRow, "spec"), ids(Workload, "content_hash")
         setting_ids: dict[tuple, int] = {}
 
         def setting(x: SettingOut) -> int:
@@ -187,60 +206,57 @@ def _merge(engine: Engine, doc: ProfileDocument, add) -> None:
                 setting_ids[key] = get_or_create(s, Setting, x.model_dump()).id
             return setting_ids[key]
 
-        for r in doc.latency:
-            key = dict(model_id=models[r.model], hardware_id=hw[r.hardware], dtype=r.dtype, n_tokens=r.n_tokens, context_len=r.context_len)
-            add(
-                "latency",
-                s,
-                Latency,
-                key,
-                median_ms=r.median_ms,
-                p10_ms=r.p10_ms,
-                p90_ms=r.p90_ms,
-                repeats=r.repeats,
-                samples_ms=r.samples_ms,
-                floor_ms=r.floor_ms,
-            )
-        for r in doc.continuations:
-            key = dict(
-                verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting), prompt_index=r.prompt_index
-            )
-            add("continuations", s, Continuation, key, tokens=r.tokens)
-        for r in doc.acceptance_prompts:
-            key = dict(
-                drafter_id=models[r.drafter],
-                verifier_id=models[r.verifier],
-                workload_id=wl[r.workload],
-                setting_id=setting(r.setting),
-                prompt_index=r.prompt_index,
-            )
-            add(
-                "acceptance_prompts",
-                s,
-                AcceptancePrompt,
-                key,
-                positions=r.positions,
-                alpha_sum=r.alpha_sum,
-                run_sum=r.run_sum,
-                run_count=r.run_count,
-                visit_sum=r.visit_sum,
-                visit_count=r.visit_count,
-                siblings_sum=r.siblings_sum,
-                siblings_count=r.siblings_count,
-            )
-        for r in doc.acceptance:
-            key = dict(
+        def pair(r: Any) -> dict:
+            return dict(
                 drafter_id=models[r.drafter], verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting)
             )
-            add(
-                "acceptance",
-                s,
-                Acceptance,
-                key,
-                alpha=r.alpha,
-                positions=r.positions,
-                prompts=r.prompts,
-                run_lengths=r.run_lengths,
-                visited=r.visited,
-                siblings=r.siblings,
-            )
+
+        merge(
+            "latency",
+            Latency,
+            _unique_rows(
+                r.model_dump(exclude={"model", "hardware"}) | dict(model_id=models[r.model], hardware_id=hw[r.hardware])
+                for r in doc.latency
+            ),
+            ("model_id", "hardware_id", "dtype", "n_tokens", "context_len"),
+        )
+        merge(
+            "continuations",
+            Continuation,
+            _unique_rows(
+                r.model_dump(exclude={"verifier", "workload", "setting"})
+                | dict(verifier_id=models[r.verifier], workload_id=wl[r.workload], setting_id=setting(r.setting))
+                for r in doc.continuations
+            ),
+            ("verifier_id", "workload_id", "setting_id", "prompt_index"),
+        )
+        merge(
+            "acceptance_prompts",
+            AcceptancePrompt,
+            _unique_rows(r.model_dump(exclude={"drafter", "verifier", "workload", "setting"}) | pair(r) for r in doc.acceptance_prompts),
+            ("drafter_id", "verifier_id", "workload_id", "setting_id", "prompt_index"),
+        )
+        merge(
+            "acceptance",
+            Acceptance,
+            _unique_rows(r.model_dump(exclude={"drafter", "verifier", "workload", "setting"}) | pair(r) for r in doc.acceptance),
+            ("drafter_id", "verifier_id", "workload_id", "setting_id"),
+        )
+    return added
+
+
+def document_rows(doc: ProfileDocument) -> int:
+    """How many rows ``doc`` holds in all (the total :func:`import_document` reports progress of)."""
+    return sum(len(getattr(doc, name)) for name in ProfileDocument.model_fields if name != "schema_version")
+
+
+def _unique_rows(rows: Iterable[dict]) -> list[dict]:
+    """``rows`` without repeats (a document may repeat a row identically; different values are refused on validation)."""
+    out: list[dict] = []
+    seen: set[str] = set()
+    for row in rows:
+        marker = json.dumps(row, sort_keys=True, default=str)
+        if marker not in seen:
+            seen.add(marker)
+            out.append(row)
+    return out

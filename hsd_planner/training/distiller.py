@@ -29,10 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hsd_runtime import ModelLoader, SamplingConfig, parse_spec
 
-from ..errors import DistillError
+from ..errors import DistillError, ModelOutputError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from ..prompts import encode_prompt, load_prompts, split
-from ..vocab import MAX_TEMPERATURE, MIN_TEMPERATURE, DistillData, Divergence, Dtype
+from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, DistillData, Divergence, Dtype
 from .card import DistillReport, StepLog, model_card
 from .divergences import divergence
 from .student import build_student, sample, student_acceptance
@@ -58,14 +58,14 @@ class DistillConfig(BaseModel):
     data: DistillData = "on-policy"
     prompts: str | None = None  # prompt file; None: the built-in set
     category: str | None = None
-    max_prompts: int | None = Field(None, ge=1)  # train on at most this many prompts of the profiling split
-    steps: int = Field(300, ge=1)
-    batch_size: int = Field(4, ge=1)
-    max_new_tokens: int = Field(64, ge=1)
-    lr: float = Field(1e-4, gt=0)
-    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
-    seed: int = 0
-    checkpoint_every: int = Field(50, ge=1)
+    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the profiling split
+    steps: int = Field(300, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(4, ge=1, le=MAX_COUNT)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
+    lr: float = Field(1e-4, gt=0, allow_inf_nan=False)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
     dtype: Dtype = "fp32"  # the frozen target's; the student trains in fp32
 
 
@@ -213,7 +213,10 @@ class Distiller:
             ids = self.train_ids[index]
             if c.data == "on-policy" or (c.data == "mixed" and coin < 0.5):
                 sampling = SamplingConfig(mode="sample", temperature=c.temperature, seed=seed)
-                out.append(sample(self.student, self.target, ids, c.max_new_tokens, sampling))
+                try:
+                    out.append(sample(self.student, self.target, ids, c.max_new_tokens, sampling))
+                except ModelOutputError:  # the last update overflowed the student's activations
+                    raise self._diverged("the student's probabilities are no longer finite") from None
                 continue
             if index not in self.target_samples:
                 # the target is frozen: its continuation of a prompt is drawn once, seeded by the prompt
@@ -240,6 +243,8 @@ class Distiller:
             p = teacher_forced_logits(self.target.model, ids, continuation, width)  # [m, V] fp32, no grad
             q = teacher_forced_logits(self.student, ids, continuation, width, grad=True)  # [m, V] with grad
             loss = divergence(c.divergence, p, q, c.temperature)
+            if not torch.isfinite(loss):
+                raise self._diverged(f"the loss is {float(loss)}")
             (loss * len(continuation) / positions).backward()  # weighted: the step's loss is the mean over positions
             q = q.detach()
             loss_sum += float(loss.detach()) * len(continuation)
@@ -247,10 +252,19 @@ class Distiller:
             greedy_sum += float(acceptance_from_logits(q, p, SamplingConfig()).sum())
             sampled_sum += float(acceptance_from_logits(q, p, SamplingConfig(mode="sample", temperature=c.temperature)).sum())
         self.optimizer.step()
+        if not all(bool(torch.isfinite(w).all()) for w in self.student.parameters() if w.requires_grad):
+            raise self._diverged("the update made the student's weights non-finite")
         self.step += 1
         entry = StepLog(self.step, loss_sum / positions, greedy_sum / positions, sampled_sum / positions)
         self.log.append(entry)
         return entry
+
+    def _diverged(self, what: str) -> DistillError:
+        """Training stops rather than save or evaluate a student whose numbers are no longer finite."""
+        return DistillError(
+            f"step {self.step + 1}: {what} (--lr {self.config.lr:g}); nothing of this step was saved: "
+            "lower --lr, and --resume from the last checkpoint or start again"
+        )
 
     def train(self, progress: Callable[[StepLog], None] | None = None) -> None:
         """Run steps until ``config.steps``, checkpointing every ``checkpoint_every`` steps and at the end.

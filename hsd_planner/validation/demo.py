@@ -12,8 +12,9 @@ from sqlalchemy import Engine
 from hsd_runtime import ModelLoader, parse_spec
 from hsd_runtime.packaged import PACKAGED, is_converted
 
+from ..errors import ChainError
 from ..plan import SolveConfig
-from ..profiling import ProfileConfig, ProfileSummary, profile_summary, run_profile
+from ..profiling import ProfileConfig, ProfileSummary, prepare_profile, profile_summary, run_profile
 from ..prompts import load_prompts, split
 from ..store.solves import SolveReport, solve_and_store
 from ..vocab import Dtype
@@ -133,7 +134,7 @@ class DemoReport:
 
 
 def run_demo(
-    engine: Engine,
+    engine: Engine | Callable[[], Engine],
     loader: ModelLoader,
     family: DemoFamily = FAMILIES["qwen"],
     dtype: Dtype = "fp32",
@@ -146,20 +147,30 @@ def run_demo(
     single drafter against autoregressive decoding on held-out prompts, write the figure.
 
     What the database already holds is reused, so a second run only validates again. ``say``
-    gets a line at each stage, ``show`` the profile summary when profiling ends.
+    gets a line at each stage, ``show`` the profile summary when profiling ends. ``engine`` may
+    be a function that opens the database: it is called once the candidates are loaded and
+    checked, so that a refusal leaves no database behind.
     """
     bars = stages or _Quiet()
     f = family
     prompts = split(load_prompts(f.prompts), "profile", f.max_prompts)
+    held_out = split(load_prompts(f.prompts), "validate", f.validate_prompts)
     config = f.profile_config(dtype)
     names = {parse_spec(spec).name for spec in config.models}
     converted = all(is_converted(name) for name in names & PACKAGED.keys())
     expected = f.expected(dtype, converted)
     if expected:
         say(expected)
+    prepared = prepare_profile(config, prompts, loader)
+    if prepared.target != parse_spec(config.models[-1]):  # the solve below asks for the last one as target
+        raise ChainError(
+            f"the target {config.models[-1]} (the last of --models) is not the dearest candidate: {prepared.target} costs more; "
+            "list the target last"
+        )
+    engine = engine() if callable(engine) else engine
     say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({dtype})")
     bars.start("profiling")
-    outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total)
+    outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     bars.close()
     summary = profile_summary(engine, outcome)
     show(summary)
@@ -169,7 +180,6 @@ def run_demo(
     say(f"best: {best.label}, predicted {best.predicted_ms_per_token:.1f} ms/token ({best.predicted_speedup:.2f}x)")
     say("\n3/3 validating on held-out prompts")
     solve, plans = select_plans(engine, (), "best")
-    held_out = split(load_prompts(f.prompts), "validate", f.validate_prompts)
     bars.start("validating", len(plans) * len(held_out.prompts) * f.repeats)
     report = run_validation(engine, loader, solve, plans, held_out, f.max_new_tokens, f.repeats, progress=bars.step)
     bars.close()

@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from ..errors import HSDError
+from ..errors import PathError
+from ..paths import check_output_path, write_atomic
 from .report import ValidationReport
 
 __all__ = ["check_plot_path", "plot_validation"]
 
 
 FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+# how a figure of each format begins: an existing file is replaced without --force only when it is one
+_MAGIC = {".png": (b"\x89PNG\r\n\x1a\n",), ".pdf": (b"%PDF",), ".svg": (b"<?xml", b"<svg"), ".jpg": (b"\xff\xd8\xff",)}
 
 
-def check_plot_path(path: Path) -> None:
-    """Refuse, before a long run, a figure path that cannot be written at its end."""
+def _is_figure(path: Path) -> bool:
+    """Whether the regular file ``path`` holds a figure in the format its suffix names."""
+    suffix = ".jpg" if path.suffix.lower() == ".jpeg" else path.suffix.lower()
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    return head.startswith(_MAGIC.get(suffix, ()))
+
+
+def check_plot_path(text: str | Path, force: bool = False) -> Path:
+    """Refuse, before a long run, a figure path that cannot or must not be written at its end.
+
+    An existing file is replaced only when it is a figure of the same format, or with ``force``;
+    see :func:`~hsd_planner.paths.check_output_path` for what else is refused.
+    """
+    path = Path(text)
     if path.suffix.lower() not in FORMATS:
-        raise HSDError(f"--plot {path}: use a file name ending in {', '.join(FORMATS)}")
-    folder = path.resolve().parent
-    if not folder.is_dir():
-        raise HSDError(f"--plot {path}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise HSDError(f"--plot {path}: not writable")
+        raise PathError(f"--plot {text}: use a file name ending in {', '.join(FORMATS)}")
+    return check_output_path(text, "--plot", force, replaceable=_is_figure, hint="it is not a figure of that format; pass --force")
 
 
 def plot_validation(report: ValidationReport, path: Path) -> None:
-    """Write a PNG with two panels: predicted vs measured (with y = x) and measured speed-up."""
+    """Write the figure (its format from the suffix) with two panels: predicted vs measured (with
+    y = x) and measured speed-up; atomically, so a failed write leaves ``path`` as it was."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,5 +74,8 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
     )
     ax2.tick_params(axis="y", labelsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fmt = "jpg" if path.suffix.lower() == ".jpeg" else path.suffix.lower().lstrip(".")
+    try:
+        write_atomic(path, "--plot", lambda tmp: fig.savefig(tmp, dpi=110, format=fmt))
+    finally:
+        plt.close(fig)

@@ -1,0 +1,96 @@
+"""Reading the files a user names: regular files of bounded size, checked before they are opened.
+
+A FIFO would block the read forever, a device such as ``/dev/zero`` never ends, a folder or a
+symbolic link loop is not a file: each is refused with one line that names the path and what it
+is, before anything reads it. The open itself never blocks (``O_NONBLOCK``) and the type is checked
+again on the open descriptor, so a file swapped for a FIFO between the check and the open is
+refused too. Torch-free; the planner's output paths and database arguments build on this.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from .errors import PathError
+
+__all__ = ["MAX_CONFIG_BYTES", "describe_mode", "open_input", "read_input", "stat_input", "stat_path"]
+
+MAX_CONFIG_BYTES = 16 << 20  # a model's config.json or tokenizer_config.json (chat templates make the latter long)
+
+
+def describe_mode(mode: int) -> str:
+    """What a file of ``st_mode`` is, in words (``a FIFO``, ``a character device``, ...)."""
+    kinds = (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def stat_path(path: Path, what: str, follow: bool = True) -> os.stat_result | None:
+    """``os.stat`` (``os.lstat`` unless ``follow``) of ``path``; None when nothing is there.
+
+    Every other failure (a symbolic link loop, a name too long, no permission) is a one-line
+    :class:`PathError` naming ``what`` the user typed.
+    """
+    try:
+        return os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PathError(f"{what} {path} is a symbolic link loop") from None
+        if exc.errno == errno.ENAMETOOLONG:
+            raise PathError(f"{what} {str(path)[:60]}... is too long a path for this system") from None
+        if exc.errno == errno.ENOTDIR:
+            return None  # a parent is a file: nothing can be there
+        raise PathError(f"{what} {path}: {exc.strerror}") from None
+
+
+def stat_input(path: Path, what: str, max_bytes: int) -> os.stat_result:
+    """Check that ``path`` is an existing regular file of at most ``max_bytes``; return its stat."""
+    st = stat_path(path, what)
+    if st is None:
+        raise PathError(f"{what} {path} does not exist")
+    if not stat.S_ISREG(st.st_mode):
+        raise PathError(f"{what} {path} is {describe_mode(st.st_mode)}, not a regular file")
+    if st.st_size > max_bytes:
+        raise PathError(f"{what} {path} holds {st.st_size:,} bytes; at most {max_bytes:,} are read")
+    return st
+
+
+def open_input(path: Path, what: str, max_bytes: int) -> BinaryIO:
+    """Open ``path`` for reading in binary after :func:`stat_input`; the caller closes it.
+
+    The caller reads at most ``max_bytes`` (a file may grow after the check); :func:`read_input`
+    does that for whole-file reads.
+    """
+    stat_input(path, what, max_bytes)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise PathError(f"{what} {path}: {exc.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):  # swapped for something else since the check
+        os.close(fd)
+        raise PathError(f"{what} {path} is {describe_mode(st.st_mode)}, not a regular file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def read_input(path: Path, what: str, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path``, refusing one larger than ``max_bytes``."""
+    with open_input(path, what, max_bytes) as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise PathError(f"{what} {path} holds more than {max_bytes:,} bytes; at most {max_bytes:,} are read")
+    return data
