@@ -123,7 +123,9 @@ def _for_stack(stored: StoredPlan, stack: Stack) -> tuple[Plan, list[str]]:
 
 
 def _served(stored: StoredPlan, plan: Plan, names: dict[str, str]) -> Served:
-    name = lambda spec: names.get(spec, spec)  # noqa: E731
+    def name(spec: str) -> str:
+        return names.get(spec, spec)
+
     mode, temperature = stored.mode, stored.temperature
     if not plan.depth:
         return Served(name(plan.chain[-1]), None, False, 0, 0, mode, temperature)

@@ -96,7 +96,7 @@ class StackPlan(_Frozen):
 class PlanDocument(_Frozen):
     """One solved hierarchy with its prediction and the profile it rests on."""
 
-    schema_version: Literal[1] = PLAN_SCHEMA_VERSION
+    schema_version: Literal[1] = 1  # PLAN_SCHEMA_VERSION
     chain: list[str] = Field(min_length=1, description="model specs, smallest first, the target last")
     widths: Widths = Field(description="one width per drafter; the first may be a draft tree like 3x2x1")
     predicted_ms_per_token: float

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -49,17 +50,22 @@ def load_plan(engine: Engine, plan_id: int | None = None) -> StoredPlan:
             row = s.get(PlanRow, plan_id)
             if row is None:
                 raise StoreError(f"no plan with id {plan_id}; see hsd-plan solve for plan ids")
-        solve = s.get(Solve, row.solve_id)
-        hw, setting, workload = s.get(Hardware, solve.hardware_id), s.get(Setting, solve.setting_id), s.get(Workload, solve.workload_id)
+        # foreign keys: a stored plan's solve and the solve's rows exist
+        solve = s.get_one(Solve, row.solve_id)
+        hw, setting, workload = (
+            s.get_one(Hardware, solve.hardware_id),
+            s.get_one(Setting, solve.setting_id),
+            s.get_one(Workload, solve.workload_id),
+        )
         hardware = {
             k: getattr(hw, k) for k in ("fingerprint", "device", "device_name", "capability", "threads", "torch_version", "kernels")
         }
         prediction = Prediction(row.predicted_ms_per_token, row.predicted_mean_accepted_length, row.predicted_speedup)
         plan = Plan(tuple(row.chain), tuple(widths_from_json(row.widths)), prediction)
         ids = (row.id, solve.id)
-        options = (solve.acceptance_model, solve.t_max, solve.max_depth, solve.context_len)
+        options = (cast(AcceptanceModel, solve.acceptance_model), solve.t_max, solve.max_depth, solve.context_len)
         workload_info = {"name": workload.name, "content_hash": workload.content_hash, "prompts": workload.count}
-        mode, temperature, dtype = setting.mode, setting.temperature if setting.mode == "sample" else None, setting.dtype
+        mode, temperature, dtype = cast(Mode, setting.mode), setting.temperature if setting.mode == "sample" else None, setting.dtype
     profile, source = load_solve_profile(engine, ids[1])
     acceptance, t_max, max_depth, context_len = options
     return StoredPlan(
