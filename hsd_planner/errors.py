@@ -23,6 +23,7 @@ from hsd_runtime.errors import (
 __all__ = [
     "ChainError",
     "DistillError",
+    "ExportError",
     "HSDError",
     "ModelNotFoundError",
     "ModelOutputError",
@@ -47,3 +48,8 @@ class StoreError(HSDError):
 
 class DistillError(HSDError):
     """A distillation that cannot start or go on (bad input, no checkpoint, out of memory)."""
+
+
+class ExportError(HSDError):
+    """A plan that cannot be exported as asked: an unknown format or version, a bad model name
+    map, a target the stack cannot load, or a file that may not be written."""

@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import HSDError, first_line
 from .distill import distill
+from .export import export_command
 from .generate import generate
 from .profile import profile
 from .profiles import profiles
@@ -72,5 +73,5 @@ def cli() -> None:
     """
 
 
-for _command in (generate, profile, profiles, solve_command, validate, demo, distill):
+for _command in (generate, profile, profiles, solve_command, export_command, validate, demo, distill):
     cli.add_command(_command)

@@ -28,6 +28,7 @@ from ..vocab import (
 __all__ = [
     "FiniteRange",
     "db_option",
+    "export_options",
     "int_list",
     "json_option",
     "make_loader",
@@ -62,6 +63,33 @@ class FiniteRange(click.FloatRange):
 
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
+
+
+def export_options(f: F | None = None, *, fmt_option: str = "--format", required: bool = True) -> Callable:
+    """``--format`` (``fmt_option``), ``--stack-version`` and ``--model-map``: which stack an export
+    is for, at which version of its mapping, under which model names."""
+    from ..export import FORMATS
+
+    def wrap(g: F) -> F:
+        g = click.option(
+            "--model-map",
+            multiple=True,
+            metavar="SPEC=NAME",
+            help="The name the server knows a model of the plan by (repeatable) [default: the spec].",
+        )(g)
+        g = click.option(
+            "--stack-version", default=None, help="Version of the stack's mapping (see the README's Serving section) [default: the newest]."
+        )(g)
+        return click.option(
+            fmt_option,
+            "fmt",
+            type=click.Choice(FORMATS),
+            required=required,
+            default=None,
+            help="Serving stack to export for: transformers (hf), vLLM, SGLang, llama.cpp, TensorRT-LLM, or the plan document (json).",
+        )(g)
+
+    return wrap(f) if f is not None else wrap
 
 
 def db_option(f: F) -> F:

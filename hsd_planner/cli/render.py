@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sys
 import unicodedata
+from pathlib import Path
 from typing import Any, Protocol
 
 import click
 
+from ..export import ExportReport, write_export
 from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
@@ -16,7 +18,17 @@ from ..store.exchange import ProfileDocument
 from ..store.solves import THIN_PROMPTS, SolveReport
 from ..validation import GenerateReport, ValidationReport
 
-__all__ = ["Bars", "emit", "format_generate", "format_profiles", "format_solve", "format_summary", "format_validation"]
+__all__ = [
+    "Bars",
+    "emit",
+    "emit_export",
+    "emit_solve",
+    "format_generate",
+    "format_profiles",
+    "format_solve",
+    "format_summary",
+    "format_validation",
+]
 
 
 class _Report(Protocol):
@@ -29,6 +41,21 @@ def emit(report: _Report, as_json: bool, text: Any = None) -> None:
         click.echo(json.dumps(report.to_dict()))
     else:
         click.echo(text(report) if callable(text) else text)
+
+
+def emit_export(report: ExportReport, as_json: bool, out: Path | None = None, force: bool = False) -> None:
+    """An export: to ``out`` when given, else the configuration on stdout, with one line on stderr
+    naming the stack, its version and the predicted speeds (``--json``: one JSON line instead)."""
+    if out is not None:
+        write_export(out, report.text, force)
+    if as_json:
+        click.echo(json.dumps(report.to_dict()))
+        return
+    click.echo(_safe(report.header), err=True)
+    if out is None:
+        click.echo(report.text, nl=False)
+    else:
+        click.echo(f"wrote {out}", err=True)
 
 
 class Bars:
@@ -97,6 +124,16 @@ def format_generate(report: GenerateReport) -> str:
         else:
             lines.append(f"check: first divergence at new token {c.first_divergence}, agreement {c.agreement:.1%}")
     return "\n".join(lines)
+
+
+def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None = None) -> None:
+    """A solve's plans and, with ``export``, its pick exported (``--json``: under the key ``export``)."""
+    if as_json:
+        click.echo(json.dumps({**report.to_dict(), **({"export": export.to_dict()} if export else {})}))
+        return
+    click.echo(format_solve(report))
+    if export is not None:
+        emit_export(export, False)
 
 
 def format_solve(report: SolveReport) -> str:

@@ -6,14 +6,16 @@ from pathlib import Path
 
 import click
 
+from ..errors import ExportError
+from ..export import export_plan, parse_model_map
 from ..plan import SolveConfig
 from ..profiling.hardware import this_machine
 from ..profiling.sources import absolute_spec, absolute_specs
 from ..store import open_engine, open_memory_engine
 from ..store.exchange import import_document, read_document
 from ..store.solves import solve_and_store
-from .options import db_option, json_option, mode_options, solve_options, split_specs
-from .render import emit, format_solve
+from .options import db_option, export_options, json_option, mode_options, solve_options, split_specs
+from .render import emit_solve
 
 __all__ = ["solve_command"]
 
@@ -33,6 +35,7 @@ __all__ = ["solve_command"]
 )
 @mode_options
 @solve_options
+@export_options(fmt_option="--export", required=False)
 @db_option
 @json_option
 def solve_command(
@@ -51,6 +54,9 @@ def solve_command(
     context_len: int | None,
     exclude: str,
     require: str,
+    fmt: str | None,
+    stack_version: str | None,
+    model_map: tuple[str, ...],
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -60,6 +66,9 @@ def solve_command(
     decoding, each with predicted ms per token, mean accepted length and speed-up. A width like
     3x2x1 is a draft tree (first drafter only, where its sibling acceptance was profiled);
     --no-trees plans chains alone.
+
+    With --export FORMAT, the pick is also exported for a serving stack as hsd-plan export
+    does (the best plan that stack can express where it cannot run the pick).
 
     With --profile-file, the solve runs on an exported profile (a curated one from profiles/,
     or any hsd-plan profiles export) held in memory: no database is read or written.
@@ -73,8 +82,13 @@ def solve_command(
         hsd-plan solve --no-trees
 
         hsd-plan solve --profile-file profiles/amd-epyc-avx512bf16-smollm2-builtin.json
+
+        hsd-plan solve --export vllm --model-map smollm2-135m=HuggingFaceTB/SmolLM2-135M-Instruct
     """
     target = absolute_spec(target) if target else target
+    if (model_map or stack_version) and fmt is None:
+        raise ExportError("--model-map and --stack-version describe an export; give --export FORMAT too")
+    names = parse_model_map(model_map)  # before solving: a malformed map stores nothing
     config = SolveConfig(
         t_max=t_max,
         top_k=top_k,
@@ -95,4 +109,6 @@ def solve_command(
         engine = open_engine(db, create=False)
         # imported profiles of other machines never stand in for this one unless asked for
         machines = hardware if hardware is not None else this_machine()
-    emit(solve_and_store(engine, target, workload, mode, temperature, config, machines), as_json, format_solve)
+    report = solve_and_store(engine, target, workload, mode, temperature, config, machines)
+    export = export_plan(engine, report.best.id, fmt, stack_version, names) if fmt is not None else None
+    emit_solve(report, as_json, export)

@@ -13,9 +13,9 @@ from hsd_runtime import parse_spec
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
 from ..vocab import Mode
-from .schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
+from .schema import Acceptance, Hardware, Latency, ModelRow, Setting, Solve, Workload
 
-__all__ = ["ProfileSource", "load_profile"]
+__all__ = ["ProfileSource", "load_profile", "load_solve_profile"]
 
 
 @dataclass(frozen=True)
@@ -93,29 +93,48 @@ def load_profile(
             where = "on this machine" if wanted is not None else "on any hardware"
             hint = f"; profiled on: {', '.join(others)} (choose one with --hardware)" if others else "; run hsd-plan profile"
             raise StoreError(f"no latency profile for the target {models[target_id].spec} {where}{hint}")
-        setting = s.get(Setting, newest.setting_id)
-        wl_row = s.get(Workload, newest.workload_id)
-        involved = {target_id} | {r.drafter_id for r in rows} | {r.verifier_id for r in rows}
-        profiles = []
-        for mid in sorted(involved, key=lambda i: models[i].parameters):
-            spec = parse_spec(models[mid].spec)
-            curve = latency_curve(s, mid, hw.id, spec.run_dtype(setting.dtype))
-            if curve is None:
-                continue  # no latency here: not a usable candidate on this hardware
-            profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram))
-        have = {m.name for m in profiles}
-        acceptance = [
-            PairAcceptance(
-                drafter=models[r.drafter_id].spec,
-                verifier=models[r.verifier_id].spec,
-                alpha=r.alpha,
-                run_lengths=r.run_lengths,
-                visited=r.visited,
-                siblings=r.siblings,  # A(k), k = 1..8; None: chains only for this pair
-            )
-            for r in rows
-            if models[r.drafter_id].spec in have and models[r.verifier_id].spec in have
-        ]
-        profile = Profile(target=models[target_id].spec, models=profiles, acceptance=acceptance)
-        contexts = [n + setting.max_new_tokens // 2 for n in wl_row.prompt_tokens] if wl_row.prompt_tokens else None
-        return profile, ProfileSource(models[target_id].spec, wl_row.id, wl_row.name, setting.id, hw.id, hw.fingerprint, contexts)
+        return _assemble(s, rows, models, target_id, hw, s.get(Setting, newest.setting_id), s.get(Workload, newest.workload_id))
+
+
+def load_solve_profile(engine: Engine, solve_id: int) -> tuple[Profile, ProfileSource]:
+    """The profile a stored solve was made on: its target, workload, setting and hardware exactly
+    (never a newer profile of the same names), as :func:`load_profile` builds it."""
+    with Session(engine) as s:
+        solve = s.get(Solve, solve_id)
+        if solve is None:
+            raise StoreError(f"no solve with id {solve_id}; see hsd-plan solve")
+        rows = s.scalars(select(Acceptance).filter_by(workload_id=solve.workload_id, setting_id=solve.setting_id)).all()
+        models = {m.id: m for m in s.scalars(select(ModelRow))}
+        setting, wl_row = s.get(Setting, solve.setting_id), s.get(Workload, solve.workload_id)
+        return _assemble(s, rows, models, solve.target_id, s.get(Hardware, solve.hardware_id), setting, wl_row)
+
+
+def _assemble(
+    s: Session, rows: Sequence[Acceptance], models: dict[int, ModelRow], target_id: int, hw: Hardware, setting: Setting, wl_row: Workload
+) -> tuple[Profile, ProfileSource]:
+    """The profile of ``target_id`` from acceptance ``rows`` of one workload and setting, with the
+    latency measured on ``hw`` in each model's own dtype."""
+    involved = {target_id} | {r.drafter_id for r in rows} | {r.verifier_id for r in rows}
+    profiles = []
+    for mid in sorted(involved, key=lambda i: models[i].parameters):
+        spec = parse_spec(models[mid].spec)
+        curve = latency_curve(s, mid, hw.id, spec.run_dtype(setting.dtype))
+        if curve is None:
+            continue  # no latency here: not a usable candidate on this hardware
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram))
+    have = {m.name for m in profiles}
+    acceptance = [
+        PairAcceptance(
+            drafter=models[r.drafter_id].spec,
+            verifier=models[r.verifier_id].spec,
+            alpha=r.alpha,
+            run_lengths=r.run_lengths,
+            visited=r.visited,
+            siblings=r.siblings,  # A(k), k = 1..8; None: chains only for this pair
+        )
+        for r in rows
+        if models[r.drafter_id].spec in have and models[r.verifier_id].spec in have
+    ]
+    profile = Profile(target=models[target_id].spec, models=profiles, acceptance=acceptance)
+    contexts = [n + setting.max_new_tokens // 2 for n in wl_row.prompt_tokens] if wl_row.prompt_tokens else None
+    return profile, ProfileSource(models[target_id].spec, wl_row.id, wl_row.name, setting.id, hw.id, hw.fingerprint, contexts)

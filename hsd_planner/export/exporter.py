@@ -1,0 +1,179 @@
+"""Exporting a stored plan in the form one serving stack reads (``hsd-plan export``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from hsd_runtime.shape import TreeShape
+from hsd_runtime.spec import parse_spec
+
+from ..errors import ExportError
+from ..plan import Plan
+from ..store.plans import StoredPlan, load_plan
+from ..store.solves import widths_to_json
+from .names import check_mapped
+from .restrict import restricted_solve, restrictions, unloadable
+from .schema import PLAN_SCHEMA_VERSION, HardwareInfo, PlanDocument, ProfileInfo, ScheduleEntry, StackPlan, WorkloadInfo
+from .stacks import STACKS, Served, Stack, stack_for
+
+__all__ = ["ExportReport", "export_plan", "plan_document"]
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """One export: the stack and version it targets, the plan asked for (``pick``) and the plan
+    exported (the best the stack can express), why they differ, and the configuration itself."""
+
+    format: str
+    stack: str
+    version: str
+    plan_id: int
+    pick: Plan
+    exported: Plan
+    restriction: list[str]
+    payload: dict
+    text: str  # what --out writes
+
+    @property
+    def header(self) -> str:
+        """One line: stack and version, the plan exported and, where it had to change, the pick."""
+        head = f"{self.stack} {self.version}: {_speed(self.exported)}"
+        if not self.restriction:
+            return f"{head}, plan {self.plan_id} as solved"
+        return f"{head}; plan {self.plan_id}, {_speed(self.pick)}, cannot run there: {'; '.join(self.restriction)}"
+
+    def to_dict(self) -> dict:
+        return {
+            "format": self.format,
+            "stack": self.stack,
+            "version": self.version,
+            "plan_id": self.plan_id,
+            "pick": _summary(self.pick),
+            "exported": _summary(self.exported),
+            "restriction": self.restriction,
+            "payload": self.payload,
+        }
+
+
+def _speed(plan: Plan) -> str:
+    what = plan.label if plan.depth else f"{plan.chain[-1]} autoregressive (no speculation)"
+    return f"{what} at {plan.prediction.ms_per_token:.2f} ms/token ({plan.prediction.speedup:.2f}x)"
+
+
+def _summary(plan: Plan) -> dict:
+    p = plan.prediction
+    return {
+        "chain": list(plan.chain),
+        "widths": widths_to_json(plan.widths),
+        "predicted_ms_per_token": p.ms_per_token,
+        "predicted_mean_accepted_length": p.mean_accepted_length,
+        "predicted_speedup": p.speedup,
+    }
+
+
+def export_plan(
+    engine: Engine, plan_id: int | None, fmt: str, version: str | None = None, model_map: dict[str, str] | None = None
+) -> ExportReport:
+    """Plan ``plan_id`` (None: the newest solve's pick) as format ``fmt`` reads it.
+
+    A stack that cannot run the plan as solved gets the best plan it can express, solved on the
+    same profile under its restrictions (:func:`~hsd_planner.export.restrict.restricted_solve`).
+    """
+    names = model_map or {}
+    if fmt == "json":
+        if version not in (None, str(PLAN_SCHEMA_VERSION)):
+            raise ExportError(f"the plan document has schema version {PLAN_SCHEMA_VERSION}, not {version}")
+        if names:
+            raise ExportError("--model-map applies to a serving stack's format; the plan document names models by spec")
+        stored = load_plan(engine, plan_id)
+        doc = plan_document(stored)
+        return ExportReport(
+            format="json",
+            stack="hsd-plan plan document",
+            version=str(PLAN_SCHEMA_VERSION),
+            plan_id=stored.plan_id,
+            pick=stored.plan,
+            exported=stored.plan,
+            restriction=[],
+            payload=doc.model_dump(mode="json"),
+            text=doc.model_dump_json(indent=2) + "\n",
+        )
+    stack = stack_for(fmt, version)
+    stored = load_plan(engine, plan_id)
+    exported, reasons = _for_stack(stored, stack)
+    check_mapped(names, [stored.plan.chain, exported.chain])
+    target = exported.chain[-1]
+    if unloadable(target, False, stack) is not None and target not in names:
+        raise ExportError(f"the target {target} is a model variant {stack.label} cannot load; solve for a target it serves")
+    rendered = stack.render(_served(stored, exported, names))
+    comment = f"# hsd-plan plan {stored.plan_id} for {stack.label}: {_speed(exported)}"
+    text = "\n".join([comment, *rendered.lines]) + "\n"
+    return ExportReport(fmt, stack.name, stack.version, stored.plan_id, stored.plan, exported, reasons, rendered.payload, text)
+
+
+def _for_stack(stored: StoredPlan, stack: Stack) -> tuple[Plan, list[str]]:
+    """The plan ``stack`` runs (the pick, or the restricted optimum) and why it is not the pick."""
+    reasons = restrictions(stored.profile, stored.plan, stack)
+    if not reasons:
+        return stored.plan, []
+    plan = restricted_solve(stored.profile, stack, stored.t_max, stored.acceptance, stored.contexts, stored.max_depth)
+    return plan, reasons
+
+
+def _served(stored: StoredPlan, plan: Plan, names: dict[str, str]) -> Served:
+    def name(spec: str) -> str:
+        return names.get(spec, spec)
+
+    mode, temperature = stored.mode, stored.temperature
+    if not plan.depth:
+        return Served(name(plan.chain[-1]), None, False, 0, 0, mode, temperature)
+    drafter, k = plan.chain[0], plan.widths[0]
+    assert not isinstance(k, TreeShape)  # the restricted solve plans chains for a stack without trees
+    lookup = stored.profile.model(drafter).lookup
+    order = parse_spec(drafter).ngram_order if lookup else 0
+    return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature)
+
+
+def plan_document(stored: StoredPlan) -> PlanDocument:
+    """The versioned document of a stored plan, with the best plan of each stack's newest version."""
+    plan, p = stored.plan, stored.plan.prediction
+    widths = widths_to_json(plan.widths)
+    stacks = []
+    for versions in STACKS.values():
+        stack = versions[0]
+        exported, reasons = _for_stack(stored, stack)
+        e = exported.prediction
+        stacks.append(
+            StackPlan(
+                stack=stack.name,
+                version=stack.version,
+                restriction=reasons,
+                chain=list(exported.chain),
+                widths=widths_to_json(exported.widths),
+                predicted_ms_per_token=e.ms_per_token,
+                predicted_speedup=e.speedup,
+            )
+        )
+    profile = ProfileInfo(
+        hardware=HardwareInfo(**stored.hardware),
+        dtype=stored.dtype,
+        workload=WorkloadInfo(**stored.workload),
+        mode=stored.mode,
+        temperature=stored.temperature,
+        acceptance_model=stored.acceptance,
+        context_len=stored.context_len,
+    )
+    return PlanDocument(
+        chain=list(plan.chain),
+        widths=widths,
+        predicted_ms_per_token=p.ms_per_token,
+        predicted_mean_accepted_length=p.mean_accepted_length,
+        predicted_speedup=p.speedup,
+        schedule=[ScheduleEntry(min_batch=1, max_batch=1, widths=widths)],  # profiled at batch size 1
+        profile=profile,
+        stacks=stacks,
+        plan_id=stored.plan_id,
+        solve_id=stored.solve_id,
+    )

@@ -1,0 +1,69 @@
+"""The best plan a serving stack can express: the exact solver, run on the candidates and shapes
+the stack can load and chain.
+
+A stack that cannot run the solver's pick as solved (more than one drafter level, a draft tree,
+a model variant it cannot load, an n-gram drafter it lacks) does not get the pick cut down to fit
+- a two-level hierarchy minus its middle level is rarely the best one-level plan - but the
+optimum of the same solve over what it can express. Pure: a :class:`Profile` in, a :class:`Plan` out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hsd_runtime.shape import TreeShape
+from hsd_runtime.spec import parse_spec
+
+from ..plan import Plan, Profile, predict, solve
+from ..vocab import AcceptanceModel
+from .stacks import Stack
+
+__all__ = ["restricted_solve", "restrictions", "unloadable"]
+
+
+def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
+    """Why ``stack`` cannot run the drafter ``name`` (None: it can)."""
+    if lookup:
+        return None if stack.ngram else f"it has no n-gram drafter ({name})"
+    spec = parse_spec(name)
+    if spec.layers is not None and not stack.early_exit:
+        return f"it cannot load the early exit {name}"
+    if spec.quant is not None and not stack.int8_copy:
+        return f"it cannot load hsd-plan's {spec.quant} copy {name}"
+    return None
+
+
+def restrictions(profile: Profile, plan: Plan, stack: Stack) -> list[str]:
+    """Why ``stack`` cannot run ``plan`` as solved; empty when it can."""
+    reasons = []
+    if plan.depth > stack.max_depth:
+        reasons.append(f"it runs {stack.max_depth} drafter level{'s' if stack.max_depth != 1 else ''}, the plan has {plan.depth}")
+    trees = [w for w in plan.widths if isinstance(w, TreeShape)]
+    if trees and not stack.trees:
+        reasons.append(f"it drafts no tree like {trees[0]} from a drafter model")
+    for name in plan.chain[:-1]:
+        reason = unloadable(name, profile.model(name).lookup, stack)
+        if reason is not None:
+            reasons.append(reason)
+    return reasons
+
+
+def restricted_solve(
+    profile: Profile,
+    stack: Stack,
+    t_max: int,
+    acceptance: AcceptanceModel,
+    contexts: int | Sequence[int],
+    max_depth: int | None = None,
+) -> Plan:
+    """The latency-optimal plan for ``profile.target`` among those ``stack`` can express: at most
+    its drafter levels (and ``max_depth``), chains only unless it drafts trees, drafters it can
+    load; autoregressive decoding when no such drafter was profiled against the target."""
+    target = profile.target
+    usable = [m.name for m in profile.models if m.name != target and unloadable(m.name, m.lookup, stack) is None]
+    exclude = [m.name for m in profile.models if m.name != target and m.name not in usable]
+    depth = stack.max_depth if max_depth is None else min(stack.max_depth, max_depth)
+    pairs = profile.pairs(acceptance)
+    if depth == 0 or not any((name, target) in pairs for name in usable):
+        return Plan((target,), (), predict(profile, [target], [], acceptance, contexts))
+    return solve(profile, t_max, 1, depth, acceptance, contexts, exclude, (), stack.trees).best

@@ -1,0 +1,211 @@
+"""Each serving stack's configuration for a plan, and the version of the stack it was read from.
+
+Versions move: this module is the one place that knows how a stack spells speculative decoding
+and which version that spelling was read from (see the "Serving stacks" table in the design
+notes). No stack runs more than one drafter level, none drafts a tree from a standalone drafter,
+and none loads hsd-plan's own model variants (an early exit ``layers=K``, an int8 copy
+``quant=int8`` made at load time); :mod:`.restrict` solves for the best plan a stack can express.
+
+Every stack counts "tokens drafted per round" its own way; :class:`Served` holds k, the tokens
+the drafter proposes per target round (the plan's width), and each mapping converts it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ExportError
+from ..vocab import Mode
+
+__all__ = ["FORMATS", "STACKS", "Rendered", "Served", "Stack", "stack_for"]
+
+
+@dataclass(frozen=True)
+class Served:
+    """The plan a stack runs, in the names its server knows: the target, and the one drafter
+    (None: autoregressive decoding) proposing ``k`` tokens a round."""
+
+    target: str
+    drafter: str | None
+    lookup: bool  # the drafter is the n-gram prompt lookup
+    k: int
+    ngram_order: int
+    mode: Mode
+    temperature: float | None
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A stack's configuration: ``payload`` as data (for ``--json``), ``lines`` as the file holds them."""
+
+    payload: dict
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One serving stack at one version: what it can express and how it spells a plan."""
+
+    format: str  # the --format name
+    name: str
+    version: str
+    render: Callable[[Served], Rendered]
+    ngram: bool = True  # has an n-gram (prompt lookup) drafter
+    max_depth: int = 1  # drafter levels it chains
+    trees: bool = False  # a standalone drafter may draft a tree
+    early_exit: bool = False  # loads the first K layers of a model as its own drafter
+    int8_copy: bool = False  # loads hsd-plan's dynamic-int8 copy of a model
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}"
+
+
+def _py(value: object) -> str:
+    """A Python literal: JSON's strings and numbers are Python's too; true/false are not."""
+    return repr(value) if isinstance(value, bool) else json.dumps(value)
+
+
+def _transformers(s: Served) -> Rendered:
+    config: dict = {"do_sample": s.mode == "sample"}
+    if s.mode == "sample":
+        config["temperature"] = s.temperature
+    if s.drafter is not None and s.lookup:
+        config |= {"prompt_lookup_num_tokens": s.k, "max_matching_ngram_size": s.ngram_order}
+    elif s.drafter is not None:
+        # "constant": transformers would otherwise grow and shrink k with each round's acceptance
+        config |= {"num_assistant_tokens": s.k, "num_assistant_tokens_schedule": "constant"}
+    assistant = s.drafter if s.drafter is not None and not s.lookup else None
+    kwargs = ", ".join(f"{k}={_py(v)}" for k, v in config.items())
+    lines = [
+        "from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig",
+        "",
+        f"model = AutoModelForCausalLM.from_pretrained({_py(s.target)})",
+        f"tokenizer = AutoTokenizer.from_pretrained({_py(s.target)})",
+    ]
+    call = "model.generate(**inputs, generation_config=config, max_new_tokens=256"
+    if assistant is not None:
+        lines.append(f"assistant = AutoModelForCausalLM.from_pretrained({_py(assistant)})")
+        call += ", assistant_model=assistant"
+    lines += [
+        f"config = GenerationConfig({kwargs})",
+        'inputs = tokenizer("Write a haiku about the sea.", return_tensors="pt")',
+        f"output = {call})",
+    ]
+    generate = config | ({"assistant_model": assistant} if assistant is not None else {})
+    return Rendered({"model": s.target, "generate_kwargs": generate, "generation_config": config}, lines)
+
+
+def _vllm(s: Served) -> Rendered:
+    spec: dict | None = None
+    if s.drafter is not None and s.lookup:
+        # the n-gram drafter tries the longest match first and falls back down to one token
+        spec = {"method": "ngram", "num_speculative_tokens": s.k, "prompt_lookup_max": s.ngram_order, "prompt_lookup_min": 1}
+    elif s.drafter is not None:
+        spec = {"method": "draft_model", "model": s.drafter, "num_speculative_tokens": s.k}
+    command = ["vllm", "serve", s.target] + (["--speculative-config", json.dumps(spec)] if spec else [])
+    return Rendered({"model": s.target, "speculative_config": spec, "command": shlex.join(command)}, [shlex.join(command)])
+
+
+def _sglang(s: Served) -> Rendered:
+    args: list[str] = []
+    # SGLang's draft tokens count the root it verifies with them: steps + 1 with topk 1
+    if s.drafter is not None and s.lookup:
+        args = [
+            "--speculative-algorithm",
+            "NGRAM",
+            "--speculative-num-draft-tokens",
+            str(s.k + 1),
+            "--speculative-ngram-min-match-window-size",
+            "1",
+            "--speculative-ngram-max-match-window-size",
+            str(s.ngram_order),
+            # breadth 1: one chain per round, as the plan was predicted, not a tree of matches
+            "--speculative-ngram-min-bfs-breadth",
+            "1",
+            "--speculative-ngram-max-bfs-breadth",
+            "1",
+        ]
+    elif s.drafter is not None:
+        args = [
+            "--speculative-algorithm",
+            "STANDALONE",
+            "--speculative-draft-model-path",
+            s.drafter,
+            "--speculative-num-steps",
+            str(s.k),
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            str(s.k + 1),
+        ]
+    command = ["python", "-m", "sglang.launch_server", "--model-path", s.target, *args]
+    return Rendered({"model": s.target, "server_args": args, "command": shlex.join(command)}, [shlex.join(command)])
+
+
+def _llamacpp(draft_max: str, draft_min: str, spec_type: bool) -> Callable[[Served], Rendered]:
+    def render(s: Served) -> Rendered:
+        args: list[str] = []
+        if s.drafter is not None and s.lookup and spec_type:
+            args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
+        elif s.drafter is not None:
+            args = ["-md", s.drafter, draft_max, str(s.k), draft_min, "0"]
+        request = {"speculative.n_max": s.k, "speculative.n_min": 0} if s.drafter is not None else {}
+        command = ["llama-server", "-m", s.target, *args]
+        lines = [shlex.join(command)]
+        if request:
+            lines.append(f"# per request (POST /completion): {json.dumps(request)}")
+        return Rendered({"model": s.target, "server_args": args, "request": request, "command": shlex.join(command)}, lines)
+
+    return render
+
+
+def _trtllm(s: Served) -> Rendered:
+    spec: dict | None = None
+    if s.drafter is not None and s.lookup:
+        # is_use_oldest: the n-gram drafter proposes what followed the earliest occurrence
+        spec = {"decoding_type": "NGram", "max_draft_len": s.k, "max_matching_ngram_size": s.ngram_order, "is_use_oldest": True}
+    elif s.drafter is not None:
+        spec = {"decoding_type": "DraftTarget", "max_draft_len": s.k, "speculative_model": s.drafter}
+    # draft_len_schedule ({batch size: draft length}) is where a batch-aware plan's schedule goes
+    command = f"trtllm-serve {shlex.quote(s.target)} --extra_llm_api_options extra-llm-api-options.yaml"
+    lines = [f"# {command}"]
+    if spec is None:
+        lines.append("{}")
+    else:
+        lines.append("speculative_config:")
+        # JSON scalars are YAML scalars: names quoted as JSON strings stay one safe line each
+        lines += [f"  {k}: {json.dumps(v)}" for k, v in spec.items()]
+    return Rendered({"model": s.target, "speculative_config": spec, "command": command}, lines)
+
+
+# per --format, its versions, newest (the default) first
+STACKS: dict[str, list[Stack]] = {
+    "hf": [Stack("hf", "transformers", "5.23", _transformers)],
+    "vllm": [Stack("vllm", "vLLM", "0.33", _vllm)],
+    "sglang": [Stack("sglang", "SGLang", "0.5.23", _sglang)],
+    "llamacpp": [
+        Stack("llamacpp", "llama.cpp server", "late-2026", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True)),
+        # builds before the --spec-* flags: --draft-max, and no n-gram drafter in the server
+        Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False),
+    ],
+    "trtllm": [Stack("trtllm", "TensorRT-LLM", "1.2", _trtllm)],
+}
+
+FORMATS: tuple[str, ...] = ("json", *STACKS)
+
+
+def stack_for(fmt: str, version: str | None = None) -> Stack:
+    """The mapping of ``fmt`` at ``version`` (None: the newest this module knows)."""
+    if fmt not in STACKS:
+        raise ExportError(f"unknown export format {fmt!r}; use one of {', '.join(FORMATS)}")
+    known = STACKS[fmt]
+    if version is None:
+        return known[0]
+    for stack in known:
+        if stack.version == version:
+            return stack
+    raise ExportError(f"no mapping for {known[0].name} {version}; known versions: {', '.join(s.version for s in known)}")

@@ -1,0 +1,267 @@
+"""``hsd-plan export``: each stack's configuration, the restricted re-solve, the plan document."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy.orm import Session
+
+from hsd_planner.cli import cli
+from hsd_planner.export import STACKS, PlanDocument, json_schema, plan_document
+from hsd_planner.export.restrict import restricted_solve, restrictions
+from hsd_planner.export.schema import shipped_schema
+from hsd_planner.plan import SolveConfig, predict
+from hsd_planner.store import open_engine
+from hsd_planner.store.plans import load_plan
+from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
+from hsd_planner.store.solves import solve_and_store
+from hsd_runtime.shape import TreeShape
+
+# name -> (parameters, c(1) ms, ms per extra token in a pass); the target is "big"
+MODELS = {
+    "ngram": (0, 0.05, 0.0),
+    "small:quant=int8": (9, 1.2, 0.1),
+    "small": (10, 2.0, 0.1),
+    "mid": (100, 8.0, 0.3),
+    "big:layers=2": (500, 30.0, 1.0),
+    "big": (1000, 100.0, 2.0),
+}
+ALPHA = {
+    ("ngram", "small"): 0.4,
+    ("ngram", "mid"): 0.4,
+    ("ngram", "big"): 0.35,
+    ("small:quant=int8", "big"): 0.7,
+    ("small", "mid"): 0.85,
+    ("small", "big"): 0.7,
+    ("mid", "big"): 0.9,
+    ("big:layers=2", "big"): 0.6,
+}
+SIBLINGS = {("small", "big"): [0.7, 0.9, 0.96, 0.98, 0.99, 0.99, 0.99, 0.99]}  # A(k): trees pay for this pair
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def solved(isolated_db):
+    """A profile written straight into the database, and solves that store plans of every depth
+    (0 to 3) and a draft tree: ``{description: plan id}``."""
+    engine = open_engine(str(isolated_db))
+    with Session(engine) as s, s.begin():
+        hw = Hardware(fingerprint="hw1", device="cpu", device_name="test CPU", threads=2, torch_version="2.13", capability="AVX2")
+        wl = Workload(name="w", content_hash="h" * 64, count=8)
+        setting = Setting(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=32)
+        models = {name: ModelRow(spec=name, parameters=p) for name, (p, _, _) in MODELS.items()}
+        s.add_all([hw, wl, setting, *models.values()])
+        s.flush()
+        for name, (_, c1, slope) in MODELS.items():
+            dtype = "-" if name == "ngram" else "fp32"
+            for ctx in (64, 512):
+                for n in (1, 2, 4, 8, 16, 32, 64):
+                    ms = (c1 + slope * (n - 1)) * (1.2 if ctx == 512 else 1.0)
+                    key = {"model_id": models[name].id, "hardware_id": hw.id, "dtype": dtype, "n_tokens": n, "context_len": ctx}
+                    s.add(Latency(**key, median_ms=ms, p10_ms=ms, p90_ms=ms, repeats=1))
+        for (d, v), a in ALPHA.items():
+            s.add(
+                Acceptance(
+                    drafter_id=models[d].id,
+                    verifier_id=models[v].id,
+                    workload_id=wl.id,
+                    setting_id=setting.id,
+                    alpha=a,
+                    positions=400,
+                    prompts=8,
+                    run_lengths=[a**g for g in range(65)],
+                    siblings=SIBLINGS.get((d, v)),
+                )
+            )
+    plans: dict[str, int] = {}
+    for config in (
+        SolveConfig(require=("ngram", "small", "mid"), t_max=6),
+        SolveConfig(require=("small", "mid"), max_depth=2, t_max=6),
+        SolveConfig(t_max=6),
+    ):
+        for p in solve_and_store(engine, config=config).plans:
+            depth = len(p.widths)
+            key = "tree" if depth and isinstance(p.widths[0], TreeShape) else f"depth {depth}"
+            plans.setdefault(key, p.id)
+    assert {"depth 0", "depth 1", "depth 2", "depth 3", "tree"} <= set(plans), plans
+    return engine, plans
+
+
+def _exported(plan_id, fmt, *extra):
+    result = run("export", "--plan", plan_id, "--format", fmt, "--json", *extra)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+@pytest.mark.parametrize("fmt", list(STACKS))
+@pytest.mark.parametrize("kind", ["depth 0", "depth 1", "depth 2", "depth 3", "tree"])
+def test_every_format_exports_what_its_stack_can_run(solved, fmt, kind):
+    _, plans = solved
+    out = _exported(plans[kind], fmt)
+    stack = STACKS[fmt][0]
+    assert (out["stack"], out["version"]) == (stack.name, stack.version)
+    pick, exported = out["pick"], out["exported"]
+    # one drafter level at most, no tree; a pick beyond that says why and is re-solved
+    assert len(exported["widths"]) <= 1 and all(isinstance(w, int) for w in exported["widths"])
+    assert bool(out["restriction"]) == (kind in ("depth 2", "depth 3", "tree") or any(":" in m for m in pick["chain"][:-1]))
+    if not out["restriction"]:
+        assert exported == pick
+    text = run("export", "--plan", plans[kind], "--format", fmt)
+    assert text.exit_code == 0
+    assert f"for {stack.name} {stack.version}:" in text.output.splitlines()[1]  # stderr's header, then the file's comment
+    payload, k = out["payload"], (exported["widths"] or [0])[0]
+    drafter = exported["chain"][0] if k else None
+    _check_payload(fmt, payload, drafter, k)
+
+
+def _check_payload(fmt: str, payload: dict, drafter: str | None, k: int) -> None:
+    lookup = drafter == "ngram"
+    if fmt == "hf":
+        from transformers import GenerationConfig
+
+        config = GenerationConfig(**payload["generation_config"])
+        assert config.do_sample is False
+        if drafter is None:
+            assert "assistant_model" not in payload["generate_kwargs"]
+        elif lookup:
+            assert (config.prompt_lookup_num_tokens, config.max_matching_ngram_size) == (k, 3)
+        else:
+            assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == (k, "constant")
+            assert payload["generate_kwargs"]["assistant_model"] == drafter
+    elif fmt == "vllm":
+        spec = payload["speculative_config"]
+        if drafter is None:
+            assert spec is None and "--speculative-config" not in payload["command"]
+        else:
+            assert spec["num_speculative_tokens"] == k and spec["method"] == ("ngram" if lookup else "draft_model")
+            assert json.loads(shlex.split(payload["command"])[-1]) == spec
+    elif fmt == "sglang":
+        args = payload["server_args"]
+        if drafter is None:
+            assert args == []
+        else:
+            assert args[args.index("--speculative-num-draft-tokens") + 1] == str(k + 1)  # SGLang counts the root too
+            assert args[1] == ("NGRAM" if lookup else "STANDALONE")
+    elif fmt == "llamacpp":
+        assert payload["request"] == ({} if drafter is None else {"speculative.n_max": k, "speculative.n_min": 0})
+        assert ("-md" in payload["server_args"]) == (drafter is not None and not lookup)
+    elif fmt == "trtllm":
+        spec = payload["speculative_config"]
+        assert spec is None if drafter is None else spec["max_draft_len"] == k
+
+
+def test_the_restricted_solve_is_the_best_expressible_plan(solved):
+    engine, plans = solved
+    for kind in ("depth 3", "tree"):
+        stored = load_plan(engine, plans[kind])
+        for versions in STACKS.values():
+            for stack in versions:
+                got = restricted_solve(stored.profile, stack, stored.t_max, stored.acceptance, stored.contexts)
+                assert not restrictions(stored.profile, got, stack)
+                # brute force: autoregressive, and every loadable drafter at every width
+                target = stored.profile.target
+                options = [((target,), ())] + [
+                    ((m.name, target), (t,))
+                    for m in stored.profile.models
+                    if m.name != target and (m.lookup or ":" not in m.name) and (stack.ngram or not m.lookup)
+                    for t in range(1, stored.t_max + 1)
+                ]
+                best = min(predict(stored.profile, c, w, stored.acceptance, stored.contexts).ms_per_token for c, w in options)
+                assert got.prediction.ms_per_token == pytest.approx(best, rel=1e-12)
+    # the legacy llama.cpp server has no n-gram drafter: its plan differs from the newest one's
+    legacy = _exported(plans["depth 3"], "llamacpp", "--stack-version", "legacy")
+    assert legacy["exported"]["chain"][0] != "ngram" and any("n-gram" in r for r in legacy["restriction"])
+
+
+def test_an_expressible_pick_is_exported_with_its_stored_prediction(solved):
+    engine, plans = solved
+    stored = load_plan(engine, plans["depth 1"])
+    again = predict(stored.profile, stored.plan.chain, stored.plan.widths, stored.acceptance, stored.contexts)
+    assert again.ms_per_token == pytest.approx(stored.plan.prediction.ms_per_token, rel=1e-12)
+
+
+def test_plan_document_round_trips_and_ships_its_schema(solved, tmp_path):
+    engine, plans = solved
+    out = tmp_path / "plan.json"
+    result = run("export", "--plan", plans["tree"], "--format", "json", "--out", out)
+    assert result.exit_code == 0, result.output
+    doc = PlanDocument.model_validate_json(out.read_text())
+    assert doc == plan_document(load_plan(engine, plans["tree"]))
+    assert PlanDocument.model_validate_json(doc.model_dump_json()) == doc
+    assert doc.schema_version == 1 and "x" in str(doc.widths[0]) and doc.schedule[0].widths == doc.widths
+    assert doc.profile.hardware.device_name == "test CPU" and doc.profile.dtype == "fp32" and doc.profile.workload.name == "w"
+    assert {s.stack for s in doc.stacks} == {v[0].name for v in STACKS.values()} and all(s.restriction for s in doc.stacks)
+    assert shipped_schema() == json_schema(), "run: python -m hsd_planner.export"
+
+
+def test_model_map_names_the_served_models(solved):
+    _, plans = solved
+    drafter = _exported(plans["depth 1"], "vllm")["exported"]["chain"][0]
+    out = _exported(plans["depth 1"], "vllm", "--model-map", "big=org/Big-Instruct", "--model-map", f"{drafter}=org/Drafter")
+    assert out["payload"]["model"] == "org/Big-Instruct" and out["payload"]["speculative_config"]["model"] == "org/Drafter"
+    assert "vllm serve org/Big-Instruct" in out["payload"]["command"]
+
+
+def test_out_file_rules(solved, tmp_path, isolated_db):
+    _, plans = solved
+    target = tmp_path / "serve.sh"
+    assert run("export", "--plan", plans["depth 1"], "--format", "sglang", "--out", target).exit_code == 0
+    assert target.read_text().startswith("# hsd-plan plan") and "sglang.launch_server" in target.read_text()
+    again = run("export", "--plan", plans["depth 1"], "--format", "vllm", "--out", target)
+    assert again.exit_code == 1 and "pass --force" in again.output and "sglang" in target.read_text()
+    assert run("export", "--plan", plans["depth 1"], "--format", "vllm", "--out", target, "--force").exit_code == 0
+    assert "vllm serve" in target.read_text()
+    link, fifo, folder = tmp_path / "link", tmp_path / "fifo", tmp_path / "dir"
+    link.symlink_to(target)
+    os.mkfifo(fifo)
+    folder.mkdir()
+    for path, fragment in (
+        (link, "symbolic link"),
+        (fifo, "not a regular file"),
+        (folder, "is a directory"),
+        ("/dev/null", "not a regular file"),
+        (isolated_db, "an SQLite database"),
+    ):
+        result = run("export", "--plan", plans["depth 1"], "--format", "vllm", "--out", path, "--force")
+        assert result.exit_code == 1 and fragment in result.output and len(result.output.strip().splitlines()) == 1
+    assert "vllm serve" in target.read_text() and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--plan", "999", "--format", "vllm"], "no plan with id 999"),
+        (["--format", "tensorflow"], "Invalid value for '--format'"),
+        (["--format", "vllm", "--model-map", "big"], "is not spec=served-name"),
+        (["--format", "vllm", "--model-map", "=x"], "is not spec=served-name"),
+        (["--format", "vllm", "--model-map", "nope=x"], "names nope, which is not in the plan"),
+        (["--format", "vllm", "--stack-version", "0.1"], "no mapping for vLLM 0.1; known versions: 0.33"),
+        (["--format", "json", "--model-map", "big=x"], "--model-map applies to a serving stack's format"),
+    ],
+)
+def test_bad_input_is_one_line(solved, tmp_path, args, fragment):
+    out = tmp_path / "never.txt"
+    result = run("export", *args, "--out", out)
+    assert result.exit_code in (1, 2) and fragment in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_export_without_a_database():
+    result = run("export", "--format", "vllm")
+    assert result.exit_code == 1 and result.output.startswith("Error:")
+
+
+def test_solve_exports_its_pick(solved):
+    out = json.loads(run("solve", "--t-max", "4", "--export", "trtllm", "--hardware", "hw1", "--json").output)
+    assert out["export"]["plan_id"] == out["plans"][0]["id"] and out["export"]["version"] == "1.2"
+    text = run("solve", "--t-max", "4", "--export", "hf", "--hardware", "hw1")
+    assert text.exit_code == 0 and "GenerationConfig(" in text.output and "transformers 5.23:" in text.output
+    bad = run("solve", "--model-map", "big=x", "--hardware", "hw1")
+    assert bad.exit_code == 1 and "give --export FORMAT too" in bad.output
