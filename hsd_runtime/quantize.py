@@ -80,7 +80,8 @@ class Int8Linear(nn.Module):
         with warnings.catch_warnings():  # torch 2.13 warns that qint8 tensors will go some day
             warnings.simplefilter("ignore", UserWarning)
             qweight = torch.quantize_per_channel(w, scale, zero, axis=0, dtype=torch.qint8)
-        bias = None if linear.bias is None else linear.bias.detach().float()  # [out] or None
+        # [out] or None; a copy, so the packed layer holds no view of the parent's memory-mapped checkpoint
+        bias = None if linear.bias is None else linear.bias.detach().float().clone()
         self._bias_numel = 0 if bias is None else bias.numel()
         # Prepacking re-lays the weight out for the engine's GEMM once, not on every call.
         self._packed = torch.ops.quantized.linear_prepack(qweight, bias)

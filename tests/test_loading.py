@@ -16,6 +16,7 @@ from hsd_runtime import (
     TokenizerMismatchError,
     build_hierarchy,
 )
+from tests.tiny import save_tiny_model
 
 
 def test_layers_view_shares_weights_and_runs_first_k_layers(tiny_dirs):
@@ -83,14 +84,16 @@ def test_chain_with_different_tokenizers_is_refused(tiny_dirs):
 
 @pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="needs /proc/self/maps (Linux) to see the process's mappings")
 @pytest.mark.parametrize("prepack, suffix, mapped", [(False, "", True), (True, "", False), (True, ":quant=int8", False)])
-def test_a_prepacked_model_keeps_no_view_of_its_memory_mapped_checkpoint(tiny_dirs, prepack, suffix, mapped):
+def test_a_prepacked_model_keeps_no_view_of_its_memory_mapped_checkpoint(tmp_path, prepack, suffix, mapped):
     """Plain kernels compute on the mapped checkpoint; packed ones copied what they need, and so did
-    a quantized copy whose parent was read and dropped: the checkpoint is unmapped."""
+    a quantized copy whose parent was read and dropped: the checkpoint is unmapped. (Biases too:
+    a packed layer that kept a view of its bias would keep the whole file mapped.)"""
+    model_dir = save_tiny_model(tmp_path / "biased", seed=3, layers=2, bias=True)
     script = (
         "import sys; from pathlib import Path; from hsd_runtime import ModelLoader\n"
         f"m = ModelLoader('cpu', 'fp32', prepack={prepack}).load(sys.argv[1] + {suffix!r})\n"
         "print(str(Path(sys.argv[1], 'model.safetensors').resolve()) in Path('/proc/self/maps').read_text())\n"
     )
-    out = subprocess.run([sys.executable, "-c", script, str(tiny_dirs["target"])], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script, str(model_dir)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == str(mapped)

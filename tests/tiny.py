@@ -8,8 +8,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 
-def tiny_llama(seed: int, layers: int = 2, vocab: int = 64, hidden: int = 32, head_scale: float = 1.0) -> LlamaForCausalLM:
-    """A random fp32 Llama; ``head_scale`` sharpens its distributions."""
+def tiny_llama(
+    seed: int, layers: int = 2, vocab: int = 64, hidden: int = 32, head_scale: float = 1.0, bias: bool = False
+) -> LlamaForCausalLM:
+    """A random fp32 Llama; ``head_scale`` sharpens its distributions; ``bias`` gives its Linear layers biases (as Qwen's)."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab,
@@ -23,6 +25,8 @@ def tiny_llama(seed: int, layers: int = 2, vocab: int = 64, hidden: int = 32, he
         bos_token_id=0,
         eos_token_id=1,
         pad_token_id=2,
+        attention_bias=bias,
+        mlp_bias=bias,
     )
     model = LlamaForCausalLM(cfg).eval()
     with torch.no_grad():
@@ -43,10 +47,10 @@ def word_tokenizer(words: list[str]) -> PreTrainedTokenizerFast:
 WORDS = [f"w{i}" for i in range(60)]
 
 
-def save_tiny_model(path: Path, seed: int, layers: int = 4, words: list[str] = WORDS) -> Path:
+def save_tiny_model(path: Path, seed: int, layers: int = 4, words: list[str] = WORDS, bias: bool = False) -> Path:
     """Write a tiny Llama with a word tokenizer as a Hugging Face directory."""
     tokenizer = word_tokenizer(words)
-    model = tiny_llama(seed, layers=layers, vocab=len(tokenizer))
+    model = tiny_llama(seed, layers=layers, vocab=len(tokenizer), bias=bias)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
