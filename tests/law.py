@@ -43,7 +43,7 @@ L = 4  # tokens whose joint law is tested
 RUNS = 1000  # seeded runs per check
 MIN_EXPECTED = 5.0  # a cell with fewer expected runs is pooled
 ALPHA = 1e-3  # the verdict: a correct rule gives p > ALPHA, a wrong one p < ALPHA (seeds fixed)
-HEAD_SCALE = 10.0  # the head's scale at temperature 1; scaled with the temperature (below)
+HEAD_SCALE = 10.0  # the head's scale at temperature 1; scaled with the temperature's square root (below)
 # a prompt whose tokens recur, so the n-gram drafter finds matches and proposes at every round
 PROMPT = [0, 3, 4, 5, 3, 4]
 
@@ -51,16 +51,16 @@ PROMPT = [0, 3, 4, 5, 3, 4]
 def law_model(seed: int, layers: int = 1, temperature: float = 1.0, sharpness: float = 1.0, vocab: int = V) -> torch.nn.Module:
     """A random tiny Llama (hidden 16) for law tests.
 
-    Its head is scaled by ``HEAD_SCALE * temperature``, so the distributions warped at that
-    temperature are as sharp as at temperature 1: every temperature is tested at the same power
-    (and a runtime that ignored the temperature would sample a law ``temperature`` times too
-    sharp or too flat). Attention is made sharp and strong (queries and keys x40, values and
+    Its head is scaled by ``HEAD_SCALE * sqrt(temperature)``: warped at that temperature, its
+    logits are those of temperature 1 divided by ``sqrt(temperature)``, so temperature 0.5 is
+    sharper and 2 flatter, but by a factor of 1.4, not 2, and neither goes flat or one-hot (a
+    scale of exactly ``temperature`` would make every temperature replay the same floats). Attention is made sharp and strong (queries and keys x40, values and
     outputs x3): random initial weights attend almost uniformly and barely read the context, so a
     cache that kept a rejected token, or a wrong position, would hardly move the law; with these,
     a stale token changes the next logits by more than 1. ``sharpness`` > 1 makes a confident
     drafter (one that often draws the same token twice when drawing with replacement).
     """
-    model = tiny_llama(seed, layers=layers, vocab=vocab, hidden=16, head_scale=HEAD_SCALE * temperature * sharpness)
+    model = tiny_llama(seed, layers=layers, vocab=vocab, hidden=16, head_scale=HEAD_SCALE * temperature**0.5 * sharpness)
     with torch.no_grad():
         for layer in model.model.layers:
             attn = layer.self_attn

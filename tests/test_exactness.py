@@ -101,10 +101,11 @@ def test_exact_joint_is_a_law_and_not_degenerate():
     for temperature in (0.5, 1.0, 2.0):
         probs = law.exact_joint(models(temperature)["T"], law.PROMPT, SamplingConfig(mode="sample", temperature=temperature))
         assert abs(probs.sum() - 1.0) < 1e-5
-        # neither flat nor one-hot: the likeliest 4-token sequence is rare, and after pooling more
-        # than 100 cells are tested, a dozen of them whole 4-token sequences
+        # neither flat nor one-hot: the first token's likeliest value has 0.25 to 0.5 of the mass, no
+        # 4-token sequence has 2 %, and after pooling at least 100 cells are tested
+        first = probs.reshape(law.V, -1).sum(1)
         groups = law.pooled_groups(probs, RUNS, law.V)
-        assert probs.max() < 0.1 and (probs * RUNS >= law.MIN_EXPECTED).sum() >= 10 and groups.max() + 1 >= 100
+        assert 0.25 < first.max() < 0.5 and probs.max() < 0.02 and groups.max() + 1 >= 100
 
 
 def test_g_test_pools_rare_cells_by_prefix_and_flags_impossible_outcomes():
@@ -171,3 +172,19 @@ def test_wrong_rule_fails_the_same_test(monkeypatch, cell_id, patch):
     check = law_check(hierarchy, target, cfg)
     print(check.describe())
     assert check.pvalue < ALPHA
+
+
+@pytest.mark.slow
+def test_a_drafter_that_never_warps_is_still_exact(monkeypatch):
+    """Speculative sampling is exact for any q the drafter really draws from: a drafter that ignores
+    top-k and top-p, drawing from and reporting its raw softmax, still gives the target's warped law."""
+
+    def raw(logits: torch.Tensor, ctx) -> tuple[int, torch.Tensor]:
+        q = torch.softmax(logits.float(), dim=-1)  # [1, V]
+        return int(torch.multinomial(q[0], 1, generator=ctx.generator)), q
+
+    hierarchy, target, cfg = FAST["topk-topp-depth1"].build()
+    monkeypatch.setattr(drafters, "_choose", raw)
+    check = law_check(hierarchy, target, cfg)
+    print(check.describe())
+    assert check.pvalue > ALPHA
