@@ -78,7 +78,7 @@ SLOW = {
     "topp-ngram-depth1": Cell("ngram,T", (2,), {"top_p": 0.8}),
     "topk-topp-t0.5-depth3": Cell("W,B,M,T", (2, 1, 2), {"temperature": 0.5, "top_k": 4, "top_p": 0.9}),
     "topk-topp-t2-tree-under-middle": Cell("S,M,T", ("2x2", 2), {"temperature": 2.0, "top_k": 4, "top_p": 0.9}),
-    "int8-depth1": Cell("Q,T", (3,)),
+    "int8-depth1": Cell("Q,T", (1,)),  # the int8 copy agrees almost always: width 1 keeps rounds short
     "int8-depth2": Cell("B,Q,T", (2, 2)),
     "int8-tree-2x2": Cell("Q,T", ("2x2",)),
 }
