@@ -19,6 +19,7 @@ import torch
 
 from .sampling import draw
 from .tree import DraftTree
+from .verify import residual
 
 __all__ = ["draw_without_replacement", "rrs_node", "verify_tree_greedy", "verify_tree_sample"]
 
@@ -59,14 +60,10 @@ def rrs_node(children: list[int], q: torch.Tensor | None, p: torch.Tensor, gener
         if u * qx < float(r[x]):  # U < r(x) / q'(x), written without dividing by q'
             return i, x
         if q is None:
-            residual = r.clone()
-            residual[x] = 0.0  # max(r - onehot(x), 0)
+            r = residual(r, torch.nn.functional.one_hot(torch.tensor(x, device=r.device), r.shape[-1]).to(r.dtype))  # r without x
         else:
-            residual = (r - q).clamp_min(0.0)
+            r = residual(r, q)  # r itself when r == q' up to rounding: the rejection had probability ~0
             q = _remove(q, x)
-        total = residual.sum()
-        if float(total) > 0:  # r == q' up to rounding: the rejection had probability ~0
-            r = residual / total
     return -1, draw(r, generator)
 
 

@@ -13,7 +13,7 @@ import torch
 
 from .sampling import draw
 
-__all__ = ["verify_greedy", "verify_sample"]
+__all__ = ["residual", "verify_greedy", "verify_sample"]
 
 
 def verify_greedy(draft: list[int], argmax: list[int]) -> tuple[int, int]:
@@ -31,6 +31,20 @@ def verify_greedy(draft: list[int], argmax: list[int]) -> tuple[int, int]:
     while n < len(draft) and draft[n] == argmax[n]:
         n += 1
     return n, argmax[n]
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The law of the replacement after a rejection: norm(max(0, p - q)), ``[V]``.
+
+    ``p`` where p == q up to rounding (the rejection then had probability ~0). The one place the
+    rule is written for a chain; recursive rejection sampling applies it once per rejected sibling.
+
+    >>> residual(torch.tensor([0.5, 0.5, 0.0]), torch.tensor([1.0, 0.0, 0.0])).tolist()
+    [0.0, 1.0, 0.0]
+    """
+    r = (p - q).clamp_min(0.0)
+    total = float(r.sum())
+    return r / total if total > 0.0 else p
 
 
 def verify_sample(
@@ -63,8 +77,6 @@ def verify_sample(
         dist = p[b]
     else:
         q_row = q[n] if q is not None else torch.nn.functional.one_hot(torch.tensor(draft[n], device=p.device), p.shape[-1]).to(p.dtype)
-        dist = (p[n] - q_row).clamp_min(0.0)
-        if float(dist.sum()) <= 0.0:  # p == q up to rounding: a rejection had probability ~0
-            dist = p[n]
+        dist = residual(p[n], q_row)
     token = draw(dist, generator)
     return n, token

@@ -36,13 +36,17 @@ def test_greedy_on_cuda_is_the_targets_greedy(ngram, widths):
     assert got.tokens == auto.tokens and len(got.tokens) == 24
 
 
-@pytest.mark.parametrize("widths", [[3], [TreeShape((3, 2))]], ids=["chain", "tree"])
+@pytest.mark.parametrize("widths", [[1], [TreeShape((3, 2))], [2, 2]], ids=["chain", "tree", "depth2"])
 def test_sampling_on_cuda_follows_the_target(widths):
-    from tests.test_exactness import V, _empirical, _exact_joint, _pvalue
+    from hsd_runtime import SamplingConfig
+    from tests.law import ALPHA, law_check, law_model
 
-    target = _on_cuda(10, layers=2, vocab=V, hidden=16, head_scale=10.0)
-    draft = _on_cuda(12, layers=1, vocab=V, hidden=16, head_scale=10.0)
-    assert _pvalue(_empirical(Hierarchy([draft, target], widths)), _exact_joint(target)) > 1e-3
+    target = law_model(10, layers=2).to("cuda")
+    members = [law_model(12, sharpness=3.0 if isinstance(widths[0], TreeShape) else 1.0).to("cuda"), target]
+    if len(widths) == 2:
+        members.insert(1, law_model(11).to("cuda"))
+    check = law_check(Hierarchy(members, widths), target, SamplingConfig(mode="sample"))
+    assert check.pvalue > ALPHA
 
 
 def test_profile_solve_validate_on_cuda(tiny_dirs, tmp_path):

@@ -1,96 +1,190 @@
-"""Speculative sampling follows the target's distribution exactly.
+"""Speculative sampling follows the target's distribution exactly, for every shape the runtime runs.
 
-On a 5-token vocabulary the exact joint distribution of the first two target tokens is
-computable; many seeded runs of a hierarchy must match it (chi-square), while a deliberately
-wrong rule - an intermediate level passing the drafter's q upward instead of its own p - must
-fail the same test.
+The harness (``tests/law.py``) enumerates the target's exact joint law of the first L = 4 new
+tokens on a 6-token vocabulary and G-tests many seeded runs of a hierarchy against it. The matrix
+covers depth 1, 2 and 3, the n-gram drafter at the bottom, draft trees (alone and under a middle
+level), temperatures 0.5, 1 and 2, top-k, top-p and both, and int8 copies as drafters; every cell
+also checks that its runs crossed several rounds with acceptances and rejections at every level.
+
+Each rule the harness covers has a failing control: the same harness, on a cell that passes with
+the right rule, must reject the hierarchy with that one rule broken.
 """
 
-import numpy as np
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+
 import pytest
 import torch
-from scipy.stats import chisquare
 
-from hsd_runtime import Hierarchy, SamplingConfig, TreeShape, VerifierLevel, warp
-from tests.tiny import tiny_llama
-
-V = 5
-PROMPT = [0, 3, 4]
-RUNS = 2000
-CFG = dict(mode="sample", temperature=1.0)
-TARGET = tiny_llama(10, layers=2, vocab=V, hidden=16, head_scale=10.0)
-MIDDLE = tiny_llama(11, layers=1, vocab=V, hidden=16, head_scale=10.0)
-BOTTOM = tiny_llama(12, layers=1, vocab=V, hidden=16, head_scale=10.0)
+from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, drafters, quantized_copy, verify
+from hsd_runtime.cache import CachedModel
+from tests import law
+from tests.law import ALPHA, RUNS, law_check, law_model
 
 
-@torch.inference_mode()
-def _exact_joint(target: torch.nn.Module = TARGET) -> np.ndarray:
-    """P(x1, x2 | prompt) under ``target`` (on whatever device it is), ``[V * V]``."""
-    cfg = SamplingConfig(**CFG)
-    device = next(target.parameters()).device
-    p1 = warp(target(torch.tensor([PROMPT], device=device)).logits[0, -1:].float(), cfg)[0]
-    joint = np.zeros((V, V))
-    for x1 in range(V):
-        p2 = warp(target(torch.tensor([PROMPT + [x1]], device=device)).logits[0, -1:].float(), cfg)[0]
-        joint[x1] = (p1[x1] * p2).cpu().numpy()
-    return joint.ravel()
+@cache
+def models(temperature: float) -> dict[str, torch.nn.Module]:
+    """The law models of one temperature: target, middle, bottom, lowest, a sharp drafter, an int8 target."""
+    target = law_model(10, layers=2, temperature=temperature)
+    return {
+        "T": target,
+        "M": law_model(11, temperature=temperature),
+        "B": law_model(12, temperature=temperature),
+        "W": law_model(13, temperature=temperature),
+        "S": law_model(12, temperature=temperature, sharpness=3.0),  # a confident tree drafter
+        "Q": quantized_copy(target),  # int8 weights, fp32 activations
+    }
 
 
-def _empirical(hierarchy: Hierarchy) -> np.ndarray:
-    counts = np.zeros(V * V)
-    for seed in range(RUNS):
-        x1, x2 = hierarchy.generate(PROMPT, 2, SamplingConfig(**CFG, seed=seed)).tokens
-        counts[x1 * V + x2] += 1
-    return counts
+@dataclass(frozen=True)
+class Cell:
+    """One shape of the matrix: members by name (``ngram`` or a key of :func:`models`), widths, sampling."""
+
+    chain: str  # e.g. "ngram,M,T"
+    widths: tuple[int | str, ...]
+    sampling: dict = field(default_factory=dict)
+
+    def build(self) -> tuple[Hierarchy, torch.nn.Module, SamplingConfig]:
+        cfg = SamplingConfig(mode="sample", **self.sampling)
+        zoo = models(cfg.temperature)
+        members = [NgramDrafter(n=2) if name == "ngram" else zoo[name] for name in self.chain.split(",")]
+        widths = [TreeShape(tuple(int(b) for b in w.split("x"))) if isinstance(w, str) else w for w in self.widths]
+        return Hierarchy(members, widths), zoo["T"], cfg
 
 
-def _pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-    keep = probs * RUNS >= 5  # pool the rare cells so the chi-square approximation holds
-    observed = np.append(counts[keep], counts[~keep].sum())
-    expected = np.append(probs[keep], probs[~keep].sum()) * RUNS
-    if expected[-1] == 0:
-        observed, expected = observed[:-1], expected[:-1]
-    return chisquare(observed, expected * observed.sum() / expected.sum()).pvalue  # float32 sums
+FAST = {
+    "depth1": Cell("B,T", (1,)),
+    "depth2": Cell("B,M,T", (1, 2)),
+    "ngram-depth2": Cell("ngram,M,T", (2, 2)),
+    "tree-3x2x1": Cell("S,T", ("3x2x1",)),
+    "topk-topp-depth1": Cell("B,T", (2,), {"top_k": 3, "top_p": 0.9}),
+}
+SLOW = {
+    "depth3": Cell("W,B,M,T", (1, 2, 2)),
+    "ngram-depth1": Cell("ngram,T", (3,)),
+    "ngram-depth3": Cell("ngram,B,M,T", (2, 1, 2)),
+    "tree-2x2-under-middle": Cell("S,M,T", ("2x2", 2)),
+    "t0.5-depth1": Cell("B,T", (3,), {"temperature": 0.5}),
+    "t0.5-depth2": Cell("B,M,T", (2, 2), {"temperature": 0.5}),
+    "t0.5-tree-3x2x1": Cell("S,T", ("3x2x1",), {"temperature": 0.5}),
+    "t2-depth2": Cell("B,M,T", (2, 1), {"temperature": 2.0}),
+    "t2-ngram-depth2": Cell("ngram,M,T", (3, 2), {"temperature": 2.0}),
+    "t2-tree-2x2-under-middle": Cell("S,M,T", ("2x2", 2), {"temperature": 2.0}),
+    "topk-depth2": Cell("B,M,T", (1, 2), {"top_k": 3}),
+    "topk-tree-3x2x1": Cell("S,T", ("3x2x1",), {"top_k": 3}),
+    "topp-depth2": Cell("B,M,T", (2, 2), {"top_p": 0.8}),
+    "topp-ngram-depth1": Cell("ngram,T", (2,), {"top_p": 0.8}),
+    "topk-topp-t0.5-depth3": Cell("W,B,M,T", (2, 1, 2), {"temperature": 0.5, "top_k": 4, "top_p": 0.9}),
+    "topk-topp-t2-tree-under-middle": Cell("S,M,T", ("2x2", 2), {"temperature": 2.0, "top_k": 4, "top_p": 0.9}),
+    "int8-depth1": Cell("Q,T", (1,)),  # the int8 copy agrees almost always: width 1 keeps rounds short
+    "int8-depth2": Cell("B,Q,T", (2, 2)),
+    "int8-tree-2x2": Cell("Q,T", ("2x2",)),
+}
 
 
-class PassesDrafterQ(VerifierLevel):
-    """The wrong rule: accepted tokens carry the drafter's q upward instead of this level's p."""
-
-    @staticmethod
-    def emitted_probs(p, draft, n):
-        return torch.cat([draft.probs[:n], p[n : n + 1]])
+def _check(cell: Cell) -> law.LawCheck:
+    hierarchy, target, cfg = cell.build()
+    return law_check(hierarchy, target, cfg)
 
 
-@pytest.fixture(scope="module")
-def joint():
-    probs = _exact_joint()
-    assert probs.max() < 0.5 and (probs > 0.02).sum() >= 6  # not degenerate: room to be wrong
-    return probs
+def _assert_exercised(check: law.LawCheck) -> None:
+    """Every level below the target had tokens accepted and rejected, over several rounds per run."""
+    s = check.sampled
+    for k in range(len(s.proposed) - 1):
+        assert 0 < s.accepted[k] < s.proposed[k], f"level {k}: proposed {s.proposed[k]}, accepted {s.accepted[k]}"
+    assert s.rounds > 1.3 * RUNS  # more than one target round per 4-token run on average
 
 
-@pytest.mark.parametrize(
-    "members, widths",
-    [([BOTTOM, TARGET], [3]), ([BOTTOM, MIDDLE, TARGET], [2, 3])],
-    ids=["depth1", "depth2"],
-)
-def test_sampled_joint_matches_target(joint, members, widths):
-    assert _pvalue(_empirical(Hierarchy(members, widths)), joint) > 1e-3
+def test_exact_joint_is_a_law_and_not_degenerate():
+    for temperature in (0.5, 1.0, 2.0):
+        probs = law.exact_joint(models(temperature)["T"], law.PROMPT, SamplingConfig(mode="sample", temperature=temperature))
+        assert abs(probs.sum() - 1.0) < 1e-5
+        # neither flat nor one-hot: the first token's likeliest value has 0.25 to 0.5 of the mass, no
+        # 4-token sequence has 2 %, and after pooling at least 100 cells are tested
+        first = probs.reshape(law.V, -1).sum(1)
+        groups = law.pooled_groups(probs, RUNS, law.V)
+        assert 0.25 < first.max() < 0.5 and probs.max() < 0.02 and groups.max() + 1 >= 100
 
 
-def test_wrong_rule_is_caught(joint):
-    wrong = Hierarchy([BOTTOM, MIDDLE, TARGET], [2, 3])
-    wrong.levels[1].__class__ = PassesDrafterQ  # the middle level only
-    assert _pvalue(_empirical(wrong), joint) < 1e-3
+def test_g_test_pools_rare_cells_by_prefix_and_flags_impossible_outcomes():
+    import numpy as np
+
+    probs = np.array([0.5, 0.3, 0.1, 0.06, 0.04, 0.0, 0.0, 0.0, 0.0])  # V = 3, L = 2
+    group = law.pooled_groups(probs, runs=50, vocab=3, length=2)
+    # 25 and 15 expected stand alone; 5 too; 3 + 2 (prefix 1) pool; zero-mass cells are apart
+    assert group[0] != group[1] != group[2] and group[3] == group[4] and (group[5:] == -1).all()
+    counts = probs * 50
+    assert law.g_test(counts, probs, 3, 2).pvalue > 0.99
+    counts[7] += 1  # one run produced an impossible outcome
+    assert law.g_test(counts, probs, 3, 2).pvalue == 0.0
 
 
-# RSD trees: level 0 drafts a tree (siblings without replacement), level 1 verifies it by RRS
-TREES = [
-    ([BOTTOM, TARGET], [TreeShape((3,))]),
-    ([BOTTOM, TARGET], [TreeShape((3, 2))]),
-    ([BOTTOM, MIDDLE, TARGET], [TreeShape((2, 2)), 2]),
-]
+@pytest.mark.parametrize("cell", FAST.values(), ids=FAST.keys())
+def test_sampled_law_matches_target(cell):
+    check = _check(cell)
+    print(check.describe())
+    assert check.pvalue > ALPHA
+    _assert_exercised(check)
 
 
-@pytest.mark.parametrize("members, widths", TREES, ids=["tree-depth1", "tree-depth2", "tree-under-middle"])
-def test_sampled_trees_match_target(joint, members, widths):
-    assert _pvalue(_empirical(Hierarchy(members, widths)), joint) > 1e-3
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", SLOW.values(), ids=SLOW.keys())
+def test_sampled_law_matches_target_matrix(cell):
+    check = _check(cell)
+    print(check.describe())
+    assert check.pvalue > ALPHA
+    _assert_exercised(check)
+
+
+# --- failing controls: one rule broken, the same harness on a cell that passes with the right rule ---
+
+
+def _as(cls: type, level: int):
+    def patch(hierarchy: Hierarchy, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(hierarchy.levels[level], "__class__", cls)
+
+    return patch
+
+
+def _attr(obj: object, name: str, value: object):
+    def patch(hierarchy: Hierarchy, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(obj, name, value)
+
+    return patch
+
+
+CONTROLS = {
+    "passes-q-upward": ("depth2", _as(law.PassesDrafterQ, 1)),
+    "residual-is-p": ("depth1", _attr(verify, "residual", law.mixed_residual(1.0))),
+    "bonus-from-drafter": ("depth1", _as(law.BonusFromDrafter, 1)),
+    "siblings-with-replacement": ("tree-3x2x1", _attr(drafters, "draw_without_replacement", law.with_replacement)),
+    "warp-verifier-not-drafter": ("topk-topp-depth1", _attr(drafters, "_choose", law.unwarped_draw)),
+    "cache-not-rolled-back": ("depth1", _attr(CachedModel, "_rollback", law.no_rollback)),
+}
+
+
+@pytest.mark.parametrize("cell_id, patch", CONTROLS.values(), ids=CONTROLS.keys())
+def test_wrong_rule_fails_the_same_test(monkeypatch, cell_id, patch):
+    hierarchy, target, cfg = FAST[cell_id].build()
+    patch(hierarchy, monkeypatch)
+    check = law_check(hierarchy, target, cfg)
+    print(check.describe())
+    assert check.pvalue < ALPHA
+
+
+@pytest.mark.slow
+def test_a_drafter_that_never_warps_is_still_exact(monkeypatch):
+    """Speculative sampling is exact for any q the drafter really draws from: a drafter that ignores
+    top-k and top-p, drawing from and reporting its raw softmax, still gives the target's warped law."""
+
+    def raw(logits: torch.Tensor, ctx) -> tuple[int, torch.Tensor]:
+        q = torch.softmax(logits.float(), dim=-1)  # [1, V]
+        return int(torch.multinomial(q[0], 1, generator=ctx.generator)), q
+
+    hierarchy, target, cfg = FAST["topk-topp-depth1"].build()
+    monkeypatch.setattr(drafters, "_choose", raw)
+    check = law_check(hierarchy, target, cfg)
+    print(check.describe())
+    assert check.pvalue > ALPHA
