@@ -18,6 +18,16 @@ from hsd_runtime import packing
 from tests.tiny import save_tiny_model
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``pytest -n W`` (pytest-xdist) the W workers share the cores: torch and every CLI
+    subprocess a test starts get cores // W threads, so the workers do not oversubscribe them."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
     """Two tiny models sharing a tokenizer (target, draft) and one with another tokenizer."""

@@ -150,6 +150,7 @@ def qwen_loader():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("qwen")  # under pytest -n, one worker holds the Qwen models
 @needs_qwen
 def test_qwen_models_share_a_tokenizer_and_stop_on_both_end_tokens(qwen_loader):
     from hsd_runtime import check_same_tokenizer
@@ -166,6 +167,7 @@ def test_qwen_models_share_a_tokenizer_and_stop_on_both_end_tokens(qwen_loader):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("qwen")  # under pytest -n, one worker holds the Qwen models
 @needs_qwen
 def test_qwen_int8_hierarchy_is_greedy_identical_to_the_fp32_target(qwen_loader):
     from hsd_planner.prompts import encode_prompt, load_prompts, split
