@@ -68,21 +68,16 @@ def main() -> None:
 
 
 def _print_tables(engine, runs: dict, models: list[str]) -> None:
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
+    from hsd_planner.store.measurements import latency_points
 
-    from hsd_planner.store import Latency, ModelRow
-
-    with Session(engine) as s:
-        names = {m.id: m.spec for m in s.scalars(select(ModelRow))}
-        rows = s.scalars(select(Latency)).all()
-    grid = sorted({r.n_tokens for r in rows})
-    for ctx in sorted({r.context_len for r in rows}):
+    rows = latency_points(engine)
+    grid = sorted({r.n_tokens for _, r in rows})
+    for ctx in sorted({r.context_len for _, r in rows}):
         print(f"latency, median ms per forward pass, context {ctx}\n")
         print("| model | " + " | ".join(f"n={n}" for n in grid) + " |")
         print("|---|" + "---|" * len(grid))
         for spec in models:
-            pts = {r.n_tokens: r.median_ms for r in rows if names[r.model_id] == spec and r.context_len == ctx}
+            pts = {r.n_tokens: r.median_ms for name, r in rows if name == spec and r.context_len == ctx}
             print(f"| {spec} | " + " | ".join(f"{pts[n]:.2f}" if n in pts else "-" for n in grid) + " |")
         print()
     verifiers = models[1:]

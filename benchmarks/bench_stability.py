@@ -21,19 +21,20 @@ import json
 import sqlite3
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from benchmarks.common import machine
 from hsd_planner.plan import SolveConfig, predict_over
 from hsd_planner.profiling import run_profile
 from hsd_planner.prompts import encode_prompt, load_prompts, split
-from hsd_planner.store import Latency, ModelRow, Solve, Validation, ValidationRun, Workload, open_engine
+from hsd_planner.store import open_engine
+from hsd_planner.store.measurements import latency_points, rewrite_latency
 from hsd_planner.store.reader import load_profile
 from hsd_planner.store.solves import solve_and_store
+from hsd_planner.store.validations import stored_validations
 from hsd_planner.validation import run_validation, select_plans
 from hsd_planner.validation.demo import FAMILIES
 from hsd_runtime import ModelLoader
@@ -62,9 +63,7 @@ def profile_and_validate(db: Path, rounds: int, loader: ModelLoader, dtype: str)
 def _curves(db: Path, rounds: int) -> dict[tuple[str, int, int], list[float]]:
     """(model, context, n) -> the samples of the first interleaved rounds, in round order."""
     engine = open_engine(str(db))
-    with Session(engine) as s:
-        names = {m.id: m.spec for m in s.scalars(select(ModelRow))}
-        return {(names[r.model_id], r.context_len, r.n_tokens): list(r.samples_ms[:rounds]) for r in s.scalars(select(Latency))}
+    return {(spec, r.context_len, r.n_tokens): list(r.samples_ms[:rounds]) for spec, r in latency_points(engine)}
 
 
 def _cut(db: Path, rounds: int, to: Path) -> Path:
@@ -73,30 +72,19 @@ def _cut(db: Path, rounds: int, to: Path) -> Path:
     with sqlite3.connect(db) as src, sqlite3.connect(to) as dst:  # the backup API: committed pages in the WAL included
         src.backup(dst)
     engine = open_engine(str(to))
-    with Session(engine) as s, s.begin():
-        for row in s.scalars(select(Latency)):
-            row.median_ms = statistics.median(row.samples_ms[:rounds])
+    rewrite_latency(engine, lambda point: replace(point, median_ms=statistics.median(point.samples_ms[:rounds])))
     engine.dispose()
     return to
 
 
 def _stored_validation(db: Path, loader: ModelLoader) -> tuple[str, list[int], list[dict]]:
     """The workload, per-prompt contexts and measured plans of the newest validation in ``db``."""
-    engine = open_engine(str(db))
-    with Session(engine) as s:
-        validation = s.scalars(select(Validation).order_by(Validation.id.desc())).first()
-        workload = s.get(Workload, s.get(Solve, validation.solve_id).workload_id).name
-        runs = [
-            {
-                "plan_id": r.plan_id,
-                "chain": list(r.chain),
-                "widths": list(r.widths),
-                "measured_speedup": r.measured_speedup,
-                "ms": r.measured_ms_per_token,
-            }
-            for r in s.scalars(select(ValidationRun).filter_by(validation_id=validation.id))
-        ]
-        new_tokens = validation.max_new_tokens
+    validation = stored_validations(open_engine(str(db)))[-1]
+    workload, new_tokens = validation.solve.workload, validation.entry.max_new_tokens
+    runs = [
+        {"plan_id": r.plan_id, "chain": r.chain, "widths": r.widths, "measured_speedup": r.measured_speedup, "ms": r.measured_ms_per_token}
+        for r in validation.runs
+    ]
     held = split(load_prompts(FAMILY.prompts), "validate", FAMILY.validate_prompts)
     tokenizer = loader.load(TARGET).tokenizer
     contexts = [len(encode_prompt(tokenizer, p)) + new_tokens // 2 for p in held.prompts]  # as validation computes them

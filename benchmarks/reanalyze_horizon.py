@@ -15,32 +15,23 @@ from __future__ import annotations
 
 import argparse
 import statistics
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from dataclasses import asdict
 
 from hsd_planner.plan.latency import expected_rounds, expected_run_tokens
-from hsd_planner.store import Hardware, ModelRow, Setting, Solve, Validation, ValidationRun, Workload, open_engine
+from hsd_planner.store import open_engine
 from hsd_planner.store.reader import load_profile
+from hsd_planner.store.validations import stored_validations
 
 
 def reanalyze(db: str) -> list[dict]:
     """One record per stored validation: speed-up errors under both predictions, per plan."""
     engine = open_engine(db, create=False)
-    stored = []  # read everything first: every session of this engine takes the write lock
-    with Session(engine) as s:
-        for v in s.scalars(select(Validation).order_by(Validation.id)):
-            solve = s.get_one(Solve, v.solve_id)
-            setting = s.get_one(Setting, solve.setting_id)
-            key = (
-                s.get_one(ModelRow, solve.target_id).spec,
-                s.get_one(Workload, solve.workload_id).name,
-                setting.mode,
-                setting.temperature,
-                s.get_one(Hardware, solve.hardware_id).fingerprint,
-            )
-            runs = [dict(vars(r)) for r in s.scalars(select(ValidationRun).filter_by(validation_id=v.id))]
-            stored.append((v.id, v.prompts_name, v.max_new_tokens, key, solve.acceptance_model, runs))
+    stored = []
+    for v in stored_validations(engine):
+        solve = v.solve
+        key = (solve.target, solve.workload, solve.setting.mode, solve.setting.temperature, solve.hardware.fingerprint)
+        runs = [asdict(r) for r in v.runs]
+        stored.append((v.id, v.entry.prompts_name, v.entry.max_new_tokens, key, solve.acceptance_model, runs))
     out = []
     for vid, prompts, n, key, acceptance, runs in stored:
         profile, _ = load_profile(engine, *key)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import click
 from pydantic import ValidationError
-from sqlalchemy.exc import SQLAlchemyError
 
 from ..errors import HSDError, first_line
+from ..store import DatabaseError
 from .distill import distill
 from .export import export_command
 from .generate import generate
@@ -53,7 +53,7 @@ class _Group(click.Group):
             raise _UsageError(exc.format_message() + command) from None
         except HSDError as exc:
             raise click.ClickException(str(exc)) from None
-        except SQLAlchemyError as exc:  # a database that failed under us (disk full, locked, dropped)
+        except DatabaseError as exc:  # a database that failed under us (disk full, locked, dropped)
             raise click.ClickException(f"database error: {first_line(getattr(exc, 'orig', None) or exc)}") from None
         except ValidationError as exc:
             first = exc.errors()[0]

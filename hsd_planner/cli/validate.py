@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 import click
-from sqlalchemy.orm import Session
 
 from ..errors import ChainError
 from ..profiling import ProfileSummary
 from ..prompts import load_prompts, split
-from ..store import Setting, check_db, open_engine
+from ..store import check_db, open_engine
 from ..validation import CANDIDATE_SETS, FAMILIES, run_demo, run_validation, select_plans
 from ..validation.plot import check_plot_path, plot_validation
 from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_REPEATS, SQLITE_INT_MAX
@@ -71,8 +70,7 @@ def validate(
     engine = open_engine(db, create=False)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
-    with Session(engine) as s:
-        solve_dtype = s.get_one(Setting, solve.setting_id).dtype
+    solve_dtype = solve.setting.dtype
     chosen = resolve_dtype_choice(dtype, device) if dtype else solve_dtype
     if chosen != solve_dtype:  # a profile predicts its own dtype only: the comparison would mean nothing
         raise ChainError(

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Engine
-
 from hsd_runtime.shape import TreeShape
 from hsd_runtime.spec import parse_spec
 
 from ..errors import ExportError
 from ..plan import Plan
+from ..store import Engine
 from ..store.plans import StoredPlan, load_plan
 from ..store.solves import widths_to_json
 from .names import check_mapped

@@ -10,6 +10,8 @@ import torch
 
 from hsd_runtime import cpu_capability
 
+from ..store.records import HardwareRecord
+
 __all__ = ["HardwareInfo", "cpu_name", "detect_hardware", "this_machine"]
 
 
@@ -34,6 +36,13 @@ class HardwareInfo:
         if self.kernels != "plain":
             blob += f"|{self.kernels}"
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def record(self) -> HardwareRecord:
+        """This machine as the database keeps it."""
+        return HardwareRecord(
+            self.fingerprint, self.device, self.device_name, self.capability or None, self.threads, self.torch_version, self.kernels
+        )
 
 
 def cpu_name() -> str:

@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Engine, delete, select
-from sqlalchemy.orm import Session
 
 from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, parse_spec
 
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
-from ..store import AcceptancePrompt, Hardware, Workload
-from ..store.repo import aggregate_acceptance, hardware_row, model_row, record_probe, setting_row, workload_row
+from ..store import Engine
+from ..store.measurements import latency_curves, measured_prompts, record_floor_probe, register_run, save_prompt_acceptance
+from ..store.records import ModelFacts, PromptAcceptance, PromptPairKey, RunKeys, SettingRecord, WorkloadRecord
 from ..vocab import MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 from .acceptance import (
     acceptance_from_logits,
@@ -31,7 +30,7 @@ from .acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
-from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, latency_curves, verifier_continuation
+from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
 from .siblings import sibling_acceptance, sibling_sums
@@ -74,12 +73,23 @@ class ProfileOutcome:
     setting_id: int = 0
     model_ids: dict[str, int] = field(default_factory=dict)  # spec -> id, cheapest first
 
+    @property
+    def keys(self) -> RunKeys:
+        """The rows this run measured under."""
+        return RunKeys(self.hardware_id, self.workload_id, self.setting_id)
+
 
 @dataclass
 class _Candidate:
     spec: ModelSpec
     loaded: LoadedModel | None  # None for ngram
     row_id: int = 0
+
+    @property
+    def facts(self) -> ModelFacts | None:
+        """What loading revealed, as the database keeps it (None for ngram)."""
+        m = self.loaded
+        return None if m is None else ModelFacts(m.num_parameters, m.num_layers, m.logits_width, m.fingerprint)
 
     @property
     def cost_rank(self) -> tuple[int, int]:
@@ -184,17 +194,18 @@ def run_profile(
     candidates, encoded, contexts = prep.candidates, prep.encoded, prep.contexts
     if config.acceptance and not config.force:
         check_stored_continuations(engine, prompts.content_hash, [c for c in candidates if c.loaded is not None])
-    out = ProfileOutcome()
-    with Session(engine) as s, s.begin():
-        out.hardware_id = hardware_row(s, detect_hardware(loader.device, loader.kernels)).id
-        out.workload_id = workload_row(s, prompts).id
-        out.setting_id = setting_row(s, config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens).id
-        for c in candidates:
-            c.row_id = model_row(s, str(c.spec), c.loaded, source_fingerprint(str(c.spec)), replace=config.force).id
-            out.model_ids[str(c.spec)] = c.row_id
-        workload = s.get(Workload, out.workload_id)  # the workload's own contexts, for solves that do not name one
-        if workload is not None and workload.prompt_tokens is None:
-            workload.prompt_tokens = [len(ids) for ids in encoded]
+    keys, ids = register_run(
+        engine,
+        detect_hardware(loader.device, loader.kernels).record,
+        WorkloadRecord(prompts.name, prompts.content_hash, len(prompts.prompts)),
+        [len(ids) for ids in encoded],  # the workload's own contexts, for solves that do not name one
+        SettingRecord(config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens),
+        [(str(c.spec), c.facts, source_fingerprint(str(c.spec))) for c in candidates],
+        replace=config.force,
+    )
+    out = ProfileOutcome(hardware_id=keys.hardware_id, workload_id=keys.workload_id, setting_id=keys.setting_id)
+    for c, row_id in zip(candidates, ids):
+        c.row_id = out.model_ids[str(c.spec)] = row_id
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     if total:
@@ -207,7 +218,7 @@ def run_profile(
     first = -(-config.repeats // 2) if verifiers else config.repeats
     sweep.to(first)
     assist = Assistant(
-        latency_curves(engine, out.hardware_id, config.dtype, candidates),
+        latency_curves(engine, out.hardware_id, {c.row_id: c.spec.run_dtype(config.dtype) for c in candidates}),
         statistics.median(len(ids) for ids in encoded) + config.max_new_tokens // 2,
     )
     for i, j in enumerate(verifiers):
@@ -223,8 +234,7 @@ def _floors(
     """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None: ngram)."""
     models = [c for c in candidates if c.loaded is not None]
     probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
-    with Session(engine) as s, s.begin():
-        record_probe(s.get_one(Hardware, out.hardware_id), probe)
+    record_floor_probe(engine, out.hardware_id, probe)
     traffic = {c.row_id: pass_traffic(c.loaded.model) for c in models}
     return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic else None
 
@@ -249,15 +259,9 @@ def _acceptance_for_verifier(
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p)
     width = min([verifier.loaded.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
     for k, ids in enumerate(encoded):
-        keys = {
-            d.row_id: dict(
-                drafter_id=d.row_id, verifier_id=verifier.row_id, workload_id=out.workload_id, setting_id=out.setting_id, prompt_index=k
-            )
-            for d in drafters
-        }
-        with Session(engine) as s:
-            done = {d for d, key in keys.items() if s.scalars(select(AcceptancePrompt.id).filter_by(**key)).first() is not None}
-        todo = drafters if config.force else [d for d in drafters if d.row_id not in done]
+        keys = {d.row_id: PromptPairKey(d.row_id, verifier.row_id, out.workload_id, out.setting_id, k) for d in drafters}
+        done = measured_prompts(engine, keys.values())
+        todo = drafters if config.force else [d for d in drafters if keys[d.row_id] not in done]
         if not todo:
             out.skipped += 1 + len(drafters)
             step(1 + len(drafters))
@@ -280,14 +284,8 @@ def _acceptance_for_verifier(
             survival = start_survival(c)  # [m, G_MAX + 1]
             run_sum, run_count = run_length_sums(survival)
             visit_sum, visit_count = visited_run_sums(survival)
-            row = dict(
-                positions=len(c), alpha_sum=run_sum[1], run_sum=run_sum, run_count=run_count, visit_sum=visit_sum, visit_count=visit_count
-            )
-            row.update(siblings_sum=siblings[0], siblings_count=siblings[1])
+            sums = PromptAcceptance(len(c), run_sum[1], run_sum, run_count, visit_sum, visit_count, *siblings)
             assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
-            with Session(engine) as s, s.begin():
-                s.execute(delete(AcceptancePrompt).filter_by(**keys[d.row_id]))
-                s.add(AcceptancePrompt(**keys[d.row_id], **row))
-                aggregate_acceptance(s, d.row_id, verifier.row_id, out.workload_id, out.setting_id)
+            save_prompt_acceptance(engine, keys[d.row_id], sums)
             out.measured += 1
             step(1)

@@ -6,11 +6,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
-
 from ..plan import LatencyCurve
-from ..store import Acceptance, Hardware, Latency, Setting, Workload
+from ..store import Engine
+from ..store.measurements import latency_points, pair_acceptance, run_records
 from .runner import ProfileOutcome
 
 __all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "floor_ratio", "profile_summary", "shortest_context"]
@@ -88,49 +86,45 @@ def _at(curve: dict[int, float], n: int) -> float | None:
 def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
     """Latency at n in SUMMARY_N (smallest context) and the acceptance matrix of one profile run."""
     ids = out.model_ids
-    with Session(engine) as s:
-        hw = s.get(Hardware, out.hardware_id)
-        workload = s.get(Workload, out.workload_id)
-        setting = s.get(Setting, out.setting_id)
-        latency = []
-        for spec, mid in ids.items():
-            rows = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=out.hardware_id)).all()
-            if not rows:
-                continue
-            ctx, at = shortest_context(rows)
-            curve = {n: r.median_ms for n, r in at.items()}
-            latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N), floor_ratio(at.get(1))))
-        names = {mid: spec for spec, mid in ids.items()}
-        acc = s.scalars(select(Acceptance).filter_by(workload_id=out.workload_id, setting_id=out.setting_id)).all()
-        acceptance = [
-            AcceptanceRow(names[a.drafter_id], names[a.verifier_id], a.alpha, a.positions, a.run_lengths, a.siblings)
-            for a in acc
-            if a.drafter_id in names and a.verifier_id in names
-        ]
-        return ProfileSummary(
-            measured=out.measured,
-            skipped=out.skipped,
-            noisy=out.noisy,
-            inverted=out.inverted,
-            hardware={
-                "fingerprint": hw.fingerprint,
-                "device": hw.device,
-                "device_name": hw.device_name,
-                "capability": hw.capability,
-                "threads": hw.threads,
-                "kernels": hw.kernels,
-                "bandwidth_gbs": hw.bandwidth_gbs,
-                "peak_gflops": hw.peak_gflops,
-            },
-            workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
-            setting={
-                "mode": setting.mode,
-                "temperature": setting.temperature,
-                "top_p": setting.top_p,
-                "dtype": setting.dtype,
-                "max_new_tokens": setting.max_new_tokens,
-            },
-            models=list(ids),
-            latency=latency,
-            acceptance=acceptance,
-        )
+    hw, workload, setting = run_records(engine, out.keys)
+    latency = []
+    for spec, mid in ids.items():
+        rows = [point for _spec, point in latency_points(engine, model_id=mid, hardware_id=out.hardware_id)]
+        if not rows:
+            continue
+        ctx, at = shortest_context(rows)
+        curve = {n: r.median_ms for n, r in at.items()}
+        latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N), floor_ratio(at.get(1))))
+    names = {mid: spec for spec, mid in ids.items()}
+    acceptance = [
+        AcceptanceRow(names[a.drafter_id], names[a.verifier_id], a.alpha, a.positions, a.run_lengths, a.siblings)
+        for a in pair_acceptance(engine, out.workload_id, out.setting_id)
+        if a.drafter_id in names and a.verifier_id in names
+    ]
+    return ProfileSummary(
+        measured=out.measured,
+        skipped=out.skipped,
+        noisy=out.noisy,
+        inverted=out.inverted,
+        hardware={
+            "fingerprint": hw.fingerprint,
+            "device": hw.device,
+            "device_name": hw.device_name,
+            "capability": hw.capability,
+            "threads": hw.threads,
+            "kernels": hw.kernels,
+            "bandwidth_gbs": hw.bandwidth_gbs,
+            "peak_gflops": hw.peak_gflops,
+        },
+        workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
+        setting={
+            "mode": setting.mode,
+            "temperature": setting.temperature,
+            "top_p": setting.top_p,
+            "dtype": setting.dtype,
+            "max_new_tokens": setting.max_new_tokens,
+        },
+        models=list(ids),
+        latency=latency,
+        acceptance=acceptance,
+    )

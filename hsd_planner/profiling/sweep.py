@@ -7,10 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, delete, select
-from sqlalchemy.orm import Session
-
-from ..store import Latency
+from ..store import Engine
+from ..store.measurements import save_latency, set_floors, stored_latency
+from ..store.records import LatencyKey, LatencyPoint
 from .timing import SPREAD_LIMIT, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
 if TYPE_CHECKING:
@@ -42,28 +41,25 @@ class Sweep:
     ) -> None:
         self.engine, self.config, self.out, self.step, self.floor = engine, config, out, step, floor
         self.samples: dict[tuple[int, int, int], list[float]] = {}
-        self.keys: dict[tuple[int, int, int], dict] = {}
+        self.keys: dict[tuple[int, int, int], LatencyKey] = {}
         self.by_point: dict[tuple[int, int, int], tuple[_Candidate, int, int]] = {}
         self._timers: dict[tuple[int, int], Callable[[int], float]] = {}
-        backfill: dict[int, float | None] = {}  # latency row id -> its floor
-        with Session(engine) as s:
-            for cand, ctx, n in points:
-                dtype = cand.spec.run_dtype(config.dtype)
-                key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
-                row = s.scalars(select(Latency).filter_by(**key)).first()
-                if row is not None and row.floor_ms is None:  # measured before the floor probe existed
-                    backfill[row.id] = floor(cand, ctx, n)
-                have = [] if row is None or config.force else (row.samples_ms or [row.median_ms] * row.repeats)
-                if row is not None and not config.force and len(have) >= config.repeats:
-                    out.skipped += 1
-                    step(config.repeats)
-                    continue
-                point = (cand.row_id, ctx, n)
-                self.samples[point], self.keys[point], self.by_point[point] = list(have), key, (cand, ctx, n)
-                step(len(have))
-        with Session(engine) as s, s.begin():
-            for row_id, value in backfill.items():
-                s.get_one(Latency, row_id).floor_ms = value
+        keys = [LatencyKey(c.row_id, out.hardware_id, c.spec.run_dtype(config.dtype), n, ctx) for c, ctx, n in points]
+        stored = stored_latency(engine, keys)
+        backfill: dict[LatencyKey, float | None] = {}  # points measured before the floor probe existed
+        for (cand, ctx, n), key in zip(points, keys):
+            row = stored.get(key)
+            if row is not None and row.floor_ms is None:
+                backfill[key] = floor(cand, ctx, n)
+            have = [] if row is None or config.force else list(row.samples_ms)
+            if row is not None and not config.force and len(have) >= config.repeats:
+                out.skipped += 1
+                step(config.repeats)
+                continue
+            point = (cand.row_id, ctx, n)
+            self.samples[point], self.keys[point], self.by_point[point] = have, key, (cand, ctx, n)
+            step(len(have))
+        set_floors(engine, backfill)
 
     def _timer(self, cand: _Candidate, ctx: int) -> Callable[[int], float]:
         if (cand.row_id, ctx) not in self._timers:
@@ -75,19 +71,9 @@ class Sweep:
         cand, ctx, n = self.by_point[point]
         self.samples[point].append(self._timer(cand, ctx)(n))
         med, p10, p90 = summarize(self.samples[point])
-        with Session(self.engine) as s, s.begin():
-            s.execute(delete(Latency).filter_by(**self.keys[point]))
-            s.add(
-                Latency(
-                    **self.keys[point],
-                    median_ms=med,
-                    p10_ms=p10,
-                    p90_ms=p90,
-                    repeats=len(self.samples[point]),
-                    samples_ms=self.samples[point],
-                    floor_ms=self.floor(cand, ctx, n),
-                )
-            )
+        save_latency(
+            self.engine, self.keys[point], LatencyPoint(n, ctx, med, self.floor(cand, ctx, n), tuple(self.samples[point]), p10, p90)
+        )
 
     def to(self, rounds: int) -> None:
         """Interleaved rounds until every point has ``rounds`` samples (at most ``repeats``)."""

@@ -1,9 +1,16 @@
-"""The profiling database: schema, opening and migrating, reading profiles back, solves, exchange.
+"""The profiling database: schema, opening and migrating, and every read and write behind named functions.
 
 Owns every SQL statement of hsd-plan (SQLAlchemy 2.0 ORM; Alembic migrations live in the
-repository's top-level ``migrations/``, installed as ``hsd_planner.migrations``). Imports
-:mod:`hsd_planner.plan` (a profile read back is a ``Profile``) and never torch: storing needs none.
+repository's top-level ``migrations/``, installed as ``hsd_planner.migrations``): nothing outside
+this package imports sqlalchemy or sees a session or an ORM row. Functions take the engine and
+typed keys and hand back typed records (:mod:`.records`): :mod:`.measurements` for a profiling
+run, :mod:`.reader` reads a ``Profile`` back, :mod:`.solves` and :mod:`.plans` store and read
+solves, :mod:`.validations` a validation's plans and rows, :mod:`.exchange` export and import.
+Imports :mod:`hsd_planner.plan` (a profile read back is a ``Profile``) and never torch.
 """
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError as DatabaseError
 
 from ..errors import StoreError
 from .db import check_db, default_db_path, migrations_dir, open_engine, open_memory_engine, resolve_url, upgrade_to_head
@@ -28,6 +35,8 @@ __all__ = [
     "AcceptancePrompt",
     "Base",
     "Continuation",
+    "DatabaseError",
+    "Engine",
     "Hardware",
     "Latency",
     "ModelRow",

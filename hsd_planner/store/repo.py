@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
+from .records import HardwareRecord, ModelFacts, WorkloadRecord
 from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
 
 __all__ = [
@@ -36,8 +37,8 @@ def get_or_create(session: Session, cls: type[T], key: dict, **defaults) -> T:
     return row
 
 
-def hardware_row(session: Session, info: Any) -> Hardware:
-    """The row of a HardwareInfo's fingerprint (capability and kernels filled in where an older row lacks them)."""
+def hardware_row(session: Session, info: HardwareRecord) -> Hardware:
+    """The row of a machine's fingerprint (capability and kernels filled in where an older row lacks them)."""
     row = get_or_create(
         session,
         Hardware,
@@ -64,8 +65,8 @@ def record_probe(row: Hardware, probe: Any) -> None:
     row.peak_spread = {**(row.peak_spread or {}), **probe.peak_spread}
 
 
-def model_row(session: Session, spec: str, loaded: Any = None, source: str | None = None, replace: bool = False) -> ModelRow:
-    """The row of ``spec``; ``loaded`` (a LoadedModel, None for ngram) fills in what loading revealed.
+def model_row(session: Session, spec: str, loaded: ModelFacts | None = None, source: str | None = None, replace: bool = False) -> ModelRow:
+    """The row of ``spec``; ``loaded`` (None for ngram) fills in what loading revealed.
 
     ``source`` is the fingerprint of the model's files: a row measured from other files is refused
     (its measurements describe another model) unless ``replace``, which adopts the new files.
@@ -76,10 +77,10 @@ def model_row(session: Session, spec: str, loaded: Any = None, source: str | Non
         session,
         ModelRow,
         {"spec": spec},
-        parameters=loaded.num_parameters,
-        layers=loaded.num_layers,
-        vocab_size=loaded.logits_width,
-        tokenizer_fingerprint=loaded.fingerprint,
+        parameters=loaded.parameters,
+        layers=loaded.layers,
+        vocab_size=loaded.vocab_size,
+        tokenizer_fingerprint=loaded.tokenizer_fingerprint,
         source_fingerprint=source,
     )
     if row.source_fingerprint not in (None, source):
@@ -89,8 +90,8 @@ def model_row(session: Session, spec: str, loaded: Any = None, source: str | Non
     return row
 
 
-def workload_row(session: Session, prompts) -> Workload:
-    return get_or_create(session, Workload, {"content_hash": prompts.content_hash}, name=prompts.name, count=len(prompts.prompts))
+def workload_row(session: Session, workload: WorkloadRecord) -> Workload:
+    return get_or_create(session, Workload, {"content_hash": workload.content_hash}, name=workload.name, count=workload.count)
 
 
 def setting_row(session: Session, mode: str, temperature: float, top_p: float, dtype: str, max_new_tokens: int) -> Setting:

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from sqlalchemy import Engine
-
 from hsd_runtime import ModelLoader, parse_spec
 from hsd_runtime.packaged import PACKAGED, is_converted
 
@@ -16,6 +14,7 @@ from ..errors import ChainError
 from ..plan import SolveConfig
 from ..profiling import ProfileConfig, ProfileSummary, prepare_profile, profile_summary, run_profile
 from ..prompts import load_prompts, split
+from ..store import Engine
 from ..store.solves import SolveReport, solve_and_store
 from ..vocab import Dtype
 from .plot import plot_validation

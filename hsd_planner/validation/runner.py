@@ -25,9 +25,6 @@ import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
-from sqlalchemy import Engine, select
-from sqlalchemy.orm import Session
-
 from hsd_runtime import HSDError, ModelLoader, SamplingConfig, build_hierarchy
 from hsd_runtime.shape import Width
 
@@ -36,9 +33,20 @@ from ..plan import Profile, predict_over, tokens_per_round
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..store import Hardware, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
+from ..store import Engine
 from ..store.reader import load_profile
-from ..store.solves import widths_from_json, widths_to_json
+from ..store.records import PlanRecord, SolveRecord
+from ..store.solves import widths_to_json
+from ..store.validations import (
+    ValidationEntry,
+    ValidationRunEntry,
+    model_sources,
+    newest_solve,
+    plans_by_id,
+    plans_of_solve,
+    save_validation,
+    solve_record,
+)
 from ..vocab import AcceptanceModel, PlanKind
 from .calibration import Calibration
 from .report import LevelResult, PlanResult, ValidationReport
@@ -55,43 +63,38 @@ CANDIDATE_SETS: dict[str, tuple[tuple[PlanKind, ...], int | None]] = {
 }
 
 
-def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[Solve, list[PlanRow]]:
+def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[SolveRecord, list[PlanRecord]]:
     """The plans to run (the solve's autoregressive baseline always included)."""
-    with Session(engine, expire_on_commit=False) as s:
-        if plan_ids:
-            rows = [s.get(PlanRow, i) for i in plan_ids]
-            missing = [i for i, r in zip(plan_ids, rows) if r is None]
-            if missing:
-                raise StoreError(f"no plan with id {missing[0]}; see hsd-plan solve for plan ids")
-            solves = sorted({r.solve_id for r in rows})
-            if len(solves) > 1:
-                raise StoreError(
-                    f"plans {', '.join(map(str, plan_ids))} come from different solves ({', '.join(map(str, solves))}); validate one solve's plans at a time"
-                )
-            solve = s.get(Solve, rows[0].solve_id)
-        else:
-            solve = s.scalars(select(Solve).order_by(Solve.id.desc())).first()
-            if solve is None:
-                raise StoreError("there is no plan in the database; run hsd-plan solve first")
-            all_rows = s.scalars(select(PlanRow).filter_by(solve_id=solve.id).order_by(PlanRow.rank)).all()
-            kinds, n_singles = CANDIDATE_SETS[candidates]
-            singles = [r for r in all_rows if r.kind == "single"]
-            rows = [r for r in all_rows if r.kind in kinds] + singles[:n_singles]
-        auto = s.scalars(select(PlanRow).filter_by(solve_id=solve.id, kind="autoregressive")).first()
-        seen, plans = set(), []
-        for r in [*rows, auto]:
-            key = (tuple(r.chain), tuple(r.widths))
-            if key not in seen:
-                seen.add(key)
-                plans.append(r)
-        return solve, plans
+    if plan_ids:
+        rows = plans_by_id(engine, plan_ids)
+        solves = sorted({r.solve_id for r in rows})
+        if len(solves) > 1:
+            raise StoreError(
+                f"plans {', '.join(map(str, plan_ids))} come from different solves ({', '.join(map(str, solves))}); validate one solve's plans at a time"
+            )
+        solve = solve_record(engine, solves[0])
+        all_rows = plans_of_solve(engine, solve.id)
+    else:
+        solve = newest_solve(engine)
+        all_rows = plans_of_solve(engine, solve.id)
+        kinds, n_singles = CANDIDATE_SETS[candidates]
+        singles = [r for r in all_rows if r.kind == "single"]
+        rows = [r for r in all_rows if r.kind in kinds] + singles[:n_singles]
+    auto = next(r for r in all_rows if r.kind == "autoregressive")
+    seen, plans = set(), []
+    for r in [*rows, auto]:
+        key = (tuple(r.chain), tuple(widths_to_json(r.widths)))
+        if key not in seen:
+            seen.add(key)
+            plans.append(r)
+    return solve, plans
 
 
 def run_validation(
     engine: Engine,
     loader: ModelLoader,
-    solve: Solve,
-    plans: list[PlanRow],
+    solve: SolveRecord,
+    plans: list[PlanRecord],
     prompts: PromptSet,
     max_new_tokens: int,
     repeats: int,
@@ -99,20 +102,14 @@ def run_validation(
 ) -> ValidationReport:
     """Run every plan on every prompt ``repeats`` times, store the validation, return a report."""
     step = progress or (lambda _n: None)
-    with Session(engine) as s:
-        setting = s.get(Setting, solve.setting_id)
-        target = s.get(ModelRow, solve.target_id).spec
-        workload = s.get(Workload, solve.workload_id).name
-        hw_row = s.get_one(Hardware, solve.hardware_id)
-        hardware, kernels = hw_row.fingerprint, hw_row.kernels or "plain"
-    loader = loader.with_kernels(kernels)  # the plans run on the kernels their latencies were measured with
-    profile, _ = load_profile(engine, target, workload, setting.mode, setting.temperature, hardware)
+    setting, target, workload = solve.setting, solve.target, solve.workload
+    loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the plans run on the kernels their latencies were measured with
+    profile, _ = load_profile(engine, target, workload, setting.mode, setting.temperature, solve.hardware.fingerprint)
     sampling = SamplingConfig(mode=setting.mode, temperature=setting.temperature, top_p=setting.top_p)
-    with Session(engine) as s:
-        stored = {m.spec: m.source_fingerprint for m in s.scalars(select(ModelRow))}
+    stored = model_sources(engine)
     for spec in {name for plan in plans for name in plan.chain}:
         check_source(spec, stored.get(spec))
-    widths = {plan.id: widths_from_json(plan.widths) for plan in plans}  # a stored tree "3x2x1" as a TreeShape
+    widths = {plan.id: plan.widths for plan in plans}  # a stored tree "3x2x1" as a TreeShape
     built = {}
     for plan in plans:
         try:
@@ -195,7 +192,7 @@ def run_validation(
     return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
 
 
-def _calibration(profile: Profile, loader: ModelLoader, plans: list[PlanRow], context_len: int) -> Calibration:
+def _calibration(profile: Profile, loader: ModelLoader, plans: list[PlanRecord], context_len: int) -> Calibration:
     """Reference timers for the target and every model the plans run (the n-gram lookup has none)."""
     names = [profile.target] + sorted({n for p in plans for n in p.chain if n != profile.target and not profile.model(n).lookup})
     return Calibration(profile, {name: PassTimer(loader.load(name).model, context_len) for name in names}, context_len)
@@ -226,43 +223,39 @@ def _levels(profile: Profile, chain: list[str], widths: list[Width], results: li
     return out
 
 
-def _store(engine: Engine, solve: Solve, prompts: PromptSet, max_new_tokens: int, repeats: int, report: ValidationReport) -> int:
-    with Session(engine) as s, s.begin():
-        v = Validation(
-            solve_id=solve.id,
-            prompts_name=prompts.name,
-            prompts=len(prompts.prompts),
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            median_abs_error=report.median_abs_error,
-            regret=report.regret,
-            median_abs_speedup_error=report.median_abs_speedup_error,
-            median_abs_error_calibrated=report.median_abs_error_calibrated,
-            median_abs_speedup_error_calibrated=report.median_abs_speedup_error_calibrated,
-            calibration=report.calibration,
+def _store(engine: Engine, solve: SolveRecord, prompts: PromptSet, max_new_tokens: int, repeats: int, report: ValidationReport) -> int:
+    entry = ValidationEntry(
+        solve_id=solve.id,
+        prompts_name=prompts.name,
+        prompts=len(prompts.prompts),
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        median_abs_error=report.median_abs_error,
+        regret=report.regret,
+        median_abs_speedup_error=report.median_abs_speedup_error,
+        median_abs_error_calibrated=report.median_abs_error_calibrated,
+        median_abs_speedup_error_calibrated=report.median_abs_speedup_error_calibrated,
+        calibration=report.calibration,
+    )
+    runs = [
+        ValidationRunEntry(
+            plan_id=p.plan_id,
+            chain=p.chain,
+            widths=widths_to_json(p.widths),
+            predicted_ms_per_token=p.predicted_ms_per_token,
+            calibrated_ms_per_token=p.calibrated_ms_per_token,
+            measured_ms_per_token=p.measured_ms_per_token,
+            error=p.error,
+            measured_speedup=p.measured_speedup,
+            predicted_mean_accepted_length=p.predicted_mean_accepted_length,
+            measured_mean_accepted_length=p.measured_mean_accepted_length,
+            prefill_ms=p.prefill_ms,
+            tokens=p.tokens,
+            levels=[lv.to_dict() for lv in p.levels],
         )
-        s.add(v)
-        s.flush()
-        for p in report.plans:
-            s.add(
-                ValidationRun(
-                    validation_id=v.id,
-                    plan_id=p.plan_id,
-                    chain=p.chain,
-                    widths=widths_to_json(p.widths),
-                    predicted_ms_per_token=p.predicted_ms_per_token,
-                    calibrated_ms_per_token=p.calibrated_ms_per_token,
-                    measured_ms_per_token=p.measured_ms_per_token,
-                    error=p.error,
-                    measured_speedup=p.measured_speedup,
-                    predicted_mean_accepted_length=p.predicted_mean_accepted_length,
-                    measured_mean_accepted_length=p.measured_mean_accepted_length,
-                    prefill_ms=p.prefill_ms,
-                    tokens=p.tokens,
-                    levels=[lv.to_dict() for lv in p.levels],
-                )
-            )
-        return v.id
+        for p in report.plans
+    ]
+    return save_validation(engine, entry, runs)
 
 
 def _speedup_interval(auto: list, runs: list, prompts: int, resamples: int = 200, seed: int = 0) -> tuple[float, float] | None:
