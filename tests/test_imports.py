@@ -1,4 +1,4 @@
-"""Who may import what, read from the source: the store alone speaks SQL."""
+"""Who may import what, read from the source: no import circles, and the store alone speaks SQL."""
 
 from __future__ import annotations
 
@@ -53,3 +53,57 @@ def test_only_the_store_imports_sqlalchemy():
         if not name.startswith("hsd_planner.store") and any(m == "sqlalchemy" or m.startswith("sqlalchemy.") for m in _imported(name, path))
     ]
     assert offenders == [], f"outside hsd_planner.store, these import sqlalchemy: {offenders}"
+
+
+def _components(graph: dict[str, list[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one node, each sorted
+    (Tarjan's algorithm): every import circle, whatever its length."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return found
+
+
+def _cycles() -> list[list[str]]:
+    """The import circles among the modules of PACKAGES."""
+    modules = _modules(*PACKAGES)
+    return _components({name: sorted(m for m in _imported(name, path) if m in modules and m != name) for name, path in modules.items()})
+
+
+def test_no_module_imports_itself_through_others():
+    """A circle is cut by the concept the modules share (one module holds it), never by a local
+    or TYPE_CHECKING import: those count here too."""
+    assert _cycles() == []
+
+
+def test_a_circle_is_found():
+    """The check itself: two modules importing each other make a circle."""
+    assert _components({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+    assert _components({"a": ["b"], "b": []}) == []

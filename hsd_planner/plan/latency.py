@@ -71,6 +71,18 @@ class Level:
     lookup: bool = False
     siblings: SiblingCurve | None = None
 
+    def run_lengths(self) -> RunLengths:
+        """The acceptance of the level below by this level; every level above level 0 has one."""
+        if self.runs is None:
+            raise ValueError("a level above level 0 needs the acceptance of the level below (runs)")
+        return self.runs
+
+    def sibling_curve(self) -> SiblingCurve:
+        """How this level accepts the siblings of the tree below it; a tree needs one."""
+        if self.siblings is None:
+            raise ValueError("a level above a draft tree needs the sibling-acceptance curve of the level below (siblings)")
+        return self.siblings
+
 
 def verify_size(width: Width) -> int:
     """Tokens in the pass that verifies a batch of ``width``: its tokens plus the last committed
@@ -81,8 +93,8 @@ def verify_size(width: Width) -> int:
 def round_law(level: Level, below: Width) -> RoundLaw:
     """The law of one round in which ``level`` verifies a batch of ``below`` from the level under it."""
     if isinstance(below, TreeShape):
-        return RoundLaw.tree(below, SiblingCurve.of(level))
-    return RoundLaw.chain(RunLengths.of(level), below)
+        return RoundLaw.tree(below, level.sibling_curve())
+    return RoundLaw.chain(level.run_lengths(), below)
 
 
 def expected_run_tokens(runs: RunLengths, b: int) -> float:

@@ -13,12 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from hsd_runtime.shape import TreeShape
-
-if TYPE_CHECKING:  # only named in signatures: latency imports this module
-    from .latency import Level
 
 __all__ = ["RoundLaw", "RunLengths", "SiblingCurve"]
 
@@ -42,13 +38,6 @@ class RunLengths:
     def iid(cls, alpha: float, length: int = 65) -> RunLengths:
         """P(G >= g) = alpha^g."""
         return cls([alpha**g for g in range(length)])
-
-    @staticmethod
-    def of(level: Level) -> RunLengths:
-        """The acceptance of the level below by ``level``; every level above level 0 has one."""
-        if level.runs is None:
-            raise ValueError("a level above level 0 needs the acceptance of the level below (runs)")
-        return level.runs
 
     @property
     def alpha(self) -> float:
@@ -98,13 +87,6 @@ class SiblingCurve:
         for k in range(1, len(a)):
             a[k] = max(a[k], a[k - 1])
         self._a = tuple(a)
-
-    @staticmethod
-    def of(level: Level) -> SiblingCurve:
-        """How ``level`` accepts the siblings of the tree below it; a tree needs one."""
-        if level.siblings is None:
-            raise ValueError("a level above a draft tree needs the sibling-acceptance curve of the level below (siblings)")
-        return level.siblings
 
     @property
     def values(self) -> tuple[float, ...]:

@@ -59,8 +59,8 @@ def simulate(
         """Cost of level k's pass over the batch of level k-1, and the tokens that round yields."""
         below = widths[k - 1]
         if isinstance(below, TreeShape):
-            return levels[k].cost(below.nodes + 1), _draw_tree_tokens(SiblingCurve.of(levels[k]), below, rng)
-        return levels[k].cost(below + 1), _draw_tokens(RunLengths.of(levels[k]), below, rng)
+            return levels[k].cost(below.nodes + 1), _draw_tree_tokens(levels[k].sibling_curve(), below, rng)
+        return levels[k].cost(below + 1), _draw_tokens(levels[k].run_lengths(), below, rng)
 
     def deliver(k: int) -> float:
         """Time for level k < K to hand up its T_k tokens."""

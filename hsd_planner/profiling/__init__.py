@@ -8,12 +8,14 @@ writing rows and :mod:`hsd_planner.plan` for curve interpolation; nothing import
 CLI, validation and training.
 """
 
+from .config import Candidate, ProfileConfig, ProfileOutcome
 from .hardware import HardwareInfo, detect_hardware
-from .runner import PreparedProfile, ProfileConfig, ProfileOutcome, prepare_profile, run_profile, workload_context_lens
+from .runner import PreparedProfile, prepare_profile, run_profile, workload_context_lens
 from .summary import SUMMARY_N, ProfileSummary, profile_summary
 
 __all__ = [
     "SUMMARY_N",
+    "Candidate",
     "HardwareInfo",
     "PreparedProfile",
     "ProfileConfig",

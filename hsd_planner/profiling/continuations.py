@@ -10,7 +10,6 @@ measured and the acceptance measured so far.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig
 
@@ -19,9 +18,7 @@ from ..plan.profile import LatencyCurve
 from ..store import Engine
 from ..store.measurements import continuations_of, save_continuation, stored_continuation
 from ..store.records import ContinuationKey
-
-if TYPE_CHECKING:
-    from .runner import ProfileConfig, ProfileOutcome, _Candidate
+from .config import Candidate, ProfileConfig, ProfileOutcome
 
 __all__ = ["ASSIST_WIDTH", "Assistant", "check_stored_continuations", "verifier_continuation"]
 
@@ -53,7 +50,7 @@ class Assistant:
         total, count = self.alpha.get((drafter, verifier)) or self.alpha.get((drafter, self.last.get(drafter, -1)), (0.5, 1))
         return total / max(1, count)
 
-    def choose(self, drafters: list[_Candidate], verifier: _Candidate) -> _Candidate | None:
+    def choose(self, drafters: list[Candidate], verifier: Candidate) -> Candidate | None:
         """The fastest drafter for ``verifier`` at ASSIST_WIDTH, or None if plain decoding is."""
         cost, ctx, w = self.curves[verifier.row_id], int(self.context), ASSIST_WIDTH
         best, best_ms = None, cost(1, ctx)
@@ -67,7 +64,7 @@ class Assistant:
         return best
 
 
-def check_stored_continuations(engine: Engine, content_hash: str, verifiers: list[_Candidate]) -> None:
+def check_stored_continuations(engine: Engine, content_hash: str, verifiers: list[Candidate]) -> None:
     """Refuse, before a profile writes anything, stored continuations of this workload that hold
     token ids a verifier has no logits for (an import from a model with a larger vocabulary)."""
     for v in verifiers:
@@ -84,10 +81,10 @@ def verifier_continuation(
     engine: Engine,
     config: ProfileConfig,
     out: ProfileOutcome,
-    verifier: _Candidate,
+    verifier: Candidate,
     k: int,
     ids: list[int],
-    assistant: _Candidate | None = None,
+    assistant: Candidate | None = None,
 ) -> tuple[list[int], bool]:
     """The verifier's own continuation of prompt ``k``: stored, or generated and committed.
 

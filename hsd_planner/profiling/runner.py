@@ -8,19 +8,15 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Annotated
+from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, parse_spec
+from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, parse_spec
 
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
 from ..store import Engine
 from ..store.measurements import latency_curves, measured_prompts, record_floor_probe, register_run, save_prompt_acceptance
-from ..store.records import ModelFacts, PromptAcceptance, PromptPairKey, RunKeys, SettingRecord, WorkloadRecord
-from ..vocab import MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
+from ..store.records import PromptAcceptance, PromptPairKey, SettingRecord, WorkloadRecord
 from .acceptance import (
     acceptance_from_logits,
     model_conditionals,
@@ -30,6 +26,7 @@ from .acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
+from .config import Candidate, ProfileConfig, ProfileOutcome
 from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
@@ -37,64 +34,7 @@ from .siblings import sibling_acceptance, sibling_sums
 from .sources import source_fingerprint
 from .sweep import Sweep
 
-__all__ = ["PreparedProfile", "ProfileConfig", "ProfileOutcome", "prepare_profile", "run_profile", "workload_context_lens"]
-
-
-class ProfileConfig(BaseModel):
-    """What to profile and how; every default lives here."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    models: list[str] = Field(min_length=1)
-    mode: Mode = "greedy"
-    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
-    top_p: float = Field(1.0, gt=0, le=1)
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    dtype: Dtype = "fp32"
-    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
-    latency_grid: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], min_length=1)
-    # None: workload_context_lens of the prompts
-    context_lens: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] | None = Field(None, min_length=1)
-    repeats: int = Field(5, ge=1, le=MAX_REPEATS)  # samples per latency point, one per interleaved round
-    acceptance: bool = True
-    force: bool = False
-
-
-@dataclass
-class ProfileOutcome:
-    """What a profile run did, and the ids to summarize from the database."""
-
-    measured: int = 0
-    skipped: int = 0
-    noisy: int = 0  # latency points still above SPREAD_LIMIT after their extra rounds
-    inverted: int = 0  # neighbouring points where fewer tokens still cost more after measuring again
-    hardware_id: int = 0
-    workload_id: int = 0
-    setting_id: int = 0
-    model_ids: dict[str, int] = field(default_factory=dict)  # spec -> id, cheapest first
-
-    @property
-    def keys(self) -> RunKeys:
-        """The rows this run measured under."""
-        return RunKeys(self.hardware_id, self.workload_id, self.setting_id)
-
-
-@dataclass
-class _Candidate:
-    spec: ModelSpec
-    loaded: LoadedModel | None  # None for ngram
-    row_id: int = 0
-
-    @property
-    def facts(self) -> ModelFacts | None:
-        """What loading revealed, as the database keeps it (None for ngram)."""
-        m = self.loaded
-        return None if m is None else ModelFacts(m.num_parameters, m.num_layers, m.logits_width, m.fingerprint)
-
-    @property
-    def cost_rank(self) -> tuple[int, int]:
-        """Parameters, then a quantized copy before its full-precision parent (same count)."""
-        return (0, 0) if self.loaded is None else (self.loaded.num_parameters, 0 if self.spec.quant else 1)
+__all__ = ["PreparedProfile", "prepare_profile", "run_profile", "workload_context_lens"]
 
 
 def workload_context_lens(prompt_tokens: list[int], max_new_tokens: int) -> list[int]:
@@ -114,7 +54,7 @@ class PreparedProfile:
     """What a profile run measures, loaded and checked before anything is written: the
     candidates (cheapest first), the encoded prompts and the context lengths to time at."""
 
-    candidates: list[_Candidate]
+    candidates: list[Candidate]
     encoded: list[list[int]]
     contexts: list[int]
 
@@ -124,7 +64,7 @@ class PreparedProfile:
         return self.candidates[-1].spec
 
 
-def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
+def _load(config: ProfileConfig, loader: ModelLoader) -> list[Candidate]:
     specs = [parse_spec(s) for s in config.models]
     seen = set()
     for spec in specs:
@@ -135,7 +75,7 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[_Candidate]:
         raise ChainError("acceptance needs at least two models (a drafter and a verifier); add one, or pass --skip-acceptance")
     if all(s.is_ngram for s in specs):
         raise ChainError("--models needs at least one model besides ngram")
-    candidates = [_Candidate(s, m) for s, m in zip(specs, loader.load_chain(specs))]
+    candidates = [Candidate(s, m) for s, m in zip(specs, loader.load_chain(specs))]
     # stable sort: cheapest first, ties keep the order given
     return sorted(candidates, key=lambda c: c.cost_rank)
 
@@ -229,8 +169,8 @@ def run_profile(
 
 
 def _floors(
-    engine: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[_Candidate], loader: ModelLoader
-) -> Callable[[_Candidate, int, int], float | None]:
+    engine: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[Candidate], loader: ModelLoader
+) -> Callable[[Candidate, int, int], float | None]:
     """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None: ngram)."""
     models = [c for c in candidates if c.loaded is not None]
     probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
@@ -244,8 +184,8 @@ def _acceptance_for_verifier(
     config: ProfileConfig,
     encoded: list[list[int]],
     out: ProfileOutcome,
-    drafters: list[_Candidate],
-    verifier: _Candidate,
+    drafters: list[Candidate],
+    verifier: Candidate,
     step: Callable[[int], None],
     assist: Assistant,
 ) -> None:

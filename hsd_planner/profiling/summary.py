@@ -9,7 +9,7 @@ from typing import Any
 from ..plan import LatencyCurve
 from ..store import Engine
 from ..store.measurements import latency_points, pair_acceptance, run_records
-from .runner import ProfileOutcome
+from .config import ProfileOutcome
 
 __all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "floor_ratio", "profile_summary", "shortest_context"]
 

@@ -5,15 +5,12 @@ taken in stages so that they spread over the profiling run (see :mod:`.timing` f
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ..store import Engine
 from ..store.measurements import save_latency, set_floors, stored_latency
 from ..store.records import LatencyKey, LatencyPoint
+from .config import Candidate, ProfileConfig, ProfileOutcome
 from .timing import SPREAD_LIMIT, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
-
-if TYPE_CHECKING:
-    from .runner import ProfileConfig, ProfileOutcome, _Candidate
 
 __all__ = ["Sweep"]
 
@@ -35,14 +32,14 @@ class Sweep:
         engine: Engine,
         config: ProfileConfig,
         out: ProfileOutcome,
-        points: list[tuple[_Candidate, int, int]],
+        points: list[tuple[Candidate, int, int]],
         step: Callable[[int], None],
-        floor: Callable[[_Candidate, int, int], float | None],
+        floor: Callable[[Candidate, int, int], float | None],
     ) -> None:
         self.engine, self.config, self.out, self.step, self.floor = engine, config, out, step, floor
         self.samples: dict[tuple[int, int, int], list[float]] = {}
         self.keys: dict[tuple[int, int, int], LatencyKey] = {}
-        self.by_point: dict[tuple[int, int, int], tuple[_Candidate, int, int]] = {}
+        self.by_point: dict[tuple[int, int, int], tuple[Candidate, int, int]] = {}
         self._timers: dict[tuple[int, int], Callable[[int], float]] = {}
         keys = [LatencyKey(c.row_id, out.hardware_id, c.spec.run_dtype(config.dtype), n, ctx) for c, ctx, n in points]
         stored = stored_latency(engine, keys)
@@ -61,7 +58,7 @@ class Sweep:
             step(len(have))
         set_floors(engine, backfill)
 
-    def _timer(self, cand: _Candidate, ctx: int) -> Callable[[int], float]:
+    def _timer(self, cand: Candidate, ctx: int) -> Callable[[int], float]:
         if (cand.row_id, ctx) not in self._timers:
             made = LookupTimer(cand.spec.ngram_order, ctx) if cand.loaded is None else PassTimer(cand.loaded.model, ctx)
             self._timers[(cand.row_id, ctx)] = made

@@ -6,7 +6,8 @@ acceptance is measured as ``profile`` measures it); only the CLI and benchmarks 
 """
 
 from .card import DistillReport, StepLog, model_card
-from .distiller import DistillConfig, Distiller, running_average
+from .config import DistillConfig
+from .distiller import Distiller, running_average
 from .divergences import DIVERGENCES, divergence
 from .student import build_student, parse_init, student_acceptance
 

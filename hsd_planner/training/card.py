@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .distiller import DistillConfig
+from .config import DistillConfig
 
 __all__ = ["DistillReport", "StepLog", "model_card"]
 

@@ -25,19 +25,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from hsd_runtime import ModelLoader, SamplingConfig, parse_spec
 
 from ..errors import DistillError, ModelOutputError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from ..prompts import encode_prompt, load_prompts, split
-from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, DistillData, Divergence, Dtype
 from .card import DistillReport, StepLog, model_card
+from .config import DistillConfig
 from .divergences import divergence
 from .student import build_student, sample, student_acceptance
 
-__all__ = ["DistillConfig", "Distiller", "running_average"]
+__all__ = ["Distiller", "running_average"]
 
 EVAL_PROMPTS = 8  # held-out prompts the saved student's acceptance is measured on
 EMA_DECAY = 0.9  # of the running loss and acceptance shown while training
@@ -45,28 +44,6 @@ _CHECKPOINT = "checkpoint"
 _STATE = "state.pt"
 # changing these on --resume does not change what the run computes
 _RESUMABLE = {"steps", "checkpoint_every"}
-
-
-class DistillConfig(BaseModel):
-    """Everything that determines a distillation run; every default lives here."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    target: str = "smollm2-135m"
-    layers: int  # K: the student keeps the target's first K decoder layers (checked against the target)
-    divergence: Divergence = "fkl"
-    data: DistillData = "on-policy"
-    prompts: str | None = None  # prompt file; None: the built-in set
-    category: str | None = None
-    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the profiling split
-    steps: int = Field(300, ge=1, le=MAX_COUNT)
-    batch_size: int = Field(4, ge=1, le=MAX_COUNT)
-    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
-    lr: float = Field(1e-4, gt=0, allow_inf_nan=False)
-    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
-    dtype: Dtype = "fp32"  # the frozen target's; the student trains in fp32
 
 
 def running_average(log: list[StepLog], decay: float = EMA_DECAY) -> StepLog:

@@ -1,0 +1,79 @@
+"""What a profiling run is asked to do, what it measures and what it reports having done.
+
+:class:`ProfileConfig` (every default of ``hsd-plan profile``), the :class:`Candidate` models it
+measures, and the :class:`ProfileOutcome` it returns. Shared by the run (:mod:`.runner`), its
+latency sweep (:mod:`.sweep`) and the continuations it drafts (:mod:`.continuations`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hsd_runtime import LoadedModel, ModelSpec
+
+from ..store.records import ModelFacts, RunKeys
+from ..vocab import MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
+
+__all__ = ["Candidate", "ProfileConfig", "ProfileOutcome"]
+
+
+class ProfileConfig(BaseModel):
+    """What to profile and how; every default lives here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[str] = Field(min_length=1)
+    mode: Mode = "greedy"
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    dtype: Dtype = "fp32"
+    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
+    latency_grid: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] = Field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64], min_length=1)
+    # None: workload_context_lens of the prompts
+    context_lens: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] | None = Field(None, min_length=1)
+    repeats: int = Field(5, ge=1, le=MAX_REPEATS)  # samples per latency point, one per interleaved round
+    acceptance: bool = True
+    force: bool = False
+
+
+@dataclass
+class ProfileOutcome:
+    """What a profile run did, and the ids to summarize from the database."""
+
+    measured: int = 0
+    skipped: int = 0
+    noisy: int = 0  # latency points still above SPREAD_LIMIT after their extra rounds
+    inverted: int = 0  # neighbouring points where fewer tokens still cost more after measuring again
+    hardware_id: int = 0
+    workload_id: int = 0
+    setting_id: int = 0
+    model_ids: dict[str, int] = field(default_factory=dict)  # spec -> id, cheapest first
+
+    @property
+    def keys(self) -> RunKeys:
+        """The rows this run measured under."""
+        return RunKeys(self.hardware_id, self.workload_id, self.setting_id)
+
+
+@dataclass
+class Candidate:
+    """A model a profile measures: its spec, the model loaded (None for ngram) and its row id."""
+
+    spec: ModelSpec
+    loaded: LoadedModel | None  # None for ngram
+    row_id: int = 0
+
+    @property
+    def facts(self) -> ModelFacts | None:
+        """What loading revealed, as the database keeps it (None for ngram)."""
+        m = self.loaded
+        return None if m is None else ModelFacts(m.num_parameters, m.num_layers, m.logits_width, m.fingerprint)
+
+    @property
+    def cost_rank(self) -> tuple[int, int]:
+        """Parameters, then a quantized copy before its full-precision parent (same count)."""
+        return (0, 0) if self.loaded is None else (self.loaded.num_parameters, 0 if self.spec.quant else 1)

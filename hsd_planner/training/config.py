@@ -1,0 +1,31 @@
+"""How a distillation run is asked for: one typed place for every setting and its default."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, DistillData, Divergence, Dtype
+
+__all__ = ["DistillConfig"]
+
+
+class DistillConfig(BaseModel):
+    """Everything that determines a distillation run; every default lives here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    target: str = "smollm2-135m"
+    layers: int  # K: the student keeps the target's first K decoder layers (checked against the target)
+    divergence: Divergence = "fkl"
+    data: DistillData = "on-policy"
+    prompts: str | None = None  # prompt file; None: the built-in set
+    category: str | None = None
+    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the profiling split
+    steps: int = Field(300, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(4, ge=1, le=MAX_COUNT)
+    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
+    lr: float = Field(1e-4, gt=0, allow_inf_nan=False)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
+    dtype: Dtype = "fp32"  # the frozen target's; the student trains in fp32
