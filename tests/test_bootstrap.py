@@ -7,7 +7,7 @@ import torch
 
 from hsd_planner.plan import Profile, predict
 from hsd_planner.profiling.acceptance import model_conditionals, run_length_sums, start_survival, visited_run_sums
-from hsd_planner.store.bootstrap import resample_profiles
+from hsd_planner.stats import resample_profiles
 
 
 def _prompt_row(a: np.ndarray) -> SimpleNamespace:

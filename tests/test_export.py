@@ -15,10 +15,10 @@ from hsd_planner.export import STACKS, PlanDocument, json_schema, plan_document
 from hsd_planner.export.restrict import restricted_solve, restrictions
 from hsd_planner.export.schema import shipped_schema
 from hsd_planner.plan import SolveConfig, predict
+from hsd_planner.solving import solve_and_store
 from hsd_planner.store import open_engine
 from hsd_planner.store.plans import load_plan
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
-from hsd_planner.store.solves import solve_and_store
 from hsd_runtime.shape import TreeShape
 
 # name -> (parameters, c(1) ms, ms per extra token in a pass); the target is "big"
@@ -163,7 +163,7 @@ def test_the_restricted_solve_is_the_best_expressible_plan(solved):
         stored = load_plan(engine, plans[kind])
         for versions in STACKS.values():
             for stack in versions:
-                got = restricted_solve(stored.profile, stack, stored.t_max, stored.acceptance, stored.contexts)
+                got = restricted_solve(stored.profile, stack, stored.solve.t_max, stored.solve.acceptance_model, stored.contexts)
                 assert not restrictions(stored.profile, got, stack)
                 # brute force: autoregressive, and every loadable drafter at every width
                 target = stored.profile.target
@@ -171,9 +171,9 @@ def test_the_restricted_solve_is_the_best_expressible_plan(solved):
                     ((m.name, target), (t,))
                     for m in stored.profile.models
                     if m.name != target and (m.lookup or ":" not in m.name) and (stack.ngram or not m.lookup)
-                    for t in range(1, stored.t_max + 1)
+                    for t in range(1, stored.solve.t_max + 1)
                 ]
-                best = min(predict(stored.profile, c, w, stored.acceptance, stored.contexts).ms_per_token for c, w in options)
+                best = min(predict(stored.profile, c, w, stored.solve.acceptance_model, stored.contexts).ms_per_token for c, w in options)
                 assert got.prediction.ms_per_token == pytest.approx(best, rel=1e-12)
     # the legacy llama.cpp server has no n-gram drafter: its plan differs from the newest one's
     legacy = _exported(plans["depth 3"], "llamacpp", "--stack-version", "legacy")
@@ -183,7 +183,7 @@ def test_the_restricted_solve_is_the_best_expressible_plan(solved):
 def test_an_expressible_pick_is_exported_with_its_stored_prediction(solved):
     engine, plans = solved
     stored = load_plan(engine, plans["depth 1"])
-    again = predict(stored.profile, stored.plan.chain, stored.plan.widths, stored.acceptance, stored.contexts)
+    again = predict(stored.profile, stored.plan.chain, stored.plan.widths, stored.solve.acceptance_model, stored.contexts)
     assert again.ms_per_token == pytest.approx(stored.plan.prediction.ms_per_token, rel=1e-12)
 
 

@@ -4,8 +4,10 @@ import itertools
 import random
 
 import pytest
+from pydantic import ValidationError
 
 from hsd_planner.errors import SolverError
+from hsd_planner.plan import SolveConfig
 from hsd_planner.plan.latency import Level, RunLengths, expected_rounds, expected_run_tokens, hierarchy_latency
 from hsd_planner.plan.simulate import simulate
 from hsd_planner.plan.solver import Candidate, solve_graph
@@ -112,7 +114,7 @@ def test_solver_equals_brute_force(seed):
         n = rng.randint(1, 5 if offset % 5 == 0 else 4)
         t_max = rng.randint(1, 6 if offset % 5 == 0 else 4)
         cands, target, acc = _instance(rng, n, empirical=bool(offset % 2))
-        sol = solve_graph(cands, target, acc, t_max=t_max, top_k=3)
+        sol = solve_graph(cands, target, acc, SolveConfig(t_max=t_max, top_k=3))
         ms, chain, widths = _brute_force(cands, target, acc, t_max)
         assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
         assert sol.best.chain == chain and sol.best.widths == widths
@@ -122,7 +124,7 @@ def test_max_depth_is_respected_and_exact():
     rng = random.Random(99)
     for _ in range(20):
         cands, target, acc = _instance(rng, 4, empirical=False)
-        sol = solve_graph(cands, target, acc, t_max=4, max_depth=1)
+        sol = solve_graph(cands, target, acc, SolveConfig(t_max=4, max_depth=1))
         ms, _, _ = _brute_force(cands, target, acc, 4, max_depth=1)
         assert sol.best.depth <= 1 and sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
 
@@ -133,7 +135,7 @@ def test_required_models_are_in_every_plan_and_the_optimum_is_exact():
         cands, target, acc = _instance(rng, 4, empirical=True)
         require = tuple(c.name for c in rng.sample(cands, rng.randint(1, 2)))
         try:
-            sol = solve_graph(cands, target, acc, t_max=3, top_k=4, require=require)
+            sol = solve_graph(cands, target, acc, SolveConfig(t_max=3, top_k=4, require=require))
         except SolverError:
             assert _brute_force(cands, target, acc, 3, require=require)[1] is None
             continue
@@ -144,7 +146,7 @@ def test_required_models_are_in_every_plan_and_the_optimum_is_exact():
 
 def test_top_k_is_sorted_and_distinct():
     cands, target, acc = _instance(random.Random(5), 4, empirical=True)
-    top = solve_graph(cands, target, acc, t_max=5, top_k=6).top
+    top = solve_graph(cands, target, acc, SolveConfig(t_max=5, top_k=6)).top
     assert len(top) == 6
     ms = [p.prediction.ms_per_token for p in top]
     assert ms == sorted(ms) and len({(p.chain, p.widths) for p in top}) == 6
@@ -153,18 +155,20 @@ def test_top_k_is_sorted_and_distinct():
 def test_useless_drafter_never_hurts_and_zero_acceptance_gives_autoregressive():
     rng = random.Random(11)
     cands, target, acc = _instance(rng, 3, empirical=False)
-    before = solve_graph(cands, target, acc, t_max=4).best.prediction.ms_per_token
+    before = solve_graph(cands, target, acc, SolveConfig(t_max=4)).best.prediction.ms_per_token
     useless = Candidate("useless", affine(0.01, 0))
     acc2 = dict(acc) | {("useless", c.name): RunLengths.iid(0.0) for c in [*cands, target]}
-    assert solve_graph([*cands, useless], target, acc2, t_max=4).best.prediction.ms_per_token <= before + 1e-12
+    assert solve_graph([*cands, useless], target, acc2, SolveConfig(t_max=4)).best.prediction.ms_per_token <= before + 1e-12
     zero = {k: RunLengths.iid(0.0) for k in acc}
-    sol = solve_graph(cands, target, zero, t_max=4)
+    sol = solve_graph(cands, target, zero, SolveConfig(t_max=4))
     assert sol.best.chain == (target.name,) and sol.best.widths == ()
 
 
 def test_hand_built_optimum():
     # a free perfect drafter: the widest batch wins; per token, (c_K(t_max + 1)) / (t_max + 1)
-    sol = solve_graph([Candidate("free", affine(0.0, 0))], Candidate("t", affine(10.0, 0)), {("free", "t"): RunLengths.iid(1.0)}, t_max=7)
+    sol = solve_graph(
+        [Candidate("free", affine(0.0, 0))], Candidate("t", affine(10.0, 0)), {("free", "t"): RunLengths.iid(1.0)}, SolveConfig(t_max=7)
+    )
     assert sol.best.widths == (7,) and sol.best.prediction.ms_per_token == pytest.approx(10.0 / 8)
     assert sol.best.prediction.mean_accepted_length == pytest.approx(8.0)
     assert sol.best_single == sol.best and sol.autoregressive.prediction.ms_per_token == 10.0
@@ -173,7 +177,6 @@ def test_hand_built_optimum():
 @pytest.mark.parametrize(
     "kwargs, fragment",
     [
-        (dict(t_max=0), "t_max must be >= 1"),
         (dict(acceptance={}), "no candidate has acceptance data against the target"),
         (dict(candidates=[]), "no drafter candidates"),
     ],
@@ -184,6 +187,12 @@ def test_solver_bad_input(kwargs, fragment):
     )
     with pytest.raises(SolverError, match=fragment):
         solve_graph(**(args | kwargs))
+
+
+@pytest.mark.parametrize("options", [dict(t_max=0), dict(top_k=0), dict(max_depth=-1)])
+def test_solve_options_are_checked_before_the_solver_runs(options):
+    with pytest.raises(ValidationError):
+        SolveConfig(**options)
 
 
 @pytest.mark.parametrize("horizon", [1, 7, 48])

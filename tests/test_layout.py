@@ -9,8 +9,9 @@ from pathlib import Path
 
 import hsd_planner
 from hsd_planner.plan import Plan, Prediction
+from hsd_planner.solving import SolveReport
 from hsd_planner.store import migrations_dir
-from hsd_planner.store.solves import PlanReport, SolveReport
+from hsd_planner.store.records import RankedPlan
 from hsd_planner.validation import LevelResult, PlanResult, ValidationReport
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +38,7 @@ def test_migrations_are_the_top_level_folder_when_installed_from_the_checkout():
 
 
 def test_json_keys_of_the_design_card():
-    plan = PlanReport(3, "best", ["ngram", "t"], [4], 10.0, 2.5, 3.0)
+    plan = RankedPlan(3, 1, "best", ["ngram", "t"], [4], 10.0, 2.5, 3.0)
     solve = SolveReport(1, "t", "w", "hw", "greedy", None, "empirical", 256, [plan]).to_dict()
     assert {"chain", "widths", "predicted_ms_per_token", "predicted_speedup", "plans"} <= set(solve)
     assert solve["chain"] == ["ngram", "t"] and solve["plans"][0]["id"] == 3

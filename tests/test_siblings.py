@@ -15,12 +15,11 @@ from hsd_planner.cli import cli
 from hsd_planner.plan import Profile
 from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from hsd_planner.profiling.siblings import greedy_siblings, rrs_accept, sampled_siblings, sibling_acceptance, sibling_sums
+from hsd_planner.stats import pool_siblings, resample_profiles
 from hsd_planner.store import open_engine, resolve_url
-from hsd_planner.store.bootstrap import resample_profiles
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.document import AcceptanceOut, AcceptancePromptOut
-from hsd_planner.store.reader import load_profile
-from hsd_planner.store.repo import pool_siblings
+from hsd_planner.store.profiles import load_profile
 from hsd_runtime import SamplingConfig, warp
 from tests.tiny import tiny_llama
 

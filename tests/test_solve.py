@@ -6,7 +6,7 @@ import sqlite3
 import pytest
 from click.testing import CliRunner
 
-from hsd_planner import Profile, predict, solve
+from hsd_planner import Profile, SolveConfig, predict, solve
 from hsd_planner.cli import cli
 from hsd_planner.plan.latency import Level, RunLengths, hierarchy_latency
 
@@ -95,7 +95,7 @@ PROFILE = {
 
 def test_planner_api_without_a_database():
     profile = Profile.model_validate(PROFILE)
-    sol = solve(profile, t_max=6, acceptance="iid", context_len=64)
+    sol = solve(profile, SolveConfig(t_max=6, acceptance="iid", context_len=64))
     assert sol.autoregressive.prediction.ms_per_token == 30.0
     assert sol.best.prediction.ms_per_token < sol.best_single.prediction.ms_per_token * 1.0000001
     again = predict(profile, list(sol.best.chain), list(sol.best.widths), acceptance="iid", context_len=64)
@@ -145,7 +145,7 @@ def test_solve_on_a_curated_profile_file_finishes():
 
 
 def test_a_pick_on_few_prompts_says_its_sample_is_thin(profiled, isolated_db):
-    from hsd_planner.store.solves import THIN_PROMPTS, SolveReport
+    from hsd_planner.solving import THIN_PROMPTS, SolveReport
 
     draft, target = str(profiled["draft"]), str(profiled["target"])
     report = json.loads(run("solve", "--require", draft, "--exclude", "ngram", "--json").output)

@@ -270,7 +270,7 @@ def test_greedy_tree_verification_walks_the_argmax():
 
 
 def test_a_one_level_tree_is_stored_and_read_back_as_a_tree():
-    from hsd_planner.store.solves import widths_from_json, widths_to_json
+    from hsd_planner.plan import widths_from_json, widths_to_json
 
     widths = [TreeShape((2,)), 3]
     assert widths_to_json(widths) == ["2x", 3] and widths_from_json(widths_to_json(widths)) == widths

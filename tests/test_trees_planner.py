@@ -13,15 +13,17 @@ from pydantic import ValidationError
 
 from hsd_planner.cli import cli
 from hsd_planner.errors import SolverError, StoreError
-from hsd_planner.plan import Profile, SolveConfig, predict, predict_over, solve, tokens_per_round
+from hsd_planner.plan import Profile, SolveConfig, predict, predict_over, solve, tokens_per_round, widths_from_json, widths_to_json
 from hsd_planner.plan.latency import Level, draft_cost, hierarchy_latency
 from hsd_planner.plan.rounds import RoundLaw, RunLengths, SiblingCurve
 from hsd_planner.plan.simulate import simulate
 from hsd_planner.plan.solver import MAX_BRANCHING, SOURCE, Candidate, solve_graph, tree_shapes
+from hsd_planner.solving import solve_and_store
 from hsd_planner.store import open_engine
 from hsd_planner.store.exchange import import_document, read_document
+from hsd_planner.store.plans import stored_widths
+from hsd_planner.store.records import RankedPlan
 from hsd_planner.store.schema import PlanRow
-from hsd_planner.store.solves import PlanReport, solve_and_store, widths_from_json, widths_to_json
 from hsd_runtime.shape import TreeShape
 from tests.test_latency_solver import _brute_force, _instance, _random_levels, affine
 
@@ -195,7 +197,7 @@ def test_solver_with_trees_equals_brute_force(seed):
         cands, target, acc = _instance(rng, rng.randint(1, 4), empirical=bool(offset % 2))
         sib = _siblings(rng, cands, target, acc)
         t_max, budget = rng.randint(1, 3), rng.randint(2, 12)
-        sol = solve_graph(cands, target, acc, t_max=t_max, top_k=3, siblings=sib, tree_budget=budget)
+        sol = solve_graph(cands, target, acc, SolveConfig(t_max=t_max, top_k=3, tree_budget=budget), siblings=sib)
         every = _enumerate(cands, target, acc, sib, t_max, budget)
         ms, chain, widths = every[0]
         assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
@@ -213,10 +215,10 @@ def test_trees_win_where_siblings_pay_and_chain_only_solves_are_unchanged():
     for _ in range(30):
         cands, target, acc = _instance(rng, rng.randint(1, 4), empirical=True)
         sib = _siblings(rng, cands, target, acc)
-        chain_only = solve_graph(cands, target, acc, t_max=4, top_k=4)
+        chain_only = solve_graph(cands, target, acc, SolveConfig(t_max=4, top_k=4))
         for other in (
-            solve_graph(cands, target, acc, t_max=4, top_k=4, siblings=sib, trees=False),
-            solve_graph(cands, target, acc, t_max=4, top_k=4, siblings={}),
+            solve_graph(cands, target, acc, SolveConfig(t_max=4, top_k=4, trees=False), siblings=sib),
+            solve_graph(cands, target, acc, SolveConfig(t_max=4, top_k=4), siblings={}),
         ):
             for a, b in zip(chain_only.top + chain_only.singles, other.top + other.singles, strict=True):
                 assert (a.chain, a.widths, a.prediction) == (b.chain, b.widths, b.prediction)
@@ -224,7 +226,7 @@ def test_trees_win_where_siblings_pay_and_chain_only_solves_are_unchanged():
         ms, chain, widths = _brute_force(cands, target, acc, 4)  # the chain-only enumeration
         assert (chain_only.best.chain, chain_only.best.widths) == (chain, widths)
         assert chain_only.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
-        with_trees = solve_graph(cands, target, acc, t_max=4, top_k=4, siblings=sib)
+        with_trees = solve_graph(cands, target, acc, SolveConfig(t_max=4, top_k=4), siblings=sib)
         assert with_trees.best.prediction.ms_per_token <= chain_only.best.prediction.ms_per_token * (1 + 1e-12)
         won += any(isinstance(w, TreeShape) for w in with_trees.best.widths)
     assert won >= 3  # random sibling curves often make a tree the best first level
@@ -234,13 +236,19 @@ def test_hand_built_tree_optimum():
     # chains are never accepted (A(1) = 0) but two siblings always are: the deepest all-branching
     # tree within 16 nodes is 2x2x2 (14 nodes), 4 tokens a round from a free drafter
     free, target = Candidate("free", affine(0.0, 0)), Candidate("t", affine(10.0, 0))
-    sol = solve_graph([free], target, {("free", "t"): RunLengths.iid(0.0)}, t_max=3, siblings={("free", "t"): SiblingCurve([0.0, 1.0])})
+    sol = solve_graph(
+        [free], target, {("free", "t"): RunLengths.iid(0.0)}, SolveConfig(t_max=3), siblings={("free", "t"): SiblingCurve([0.0, 1.0])}
+    )
     assert sol.best.widths == (TreeShape((2, 2, 2)),) and sol.best.label == "free[2x2x2] -> t"
     assert sol.best.prediction.ms_per_token == pytest.approx(2.5) and sol.best.prediction.mean_accepted_length == pytest.approx(4.0)
     assert sol.best_single == sol.best
     # a budget of 13 leaves no room for it: 2 levels of 2x2 at best, 3 tokens a round
     small = solve_graph(
-        [free], target, {("free", "t"): RunLengths.iid(0.0)}, t_max=3, siblings={("free", "t"): SiblingCurve([0.0, 1.0])}, tree_budget=13
+        [free],
+        target,
+        {("free", "t"): RunLengths.iid(0.0)},
+        SolveConfig(t_max=3, tree_budget=13),
+        siblings={("free", "t"): SiblingCurve([0.0, 1.0])},
     )
     assert small.best.prediction.mean_accepted_length == pytest.approx(3.0)
     assert all(w.nodes <= 13 for p in small.top for w in p.widths if isinstance(w, TreeShape))
@@ -250,7 +258,7 @@ def test_lookup_drafters_draft_no_trees_and_trees_enter_only_from_the_source():
     ngram, mid, target = Candidate("ngram", affine(0.01, 0), lookup=True), Candidate("mid", affine(3, 0.1)), Candidate("t", affine(30, 1))
     acc = {(a, b): RunLengths.iid(0.6) for a, b in [("ngram", "mid"), ("ngram", "t"), ("mid", "t")]}
     sib = {pair: SiblingCurve([0.6, 0.95, 0.99]) for pair in acc}
-    sol = solve_graph([ngram, mid], target, acc, t_max=4, top_k=10, siblings=sib)
+    sol = solve_graph([ngram, mid], target, acc, SolveConfig(t_max=4, top_k=10), siblings=sib)
     trees = [v for v in sol.graph if isinstance(v, tuple) and isinstance(v[1], TreeShape)]
     assert trees and all(name == "mid" for name, _ in trees)
     assert all(list(sol.graph.predecessors(v)) == [SOURCE] for v in trees)
@@ -262,9 +270,8 @@ def test_tree_budget_out_of_range(budget):
     args = dict(
         candidates=[Candidate("d", affine(1, 0))], target=Candidate("t", affine(10, 0)), acceptance={("d", "t"): RunLengths.iid(0.5)}
     )
-    with pytest.raises(SolverError, match="tree budget"):
-        solve_graph(**args, tree_budget=budget)
-    solve_graph(**args, tree_budget=budget, trees=False)  # no trees: the budget is not read
+    with pytest.raises(ValidationError, match="tree_budget"):
+        solve_graph(**args, config=SolveConfig(tree_budget=budget))
 
 
 # --- the planner API ------------------------------------------------------------------------------
@@ -288,7 +295,7 @@ PROFILE = {
 def test_planner_solves_and_predicts_trees():
     profile = Profile.model_validate(PROFILE)
     assert set(profile.siblings_curves()) == {("ngram", "big"), ("small", "big")}
-    sol = solve(profile, t_max=6, acceptance="iid", context_len=64)
+    sol = solve(profile, SolveConfig(t_max=6, acceptance="iid", context_len=64))
     best = sol.best
     assert isinstance(best.widths[0], TreeShape) and best.chain[0] == "small"
     again = predict(profile, list(best.chain), list(best.widths), acceptance="iid", context_len=64)
@@ -297,10 +304,10 @@ def test_planner_solves_and_predicts_trees():
     over = predict_over(profile, list(best.chain), list(best.widths), "iid", [64, 64])
     assert over.ms_per_token == pytest.approx(again.ms_per_token)
     assert tokens_per_round(profile, best.chain, best.widths, "iid") == [None, pytest.approx(best.prediction.mean_accepted_length)]
-    chains = solve(profile, t_max=6, acceptance="iid", context_len=64, trees=False)
+    chains = solve(profile, SolveConfig(t_max=6, acceptance="iid", context_len=64, trees=False))
     assert not any(isinstance(w, TreeShape) for p in chains.top + chains.singles for w in p.widths)
     assert chains.best.prediction.ms_per_token > best.prediction.ms_per_token
-    small = solve(profile, t_max=6, acceptance="iid", context_len=64, tree_budget=4, top_k=20)
+    small = solve(profile, SolveConfig(t_max=6, acceptance="iid", context_len=64, tree_budget=4, top_k=20))
     assert all(w.nodes <= 4 for p in small.top for w in p.widths if isinstance(w, TreeShape))
 
 
@@ -347,14 +354,14 @@ def test_widths_round_trip_as_json():
     stored = json.loads(json.dumps(widths_to_json(widths)))
     assert stored == ["3x2x1", 4, 2] and widths_from_json(stored) == widths
     with pytest.raises(StoreError, match="cannot be read back"):
-        widths_from_json(["3y2"])
+        stored_widths(["3y2"])
 
 
 @pytest.fixture
 def curated_db(tmp_path, monkeypatch):
     """The curated profile in a database file, read back with a generous sibling curve for the
     draft -> target pair (the store itself does not carry curves here)."""
-    from hsd_planner.store import solves
+    from hsd_planner.solving import runner as solves
 
     engine = open_engine(str(tmp_path / "curated.db"))
     import_document(engine, read_document(CURATED))
@@ -393,7 +400,7 @@ def test_stored_tree_plans_round_trip(curated_db):
 
 def test_plan_report_prints_trees():
     tree = TreeShape((2, 2))
-    report = PlanReport.of(_tree_plan(tree), "best")
+    report = RankedPlan.of(1, 1, (_tree_plan(tree), "best", None, None))
     assert report.label == "d[2x2] -> t" and report.to_dict()["widths"] == ["2x2"]
 
 
@@ -403,9 +410,8 @@ def _tree_plan(tree: TreeShape):
         [Candidate("d", affine(0.0, 0))],
         Candidate("t", affine(10.0, 0)),
         {("d", "t"): RunLengths.iid(0.0)},
-        t_max=2,
+        SolveConfig(t_max=2, tree_budget=tree.nodes),
         siblings={("d", "t"): SiblingCurve([0.0, 1.0])},
-        tree_budget=tree.nodes,
     )
     assert sol.best.widths == (tree,)
     return sol.best

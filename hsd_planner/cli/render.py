@@ -14,8 +14,8 @@ from ..export import ExportReport, write_export
 from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
+from ..solving import THIN_PROMPTS, SolveReport
 from ..store.exchange import ProfileDocument
-from ..store.solves import THIN_PROMPTS, SolveReport
 from ..validation import GenerateReport, ValidationReport
 
 __all__ = [

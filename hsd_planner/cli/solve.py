@@ -11,9 +11,9 @@ from ..export import export_plan, parse_model_map
 from ..plan import SolveConfig
 from ..profiling.hardware import this_machine
 from ..profiling.sources import absolute_spec, absolute_specs
+from ..solving import solve_and_store
 from ..store import open_engine, open_memory_engine
 from ..store.exchange import import_document, read_document
-from ..store.solves import solve_and_store
 from .options import db_option, export_options, json_option, mode_options, solve_options, split_specs
 from .render import emit_solve
 

@@ -8,10 +8,9 @@ from hsd_runtime.shape import TreeShape
 from hsd_runtime.spec import parse_spec
 
 from ..errors import ExportError
-from ..plan import Plan
+from ..plan import Plan, widths_to_json
 from ..store import Engine
-from ..store.plans import StoredPlan, load_plan
-from ..store.solves import widths_to_json
+from ..store.plans import SolvedPlan, load_plan
 from .names import check_mapped
 from .restrict import restricted_solve, restrictions, unloadable
 from .schema import PLAN_SCHEMA_VERSION, HardwareInfo, PlanDocument, ProfileInfo, ScheduleEntry, StackPlan, WorkloadInfo
@@ -112,20 +111,21 @@ def export_plan(
     return ExportReport(fmt, stack.name, stack.version, stored.plan_id, stored.plan, exported, reasons, rendered.payload, text)
 
 
-def _for_stack(stored: StoredPlan, stack: Stack) -> tuple[Plan, list[str]]:
+def _for_stack(stored: SolvedPlan, stack: Stack) -> tuple[Plan, list[str]]:
     """The plan ``stack`` runs (the pick, or the restricted optimum) and why it is not the pick."""
     reasons = restrictions(stored.profile, stored.plan, stack)
     if not reasons:
         return stored.plan, []
-    plan = restricted_solve(stored.profile, stack, stored.t_max, stored.acceptance, stored.contexts, stored.max_depth)
+    solve = stored.solve
+    plan = restricted_solve(stored.profile, stack, solve.t_max, solve.acceptance_model, stored.contexts, solve.max_depth)
     return plan, reasons
 
 
-def _served(stored: StoredPlan, plan: Plan, names: dict[str, str]) -> Served:
+def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
     def name(spec: str) -> str:
         return names.get(spec, spec)
 
-    mode, temperature = stored.mode, stored.temperature
+    mode, temperature = stored.solve.setting.mode, stored.solve.temperature
     if not plan.depth:
         return Served(name(plan.chain[-1]), None, False, 0, 0, mode, temperature)
     drafter, k = plan.chain[0], plan.widths[0]
@@ -135,7 +135,7 @@ def _served(stored: StoredPlan, plan: Plan, names: dict[str, str]) -> Served:
     return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature)
 
 
-def plan_document(stored: StoredPlan) -> PlanDocument:
+def plan_document(stored: SolvedPlan) -> PlanDocument:
     """The versioned document of a stored plan, with the best plan of each stack's newest version."""
     plan, p = stored.plan, stored.plan.prediction
     widths = widths_to_json(plan.widths)
@@ -155,14 +155,23 @@ def plan_document(stored: StoredPlan) -> PlanDocument:
                 predicted_speedup=e.speedup,
             )
         )
+    solve, hw, wl = stored.solve, stored.solve.hardware, stored.solve.workload
     profile = ProfileInfo(
-        hardware=HardwareInfo(**stored.hardware),
-        dtype=stored.dtype,
-        workload=WorkloadInfo(**stored.workload),
-        mode=stored.mode,
-        temperature=stored.temperature,
-        acceptance_model=stored.acceptance,
-        context_len=stored.context_len,
+        hardware=HardwareInfo(
+            fingerprint=hw.fingerprint,
+            device=hw.device,
+            device_name=hw.device_name,
+            capability=hw.capability,
+            threads=hw.threads,
+            torch_version=hw.torch_version,
+            kernels=hw.kernels,
+        ),
+        dtype=solve.setting.dtype,
+        workload=WorkloadInfo(name=wl.name, content_hash=wl.content_hash, prompts=wl.count),
+        mode=solve.setting.mode,
+        temperature=solve.temperature,
+        acceptance_model=solve.acceptance_model,
+        context_len=solve.context_len,
     )
     return PlanDocument(
         chain=list(plan.chain),
@@ -174,5 +183,5 @@ def plan_document(stored: StoredPlan) -> PlanDocument:
         profile=profile,
         stacks=stacks,
         plan_id=stored.plan_id,
-        solve_id=stored.solve_id,
+        solve_id=stored.solve.id,
     )

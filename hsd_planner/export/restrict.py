@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from hsd_runtime.shape import TreeShape
 from hsd_runtime.spec import parse_spec
 
-from ..plan import Plan, Profile, predict, solve
+from ..plan import Plan, Profile, SolveConfig, predict, solve
 from ..vocab import AcceptanceModel
 from .stacks import Stack
 
@@ -66,4 +66,5 @@ def restricted_solve(
     pairs = profile.pairs(acceptance)
     if depth == 0 or not any((name, target) in pairs for name in usable):
         return Plan((target,), (), predict(profile, [target], [], acceptance, contexts))
-    return solve(profile, t_max, 1, depth, acceptance, contexts, exclude, (), stack.trees).best
+    config = SolveConfig(t_max=t_max, top_k=1, max_depth=depth, acceptance=acceptance, exclude=tuple(exclude), trees=stack.trees)
+    return solve(profile, config, contexts).best

@@ -10,10 +10,11 @@ the runtime's torch-free :mod:`hsd_runtime.shape` (draft-tree shapes) and :mod:`
 from .config import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT, SolveConfig
 from .latency import Level, Prediction, hierarchy_latency
 from .planner import predict, predict_over, solve, tokens_per_round
+from .plans import Plan, format_chain, widths_from_json, widths_to_json
 from .profile import LatencyCurve, ModelProfile, PairAcceptance, Profile
-from .rounds import RoundLaw, RunLengths, SiblingCurve
+from .rounds import RoundLaw, RunLengths, SiblingCurve, monotone_probabilities
 from .simulate import simulate
-from .solver import Candidate, Plan, Solution, format_chain, solve_graph, tree_shapes
+from .solver import Candidate, Solution, solve_graph, tree_shapes
 
 __all__ = [
     "SOLVE_DEFAULTS",
@@ -34,6 +35,7 @@ __all__ = [
     "SolveConfig",
     "format_chain",
     "hierarchy_latency",
+    "monotone_probabilities",
     "predict",
     "predict_over",
     "simulate",
@@ -41,4 +43,6 @@ __all__ = [
     "solve_graph",
     "tokens_per_round",
     "tree_shapes",
+    "widths_from_json",
+    "widths_to_json",
 ]

@@ -21,7 +21,11 @@ TREE_BUDGET_LIMIT = MAX_TREE_NODES
 
 
 class SolveConfig(BaseModel):
-    """The options of :func:`hsd_planner.plan.solve` and ``hsd-plan solve``, with their defaults."""
+    """The options of :func:`hsd_planner.plan.solve` and ``hsd-plan solve``, with their defaults.
+
+    >>> SolveConfig(t_max=4).model_copy(update={"top_k": 1}).top_k
+    1
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

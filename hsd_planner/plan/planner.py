@@ -16,7 +16,7 @@ from hsd_runtime.shape import TreeShape, Width
 
 from ..errors import SolverError
 from ..vocab import AcceptanceModel
-from .config import DEFAULT_CONTEXT
+from .config import DEFAULT_CONTEXT, SolveConfig
 from .config import SOLVE_DEFAULTS as _D
 from .latency import Level, Prediction, hierarchy_latency
 from .profile import Profile
@@ -26,44 +26,25 @@ from .solver import Candidate, Solution, solve_graph
 __all__ = ["predict", "predict_over", "solve", "tokens_per_round"]
 
 
-def solve(
-    profile: Profile,
-    t_max: int = _D.t_max,
-    top_k: int = _D.top_k,
-    max_depth: int | None = _D.max_depth,
-    acceptance: AcceptanceModel = _D.acceptance,
-    context_len: int | Sequence[int] = DEFAULT_CONTEXT,
-    exclude: Sequence[str] = _D.exclude,
-    require: Sequence[str] = _D.require,
-    trees: bool = _D.trees,
-    tree_budget: int = _D.tree_budget,
-) -> Solution:
+def solve(profile: Profile, config: SolveConfig = _D, contexts: int | Sequence[int] | None = None) -> Solution:
     """Rank hierarchies for ``profile.target``: best, top-k, best single drafters, autoregressive.
 
-    ``exclude`` drops candidates; every hierarchy returned contains all of ``require``. With
-    ``trees``, the first drafter may draft a tree of at most ``tree_budget`` nodes for a verifier
-    it has a sibling-acceptance curve with (:meth:`Profile.siblings_curves`).
+    ``config`` holds every option (:class:`SolveConfig`): candidates in ``exclude`` are dropped,
+    every hierarchy returned contains all of ``require``, and with ``trees`` the first drafter may
+    draft a tree of at most ``tree_budget`` nodes for a verifier it has a sibling-acceptance curve
+    with (:meth:`Profile.siblings_curves`). Cost curves are read at ``contexts`` (several: their
+    mean cost), else at ``config.context_len``, else at DEFAULT_CONTEXT.
     """
-    if profile.target in exclude:
+    if profile.target in config.exclude:
         raise SolverError(f"{profile.target} is the target; it cannot be excluded (choose another --target)")
-    require = [r for r in require if r != profile.target]  # the target is in every hierarchy
-    target = Candidate(profile.target, profile.cost(profile.target, context_len))
-    names = [m.name for m in profile.models if m.name != profile.target and m.name not in exclude]
-    pairs = profile.pairs(acceptance)
+    at = contexts if contexts is not None else config.context_len or DEFAULT_CONTEXT
+    target = Candidate(profile.target, profile.cost(profile.target, at))
+    names = [m.name for m in profile.models if m.name != profile.target and m.name not in config.exclude]
+    pairs = profile.pairs(config.acceptance)
     usable = [n for n in names if any(d == n for d, _ in pairs)]
-    candidates = [Candidate(n, profile.cost(n, context_len), profile.model(n).lookup) for n in usable]
-    return solve_graph(
-        candidates,
-        target,
-        pairs,
-        t_max=t_max,
-        top_k=top_k,
-        max_depth=max_depth,
-        require=require,
-        siblings=profile.siblings_curves(),
-        trees=trees,
-        tree_budget=tree_budget,
-    )
+    candidates = [Candidate(n, profile.cost(n, at), profile.model(n).lookup) for n in usable]
+    require = tuple(r for r in config.require if r != profile.target)  # the target is in every hierarchy
+    return solve_graph(candidates, target, pairs, config.model_copy(update={"require": require}), siblings=profile.siblings_curves())
 
 
 def _check_widths(profile: Profile, chain: Sequence[str], widths: Sequence[Width]) -> None:

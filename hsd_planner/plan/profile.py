@@ -2,7 +2,7 @@
 
 Plain data a serving stack can build itself (no database, no torch):
 
-    >>> from hsd_planner.plan import Profile, solve
+    >>> from hsd_planner.plan import Profile, SolveConfig, solve
     >>> profile = Profile(
     ...     target="big",
     ...     models=[
@@ -16,7 +16,7 @@ Plain data a serving stack can build itself (no database, no torch):
     ...         {"drafter": "small", "verifier": "big", "alpha": 0.8},
     ...     ],
     ... )
-    >>> plan = solve(profile, t_max=8).best
+    >>> plan = solve(profile, SolveConfig(t_max=8)).best
     >>> plan.chain[-1], plan.prediction.speedup > 2
     ('big', True)
 

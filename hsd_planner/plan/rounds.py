@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from hsd_runtime.shape import TreeShape
 
-__all__ = ["RoundLaw", "RunLengths", "SiblingCurve"]
+__all__ = ["RoundLaw", "RunLengths", "SiblingCurve", "monotone_probabilities"]
 
 
 class RunLengths:
@@ -57,14 +57,27 @@ class RunLengths:
         return table[-1] * ratio ** (g - len(table) + 1)
 
 
+def monotone_probabilities(values: Sequence[float], increasing: bool) -> list[float]:
+    """``values`` clamped to [0, 1] and made monotone from the first on: non-decreasing (a sibling
+    curve: one more sibling only adds a chance) or non-increasing (a survival function). A step
+    the wrong way is estimation noise; it is flattened, never turned into a gain.
+
+    >>> monotone_probabilities([0.4, 0.6, 0.55, 1.2], increasing=True)
+    [0.4, 0.6, 0.6, 1.0]
+    >>> monotone_probabilities([1.0, 0.5, 0.7, -0.1], increasing=False)
+    [1.0, 0.5, 0.5, 0.0]
+    """
+    out = [min(1.0, max(0.0, float(v))) for v in values]
+    for k in range(1, len(out)):
+        out[k] = max(out[k], out[k - 1]) if increasing else min(out[k], out[k - 1])
+    return out
+
+
 def _survival(values: Sequence[float]) -> list[float]:
     """Clamp to [0, 1] and make non-increasing; P(G >= 0) must be 1."""
     if not values or abs(values[0] - 1.0) > 1e-9:
         raise ValueError("run lengths must start with P(G >= 0) = 1")
-    s = [min(1.0, max(0.0, float(v))) for v in values]
-    for g in range(1, len(s)):  # a survival function cannot increase
-        s[g] = min(s[g], s[g - 1])
-    return s
+    return monotone_probabilities(values, increasing=False)
 
 
 class SiblingCurve:
@@ -83,10 +96,7 @@ class SiblingCurve:
     def __init__(self, values: Sequence[float]) -> None:
         if not values:
             raise ValueError("a sibling-acceptance curve needs at least A(1)")
-        a = [min(1.0, max(0.0, float(v))) for v in values]
-        for k in range(1, len(a)):
-            a[k] = max(a[k], a[k - 1])
-        self._a = tuple(a)
+        self._a = tuple(monotone_probabilities(values, increasing=True))
 
     @property
     def values(self) -> tuple[float, ...]:

@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from hsd_runtime.shape import TreeShape, Width
-from hsd_runtime.vocab import MAX_TREE_NODES
 
 from ..errors import SolverError
+from .config import SOLVE_DEFAULTS, SolveConfig
 from .latency import CostCurve, Prediction, draft_cost, verify_size
+from .plans import Plan
 from .rounds import RoundLaw, RunLengths, SiblingCurve
 
-__all__ = ["MAX_BRANCHING", "Candidate", "Plan", "Solution", "format_chain", "solve_graph", "tree_shapes"]
+__all__ = ["MAX_BRANCHING", "Candidate", "Solution", "solve_graph", "tree_shapes"]
 
 SOURCE, TARGET = "source", "target"
 
@@ -51,15 +52,6 @@ class Candidate:
     name: str
     cost: CostCurve
     lookup: bool = False
-
-
-def format_chain(chain: Sequence[str], widths: Sequence[Width]) -> str:
-    """``ngram[4] -> m:layers=8[2] -> m``: each drafter with its width (or tree shape), then the target.
-
-    >>> format_chain(["ngram", "t"], [4]), format_chain(["m", "t"], [TreeShape((3, 2, 1))])
-    ('ngram[4] -> t', 'm[3x2x1] -> t')
-    """
-    return " -> ".join([f"{m}[{w}]" for m, w in zip(chain, widths)] + [chain[-1]])
 
 
 def tree_shapes(max_depth: int, budget: int) -> list[TreeShape]:
@@ -86,26 +78,6 @@ def tree_shapes(max_depth: int, budget: int) -> list[TreeShape]:
     return sorted(out, key=lambda s: (s.depth, s.branching))
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A hierarchy: drafters smallest first, then the target, with one width per drafter
-    (the first may be a tree shape)."""
-
-    chain: tuple[str, ...]
-    widths: tuple[Width, ...]
-    prediction: Prediction
-
-    @property
-    def depth(self) -> int:
-        """The number of drafter levels."""
-        return len(self.widths)
-
-    @property
-    def label(self) -> str:
-        """The plan as one line, e.g. ``ngram[4] -> m`` or ``d[3x2x1] -> m``."""
-        return format_chain(self.chain, self.widths)
-
-
 @dataclass
 class Solution:
     """The ranked hierarchies of one solve."""
@@ -122,15 +94,7 @@ class Solution:
         return self.singles[0] if self.singles else None
 
 
-def _validate(candidates, target, acceptance, t_max, top_k, max_depth, trees, tree_budget) -> None:
-    if t_max < 1:
-        raise SolverError(f"the width limit t_max must be >= 1, got {t_max}")
-    if top_k < 1:
-        raise SolverError(f"top_k must be >= 1, got {top_k}")
-    if max_depth is not None and max_depth < 0:
-        raise SolverError(f"max_depth must be >= 0, got {max_depth}")
-    if trees and not 2 <= tree_budget <= MAX_TREE_NODES:
-        raise SolverError(f"the tree budget must be in 2..{MAX_TREE_NODES} nodes, got {tree_budget}")
+def _validate(candidates: Sequence[Candidate], target: Candidate, acceptance: Mapping[tuple[str, str], RunLengths]) -> None:
     if not candidates:
         raise SolverError("there are no drafter candidates; profile at least one drafter together with the target")
     names = [c.name for c in candidates]
@@ -164,13 +128,8 @@ def solve_graph(
     candidates: Sequence[Candidate],
     target: Candidate,
     acceptance: Mapping[tuple[str, str], RunLengths],
-    t_max: int = 8,
-    top_k: int = 5,
-    max_depth: int | None = None,
-    require: Sequence[str] = (),
+    config: SolveConfig = SOLVE_DEFAULTS,
     siblings: Mapping[tuple[str, str], SiblingCurve] | None = None,
-    trees: bool = True,
-    tree_budget: int = 16,
 ) -> Solution:
     """The latency-optimal hierarchies over ``candidates`` for ``target``.
 
@@ -178,62 +137,89 @@ def solve_graph(
         candidates: drafter candidates (not the target); ordered by c(1), cheapest lowest.
         target: the target model.
         acceptance: ``(drafter, verifier) -> RunLengths``; a missing pair is an absent edge.
-        t_max: the largest width tried at any level, and the deepest tree.
-        top_k: how many hierarchies to return, best first.
-        max_depth: the most drafter levels (None: no limit).
-        require: names every returned hierarchy must contain.
+        config: ``t_max`` (the largest width at any level, and the deepest tree), ``top_k``,
+            ``max_depth``, ``require`` (names every returned hierarchy must contain), ``trees``
+            and ``tree_budget`` (whether level 0 may draft a tree of :func:`tree_shapes`, and
+            its most nodes); its profile-level options (acceptance model, contexts, exclusions)
+            are the caller's, already applied to the other arguments.
         siblings: ``(drafter, verifier) -> SiblingCurve``; a pair missing here drafts no tree
             for that verifier (None: no trees at all).
-        trees: whether level 0 may draft a tree (:func:`tree_shapes`).
-        tree_budget: the most nodes a tree may have (what one verify pass checks).
 
     >>> flat = lambda ms: (lambda n: ms)
-    >>> sol = solve_graph([Candidate("d", flat(1.0))], Candidate("t", flat(10.0)), {("d", "t"): RunLengths.iid(0.9)}, t_max=4)
+    >>> d, t = Candidate("d", flat(1.0)), Candidate("t", flat(10.0))
+    >>> sol = solve_graph([d], t, {("d", "t"): RunLengths.iid(0.9)}, SolveConfig(t_max=4))
     >>> sol.best.chain, sol.best.widths
     (('d', 't'), (4,))
-    >>> sol = solve_graph([Candidate("d", flat(1.0))], Candidate("t", flat(10.0)), {("d", "t"): RunLengths.iid(0.5)},
-    ...                   t_max=4, siblings={("d", "t"): SiblingCurve([0.5, 0.8, 0.9, 0.95])})
-    >>> sol.best.label
+    >>> curve = SiblingCurve([0.5, 0.8, 0.9, 0.95])
+    >>> solve_graph([d], t, {("d", "t"): RunLengths.iid(0.5)}, SolveConfig(t_max=4), siblings={("d", "t"): curve}).best.label
     'd[4x3] -> t'
     """
-    _validate(candidates, target, acceptance, t_max, top_k, max_depth, trees, tree_budget)
+    _validate(candidates, target, acceptance)
+    require = config.require
     missing = [r for r in require if r not in {c.name for c in candidates}]
     if missing:
         raise SolverError(f"required model {missing[0]} is not among the profiled candidates")
-    bit = {name: 1 << i for i, name in enumerate(require)}
-    full = (1 << len(require)) - 1
     order = sorted(candidates, key=lambda c: c.cost(1))
-    depth_cap = max_depth if max_depth is not None else len(order)
-    widths = range(1, t_max + 1)
+    depth_cap = config.max_depth if config.max_depth is not None else len(order)
     curves = siblings or {}
-    shapes = tree_shapes(t_max, tree_budget) if trees and curves else []
+    shapes = tree_shapes(config.t_max, config.tree_budget) if config.trees and curves else []
+    graph = _graph(order, target, acceptance, curves, range(1, config.t_max + 1), shapes, depth_cap >= 1)
+    labels = _labels(graph, config.top_k, depth_cap, {name: 1 << i for i, name in enumerate(require)}, config.max_depth is not None)
+    full = (1 << len(require)) - 1
+    plans = [_plan(path, target, d, graph) for d, _, mask, path in labels if mask == full]
+    if not plans:
+        raise SolverError(f"no hierarchy contains every required model ({', '.join(require)}) with measured acceptance along it")
+    plans.sort(key=lambda p: p.prediction.ms_per_token)
+    auto = _plan((), target, target.cost(1), graph)
+    singles = _singles(order, target, graph) if depth_cap >= 1 else []
+    return Solution(best=plans[0], top=plans[: config.top_k], singles=singles, autoregressive=auto, graph=graph)
 
+
+def _graph(
+    order: Sequence[Candidate],
+    target: Candidate,
+    acceptance: Mapping[tuple[str, str], RunLengths],
+    curves: Mapping[tuple[str, str], SiblingCurve],
+    widths: range,
+    shapes: Sequence[TreeShape],
+    drafters: bool,
+) -> nx.DiGraph:
+    """The DAG of the module docstring: edges carry ``w`` and ``g`` of D(v) = g (D(u) + w), and
+    an edge into the target its round ``law``. Without ``drafters``, autoregressive decoding only."""
     graph = nx.DiGraph()
     graph.add_node(SOURCE)
     graph.add_node(TARGET)
     graph.add_edge(SOURCE, TARGET, w=target.cost(1), g=1.0)
-    if depth_cap >= 1:
-        for c in order:
+    if not drafters:
+        return graph
+    t_max = widths[-1]
+    for c in order:
+        for t in widths:
+            graph.add_edge(SOURCE, (c.name, t), w=draft_cost(c.cost, c.lookup, t), g=1.0)
+    for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
+        for b, law in _batches(lo, hi.name, acceptance, curves, widths, shapes):
+            w = hi.cost(verify_size(b))
+            rounds = law.rounds(t_max)
             for t in widths:
-                graph.add_edge(SOURCE, (c.name, t), w=draft_cost(c.cost, c.lookup, t), g=1.0)
-        for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
-            for b, law in _batches(lo, hi.name, acceptance, curves, widths, shapes):
-                w = hi.cost(verify_size(b))
-                rounds = law.rounds(t_max)
-                for t in widths:
-                    graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
-        for c in order:
-            for b, law in _batches(c, target.name, acceptance, curves, widths, shapes):
-                graph.add_edge((c.name, b), TARGET, w=target.cost(verify_size(b)), g=1.0 / law.mean, law=law)
-        # a tree only ever enters from the source; its node exists when some verifier can take it
-        for c in order:
-            for shape in shapes:
-                if (c.name, shape) in graph:
-                    graph.add_edge(SOURCE, (c.name, shape), w=draft_cost(c.cost, c.lookup, shape), g=1.0)
+                graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
+    for c in order:
+        for b, law in _batches(c, target.name, acceptance, curves, widths, shapes):
+            graph.add_edge((c.name, b), TARGET, w=target.cost(verify_size(b)), g=1.0 / law.mean, law=law)
+    # a tree only ever enters from the source; its node exists when some verifier can take it
+    for c in order:
+        for shape in shapes:
+            if (c.name, shape) in graph:
+                graph.add_edge(SOURCE, (c.name, shape), w=draft_cost(c.cost, c.lookup, shape), g=1.0)
+    return graph
 
-    # labels[v]: up to top_k (D, depth, required-mask, path) with the smallest D per group;
-    # path = ((name, width), ...). Labels of different depth (under a cap) or different sets of
-    # required models are not comparable, so each group keeps its own k best.
+
+def _labels(graph: nx.DiGraph, top_k: int, depth_cap: int, bit: Mapping[str, int], by_depth: bool) -> list[tuple[float, int, int, tuple]]:
+    """The labels reaching the target, in one pass in topological order.
+
+    A label is (D, depth, required-mask, path), path = ((name, width), ...); each node keeps the
+    ``top_k`` smallest D per group. Labels of different depth (under a cap, ``by_depth``) or
+    different sets of required models (``bit``) are not comparable, so each group keeps its own.
+    """
     labels: dict[object, list[tuple[float, int, int, tuple]]] = {SOURCE: [(0.0, 0, 0, ())]}
     for v in nx.topological_sort(graph):
         if v == SOURCE:
@@ -242,21 +228,11 @@ def solve_graph(
         for u, _, e in graph.in_edges(v, data=True):
             for d, depth, mask, path in labels.get(u, []):
                 if v == TARGET:
-                    if mask == full:
-                        found.append((e["g"] * (d + e["w"]), depth, mask, path))
-                    continue
-                if depth + 1 > depth_cap:
-                    continue
-                found.append((e["g"] * (d + e["w"]), depth + 1, mask | bit.get(v[0], 0), path + (v,)))
-        labels[v] = _keep(found, top_k, by_depth=max_depth is not None)
-
-    plans = [_plan(path, target, d, graph) for d, _, _, path in labels[TARGET]]
-    if not plans:
-        raise SolverError(f"no hierarchy contains every required model ({', '.join(require)}) with measured acceptance along it")
-    plans.sort(key=lambda p: p.prediction.ms_per_token)
-    auto = _plan((), target, target.cost(1), graph)
-    singles = _singles(order, target, graph) if depth_cap >= 1 else []
-    return Solution(best=plans[0], top=plans[:top_k], singles=singles, autoregressive=auto, graph=graph)
+                    found.append((e["g"] * (d + e["w"]), depth, mask, path))
+                elif depth + 1 <= depth_cap:
+                    found.append((e["g"] * (d + e["w"]), depth + 1, mask | bit.get(v[0], 0), path + (v,)))
+        labels[v] = _keep(found, top_k, by_depth)
+    return labels[TARGET]
 
 
 def _keep(found: list, k: int, by_depth: bool) -> list:

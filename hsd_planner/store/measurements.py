@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from ..plan import LatencyCurve
 from ..vocab import Mode
-from .reader import latency_curve
+from .profiles import latency_curve
 from .records import (
     ContinuationKey,
     HardwareRecord,

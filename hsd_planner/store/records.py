@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from hsd_runtime.shape import Width
 
+from ..plan import Plan, format_chain, widths_to_json
 from ..vocab import AcceptanceModel, Mode, PlanKind
 
 __all__ = [
@@ -20,9 +21,10 @@ __all__ = [
     "LatencyPoint",
     "ModelFacts",
     "PairAcceptanceRecord",
-    "PlanRecord",
     "PromptAcceptance",
     "PromptPairKey",
+    "RankedPlan",
+    "Ranking",
     "RunKeys",
     "SettingRecord",
     "SolveRecord",
@@ -163,7 +165,7 @@ class SolveRecord:
 
     id: int
     target: str
-    workload: str
+    workload: WorkloadRecord
     workload_id: int
     setting_id: int
     hardware_id: int
@@ -174,19 +176,45 @@ class SolveRecord:
     setting: SettingRecord
     hardware: HardwareRecord
 
+    @property
+    def temperature(self) -> float | None:
+        """The sampling temperature acceptance was measured at (None for greedy decoding)."""
+        return self.setting.temperature if self.setting.mode == "sample" else None
+
+
+# a plan as a solve ranks it before the store numbers it: the plan, its kind, its 90% interval of
+# predicted speed-up (None: no bootstrap) and whether that overlaps the pick's
+Ranking = tuple[Plan, PlanKind, tuple[float, float] | None, bool | None]
+
 
 @dataclass(frozen=True)
-class PlanRecord:
-    """One stored plan of a solve, with the prediction the solve made."""
+class RankedPlan:
+    """A plan as a solve ranked and stored it: its id, its role, the prediction and how sure it is."""
 
     id: int
     solve_id: int
-    rank: int
     kind: PlanKind
     chain: list[str]
     widths: list[Width]  # the first may be a draft tree
     predicted_ms_per_token: float
     predicted_mean_accepted_length: float
     predicted_speedup: float
-    speedup_interval: tuple[float, float] | None = None
-    tied: bool | None = None
+    speedup_interval: tuple[float, float] | None = None  # 5th-95th percentile over bootstrap resamples of the prompts
+    tied: bool | None = None  # the interval overlaps the pick's: the profile cannot tell them apart
+
+    @classmethod
+    def of(cls, plan_id: int, solve_id: int, ranking: Ranking) -> RankedPlan:
+        """The plan of ``ranking`` as stored under ``plan_id`` in solve ``solve_id``."""
+        plan, kind, interval, tied = ranking
+        p = plan.prediction
+        return cls(
+            plan_id, solve_id, kind, list(plan.chain), list(plan.widths), p.ms_per_token, p.mean_accepted_length, p.speedup, interval, tied
+        )
+
+    @property
+    def label(self) -> str:
+        return format_chain(self.chain, self.widths)
+
+    def to_dict(self) -> dict:
+        """The JSON of a plan in ``hsd-plan solve --json`` (the solve's id is the report's)."""
+        return {**{k: v for k, v in vars(self).items() if k != "solve_id"}, "widths": widths_to_json(self.widths)}

@@ -1,14 +1,14 @@
-"""Small queries on the profiling database shared by the commands."""
+"""Rows found by their natural key, inserted when missing, and a pair's pooled acceptance kept current."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
+from ..stats import pool_prompts, pool_siblings
 from .records import HardwareRecord, ModelFacts, WorkloadRecord
 from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
 
@@ -17,8 +17,6 @@ __all__ = [
     "get_or_create",
     "hardware_row",
     "model_row",
-    "pool_prompts",
-    "pool_siblings",
     "record_probe",
     "setting_row",
     "workload_row",
@@ -102,56 +100,6 @@ def setting_row(session: Session, mode: str, temperature: float, top_p: float, d
         Setting,
         {"mode": mode, "temperature": temperature, "top_p": top_p, "dtype": dtype, "max_new_tokens": max_new_tokens},
     )
-
-
-def pool_prompts(rows: Sequence[Any]) -> tuple[float, int, list[float], list[list[float] | None] | None]:
-    """(alpha, positions, run_lengths, visited) pooled over per-prompt acceptance rows (ratios of
-    sums, as tokens per round are). Rows may repeat: a bootstrap resample pools a prompt twice."""
-    positions = sum(r.positions for r in rows)
-    g_len = max(len(r.run_sum) for r in rows)
-    sums = [sum(r.run_sum[g] for r in rows if g < len(r.run_sum)) for g in range(g_len)]
-    counts = [sum(r.run_count[g] for r in rows if g < len(r.run_count)) for g in range(g_len)]
-    run_lengths = [s / c for s, c in zip(sums, counts) if c > 0]
-    alpha = sum(r.alpha_sum for r in rows) / positions if positions else 0.0
-    return alpha, positions, run_lengths, _visited(rows)
-
-
-def _visited(rows: Sequence[Any]) -> list[list[float] | None] | None:
-    """P_b(G >= g) pooled over prompts (a ratio of sums, as tokens per round are); None when a
-    prompt predates visited sums, so old and new measurements are never mixed."""
-    if any(r.visit_sum is None for r in rows):
-        return None
-    out = []
-    for b in range(1, min(len(r.visit_sum) for r in rows) + 1):
-        weight = sum(r.visit_count[b - 1] for r in rows)
-        sums = [sum(r.visit_sum[b - 1][g] for r in rows) for g in range(b + 1)]
-        out.append([x / weight for x in sums] if weight > 0 else None)
-    return out
-
-
-def pool_siblings(rows: Sequence[Any]) -> list[float] | None:
-    """A(k), k = 1..K, pooled over per-prompt rows: ``sum siblings_sum[k - 1] / sum siblings_count``.
-
-    None when any prompt has no sums (the n-gram drafter, or a row measured before siblings
-    were): a curve over part of the prompts would not match the pair's alpha and run lengths.
-    Rows may repeat (a bootstrap resample). K is the shortest stored curve.
-
-    >>> from types import SimpleNamespace as R
-    >>> pool_siblings([R(siblings_sum=[1.0, 2.0], siblings_count=2), R(siblings_sum=[0.0, 1.0], siblings_count=2)])
-    [0.25, 0.75]
-    """
-    sums: list[list[float]] = []
-    total = 0
-    for r in rows:
-        k_sums, count = getattr(r, "siblings_sum", None), getattr(r, "siblings_count", None)
-        if not k_sums or count is None:
-            return None
-        sums.append(k_sums)
-        total += count
-    if total <= 0:
-        return None
-    k_max = min(len(k_sums) for k_sums in sums)
-    return [min(1.0, max(0.0, sum(k_sums[k] for k_sums in sums) / total)) for k in range(k_max)]
 
 
 def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, workload_id: int, setting_id: int) -> Acceptance | None:

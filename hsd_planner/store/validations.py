@@ -14,22 +14,20 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
-from ..vocab import AcceptanceModel, PlanKind
-from .measurements import hardware_record, setting_record
-from .records import PlanRecord, SolveRecord
-from .schema import Hardware, ModelRow, PlanRow, Setting, Solve, Validation, ValidationRun, Workload
-from .solves import widths_from_json
+from ..vocab import PlanKind
+from .plans import stored_widths
+from .records import RankedPlan, SolveRecord
+from .schema import ModelRow, PlanRow, Validation, ValidationRun
+from .solves import solve_record
 
 __all__ = [
     "StoredValidation",
     "ValidationEntry",
     "ValidationRunEntry",
     "model_sources",
-    "newest_solve",
     "plans_by_id",
     "plans_of_solve",
     "save_validation",
-    "solve_record",
     "stored_validations",
 ]
 
@@ -84,40 +82,16 @@ def stored_validations(engine: Engine) -> list[StoredValidation]:
     """Every stored validation, oldest first."""
     entry_fields = ValidationEntry.__dataclass_fields__
     run_fields = ValidationRunEntry.__dataclass_fields__
-    out = []
+    out: list[tuple[int, ValidationEntry, list[ValidationRunEntry]]] = []
     with Session(engine) as s:
         for v in s.scalars(select(Validation).order_by(Validation.id)):
             runs = s.scalars(select(ValidationRun).filter_by(validation_id=v.id).order_by(ValidationRun.id))
-            out.append(
-                StoredValidation(
-                    v.id,
-                    ValidationEntry(**{k: getattr(v, k) for k in entry_fields}),
-                    _solve(s, s.get_one(Solve, v.solve_id)),
-                    [ValidationRunEntry(**{k: getattr(r, k) for k in run_fields}) for r in runs],
-                )
-            )
-    return out
+            entry = ValidationEntry(**{k: getattr(v, k) for k in entry_fields})
+            out.append((v.id, entry, [ValidationRunEntry(**{k: getattr(r, k) for k in run_fields}) for r in runs]))
+    return [StoredValidation(vid, entry, solve_record(engine, entry.solve_id), runs) for vid, entry, runs in out]
 
 
-def solve_record(engine: Engine, solve_id: int) -> SolveRecord:
-    """Solve ``solve_id`` with the rows of the profile it read."""
-    with Session(engine) as s:
-        solve = s.get(Solve, solve_id)
-        if solve is None:
-            raise StoreError(f"no solve with id {solve_id}; see hsd-plan solve")
-        return _solve(s, solve)
-
-
-def newest_solve(engine: Engine) -> SolveRecord:
-    """The newest solve; a StoreError when there is none."""
-    with Session(engine) as s:
-        solve = s.scalars(select(Solve).order_by(Solve.id.desc())).first()
-        if solve is None:
-            raise StoreError("there is no plan in the database; run hsd-plan solve first")
-        return _solve(s, solve)
-
-
-def plans_by_id(engine: Engine, plan_ids: Sequence[int]) -> list[PlanRecord]:
+def plans_by_id(engine: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:
     """The plans ``plan_ids``, in that order; a StoreError names the first that does not exist."""
     with Session(engine) as s:
         rows = [s.get(PlanRow, i) for i in plan_ids]
@@ -127,7 +101,7 @@ def plans_by_id(engine: Engine, plan_ids: Sequence[int]) -> list[PlanRecord]:
         return [_plan(r) for r in rows if r is not None]
 
 
-def plans_of_solve(engine: Engine, solve_id: int) -> list[PlanRecord]:
+def plans_of_solve(engine: Engine, solve_id: int) -> list[RankedPlan]:
     """Every plan of a solve, by rank (best first, autoregressive decoding last)."""
     with Session(engine) as s:
         return [_plan(r) for r in s.scalars(select(PlanRow).filter_by(solve_id=solve_id).order_by(PlanRow.rank))]
@@ -150,33 +124,14 @@ def save_validation(engine: Engine, entry: ValidationEntry, runs: Sequence[Valid
         return row.id
 
 
-def _solve(s: Session, solve: Solve) -> SolveRecord:
-    # foreign keys: a stored solve's rows exist
-    return SolveRecord(
-        id=solve.id,
-        target=s.get_one(ModelRow, solve.target_id).spec,
-        workload=s.get_one(Workload, solve.workload_id).name,
-        workload_id=solve.workload_id,
-        setting_id=solve.setting_id,
-        hardware_id=solve.hardware_id,
-        acceptance_model=cast(AcceptanceModel, solve.acceptance_model),
-        t_max=solve.t_max,
-        max_depth=solve.max_depth,
-        context_len=solve.context_len,
-        setting=setting_record(s.get_one(Setting, solve.setting_id)),
-        hardware=hardware_record(s.get_one(Hardware, solve.hardware_id)),
-    )
-
-
-def _plan(row: PlanRow) -> PlanRecord:
+def _plan(row: PlanRow) -> RankedPlan:
     interval = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None else None
-    return PlanRecord(
+    return RankedPlan(
         id=row.id,
         solve_id=row.solve_id,
-        rank=row.rank,
         kind=cast(PlanKind, row.kind),
         chain=list(row.chain),
-        widths=widths_from_json(row.widths),
+        widths=stored_widths(row.widths),
         predicted_ms_per_token=row.predicted_ms_per_token,
         predicted_mean_accepted_length=row.predicted_mean_accepted_length,
         predicted_speedup=row.predicted_speedup,

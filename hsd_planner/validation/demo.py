@@ -14,8 +14,8 @@ from ..errors import ChainError
 from ..plan import SolveConfig
 from ..profiling import ProfileConfig, ProfileSummary, prepare_profile, profile_summary, run_profile
 from ..prompts import load_prompts, split
+from ..solving import SolveReport, solve_and_store
 from ..store import Engine
-from ..store.solves import SolveReport, solve_and_store
 from ..vocab import Dtype
 from .plot import plot_validation
 from .report import ValidationReport

@@ -8,8 +8,8 @@ from hsd_runtime import GenerationResult, ModelLoader, SamplingConfig, build_hie
 from hsd_runtime.shape import Width
 
 from ..errors import PromptError
+from ..plan import widths_to_json
 from ..prompts import encode_prompt
-from ..store.solves import widths_to_json
 
 __all__ = ["CheckResult", "GenerateReport", "compare_tokens", "generate_text"]
 

@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass
 
 from hsd_runtime.shape import Width
 
-from ..plan import format_chain
-from ..store.solves import widths_to_json
+from ..plan import format_chain, widths_to_json
 from ..vocab import AcceptanceModel, Mode, PlanKind
 
 __all__ = ["LevelResult", "PlanResult", "ValidationReport"]

@@ -20,32 +20,30 @@ reference passes measured around it, and a plan's calibrated prediction is the m
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from hsd_runtime import HSDError, ModelLoader, SamplingConfig, build_hierarchy
+from hsd_runtime import GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
 from hsd_runtime.shape import Width
 
 from ..errors import StoreError
-from ..plan import Profile, predict_over, tokens_per_round
+from ..plan import Prediction, Profile, predict_over, tokens_per_round, widths_to_json
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
+from ..stats import bootstrap_interval
 from ..store import Engine
-from ..store.reader import load_profile
-from ..store.records import PlanRecord, SolveRecord
-from ..store.solves import widths_to_json
+from ..store.profiles import load_profile
+from ..store.records import RankedPlan, SolveRecord
+from ..store.solves import newest_solve, solve_record
 from ..store.validations import (
     ValidationEntry,
     ValidationRunEntry,
     model_sources,
-    newest_solve,
     plans_by_id,
     plans_of_solve,
     save_validation,
-    solve_record,
 )
 from ..vocab import AcceptanceModel, PlanKind
 from .calibration import Calibration
@@ -63,7 +61,7 @@ CANDIDATE_SETS: dict[str, tuple[tuple[PlanKind, ...], int | None]] = {
 }
 
 
-def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[SolveRecord, list[PlanRecord]]:
+def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[SolveRecord, list[RankedPlan]]:
     """The plans to run (the solve's autoregressive baseline always included)."""
     if plan_ids:
         rows = plans_by_id(engine, plan_ids)
@@ -94,105 +92,168 @@ def run_validation(
     engine: Engine,
     loader: ModelLoader,
     solve: SolveRecord,
-    plans: list[PlanRecord],
+    plans: list[RankedPlan],
     prompts: PromptSet,
     max_new_tokens: int,
     repeats: int,
     progress: Callable[[int], None] | None = None,
 ) -> ValidationReport:
     """Run every plan on every prompt ``repeats`` times, store the validation, return a report."""
-    step = progress or (lambda _n: None)
-    setting, target, workload = solve.setting, solve.target, solve.workload
+    profile = _solve_profile(engine, solve, plans)
     loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the plans run on the kernels their latencies were measured with
-    profile, _ = load_profile(engine, target, workload, setting.mode, setting.temperature, solve.hardware.fingerprint)
-    sampling = SamplingConfig(mode=setting.mode, temperature=setting.temperature, top_p=setting.top_p)
+    built = _build(plans, loader)
+    encoded = [encode_prompt(loader.load(solve.target).tokenizer, p) for p in prompts.prompts]
+    contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
+    calibration = _calibration(profile, loader, plans, int(statistics.median(contexts)))
+    runs = _measure(built, encoded, solve, repeats, max_new_tokens, calibration, progress or (lambda _n: None))
+    results = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens, calibration, runs).results(plans)
+    report = _report(solve, prompts.name, contexts, results, calibration)
+    return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
+
+
+def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) -> Profile:
+    """The profile ``solve`` was made on, after checking that no model of ``plans`` changed on disk since."""
     stored = model_sources(engine)
     for spec in {name for plan in plans for name in plan.chain}:
         check_source(spec, stored.get(spec))
-    widths = {plan.id: plan.widths for plan in plans}  # a stored tree "3x2x1" as a TreeShape
+    setting = solve.setting
+    profile, _ = load_profile(engine, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint)
+    return profile
+
+
+def _build(plans: list[RankedPlan], loader: ModelLoader) -> dict[int, Hierarchy]:
+    """Every plan's hierarchy, loaded; a plan that cannot be run is refused before any runs."""
     built = {}
     for plan in plans:
         try:
-            built[plan.id] = build_hierarchy(plan.chain, widths[plan.id], loader)[0]
+            built[plan.id] = build_hierarchy(plan.chain, plan.widths, loader)[0]
         except HSDError as exc:
             raise StoreError(f"plan {plan.id} ({','.join(plan.chain)}) cannot be run: {exc}") from None
-    tokenizer = loader.load(target).tokenizer
-    encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
-    contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
-    calibration = _calibration(profile, loader, plans, int(statistics.median(contexts)))
+    return built
+
+
+@dataclass
+class _Runs:
+    """Every plan's runs, prompt-major as run, and per run its prompt and the reference rounds around it."""
+
+    results: dict[int, list[GenerationResult]]
+    around: dict[int, list[tuple[int, list[int]]]]
+
+
+def _measure(
+    built: dict[int, Hierarchy],
+    encoded: list[list[int]],
+    solve: SolveRecord,
+    repeats: int,
+    max_new_tokens: int,
+    calibration: Calibration,
+    step: Callable[[int], None],
+) -> _Runs:
+    """Reference rounds first, a warm-up of every plan, then every plan on every prompt ``repeats``
+    times, interleaved so that drift of the machine hits every plan alike, a reference round after
+    each run."""
+    sampling = SamplingConfig(mode=solve.setting.mode, temperature=solve.setting.temperature, top_p=solve.setting.top_p)
     calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed
         h.generate(encoded[0], 4, sampling)
-
-    runs: dict[int, list] = {p.id: [] for p in plans}
-    around: dict[int, list[tuple[int, list[int]]]] = {p.id: [] for p in plans}  # per run: its prompt, the reference rounds around it
+    runs = _Runs({i: [] for i in built}, {i: [] for i in built})
     for k, ids in enumerate(encoded):
         for rep in range(repeats):
-            seed = 1000 * k + rep
-            for plan in plans:  # interleaved, so that drift of the machine hits every plan alike
-                runs[plan.id].append(built[plan.id].generate(ids, max_new_tokens, sampling.model_copy(update={"seed": seed})))
+            seeded = sampling.model_copy(update={"seed": 1000 * k + rep})
+            for plan_id, hierarchy in built.items():
+                runs.results[plan_id].append(hierarchy.generate(ids, max_new_tokens, seeded))
                 after = calibration.measure()  # the reference right after every run; the one before is the last round
-                around[plan.id].append((k, [after - 1, after]))
+                runs.around[plan_id].append((k, [after - 1, after]))
                 step(1)
+    return runs
 
-    measured = {p.id: statistics.median(r.ms_per_token for r in runs[p.id] if r.tokens) for p in plans}
-    # predicted for generations of max_new_tokens, as they are run (the last round cut short)
-    predicted = {p.id: predict_over(profile, p.chain, widths[p.id], solve.acceptance_model, contexts, max_new_tokens) for p in plans}
-    # per run: the profile scaled by the drift of the reference rounds around it, at its prompt's context
-    calibrated = {
-        p.id: statistics.median(
+
+@dataclass
+class _Comparison:
+    """A validation's runs beside what the profile predicts for them: generations of
+    ``max_new_tokens`` tokens, as they are run (the last round cut short), at each prompt's context."""
+
+    profile: Profile
+    acceptance: AcceptanceModel
+    contexts: list[int]
+    max_new_tokens: int
+    calibration: Calibration
+    runs: _Runs
+
+    def predicted(self, plan: RankedPlan) -> Prediction:
+        """The median over the prompts' contexts, from the profile as measured."""
+        return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens)
+
+    def calibrated_ms(self, plan: RankedPlan) -> float:
+        """The median over the plan's runs of the prediction from the profile scaled by the drift
+        of the reference rounds around each run, at its prompt's context."""
+        return statistics.median(
             predict_over(
-                calibration.apply(profile, at), p.chain, widths[p.id], solve.acceptance_model, [contexts[k]], max_new_tokens
+                self.calibration.apply(self.profile, at), plan.chain, plan.widths, self.acceptance, [self.contexts[k]], self.max_new_tokens
             ).ms_per_token
-            for (k, at), r in zip(around[p.id], runs[p.id])
+            for (k, at), r in zip(self.runs.around[plan.id], self.runs.results[plan.id])
             if r.tokens
         )
-        for p in plans
-    }
-    auto = next(p.id for p in plans if len(p.chain) == 1)
-    results = [
-        PlanResult(
-            plan_id=plan.id,
-            kind=plan.kind,
-            chain=list(plan.chain),
-            widths=widths[plan.id],
-            predicted_ms_per_token=predicted[plan.id].ms_per_token,
-            measured_ms_per_token=measured[plan.id],
-            predicted_mean_accepted_length=predicted[plan.id].mean_accepted_length,
-            measured_mean_accepted_length=sum(len(r.tokens) for r in runs[plan.id]) / sum(r.target_rounds for r in runs[plan.id]),
-            predicted_speedup=predicted[auto].ms_per_token / predicted[plan.id].ms_per_token,
-            measured_speedup=measured[auto] / measured[plan.id],
-            prefill_ms=statistics.median(1000 * r.prefill_s for r in runs[plan.id]),
-            tokens=sum(len(r.tokens) for r in runs[plan.id]),
-            levels=_levels(profile, plan.chain, widths[plan.id], runs[plan.id], solve.acceptance_model),
-            measured_speedup_interval=_speedup_interval(runs[auto], runs[plan.id], len(encoded)),
-            tied=plan.tied,
-            calibrated_ms_per_token=calibrated[plan.id],
-            calibrated_speedup=calibrated[auto] / calibrated[plan.id],
-        )
-        for plan in plans
-    ]
-    # the solver's pick: its best plan when it was run, else the lowest prediction among those run
+
+    def results(self, plans: list[RankedPlan]) -> list[PlanResult]:
+        """Every plan's predictions against its measurements; speed-ups over the autoregressive plan run beside it."""
+        auto = next(p for p in plans if len(p.chain) == 1)
+        predicted = {p.id: self.predicted(p) for p in plans}
+        calibrated = {p.id: self.calibrated_ms(p) for p in plans}
+        measured = {p.id: _median_ms(self.runs.results[p.id]) for p in plans}
+        out = []
+        for plan in plans:
+            mine = self.runs.results[plan.id]
+            out.append(
+                PlanResult(
+                    plan_id=plan.id,
+                    kind=plan.kind,
+                    chain=list(plan.chain),
+                    widths=plan.widths,
+                    predicted_ms_per_token=predicted[plan.id].ms_per_token,
+                    measured_ms_per_token=measured[plan.id],
+                    predicted_mean_accepted_length=predicted[plan.id].mean_accepted_length,
+                    measured_mean_accepted_length=sum(len(r.tokens) for r in mine) / sum(r.target_rounds for r in mine),
+                    predicted_speedup=predicted[auto.id].ms_per_token / predicted[plan.id].ms_per_token,
+                    measured_speedup=measured[auto.id] / measured[plan.id],
+                    prefill_ms=statistics.median(1000 * r.prefill_s for r in mine),
+                    tokens=sum(len(r.tokens) for r in mine),
+                    levels=_levels(self.profile, plan.chain, plan.widths, mine, self.acceptance),
+                    measured_speedup_interval=_speedup_interval(self.runs.results[auto.id], mine, len(self.contexts)),
+                    tied=plan.tied,
+                    calibrated_ms_per_token=calibrated[plan.id],
+                    calibrated_speedup=calibrated[auto.id] / calibrated[plan.id],
+                )
+            )
+        return out
+
+
+def _median_ms(results: list[GenerationResult]) -> float:
+    return statistics.median(r.ms_per_token for r in results if r.tokens)
+
+
+def _report(solve: SolveRecord, prompts: str, contexts: list[int], results: list[PlanResult], calibration: Calibration) -> ValidationReport:
+    """The validation's report, not yet stored; the solver's pick is its best plan when it was
+    run, else the lowest prediction among those run."""
     pick = next((p for p in results if p.kind == "best"), None) or min(results, key=lambda p: p.predicted_ms_per_token)
-    report = ValidationReport(
+    return ValidationReport(
         validation_id=0,
         solve_id=solve.id,
-        target=target,
-        workload=workload,
-        prompts=prompts.name,
-        prompt_count=len(encoded),
+        target=solve.target,
+        workload=solve.workload.name,
+        prompts=prompts,
+        prompt_count=len(contexts),
         context_len=int(statistics.median(contexts)),
         context_lens=contexts,
-        mode=setting.mode,
+        mode=solve.setting.mode,
         acceptance=solve.acceptance_model,
         plans=results,
         pick=pick.plan_id,
         calibration=calibration.to_dict(),
     )
-    return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
 
 
-def _calibration(profile: Profile, loader: ModelLoader, plans: list[PlanRecord], context_len: int) -> Calibration:
+def _calibration(profile: Profile, loader: ModelLoader, plans: list[RankedPlan], context_len: int) -> Calibration:
     """Reference timers for the target and every model the plans run (the n-gram lookup has none)."""
     names = [profile.target] + sorted({n for p in plans for n in p.chain if n != profile.target and not profile.model(n).lookup})
     return Calibration(profile, {name: PassTimer(loader.load(name).model, context_len) for name in names}, context_len)
@@ -258,24 +319,14 @@ def _store(engine: Engine, solve: SolveRecord, prompts: PromptSet, max_new_token
     return save_validation(engine, entry, runs)
 
 
-def _speedup_interval(auto: list, runs: list, prompts: int, resamples: int = 200, seed: int = 0) -> tuple[float, float] | None:
-    """5th-95th percentile of the measured speed-up over bootstrap resamples of the prompts.
+def _speedup_interval(auto: list[GenerationResult], runs: list[GenerationResult], prompts: int) -> tuple[float, float] | None:
+    """The 90% interval of the measured speed-up over bootstrap resamples of the prompts.
 
     ``auto`` and ``runs`` hold each prompt's repeats in order (prompt-major, as run).
     """
-    if prompts < 2:
-        return None
     per = len(runs) // prompts
-
-    def ms(results: list, k: int) -> float:
-        return statistics.median(r.ms_per_token for r in results[k * per : (k + 1) * per] if r.tokens)
-
-    a = [ms(auto, k) for k in range(prompts)]
-    b = [ms(runs, k) for k in range(prompts)]
-    rng = random.Random(seed)
-    ratios = []
-    for _ in range(resamples):
-        drawn = [rng.randrange(prompts) for _ in range(prompts)]
-        ratios.append(statistics.median(a[k] for k in drawn) / statistics.median(b[k] for k in drawn))
-    ratios.sort()
-    return ratios[int(0.05 * (resamples - 1))], ratios[int(0.95 * (resamples - 1))]
+    a = [_median_ms(auto[k * per : (k + 1) * per]) for k in range(prompts)]
+    b = [_median_ms(runs[k * per : (k + 1) * per]) for k in range(prompts)]
+    return bootstrap_interval(
+        list(range(prompts)), lambda drawn: statistics.median(a[k] for k in drawn) / statistics.median(b[k] for k in drawn)
+    )

@@ -1,8 +1,13 @@
-"""Reading a planner :class:`Profile` back from the profiling database."""
+"""Reading a planner :class:`Profile` back from the profiling database, and the per-prompt sums behind it.
+
+A ``Profile`` is the planner's input (:mod:`hsd_planner.plan.profile`); ``hsd-plan profile``
+measures one into the database (:mod:`hsd_planner.profiling`); this module reads it back.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, select
@@ -13,9 +18,10 @@ from hsd_runtime import parse_spec
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
 from ..vocab import Mode
-from .schema import Acceptance, Hardware, Latency, ModelRow, Setting, Solve, Workload
+from .records import PromptAcceptance
+from .schema import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Solve, Workload
 
-__all__ = ["ProfileSource", "load_profile", "load_solve_profile"]
+__all__ = ["ProfileSource", "latency_curve", "load_profile", "load_solve_profile", "prompt_acceptance"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +99,7 @@ def load_profile(
             where = "on this machine" if wanted is not None else "on any hardware"
             hint = f"; profiled on: {', '.join(others)} (choose one with --hardware)" if others else "; run hsd-plan profile"
             raise StoreError(f"no latency profile for the target {models[target_id].spec} {where}{hint}")
-        return _assemble(s, rows, models, target_id, hw, s.get(Setting, newest.setting_id), s.get(Workload, newest.workload_id))
+        return _assemble(s, rows, models, target_id, hw, s.get_one(Setting, newest.setting_id), s.get_one(Workload, newest.workload_id))
 
 
 def load_solve_profile(engine: Engine, solve_id: int) -> tuple[Profile, ProfileSource]:
@@ -105,8 +111,8 @@ def load_solve_profile(engine: Engine, solve_id: int) -> tuple[Profile, ProfileS
             raise StoreError(f"no solve with id {solve_id}; see hsd-plan solve")
         rows = s.scalars(select(Acceptance).filter_by(workload_id=solve.workload_id, setting_id=solve.setting_id)).all()
         models = {m.id: m for m in s.scalars(select(ModelRow))}
-        setting, wl_row = s.get(Setting, solve.setting_id), s.get(Workload, solve.workload_id)
-        return _assemble(s, rows, models, solve.target_id, s.get(Hardware, solve.hardware_id), setting, wl_row)
+        setting, wl_row = s.get_one(Setting, solve.setting_id), s.get_one(Workload, solve.workload_id)
+        return _assemble(s, rows, models, solve.target_id, s.get_one(Hardware, solve.hardware_id), setting, wl_row)
 
 
 def _assemble(
@@ -138,3 +144,19 @@ def _assemble(
     profile = Profile(target=models[target_id].spec, models=profiles, acceptance=acceptance)
     contexts = [n + setting.max_new_tokens // 2 for n in wl_row.prompt_tokens] if wl_row.prompt_tokens else None
     return profile, ProfileSource(models[target_id].spec, wl_row.id, wl_row.name, setting.id, hw.id, hw.fingerprint, contexts)
+
+
+def prompt_acceptance(
+    engine: Engine, source: ProfileSource, pairs: Collection[tuple[str, str]]
+) -> dict[tuple[str, str], dict[int, PromptAcceptance]]:
+    """The per-prompt acceptance sums behind the profile ``source`` for ``pairs`` (drafter,
+    verifier): ``[pair][prompt index]``; pairs without per-prompt rows are absent."""
+    fields = PromptAcceptance.__dataclass_fields__
+    out: dict[tuple[str, str], dict[int, PromptAcceptance]] = defaultdict(dict)
+    with Session(engine) as s:
+        names = {m.id: m.spec for m in s.scalars(select(ModelRow))}
+        for r in s.scalars(select(AcceptancePrompt).filter_by(workload_id=source.workload_id, setting_id=source.setting_id)):
+            pair = (names[r.drafter_id], names[r.verifier_id])
+            if pair in pairs:
+                out[pair][r.prompt_index] = PromptAcceptance(**{k: getattr(r, k) for k in fields})
+    return dict(out)

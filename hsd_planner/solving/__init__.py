@@ -1,0 +1,13 @@
+"""Solving on the stored profile (``hsd-plan solve``): the solve run and its typed report.
+
+Owns what turns a stored profile into stored, ranked plans: reading the newest matching profile,
+the contexts its costs are read at, the exact solver (:mod:`hsd_planner.plan`), each plan's
+bootstrap interval (:mod:`hsd_planner.stats`) and which plans the profile cannot tell apart from
+the pick, then storing them (:mod:`hsd_planner.store.solves`). Imports plan, stats and the store;
+the CLI, validation's demo and the benchmarks import it.
+"""
+
+from .report import THIN_PROMPTS, SolveReport
+from .runner import predicted_intervals, solve_and_store
+
+__all__ = ["THIN_PROMPTS", "SolveReport", "predicted_intervals", "solve_and_store"]

@@ -1,0 +1,23 @@
+"""Statistics over measurements: pooling per-prompt acceptance, bootstrap resampling, intervals.
+
+Owns how per-prompt acceptance sums pool into a pair's alpha, run lengths and sibling curve
+(:mod:`.pooling`; the store keeps its pooled rows with it, and a bootstrap pools resamples the
+same way), and the one bootstrap of hsd-plan (:mod:`.bootstrap`): resampled prompts and the 90%
+percentile interval, for predicted speed-ups (profiles over resampled profiled prompts) and
+measured ones (held-out prompts). Pure: numpy and :mod:`hsd_planner.plan`, no torch, no database.
+"""
+
+from .bootstrap import BOOTSTRAP_PROFILES, INTERVAL, bootstrap_interval, interval, resample_profiles, resamples
+from .pooling import PromptSums, pool_prompts, pool_siblings
+
+__all__ = [
+    "BOOTSTRAP_PROFILES",
+    "INTERVAL",
+    "PromptSums",
+    "bootstrap_interval",
+    "interval",
+    "pool_prompts",
+    "pool_siblings",
+    "resample_profiles",
+    "resamples",
+]
