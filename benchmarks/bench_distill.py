@@ -7,8 +7,8 @@ next to the untrained early exits ``smollm2-135m:layers=K``. Acceptance is measu
 ``hsd-plan profile`` does: over the target's own continuation of each prompt (computed once and
 shared by every student), greedy argmax agreement and 1 - TV(p, q) at T = 1.
 
-    python -m benchmarks.bench_distill --steps 20                       # the grid
-    python -m benchmarks.bench_distill --layers 4 --divergences fkl --minutes 30 --tag goal
+    python -m benchmarks.bench_distill --spec-bench question.jsonl --steps 20                       # the grid
+    python -m benchmarks.bench_distill --spec-bench question.jsonl --layers 4 --divergences fkl --minutes 30 --tag goal
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
+from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_file, spec_bench_option, spec_bench_set
 from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
-from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.prompts import encode_prompt, split
 from hsd_planner.training import DistillConfig, Distiller
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 
@@ -33,13 +33,13 @@ TARGET = "smollm2-135m"
 class HeldOut:
     """The target's continuations of the held-out prompts and its logits over them, computed once."""
 
-    def __init__(self, loader: ModelLoader, per_category: int, new_tokens: int) -> None:
+    def __init__(self, loader: ModelLoader, spec_bench: Path, per_category: int, new_tokens: int) -> None:
         self.target = loader.load(TARGET)
         self.width = self.target.logits_width
         alone = Hierarchy([self.target.model], [], logits_width=self.width, eos_token_ids=self.target.eos_token_ids)
         self.items = []  # (mode, prompt ids, continuation, target logits [m, V] bf16)
         for category in SPEC_CATEGORIES:
-            for k, text in enumerate(split(load_prompts(SPEC_BENCH, category), "validate").prompts[:per_category]):
+            for k, text in enumerate(split(spec_bench_set(spec_bench, category), "validate").prompts[:per_category]):
                 ids = encode_prompt(self.target.tokenizer, text)
                 for mode in ("greedy", "sample"):
                     sampling = SamplingConfig(mode=mode, temperature=1.0, seed=k)
@@ -72,10 +72,12 @@ def main() -> None:
     ap.add_argument("--eval-tokens", type=int, default=48)
     ap.add_argument("--tag", default="grid")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/students"))
+    spec_bench_option(ap)
     args = ap.parse_args()
+    spec_bench = spec_bench_file(args.spec_bench)
     loader = ModelLoader(device="cpu", dtype="bf16")
     print(f"machine: {machine()}", flush=True)
-    held = HeldOut(loader, args.eval_per_category, args.eval_tokens)
+    held = HeldOut(loader, spec_bench, args.eval_per_category, args.eval_tokens)
     print(f"held-out: {len(held.items) // 2} prompts x (greedy, T = 1) continuations of {args.eval_tokens} tokens", flush=True)
     rows = []
     for k in [int(x) for x in args.layers.split(",")]:
@@ -100,7 +102,7 @@ def main() -> None:
                 layers=k,
                 divergence=div,
                 data=args.data,
-                prompts=str(SPEC_BENCH),
+                prompts=str(spec_bench),
                 steps=steps,
                 batch_size=args.batch_size,
                 max_new_tokens=args.train_tokens,

@@ -6,7 +6,7 @@ summarization, qa, math_reasoning, rag), each a workload of its own, so the acce
 reported per category. Latency curves are measured in the first run and reused by the others, as
 a user's database would. Greedy, then sampling at temperature 1, each into a fresh database.
 
-    python -m benchmarks.bench_profile --per-category 8 --new-tokens 64
+    python -m benchmarks.bench_profile --spec-bench question.jsonl --per-category 8 --new-tokens 64
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import json
 import time
 from pathlib import Path
 
-from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
+from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_option, spec_bench_set
 from hsd_planner.profiling import ProfileConfig, profile_summary, run_profile
-from hsd_planner.prompts import PromptSet, load_prompts, split
+from hsd_planner.prompts import PromptSet, split
 from hsd_planner.store import open_engine
 from hsd_runtime import ModelLoader
 
@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--modes", default="greedy,sample")
     ap.add_argument("--models", default=",".join(MODELS), help="candidates, cheapest first, target last")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
+    spec_bench_option(ap)
     args = ap.parse_args()
     models = args.models.split(",")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -51,7 +52,7 @@ def main() -> None:
         runs = {}
         total = 0.0
         for category in SPEC_CATEGORIES:
-            part = split(load_prompts(SPEC_BENCH, category), "profile")
+            part = split(spec_bench_set(args.spec_bench, category), "profile")
             prompts = PromptSet(f"spec_bench/{category}", part.prompts[: args.per_category])
             t1 = time.perf_counter()
             outcome = run_profile(engine, config, prompts, loader)

@@ -18,10 +18,10 @@ hf         on HumanEval's held-out prompts: the solver's pick, the best single d
            Every run decodes exactly ``--new-tokens`` tokens (no stop token on either side),
            prompts alternate which side runs first, ratios are per prompt.
 
-    python -m benchmarks.bench_qwen --out benchmarks/out/qwen
-    python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages hf
-    python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages validate --only qa,rag
-    python -m benchmarks.bench_qwen --out benchmarks/out/qwen --stages profile,validate --only mt_bench
+    python -m benchmarks.bench_qwen --spec-bench question.jsonl --out benchmarks/out/qwen
+    python -m benchmarks.bench_qwen --spec-bench question.jsonl --out benchmarks/out/qwen --stages hf
+    python -m benchmarks.bench_qwen --spec-bench question.jsonl --out benchmarks/out/qwen --stages validate --only qa,rag
+    python -m benchmarks.bench_qwen --spec-bench question.jsonl --out benchmarks/out/qwen --stages profile,validate --only mt_bench
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine, mt_bench_set
+from benchmarks.common import SPEC_CATEGORIES, machine, mt_bench_set, spec_bench_option, spec_bench_set
 from hsd_planner.plan import SolveConfig
 from hsd_planner.profiling import ProfileConfig, profile_summary, run_profile
 from hsd_planner.prompts import PromptSet, encode_prompt, load_prompts, split
+from hsd_planner.solving import solve_and_store
 from hsd_planner.store import open_engine
-from hsd_planner.store.solves import solve_and_store
 from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import Hierarchy, ModelLoader
 from hsd_runtime.device import auto_dtype, cpu_capability
@@ -69,7 +69,7 @@ def _workloads(args) -> list[tuple[str, PromptSet, PromptSet]]:
             PromptSet("humaneval:validate", split(humaneval, "validate").prompts[: args.humaneval_validate]),
         )
     )
-    for every in [*(load_prompts(SPEC_BENCH, category) for category in SPEC_CATEGORIES), mt_bench_set()]:
+    for every in [*(spec_bench_set(args.spec_bench, category) for category in SPEC_CATEGORIES), mt_bench_set(args.spec_bench)]:
         name = every.name  # spec_bench/<category>
         out.append(
             (
@@ -296,6 +296,7 @@ def main() -> None:
     )
     ap.add_argument("--lookup-tokens", type=int, default=10)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/qwen"))
+    spec_bench_option(ap, required=False)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = auto_dtype(torch.device("cpu"))

@@ -14,7 +14,7 @@ Ours runs the kernels of ``--kernels`` (prepacked weights by default, see hsd_ru
 transformers runs its models as it loads them, on a copy loaded with plain kernels.
 ``--prompts humaneval`` takes the held-out HumanEval problems instead of Spec-Bench categories.
 
-    python -m benchmarks.bench_runtime --per-category 5 --repeats 2
+    python -m benchmarks.bench_runtime --spec-bench question.jsonl --per-category 5 --repeats 2
     python -m benchmarks.bench_runtime --target qwen2.5-coder-1.5b --drafter qwen2.5-coder-0.5b --dtype fp32 \
         --prompts humaneval --per-category 4 --new-tokens 64 --lookup-n 3
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import machine, spec_bench_prompts
+from benchmarks.common import machine, spec_bench_option, spec_bench_prompts
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_runtime import Hierarchy, ModelLoader, NgramDrafter, cpu_capability, head_rows
 
@@ -75,6 +75,7 @@ def main() -> None:
     ap.add_argument("--lookup-n", type=int, default=3)
     ap.add_argument("--rows", default="autoregressive,prompt lookup,assisted", help="comma-separated rows to run")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/runtime.json"))
+    spec_bench_option(ap, required=False)
     args = ap.parse_args()
 
     loader = ModelLoader(device="cpu", dtype=args.dtype, prepack=args.kernels == "prepacked")
@@ -103,7 +104,7 @@ def main() -> None:
     if args.prompts == "humaneval":
         categories = {"humaneval": split(load_prompts("humaneval"), "validate").prompts[: args.per_category]}
     else:
-        categories = spec_bench_prompts(args.per_category)
+        categories = spec_bench_prompts(args.spec_bench, args.per_category)
     warm = encode_prompt(target.tokenizer, "Hello there.")
     for hierarchy, kwargs in rows.values():
         ours(hierarchy, warm, 8)

@@ -18,6 +18,7 @@ import time
 import numpy as np
 
 from benchmarks.common import machine
+from hsd_planner.plan import SolveConfig
 from hsd_planner.plan.latency import Level, RunLengths, hierarchy_latency
 from hsd_planner.plan.solver import Candidate, solve_graph
 
@@ -83,7 +84,7 @@ def main() -> None:
         cells = []
         for t in ts:
             cands, target, acc = instance(n, seed=n)
-            grid[n, t] = timed(lambda: solve_graph(cands, target, acc, t_max=t, top_k=5), args.repeats if n * t <= 256 else 1)
+            grid[n, t] = timed(lambda: solve_graph(cands, target, acc, SolveConfig(t_max=t, top_k=5)), args.repeats if n * t <= 256 else 1)
             cells.append(f"{grid[n, t]:.3f}")
         print(f"| {n} | " + " | ".join(cells) + " |", flush=True)
     big = [n for n in ns if n >= 8]
@@ -95,20 +96,19 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for n, t in [(2, 4), (3, 4), (4, 4), (4, 6), (5, 4), (5, 6)]:
         cands, target, acc = instance(n, seed=100 + n)
-        ts_ = timed(lambda: solve_graph(cands, target, acc, t_max=t), 1)
+        ts_ = timed(lambda: solve_graph(cands, target, acc, SolveConfig(t_max=t)), 1)
         t0 = time.perf_counter()
         b = brute(cands, target, acc, t)
         tb = time.perf_counter() - t0
-        same = math.isclose(solve_graph(cands, target, acc, t_max=t).best.prediction.ms_per_token, b, rel_tol=1e-9)
+        same = math.isclose(solve_graph(cands, target, acc, SolveConfig(t_max=t)).best.prediction.ms_per_token, b, rel_tol=1e-9)
         print(f"| {n} | {t} | {ts_:.4f} | {tb:.2f} | {same} |", flush=True)
 
 
 def real_profiles(dbs: list[str]) -> None:
     """Best plan per category on real profiles, against the best single drafter."""
     from benchmarks.common import SPEC_CATEGORIES
-    from hsd_planner.plan import SolveConfig
+    from hsd_planner.solving import solve_and_store
     from hsd_planner.store import open_engine
-    from hsd_planner.store.solves import solve_and_store
 
     print(
         "| mode | category | best plan | predicted ms/token | speed-up vs autoregressive | best single drafter | its ms/token | best / single |"

@@ -30,10 +30,10 @@ from benchmarks.common import machine
 from hsd_planner.plan import SolveConfig, predict_over
 from hsd_planner.profiling import run_profile
 from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.solving import solve_and_store
 from hsd_planner.store import open_engine
 from hsd_planner.store.measurements import latency_points, rewrite_latency
-from hsd_planner.store.reader import load_profile
-from hsd_planner.store.solves import solve_and_store
+from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.validations import stored_validations
 from hsd_planner.validation import run_validation, select_plans
 from hsd_planner.validation.demo import FAMILIES
@@ -80,7 +80,7 @@ def _cut(db: Path, rounds: int, to: Path) -> Path:
 def _stored_validation(db: Path, loader: ModelLoader) -> tuple[str, list[int], list[dict]]:
     """The workload, per-prompt contexts and measured plans of the newest validation in ``db``."""
     validation = stored_validations(open_engine(str(db)))[-1]
-    workload, new_tokens = validation.solve.workload, validation.entry.max_new_tokens
+    workload, new_tokens = validation.solve.workload.name, validation.entry.max_new_tokens
     runs = [
         {"plan_id": r.plan_id, "chain": r.chain, "widths": r.widths, "measured_speedup": r.measured_speedup, "ms": r.measured_ms_per_token}
         for r in validation.runs

@@ -7,9 +7,9 @@ A(k) come with the acceptance profile), ``hsd-plan solve --top K`` with trees al
 and autoregressive decoding, interleaved in one run. Reported: each plan's predicted and measured
 speed-up, the measured ratio pick / best chain, and the speed-up error of tree plans.
 
-    python -m benchmarks.bench_tree_plans --family qwen --workloads humaneval,translation,qa --mode sample \
+    python -m benchmarks.bench_tree_plans --spec-bench question.jsonl --family qwen --workloads humaneval,translation,qa --mode sample \
         --prompts 4 --validate-prompts 3 --new-tokens 40
-    python -m benchmarks.bench_tree_plans --family qwen --workloads translation,qa --mode sample --dtype fp32 \
+    python -m benchmarks.bench_tree_plans --spec-bench question.jsonl --family qwen --workloads translation,qa --mode sample --dtype fp32 \
         --prompts 4 --validate-prompts 3 --new-tokens 40
 """
 
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.common import SPEC_BENCH, machine
+from benchmarks.common import machine, spec_bench_file, spec_bench_option
 from hsd_runtime import cpu_capability
 
 FAMILIES = {
@@ -41,7 +41,11 @@ def is_tree(widths: list) -> bool:
 
 
 def run_workload(args: argparse.Namespace, workload: str, db: Path) -> dict:
-    source = ["--prompts", "humaneval"] if workload == "humaneval" else ["--prompts", str(SPEC_BENCH), "--category", workload]
+    source = (
+        ["--prompts", "humaneval"]
+        if workload == "humaneval"
+        else ["--prompts", str(spec_bench_file(args.spec_bench)), "--category", workload]
+    )
     mode = ["--mode", args.mode] + (["--temperature", "1"] if args.mode == "sample" else [])
     common = ["--db", str(db)]
     cli(
@@ -109,6 +113,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=48)
     ap.add_argument("--dtype", default="auto", help="the models' dtype (auto: bf16 where native)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/tree_plans"))
+    spec_bench_option(ap, required=False)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}

@@ -7,8 +7,8 @@ to back (greedy and sampling at T = 1, the same seeds), and the table gives per 
 committed tokens per target round and the median ms per token (times are only comparable within
 one run of this script).
 
-    python -m benchmarks.bench_trees --family smollm2 --per-category 2 --new-tokens 48
-    python -m benchmarks.bench_trees --family qwen --per-category 1 --humaneval 2 --new-tokens 48
+    python -m benchmarks.bench_trees --spec-bench question.jsonl --family smollm2 --per-category 2 --new-tokens 48
+    python -m benchmarks.bench_trees --spec-bench question.jsonl --family qwen --per-category 1 --humaneval 2 --new-tokens 48
 
 ``--mask-cost`` instead times the verifier's pass of n tokens as a chain (causal) and as a tree of n
 nodes (4-D mask, per-node positions), interleaved, to check that the mask adds no cost.
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.common import machine, spec_bench_prompts
+from benchmarks.common import machine, spec_bench_option, spec_bench_prompts
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_runtime import (
     Hierarchy,
@@ -53,9 +53,9 @@ BUDGETS = {6: ["6", "6x", "3x1", "2x2", "2x1x1"], 12: ["12", "6x1", "4x2", "3x3"
 MODES = {"greedy": SamplingConfig(mode="greedy"), "T=1": SamplingConfig(mode="sample", temperature=1.0)}
 
 
-def prompts(per_category: int, humaneval: int) -> dict[str, list[str]]:
+def prompts(spec_bench: Path | None, per_category: int, humaneval: int) -> dict[str, list[str]]:
     """Spec-Bench categories (first ``per_category`` each) and held-out HumanEval problems."""
-    out = spec_bench_prompts(per_category)
+    out = spec_bench_prompts(spec_bench, per_category) if per_category else {}
     if humaneval:
         out["humaneval"] = split(load_prompts("humaneval"), "validate").prompts[:humaneval]
     return out
@@ -99,6 +99,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/trees"))
     ap.add_argument("--mask-cost", action="store_true", help="time chain vs tree verification passes only")
     ap.add_argument("--dtype", default=None, help="override the family's dtype (fp32, bf16)")
+    spec_bench_option(ap, required=False)
     args = ap.parse_args()
 
     drafter, target, dtype = FAMILIES[args.family]
@@ -118,7 +119,7 @@ def main() -> None:
     tokenizer = big.tokenizer
     # rows[(mode, workload, shape)] -> [(tokens per target round, ms per token)]
     rows: dict[tuple[str, str, str], list[tuple[float, float]]] = defaultdict(list)
-    for workload, texts in prompts(args.per_category, args.humaneval).items():
+    for workload, texts in prompts(args.spec_bench, args.per_category, args.humaneval).items():
         for i, text in enumerate(texts):
             ids = encode_prompt(tokenizer, text)
             for mode, sampling in MODES.items():

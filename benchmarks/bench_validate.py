@@ -7,7 +7,7 @@ held-out prompts of that category (the validation split, never profiled), and co
 predictions of both acceptance models (empirical run lengths and i.i.d. alpha^g) for the same
 measured runs.
 
-    python -m benchmarks.bench_validate --prompts 4 --new-tokens 48
+    python -m benchmarks.bench_validate --spec-bench question.jsonl --prompts 4 --new-tokens 48
     python -m benchmarks.bench_validate --recompute   # new predictions for the stored measurements
 """
 
@@ -18,12 +18,12 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.common import SPEC_BENCH, SPEC_CATEGORIES, machine
+from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_option, spec_bench_set
 from hsd_planner.plan import SolveConfig, predict_over
-from hsd_planner.prompts import PromptSet, encode_prompt, load_prompts, split
+from hsd_planner.prompts import PromptSet, encode_prompt, split
+from hsd_planner.solving import solve_and_store
 from hsd_planner.store import open_engine
-from hsd_planner.store.reader import load_profile
-from hsd_planner.store.solves import solve_and_store
+from hsd_planner.store.profiles import load_profile
 from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import ModelLoader
 
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--modes", default="greedy,sample")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out"))
     ap.add_argument("--recompute", action="store_true", help="re-predict the measurements in validate.json with the current model")
+    spec_bench_option(ap, required=False)
     args = ap.parse_args()
     if args.recompute:
         data = json.loads((args.out / "validate.json").read_text())
@@ -49,7 +50,7 @@ def main() -> None:
         engine = open_engine(str(args.out / f"profile-{mode}.db"))
         for category in SPEC_CATEGORIES:
             workload = f"spec_bench/{category}"
-            held = split(load_prompts(SPEC_BENCH, category), "validate")
+            held = split(spec_bench_set(args.spec_bench, category), "validate")
             prompts = PromptSet(f"{workload}:validate", held.prompts[: args.prompts])
             # solve at the context the plans will run at: the held-out prompts plus half the continuation
             context = int(statistics.median(len(encode_prompt(tokenizer, p)) for p in prompts.prompts)) + args.new_tokens // 2

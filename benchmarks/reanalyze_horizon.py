@@ -19,7 +19,7 @@ from dataclasses import asdict
 
 from hsd_planner.plan.latency import expected_rounds, expected_run_tokens
 from hsd_planner.store import open_engine
-from hsd_planner.store.reader import load_profile
+from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.validations import stored_validations
 
 
@@ -29,7 +29,7 @@ def reanalyze(db: str) -> list[dict]:
     stored = []
     for v in stored_validations(engine):
         solve = v.solve
-        key = (solve.target, solve.workload, solve.setting.mode, solve.setting.temperature, solve.hardware.fingerprint)
+        key = (solve.target, solve.workload.name, solve.setting.mode, solve.setting.temperature, solve.hardware.fingerprint)
         runs = [asdict(r) for r in v.runs]
         stored.append((v.id, v.entry.prompts_name, v.entry.max_new_tokens, key, solve.acceptance_model, runs))
     out = []
