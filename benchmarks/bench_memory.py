@@ -20,7 +20,7 @@ import time
 from torch import nn
 
 from benchmarks.common import machine
-from hsd_planner.validation.demo import FAMILIES
+from hsd_planner.demo import FAMILIES
 from hsd_runtime import Int8Linear, ModelLoader, PackedLinear, parse_spec
 from hsd_runtime.device import cpu_capability
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import machine
+from hsd_planner.demo import FAMILIES
 from hsd_planner.plan import SolveConfig, predict_over
 from hsd_planner.profiling import run_profile
 from hsd_planner.prompts import encode_prompt, load_prompts, split
@@ -36,7 +37,6 @@ from hsd_planner.store.measurements import latency_points, rewrite_latency
 from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.validations import stored_validations
 from hsd_planner.validation import run_validation, select_plans
-from hsd_planner.validation.demo import FAMILIES
 from hsd_runtime import ModelLoader
 from hsd_runtime.device import auto_dtype, cpu_capability
 

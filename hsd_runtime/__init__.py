@@ -2,8 +2,16 @@
 
 The runtime knows nothing of SQL or printing: it returns tokens and per-level stats.
 
-Names are imported on first use (PEP 562), so that the torch-free parts - :mod:`.errors` and
-:mod:`.spec` - can be imported where torch is not installed (the planner API needs only those).
+Where things are: model specs (:mod:`.spec`); the closed sets of values (:mod:`.choices`: dtypes,
+decoding modes) and the bounds and defaults of numbers (:mod:`.limits`); devices and dtypes
+(:mod:`.device`); loading, packaged models, int8 copies and prepacked weights (:mod:`.loading`,
+:mod:`.packaged`, :mod:`.quantize`, :mod:`.packing`); the decoding itself (:mod:`.cache`,
+:mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, :mod:`.hierarchy`,
+:mod:`.stats`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`).
+
+Names are imported on first use (PEP 562), so that the torch-free parts - :mod:`.errors`,
+:mod:`.spec`, :mod:`.shape`, :mod:`.choices` and :mod:`.limits` - can be imported where torch
+is not installed (the planner API needs only those).
 """
 
 from __future__ import annotations

@@ -18,13 +18,13 @@ from torch import nn
 from .cache import CachedModel
 from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
 from .errors import ChainError, PromptError
+from .limits import MAX_WIDTH
 from .loading import ModelLoader, check_same_tokenizer, head_rows
 from .ngram import NgramDrafter
 from .sampling import SamplingConfig
 from .shape import TreeShape, Width
 from .spec import ModelSpec, parse_spec
 from .stats import GenerationResult, LevelStats
-from .vocab import MAX_WIDTH
 
 __all__ = ["Hierarchy", "build_hierarchy"]
 

@@ -15,8 +15,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .drafters import DraftContext, Proposal
+from .limits import DEFAULT_NGRAM_ORDER
 from .stats import LevelStats
-from .vocab import DEFAULT_NGRAM_ORDER
 
 __all__ = ["NgramDrafter", "ngram_lookup"]
 

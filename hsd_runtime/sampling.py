@@ -10,8 +10,9 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from .choices import Mode
 from .errors import ModelOutputError
-from .vocab import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Mode
+from .limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 __all__ = ["SamplingConfig", "draw", "warp"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import ChainError
-from .vocab import MAX_TREE_NODES, MAX_WIDTH
+from .limits import MAX_TREE_NODES, MAX_WIDTH
 
 __all__ = ["TreeShape", "Width", "format_width", "parse_width"]
 

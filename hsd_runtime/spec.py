@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from .choices import DTYPES, Dtype
 from .errors import ModelSpecError
-from .vocab import DEFAULT_NGRAM_ORDER, DTYPES, MAX_SPEC_CHARS, Dtype
+from .limits import DEFAULT_NGRAM_ORDER, MAX_SPEC_CHARS
 
 __all__ = ["DTYPES", "NGRAM", "QUANTS", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
 

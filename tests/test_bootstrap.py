@@ -69,7 +69,7 @@ def test_calibration_scales_each_model_by_its_drift_at_each_pass_size():
     assert abs(calibration.factor("t", 16) - 1.1) < 1e-12  # held beyond 8
     assert abs(calibration.factor("t", 2) - 1.3 ** (2 / 3) * 1.1 ** (1 / 3)) < 1e-12  # log-linear: log2(2) / log2(8) = 1/3
     assert calibration.factor("d", 4) == 1.0 and calibration.factor("ngram", 4) == 1.0
-    report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [], 0, calibration=calibration.to_dict())
+    report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [], 0, calibration=calibration.record())
     assert abs(report.drift - (1.3 * 1.1) ** 0.5) < 1e-12  # the summary's one figure, from the stored reference passes
     scaled = calibration.apply(profile)
     t = scaled.model("t").latency.points
@@ -89,6 +89,7 @@ def test_calibrated_figures_in_the_report():
     import pytest
 
     from hsd_planner.cli.render import format_validation
+    from hsd_planner.validation.calibration import CalibrationRecord
     from hsd_planner.validation.report import PlanResult, ValidationReport
 
     auto = PlanResult(
@@ -106,7 +107,9 @@ def test_calibrated_figures_in_the_report():
     # the pick's calibrated speed-up is 24% above the profile's: the report says the machine changed state
     assert report.state_changed and report.target_ratios == {}
     reference = {"models": {"t": {"profiled_ms": {"1": 20.0, "8": 30.0}, "samples_ms": {"1": [26.0, 26.0], "8": [33.0, 33.0]}}}}
-    noted = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, plan], 2, calibration=reference)
+    noted = ValidationReport(
+        1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, plan], 2, calibration=CalibrationRecord.from_dict(reference)
+    )
     assert noted.target_ratios == pytest.approx({1: 1.3, 8: 1.1})
     assert "another state" in format_validation(noted)
     same = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, replace(plan, calibrated_speedup=2.05)], 2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from hsd_planner.validation.demo import FAMILIES
+from hsd_planner.demo import FAMILIES
 
 
 def test_the_long_demo_says_how_long_it_took_where_it_was_measured():

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
-from hsd_planner.validation.demo import FAMILIES
+from hsd_planner.demo import FAMILIES
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 
@@ -118,7 +118,9 @@ def _mismatches(text: str) -> list[str]:
                 continue
             for param, part in zip(params, parts):
                 if not _agrees(command, param, part):
-                    out.append(f"hsd-plan {command} {param.opts[0]}: the README says {part!r}, the CLI's default is {_default(command, param)!r}")
+                    out.append(
+                        f"hsd-plan {command} {param.opts[0]}: the README says {part!r}, the CLI's default is {_default(command, param)!r}"
+                    )
         missing = [p.opts[0] for p in cmd.params if p not in seen and p.opts and p.opts[0] not in UNDOCUMENTED]
         if missing:
             out.append(f"hsd-plan {command}: {', '.join(missing)} missing from its option table")
@@ -163,3 +165,4 @@ def test_readme_reference_matches_the_help_text():
 
     section = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert section == help_reference().strip(), "run: python -m hsd_planner.cli.docs README.md"
+

@@ -60,3 +60,14 @@ def test_json_keys_of_the_design_card():
     assert {"model", "forward_passes", "proposed", "accepted"} <= set(first["levels"][0])
     assert first["error"] == (10.0 - 11.0) / 11.0 and report["regret"] == 0.0 and report["pick"] == 3
     assert Plan(("a", "t"), (2,), Prediction(1.0, 2.0, 3.0)).label == "a[2] -> t"
+
+
+def test_every_subpackage_is_in_the_wheel():
+    """pyproject lists packages by name: a new room left out would be missing from an installed wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts) for top in ("hsd_planner", "hsd_runtime") for p in (ROOT / top).rglob("__init__.py")
+    }
+    assert on_disk <= listed, f"missing from pyproject's packages: {sorted(on_disk - listed)}"

@@ -1,5 +1,7 @@
 """The ``hsd-plan`` command line: thin click wrappers over the library, one module per command
-group, one :mod:`.render` for output, shared options declared once in :mod:`.options`.
+(``generate``, ``profile``, ``profiles``, ``solve``, ``export``, ``validate``, ``demo``,
+``distill``), one :mod:`.render` for output, shared options declared once in :mod:`.options`,
+and :mod:`.docs`, the README's generated command reference.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
 ``Error: ...`` on stderr and exit status 1, never a traceback; a malformed option or a command
@@ -14,13 +16,14 @@ from pydantic import ValidationError
 
 from ..errors import HSDError, first_line
 from ..store import DatabaseError
+from .demo import demo
 from .distill import distill
 from .export import export_command
 from .generate import generate
 from .profile import profile
 from .profiles import profiles
 from .solve import solve_command
-from .validate import demo, validate
+from .validate import validate
 
 __all__ = ["cli"]
 

@@ -7,9 +7,11 @@ from pathlib import Path
 import click
 
 from hsd_runtime import ModelLoader
+from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
+from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
+from ..limits import MAX_COUNT, MAX_LENGTH
 from ..training import DistillConfig, Distiller, DistillReport, parse_init, running_average
-from ..vocab import DISTILL_DATA, DIVERGENCE_NAMES, MAX_COUNT, MAX_LENGTH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit
 

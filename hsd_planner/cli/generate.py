@@ -8,8 +8,8 @@ import click
 
 from hsd_runtime import SamplingConfig
 
-from ..validation import generate_text
-from ..vocab import MAX_LENGTH
+from ..generate import generate_text
+from ..limits import MAX_LENGTH
 from .options import json_option, make_loader, parse_widths, prepack_option, resolve_dtype_choice, runtime_options, sampling_options
 from .render import emit, format_generate
 

@@ -9,21 +9,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from hsd_runtime.choices import DTYPES, MODES
+from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE
 from hsd_runtime.shape import Width, parse_width
 
+from ..choices import ACCEPTANCE_MODELS
 from ..errors import ChainError
+from ..limits import MAX_COUNT, MAX_LENGTH
 from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT
-from ..vocab import (
-    ACCEPTANCE_MODELS,
-    DTYPES,
-    MAX_COUNT,
-    MAX_LENGTH,
-    MAX_SEED,
-    MAX_TEMPERATURE,
-    MAX_WIDTH,
-    MIN_TEMPERATURE,
-    MODES,
-)
 
 __all__ = [
     "FiniteRange",

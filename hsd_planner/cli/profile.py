@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
+from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
-from ..vocab import MAX_LENGTH, MAX_REPEATS
 from .options import (
     db_option,
     int_list,

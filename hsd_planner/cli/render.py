@@ -11,12 +11,13 @@ from typing import Any, Protocol
 import click
 
 from ..export import ExportReport, write_export
+from ..generate import GenerateReport
 from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
 from ..solving import THIN_PROMPTS, SolveReport
 from ..store.exchange import ProfileDocument
-from ..validation import GenerateReport, ValidationReport
+from ..validation import ValidationReport
 
 __all__ = [
     "Bars",
@@ -222,8 +223,8 @@ def format_summary(summary: ProfileSummary) -> str:
         + (f", {summary.noisy} latency points still noisy (p90/p10 > {SPREAD_LIMIT})" if summary.noisy else "")
         + (f", {summary.inverted} pass sizes slower than the next wider one even measured again (kept)" if summary.inverted else "")
         + " "
-        f"[{hw['device_name']} ({hw['capability']}), {hw['threads']} threads, {hw['kernels']} kernels; workload {summary.workload['name']} "
-        f"({summary.workload['count']} prompts); {st['mode']}, dtype {st['dtype']}]",
+        f"[{hw.device_name} ({hw.capability}), {hw.threads} threads, {hw.kernels} kernels; workload {summary.workload.name} "
+        f"({summary.workload.count} prompts); {st.mode}, dtype {st.dtype}]",
         "",
         f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + f"{'c(1)/floor':>12}   context",
     ]

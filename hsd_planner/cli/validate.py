@@ -1,22 +1,19 @@
-"""``hsd-plan validate`` and ``hsd-plan demo``: thin wrappers over :mod:`hsd_planner.validation`."""
+"""``hsd-plan validate``: a thin wrapper over :mod:`hsd_planner.validation`."""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import click
 
 from ..errors import ChainError
-from ..profiling import ProfileSummary
+from ..limits import MAX_LENGTH, MAX_REPEATS, SQLITE_INT_MAX
 from ..prompts import load_prompts, split
-from ..store import check_db, open_engine
-from ..validation import CANDIDATE_SETS, FAMILIES, run_demo, run_validation, select_plans
+from ..store import open_engine
+from ..validation import CANDIDATE_SETS, run_validation, select_plans
 from ..validation.plot import check_plot_path, plot_validation
-from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_REPEATS, SQLITE_INT_MAX
-from .options import db_option, json_option, make_loader, model_list, prepack_option, prompt_options, resolve_dtype_choice, runtime_options
-from .render import Bars, emit, format_summary, format_validation
+from .options import db_option, json_option, make_loader, prompt_options, resolve_dtype_choice, runtime_options
+from .render import Bars, emit, format_validation
 
-__all__ = ["demo", "validate"]
+__all__ = ["validate"]
 
 
 @click.command()
@@ -87,99 +84,3 @@ def validate(
     if plot is not None:
         plot_validation(report, plot)
     emit(report, as_json, format_validation)
-
-
-@click.command()
-@click.option(
-    "--family",
-    type=click.Choice(list(FAMILIES)),
-    default="qwen",
-    show_default=True,
-    help="qwen: Qwen2.5-Coder 0.5B/1.5B with int8 copies on HumanEval; smollm2: SmolLM2-135M early exits, quick.",
-)
-@click.option("--models", default=None, help="Candidates, target last [default: the family's].")
-@click.option("--max-prompts", type=click.IntRange(1, MAX_COUNT), default=None, help="Profiling prompts [default: the family's].")
-@click.option(
-    "--validate-prompts", type=click.IntRange(1, MAX_COUNT), default=None, help="Held-out prompts to validate on [default: the family's]."
-)
-@click.option("--max-new-tokens", type=click.IntRange(1, MAX_LENGTH), default=None, help="Continuation length [default: the family's].")
-@click.option(
-    "--rounds",
-    type=click.IntRange(1, MAX_REPEATS),
-    default=None,
-    help="Interleaved latency rounds when profiling [default: the family's, 5].",
-)
-@click.option(
-    "--repeats",
-    type=click.IntRange(1, MAX_REPEATS),
-    default=None,
-    help="Validation runs of every plan on every held-out prompt [default: the family's, 2].",
-)
-@click.option("--plot", "plot_file", default="hsd-plan-demo.png", show_default=True, help="The validation figure (PNG, PDF, SVG or JPEG).")
-@click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
-@runtime_options
-@prepack_option
-@db_option
-@json_option
-def demo(
-    family: str,
-    models: str | None,
-    max_prompts: int | None,
-    validate_prompts: int | None,
-    max_new_tokens: int | None,
-    rounds: int | None,
-    repeats: int | None,
-    plot_file: str,
-    force: bool,
-    dtype: str,
-    device: str,
-    prepack: bool,
-    db: str | None,
-    as_json: bool,
-) -> None:
-    """Profile, solve and validate a model family end to end.
-
-    The default family profiles the n-gram drafter, int8 copies of Qwen2.5-Coder 0.5B and 1.5B,
-    the 0.5B, an early exit of the 1.5B and the 1.5B target on HumanEval prompts, solves for the
-    best hierarchy, then runs the best plan and the best single drafter against autoregressive
-    decoding on held-out problems. --family smollm2 is the quick demo on SmolLM2-135M. What the
-    database already holds is reused, so a second run only validates again.
-
-    Example:
-
-        hsd-plan demo
-
-        hsd-plan demo --family smollm2 --max-prompts 6 --validate-prompts 3 --plot demo.png
-    """
-
-    def say(text: str) -> None:
-        if not as_json:
-            click.echo(text, err=True)
-
-    def show(summary: ProfileSummary) -> None:
-        say(format_summary(summary))
-
-    plot = check_plot_path(plot_file, force)
-    check_db(db)  # a bad --db fails before the models load
-    chosen = FAMILIES[family]
-    overrides = {
-        "models": ",".join(model_list(models, "--models")) if models is not None else None,
-        "max_prompts": max_prompts,
-        "validate_prompts": validate_prompts,
-        "max_new_tokens": max_new_tokens,
-        "rounds": rounds,
-        "repeats": repeats,
-    }
-    chosen = replace(chosen, **{k: v for k, v in overrides.items() if v is not None})
-    dtype = resolve_dtype_choice(dtype, device)
-    report = run_demo(
-        lambda: open_engine(db),  # opened once the models are loaded and checked: a refusal creates no database
-        make_loader(device, dtype, prepack),
-        chosen,
-        dtype,
-        plot,
-        say=say,
-        show=show,
-        stages=Bars(),
-    )
-    emit(report, as_json, lambda r: f"{format_validation(r.validation)}\n\n{r.conclusion}")

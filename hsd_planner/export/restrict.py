@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from hsd_runtime.shape import TreeShape
 from hsd_runtime.spec import parse_spec
 
+from ..choices import AcceptanceModel
 from ..plan import Plan, Profile, SolveConfig, predict, solve
-from ..vocab import AcceptanceModel
 from .stacks import Stack
 
 __all__ = ["restricted_solve", "restrictions", "unloadable"]

@@ -17,8 +17,9 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hsd_runtime.choices import Mode
+
 from ..errors import ExportError
-from ..vocab import Mode
 
 __all__ = ["FORMATS", "STACKS", "Rendered", "Served", "Stack", "stack_for"]
 

@@ -1,10 +1,14 @@
-"""Planning: the latency model, the exact solver, the Monte Carlo oracle and their input.
+"""Planning: the planner's input, the latency model, the exact solver and the Monte Carlo oracle.
 
-Owns everything that turns a :class:`Profile` (cost curves and acceptance, plain data) into
-predicted latencies and ranked hierarchies. Pure: imports neither torch nor the database, so a
-serving stack can ``from hsd_planner.plan import Profile, solve, predict`` with only pydantic,
-networkx and numpy installed. May import :mod:`hsd_planner.errors`, :mod:`hsd_planner.vocab` and
-the runtime's torch-free :mod:`hsd_runtime.shape` (draft-tree shapes) and :mod:`hsd_runtime.vocab`.
+Owns everything that turns a :class:`Profile` (cost curves and acceptance, plain data;
+:mod:`.profile`) into predicted latencies (:mod:`.latency`, :mod:`.rounds`) and ranked
+hierarchies (:mod:`.solver`, :mod:`.planner`; options in :class:`SolveConfig`, :mod:`.config`),
+and :class:`Plan`, a hierarchy with its prediction, its label and its JSON widths
+(:mod:`.plans`); :mod:`.simulate` checks the latency model by simulation. Pure: imports neither
+torch nor the database, so a serving stack can ``from hsd_planner.plan import Profile, solve,
+predict`` with only pydantic, networkx and numpy installed. May import :mod:`hsd_planner.errors`,
+:mod:`hsd_planner.choices` and the runtime's torch-free :mod:`hsd_runtime.shape` (draft-tree
+shapes), :mod:`hsd_runtime.choices` and :mod:`hsd_runtime.limits`.
 """
 
 from .config import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT, SolveConfig

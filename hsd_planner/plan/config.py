@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hsd_runtime.vocab import MAX_TREE_NODES
+from hsd_runtime.limits import MAX_TREE_NODES, MAX_WIDTH
 
-from ..vocab import MAX_WIDTH, AcceptanceModel
+from ..choices import AcceptanceModel
 
 __all__ = ["DEFAULT_CONTEXT", "SOLVE_DEFAULTS", "TREE_BUDGET_LIMIT", "T_MAX_LIMIT", "SolveConfig"]
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from hsd_runtime.shape import TreeShape, Width
 
+from ..choices import AcceptanceModel
 from ..errors import SolverError
-from ..vocab import AcceptanceModel
 from .config import DEFAULT_CONTEXT, SolveConfig
 from .config import SOLVE_DEFAULTS as _D
 from .latency import Level, Prediction, hierarchy_latency

@@ -36,8 +36,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..choices import AcceptanceModel
 from ..errors import SolverError
-from ..vocab import AcceptanceModel
 from .latency import CostCurve
 from .rounds import RunLengths, SiblingCurve
 

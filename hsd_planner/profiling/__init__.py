@@ -1,11 +1,14 @@
-"""Profiling: measuring latency curves and pairwise acceptance into the database.
+"""Profiling: measuring latency curves and pairwise acceptance into the database (``hsd-plan profile``).
 
 Owns the measurements themselves (:mod:`.timing`, :mod:`.acceptance`, :mod:`.siblings`: pure
-functions of models and tokens), the hardware fingerprint, the resumable profiling run
-(:mod:`.runner`, one committed transaction per measurement), the verifiers' continuations it
-drafts (:mod:`.continuations`) and its summary. Imports the runtime, :mod:`hsd_planner.store` for
-writing rows and :mod:`hsd_planner.plan` for curve interpolation; nothing imports it but the
-CLI, validation and training.
+functions of models and tokens), the machine's floor (:mod:`.floor`), the hardware and
+model-source fingerprints, and the resumable profiling run: what it is asked
+(:mod:`.config`), the run (:mod:`.runner`), its interleaved latency sweep (:mod:`.sweep`), the
+verifiers' continuations it drafts (:mod:`.continuations`) and its summary (:mod:`.summary`).
+What it measures becomes a :class:`hsd_planner.plan.Profile` when the store reads it back.
+Imports the runtime, :mod:`hsd_planner.store` for every read and write (one transaction per
+measurement) and :mod:`hsd_planner.plan`; nothing imports it but the CLI, validation, training
+and the demo.
 """
 
 from .config import Candidate, ProfileConfig, ProfileOutcome

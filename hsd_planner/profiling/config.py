@@ -13,9 +13,11 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from hsd_runtime import LoadedModel, ModelSpec
+from hsd_runtime.choices import Dtype, Mode
+from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
+from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..store.records import ModelFacts, RunKeys
-from ..vocab import MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 
 __all__ = ["Candidate", "ProfileConfig", "ProfileOutcome"]
 

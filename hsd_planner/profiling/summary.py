@@ -9,6 +9,7 @@ from typing import Any
 from ..plan import LatencyCurve
 from ..store import Engine
 from ..store.measurements import latency_points, pair_acceptance, run_records
+from ..store.records import HardwareRecord, SettingRecord, WorkloadRecord
 from .config import ProfileOutcome
 
 __all__ = ["SUMMARY_N", "AcceptanceRow", "LatencyRow", "ProfileSummary", "floor_ratio", "profile_summary", "shortest_context"]
@@ -50,16 +51,17 @@ class ProfileSummary:
     skipped: int
     noisy: int  # latency points whose p90/p10 stayed above SPREAD_LIMIT
     inverted: int  # neighbouring pass sizes where fewer tokens cost more, still after measuring again
-    hardware: dict  # fingerprint, device, device_name, threads
-    workload: dict  # name, content_hash, count
-    setting: dict  # mode, temperature, top_p, dtype, max_new_tokens
+    hardware: HardwareRecord  # where it was measured, with the floor probe
+    workload: WorkloadRecord
+    setting: SettingRecord  # the decoding the acceptance is for, the dtype, the continuation length
     models: list[str]  # cheapest first
     latency: list[LatencyRow]
     acceptance: list[AcceptanceRow]
 
     def to_dict(self) -> dict:
         return {
-            **{k: getattr(self, k) for k in ("measured", "skipped", "noisy", "inverted", "hardware", "workload", "setting", "models")},
+            **{k: getattr(self, k) for k in ("measured", "skipped", "noisy", "inverted", "models")},
+            **{k: asdict(getattr(self, k)) for k in ("hardware", "workload", "setting")},
             "latency": [r.to_dict() for r in self.latency],
             "acceptance": [asdict(a) for a in self.acceptance],
         }
@@ -106,24 +108,9 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
         skipped=out.skipped,
         noisy=out.noisy,
         inverted=out.inverted,
-        hardware={
-            "fingerprint": hw.fingerprint,
-            "device": hw.device,
-            "device_name": hw.device_name,
-            "capability": hw.capability,
-            "threads": hw.threads,
-            "kernels": hw.kernels,
-            "bandwidth_gbs": hw.bandwidth_gbs,
-            "peak_gflops": hw.peak_gflops,
-        },
-        workload={"name": workload.name, "content_hash": workload.content_hash, "count": workload.count},
-        setting={
-            "mode": setting.mode,
-            "temperature": setting.temperature,
-            "top_p": setting.top_p,
-            "dtype": setting.dtype,
-            "max_new_tokens": setting.max_new_tokens,
-        },
+        hardware=hw,
+        workload=workload,
+        setting=setting,
         models=list(ids),
         latency=latency,
         acceptance=acceptance,

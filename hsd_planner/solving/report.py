@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hsd_runtime.choices import Mode
+
 from ..store.records import RankedPlan
-from ..vocab import Mode
 
 __all__ = ["THIN_PROMPTS", "SolveReport"]
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from hsd_runtime.choices import Mode
 from hsd_runtime.shape import TreeShape
 
+from ..choices import AcceptanceModel, PlanKind
 from ..plan import SOLVE_DEFAULTS, Plan, Profile, Solution, SolveConfig, predict, solve
 from ..plan.config import DEFAULT_CONTEXT
 from ..stats import interval, resample_profiles
@@ -14,7 +16,6 @@ from ..store import Engine
 from ..store.profiles import ProfileSource, load_profile, prompt_acceptance
 from ..store.records import Ranking
 from ..store.solves import acceptance_sample, save_solve
-from ..vocab import AcceptanceModel, Mode, PlanKind
 from .report import SolveReport
 
 __all__ = ["predicted_intervals", "solve_and_store"]

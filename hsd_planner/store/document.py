@@ -14,10 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from hsd_runtime.choices import Mode
 from hsd_runtime.spec import parse_spec
 
 from ..errors import HSDError
-from ..vocab import Mode
 
 __all__ = [
     "SCHEMA_VERSION",

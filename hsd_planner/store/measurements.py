@@ -14,8 +14,9 @@ from typing import cast
 from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
+from hsd_runtime.choices import Mode
+
 from ..plan import LatencyCurve
-from ..vocab import Mode
 from .profiles import latency_curve
 from .records import (
     ContinuationKey,

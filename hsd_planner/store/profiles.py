@@ -14,10 +14,10 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime import parse_spec
+from hsd_runtime.choices import Mode
 
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
-from ..vocab import Mode
 from .records import PromptAcceptance
 from .schema import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Solve, Workload
 

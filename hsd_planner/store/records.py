@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hsd_runtime.choices import Mode
 from hsd_runtime.shape import Width
 
+from ..choices import AcceptanceModel, PlanKind
 from ..plan import Plan, format_chain, widths_to_json
-from ..vocab import AcceptanceModel, Mode, PlanKind
 
 __all__ = [
     "ContinuationKey",

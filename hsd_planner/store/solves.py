@@ -12,9 +12,9 @@ from typing import cast
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from ..choices import AcceptanceModel
 from ..errors import StoreError
 from ..plan import SolveConfig, widths_to_json
-from ..vocab import AcceptanceModel
 from .measurements import hardware_record, setting_record
 from .profiles import ProfileSource
 from .records import RankedPlan, Ranking, SolveRecord, WorkloadRecord

@@ -13,8 +13,8 @@ from typing import cast
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from ..choices import PlanKind
 from ..errors import StoreError
-from ..vocab import PlanKind
 from .plans import stored_widths
 from .records import RankedPlan, SolveRecord
 from .schema import ModelRow, PlanRow, Validation, ValidationRun

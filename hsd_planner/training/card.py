@@ -50,30 +50,30 @@ class DistillReport:
 
 def model_card(report: DistillReport) -> str:
     """The Markdown card of a distilled student."""
-    card = report.to_dict()
+    c = report.config
     rows = [
-        ("target", f"`{card['target']}`"),
-        ("student", f"the target's first {card['layers']} decoder layers, final norm and frozen embeddings and head"),
-        ("divergence", card["divergence"]),
-        ("data", f"{card['data']} ({card['train_prompts']}, validation split excluded)"),
-        ("steps x batch size", f"{card['steps']} x {card['batch_size']}, {card['max_new_tokens']} new tokens per sequence"),
-        ("optimizer", f"AdamW, lr {card['lr']:g}"),
-        ("temperature", f"{card['temperature']:g}"),
-        ("seed", str(card["seed"])),
-        ("target dtype", card["dtype"]),
-        ("training wall time", f"{card['train_wall_s']:.1f} s"),
-        ("final loss (moving average)", f"{card['final_loss']:.4f}"),
-        ("acceptance, greedy", f"{card['acceptance_greedy']:.3f}"),
-        (f"acceptance at T = {card['temperature']:g}", f"{card['acceptance_sampled']:.3f}"),
+        ("target", f"`{c.target}`"),
+        ("student", f"the target's first {c.layers} decoder layers, final norm and frozen embeddings and head"),
+        ("divergence", c.divergence),
+        ("data", f"{c.data} ({report.train_prompts}, validation split excluded)"),
+        ("steps x batch size", f"{report.steps} x {c.batch_size}, {c.max_new_tokens} new tokens per sequence"),
+        ("optimizer", f"AdamW, lr {c.lr:g}"),
+        ("temperature", f"{c.temperature:g}"),
+        ("seed", str(c.seed)),
+        ("target dtype", c.dtype),
+        ("training wall time", f"{report.train_wall_s:.1f} s"),
+        ("final loss (moving average)", f"{report.final_loss:.4f}"),
+        ("acceptance, greedy", f"{report.acceptance_greedy:.3f}"),
+        (f"acceptance at T = {c.temperature:g}", f"{report.acceptance_sampled:.3f}"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return (
-        f"# Distilled drafter for {card['target']}\n\n"
+        f"# Distilled drafter for {c.target}\n\n"
         "A student trained toward its target by knowledge distillation (DistillSpec, Zhou et al. 2023) with "
         "`hsd-plan distill`, to draft for it in speculative decoding. Acceptance is measured on held-out "
-        f"prompts ({card['eval_prompts']}): greedy, the fraction of positions where the argmaxes agree; "
+        f"prompts ({report.eval_prompts}): greedy, the fraction of positions where the argmaxes agree; "
         "at the temperature, the mean of 1 - TV(p, q).\n\n"
         f"| setting | value |\n|---|---|\n{table}\n\n"
         "Use it as a model spec, e.g.\n\n"
-        f'```\nhsd-plan generate --chain {card["out"]},{card["target"]} --widths 4 --prompt "..." --check\n```\n'
+        f'```\nhsd-plan generate --chain {report.out},{c.target} --widths 4 --prompt "..." --check\n```\n'
     )

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..vocab import MAX_COUNT, MAX_LENGTH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, DistillData, Divergence, Dtype
+from hsd_runtime.choices import Dtype
+from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+
+from ..choices import DistillData, Divergence
+from ..limits import MAX_COUNT, MAX_LENGTH
 
 __all__ = ["DistillConfig"]
 

@@ -117,7 +117,7 @@ class Distiller:
         self.rng = np.random.default_rng(config.seed)
         self.step = 0
         self.log: list[StepLog] = []
-        self.wall_s = 0.0  # training time, summed over resumed sessions
+        self.wall_s = 0.0  # training time, summed over resumed runs
         self.target_samples: dict[int, list[int]] = {}  # prompt index -> the target's continuation (frozen target)
         if resume:
             self._load_checkpoint(state_file)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ..vocab import Divergence
+from ..choices import Divergence
 
 __all__ = ["DIVERGENCES", "divergence", "forward_kl", "jensen_shannon", "reverse_kl", "total_variation"]
 

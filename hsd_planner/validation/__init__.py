@@ -1,29 +1,21 @@
-"""Validation: running hierarchies and solved plans, comparing measured with predicted latency.
+"""Validation: running solved plans on held-out prompts, comparing measured with predicted latency.
 
-Owns ``generate`` (one hierarchy on one prompt, checked against the target's greedy decoding),
-the validation run over held-out prompts with its typed report and figure, and the demo
-workflow (:func:`run_demo`). Imports the runtime, :mod:`hsd_planner.plan`, the store, prompts
-and profiling; only the CLI imports it.
+Owns the validation run (:mod:`.runner`: which plans, the measured runs, the comparison, the
+stored rows), its typed report (:mod:`.report`), the reference passes that calibrate a profile
+to the machine's state (:mod:`.calibration`) and the figure (:mod:`.plot`). Running one
+hierarchy on one prompt is :mod:`hsd_planner.generate`; the whole workflow is
+:mod:`hsd_planner.demo`. Imports the runtime, :mod:`hsd_planner.plan`, the store, stats, prompts
+and profiling; the CLI and the demo import it.
 """
 
-from .demo import FAMILIES, DemoFamily, DemoReport, run_demo
-from .generate import CheckResult, GenerateReport, compare_tokens, generate_text
 from .report import LevelResult, PlanResult, ValidationReport
 from .runner import CANDIDATE_SETS, run_validation, select_plans
 
 __all__ = [
     "CANDIDATE_SETS",
-    "FAMILIES",
-    "CheckResult",
-    "DemoFamily",
-    "DemoReport",
-    "GenerateReport",
     "LevelResult",
     "PlanResult",
     "ValidationReport",
-    "compare_tokens",
-    "generate_text",
-    "run_demo",
     "run_validation",
     "select_plans",
 ]

@@ -2,8 +2,8 @@
 
 A shared machine drifts between profiling and validation, and not by one factor: when other
 tenants contend for memory bandwidth, a pass of one token (bound by reading the weights) slows
-down more than a pass of eight (which does more arithmetic per weight read). On the development
-machine the 1.5B target's c(8) / c(1) moved between 1.10 and 1.45 from one state to another, and
+down more than a pass of eight (which does more arithmetic per weight read). On a shared 2-core
+cloud machine the 1.5B target's c(8) / c(1) moved between 1.10 and 1.45 from one state to another, and
 a speed-up that verifies eight tokens a round moves with it.
 
 The machine's state also changes within seconds (the target's c(1) went 85, 78, 78, 88, 61, 60,
@@ -24,13 +24,58 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from ..plan import Profile
 
-__all__ = ["REFERENCE_N", "REFERENCE_PASSES", "Calibration"]
+__all__ = ["REFERENCE_N", "REFERENCE_PASSES", "Calibration", "CalibrationRecord", "ModelReference"]
 
 REFERENCE_N = (1, 8)  # the passes each model's drift is measured on
 REFERENCE_PASSES = 3  # passes per reference point and round, the median kept
+
+
+@dataclass(frozen=True)
+class ModelReference:
+    """One model's reference passes: per pass size, the profiled ms and the samples measured now (one per round)."""
+
+    profiled_ms: dict[int, float]
+    samples_ms: dict[int, list[float]]
+
+    def ratios(self) -> dict[int, float]:
+        """Per pass size measured, the median now over the profiled ms."""
+        return {n: statistics.median(samples) / self.profiled_ms[n] for n, samples in self.samples_ms.items() if samples}
+
+
+@dataclass(frozen=True)
+class CalibrationRecord:
+    """The reference passes of one validation, as its report and the database keep them."""
+
+    context_len: int | None
+    models: dict[str, ModelReference]
+
+    def to_dict(self) -> dict:
+        """JSON: pass sizes as strings, ``{"context_len", "models": {name: {"profiled_ms", "samples_ms"}}}``."""
+        return {
+            "context_len": self.context_len,
+            "models": {
+                name: {
+                    "profiled_ms": {str(n): v for n, v in ref.profiled_ms.items()},
+                    "samples_ms": {str(n): list(v) for n, v in ref.samples_ms.items()},
+                }
+                for name, ref in self.models.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> CalibrationRecord:
+        """The record :meth:`to_dict` wrote."""
+        models = {
+            name: ModelReference(
+                {int(n): float(v) for n, v in ref["profiled_ms"].items()}, {int(n): list(v) for n, v in ref["samples_ms"].items()}
+            )
+            for name, ref in data.get("models", {}).items()
+        }
+        return cls(data.get("context_len"), models)
 
 
 class Calibration:
@@ -102,15 +147,7 @@ class Calibration:
             models.append(m)
         return profile.model_copy(update={"models": models})
 
-    def to_dict(self) -> dict:
+    def record(self) -> CalibrationRecord:
         """Per model: the profiled reference ms and the samples measured now (one per round)."""
-        return {
-            "context_len": self.context_len,
-            "models": {
-                name: {
-                    "profiled_ms": {str(n): self.profiled[name][n] for n in REFERENCE_N},
-                    "samples_ms": {str(n): v for n, v in s.items()},
-                }
-                for name, s in self.samples.items()
-            },
-        }
+        models = {name: ModelReference(dict(self.profiled[name]), {n: list(v) for n, v in s.items()}) for name, s in self.samples.items()}
+        return CalibrationRecord(self.context_len, models)

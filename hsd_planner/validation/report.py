@@ -6,10 +6,12 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
+from hsd_runtime.choices import Mode
 from hsd_runtime.shape import Width
 
+from ..choices import AcceptanceModel, PlanKind
 from ..plan import format_chain, widths_to_json
-from ..vocab import AcceptanceModel, Mode, PlanKind
+from .calibration import CalibrationRecord
 
 __all__ = ["LevelResult", "PlanResult", "ValidationReport"]
 
@@ -105,7 +107,7 @@ class ValidationReport:
     acceptance: AcceptanceModel
     plans: list[PlanResult]
     pick: int  # plan id of the solver's pick among those run
-    calibration: dict | None = None  # the reference passes (Calibration.to_dict): per model, profiled ms and the samples now
+    calibration: CalibrationRecord | None = None  # the reference passes: per model, profiled ms and the samples now
 
     @property
     def median_abs_error(self) -> float:
@@ -142,10 +144,8 @@ class ValidationReport:
     @property
     def target_ratios(self) -> dict[int, float]:
         """The target's reference passes over the validation, median now over profiled, per pass size."""
-        ref = (self.calibration or {}).get("models", {}).get(self.target)
-        if not ref:
-            return {}
-        return {int(n): statistics.median(samples) / ref["profiled_ms"][n] for n, samples in ref["samples_ms"].items() if samples}
+        ref = self.calibration.models.get(self.target) if self.calibration else None
+        return ref.ratios() if ref else {}
 
     @property
     def drift(self) -> float:
@@ -163,6 +163,7 @@ class ValidationReport:
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}
+        out["calibration"] = self.calibration.to_dict() if self.calibration else None
         keys = (
             "median_abs_error",
             "median_abs_error_calibrated",

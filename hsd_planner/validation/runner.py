@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from hsd_runtime import GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
 from hsd_runtime.shape import Width
 
+from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
 from ..plan import Prediction, Profile, predict_over, tokens_per_round, widths_to_json
 from ..profiling.sources import check_source
@@ -45,7 +46,6 @@ from ..store.validations import (
     plans_of_solve,
     save_validation,
 )
-from ..vocab import AcceptanceModel, PlanKind
 from .calibration import Calibration
 from .report import LevelResult, PlanResult, ValidationReport
 
@@ -249,7 +249,7 @@ def _report(solve: SolveRecord, prompts: str, contexts: list[int], results: list
         acceptance=solve.acceptance_model,
         plans=results,
         pick=pick.plan_id,
-        calibration=calibration.to_dict(),
+        calibration=calibration.record(),
     )
 
 
@@ -296,7 +296,7 @@ def _store(engine: Engine, solve: SolveRecord, prompts: PromptSet, max_new_token
         median_abs_speedup_error=report.median_abs_speedup_error,
         median_abs_error_calibrated=report.median_abs_error_calibrated,
         median_abs_speedup_error_calibrated=report.median_abs_speedup_error_calibrated,
-        calibration=report.calibration,
+        calibration=report.calibration.to_dict() if report.calibration else None,
     )
     runs = [
         ValidationRunEntry(

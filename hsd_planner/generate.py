@@ -7,9 +7,9 @@ from dataclasses import asdict, dataclass
 from hsd_runtime import GenerationResult, ModelLoader, SamplingConfig, build_hierarchy, parse_chain
 from hsd_runtime.shape import Width
 
-from ..errors import PromptError
-from ..plan import widths_to_json
-from ..prompts import encode_prompt
+from .errors import PromptError
+from .plan import widths_to_json
+from .prompts import encode_prompt
 
 __all__ = ["CheckResult", "GenerateReport", "compare_tokens", "generate_text"]
 

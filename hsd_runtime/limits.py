@@ -1,28 +1,17 @@
-"""The runtime's words, defined once and torch-free: dtypes, decoding modes, defaults."""
+"""The runtime's bounds and defaults, defined once and torch-free: widths, tree sizes, temperatures,
+seeds, spec lengths, the n-gram order. The closed sets of values (dtypes, modes) live in :mod:`.choices`."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 __all__ = [
     "DEFAULT_NGRAM_ORDER",
-    "DTYPES",
     "MAX_SEED",
     "MAX_SPEC_CHARS",
     "MAX_TEMPERATURE",
     "MAX_TREE_NODES",
     "MAX_WIDTH",
     "MIN_TEMPERATURE",
-    "MODES",
-    "Dtype",
-    "Mode",
 ]
-
-Dtype = Literal["fp32", "bf16", "fp16"]  # weights and activations of a model
-DTYPES: tuple[str, ...] = get_args(Dtype)
-
-Mode = Literal["greedy", "sample"]  # argmax at every level, or sampling from warped distributions
-MODES: tuple[str, ...] = get_args(Mode)
 
 DEFAULT_NGRAM_ORDER = 3  # the n of `ngram` when its spec sets none; shorter matches are the fallback
 

@@ -8,18 +8,17 @@ from pathlib import Path
 from typing import Protocol
 
 from hsd_runtime import ModelLoader, parse_spec
+from hsd_runtime.choices import Dtype
 from hsd_runtime.packaged import PACKAGED, is_converted
 
-from ..errors import ChainError
-from ..plan import SolveConfig
-from ..profiling import ProfileConfig, ProfileSummary, prepare_profile, profile_summary, run_profile
-from ..prompts import load_prompts, split
-from ..solving import SolveReport, solve_and_store
-from ..store import Engine
-from ..vocab import Dtype
-from .plot import plot_validation
-from .report import ValidationReport
-from .runner import run_validation, select_plans
+from .errors import ChainError
+from .plan import SolveConfig
+from .profiling import ProfileConfig, ProfileSummary, prepare_profile, profile_summary, run_profile
+from .prompts import load_prompts, split
+from .solving import SolveReport, solve_and_store
+from .store import Engine
+from .validation import ValidationReport, run_validation, select_plans
+from .validation.plot import plot_validation
 
 __all__ = ["FAMILIES", "DemoFamily", "DemoReport", "Stages", "run_demo"]
 
