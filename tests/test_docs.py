@@ -166,3 +166,8 @@ def test_readme_reference_matches_the_help_text():
     section = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
     assert section == help_reference().strip(), "run: python -m hsd_planner.cli.docs README.md"
 
+
+@pytest.mark.parametrize("path, command", LEAVES, ids=IDS)
+def test_every_command_takes_json(path, command):
+    """The README says every command takes --json for machine-readable output."""
+    assert any("--json" in p.opts for p in command.params), f"hsd-plan {' '.join(path)} has no --json"

@@ -38,7 +38,8 @@ def profiles_show(db: str | None, as_json: bool) -> None:
 @click.argument("file")
 @click.option("--force", is_flag=True, help="Overwrite an existing export or a symbolic link (never a database).")
 @db_option
-def profiles_export(file: str, force: bool, db: str | None) -> None:
+@json_option
+def profiles_export(file: str, force: bool, db: str | None, as_json: bool) -> None:
     """Write the whole database to FILE as versioned JSON.
 
     The file is written atomically; an existing export is replaced only with --force, and an
@@ -51,6 +52,10 @@ def profiles_export(file: str, force: bool, db: str | None) -> None:
     target = check_export_path(file, check_db(db, create=False).database, force)  # refused before the database is read
     doc = export_document(open_engine(db, create=False))
     write_document(doc, target)
+    if as_json:
+        rows = {name: len(getattr(doc, name)) for name in type(doc).model_fields if name != "schema_version"}
+        click.echo(json.dumps({"file": file, "exported": rows}))
+        return
     click.echo(f"exported {len(doc.latency)} latency points and {len(doc.acceptance)} acceptance pairs to {file}")
 
 
