@@ -9,12 +9,12 @@ measured and the acceptance measured so far.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig
 
 from ..errors import StoreError
-from ..plan.profile import LatencyCurve
+from ..plan import LatencyCurve, Level, RunLengths, hierarchy_latency
 from ..store import Engine
 from ..store.measurements import continuations_of, save_continuation, stored_continuation
 from ..store.records import ContinuationKey
@@ -51,14 +51,15 @@ class Assistant:
         return total / max(1, count)
 
     def choose(self, drafters: list[Candidate], verifier: Candidate) -> Candidate | None:
-        """The fastest drafter for ``verifier`` at ASSIST_WIDTH, or None if plain decoding is."""
-        cost, ctx, w = self.curves[verifier.row_id], int(self.context), ASSIST_WIDTH
-        best, best_ms = None, cost(1, ctx)
+        """The fastest drafter for ``verifier`` at ASSIST_WIDTH, or None if plain decoding is: the
+        latency model's prediction with i.i.d. acceptance (Leviathan et al.'s formula for one drafter)."""
+        curve, ctx = self.curves[verifier.row_id], int(self.context)
+        target = Level(lambda n: curve(n, ctx))
+        best, best_ms = None, target.cost(1)
         for d in drafters:
-            a = min(self._acceptance(d.row_id, verifier.row_id), 0.99)
-            draft = self.curves[d.row_id]
-            draft_ms = draft(w, ctx) if d.loaded is None else w * draft(1, ctx)  # a lookup proposes all w at once
-            ms = (draft_ms + cost(w + 1, ctx)) * (1 - a) / (1 - a ** (w + 1))  # per round over tokens per round
+            draft, alpha = self.curves[d.row_id], min(self._acceptance(d.row_id, verifier.row_id), 0.99)
+            drafter = Level(lambda n, draft=draft: draft(n, ctx), lookup=d.loaded is None)  # a lookup proposes all w at once
+            ms = hierarchy_latency([drafter, replace(target, runs=RunLengths.iid(alpha))], [ASSIST_WIDTH]).ms_per_token
             if ms < best_ms:
                 best, best_ms = d, ms
         return best
