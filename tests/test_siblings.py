@@ -21,14 +21,15 @@ from hsd_planner.store.db import alembic_config
 from hsd_planner.store.document import AcceptanceOut, AcceptancePromptOut
 from hsd_planner.store.profiles import load_profile
 from hsd_runtime import SamplingConfig, warp
+from tests.helpers import QUICK_PROFILE
 from tests.tiny import tiny_llama
 
 SAMPLE = SamplingConfig(mode="sample")
-FAST = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
+FAST = QUICK_PROFILE
 
 
 def literal_rrs(p: torch.Tensor, q: torch.Tensor, order: tuple[int, ...]) -> list[float]:
-    """P(one of the first k of ``order`` accepted), k = 1..len(order), by RRS as SEEDS.md writes it."""
+    """P(one of the first k of ``order`` accepted), k = 1..len(order), by RRS written out literally (Jeon et al. 2024): residuals and q' as vectors."""
     r, q_left, rejected, out = p.clone(), q.clone(), 1.0, []
     for x in order:
         accept = min(1.0, float(r[x] / q_left[x])) if q_left[x] > 0 else 0.0

@@ -2,8 +2,8 @@
 
 Sampling exactness of whole hierarchies with trees is in test_exactness.py (tiny models); here a
 Markov chain over 4 tokens, with the drafter sure of a token the verifier almost never emits,
-makes the two wrong rules of SEEDS.md visibly wrong: siblings drawn with replacement but verified
-as if without, and q' not updated after a rejection. The same harness with the right rules passes.
+makes two tempting wrong rules of recursive rejection sampling (Jeon et al. 2024) visibly wrong:
+siblings drawn with replacement but verified as if without, and q' not updated after a rejection. The same harness with the right rules passes.
 """
 
 import random
@@ -191,7 +191,7 @@ def _accept_rate(p, q, k, draw, runs=20000):
 
 
 def test_without_replacement_accepts_more_siblings_than_with_replacement():
-    """SEEDS.md's check: at TV 0.60, A(1) = 0.40 and without replacement gains much more per sibling."""
+    """At TV 0.60, A(1) = 0.40, and drawing without replacement gains much more per sibling than with it."""
     p = torch.tensor([0.35, 0.25, 0.15, 0.10, 0.10, 0.05])
     q = torch.tensor([0.10, 0.10, 0.05, 0.05, 0.05, 0.65])  # sure of a token p rarely emits
     tv = 0.5 * float((p - q).abs().sum())

@@ -7,7 +7,7 @@ teacher-forced logits the acceptance profile already computes (no extra model pa
 - greedy: a_t(k) = 1 when the verifier's argmax is among the drafter's k most likely tokens
   (ties in index order, as ``argmax`` breaks them, so a_t(1) is exactly greedy ``alpha``);
 - sampling: the siblings x_1..x_k are a sample without replacement from the drafter's warped q
-  (the Gumbel-top-k of log q), verified by recursive rejection sampling (RRS, SEEDS.md "RSD"):
+  (the Gumbel-top-k of log q), verified by recursive rejection sampling (RRS; Jeon et al. 2024, "Recursive Speculative Decoding"):
   r <- p, q' <- q; x_i is accepted with min(1, r(x_i)/q'(x_i)), and on rejection
   r <- norm(max(r - q', 0)), q' <- norm(q' without x_i). Given the order, P(some sibling
   accepted) = 1 - prod_i (1 - min(1, r_i(x_i)/q'_i(x_i))); Monte Carlo runs over the orders only.

@@ -4,7 +4,7 @@ Owns every SQL statement of hsd-plan (SQLAlchemy 2.0 ORM; Alembic migrations liv
 repository's top-level ``migrations/``, installed as ``hsd_planner.migrations``): nothing outside
 this package imports sqlalchemy or sees a session or an ORM row. Functions take the engine and
 typed keys and hand back typed records (:mod:`.records`): :mod:`.measurements` for a profiling
-run, :mod:`.reader` reads a ``Profile`` back, :mod:`.solves` and :mod:`.plans` store and read
+run, :mod:`.profiles` reads a ``Profile`` back, :mod:`.solves` and :mod:`.plans` store and read
 solves, :mod:`.validations` a validation's plans and rows, :mod:`.exchange` export and import.
 Imports :mod:`hsd_planner.plan` (a profile read back is a ``Profile``) and never torch.
 """
