@@ -18,20 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
+from tests.helpers import one_line_error, run
 
 FAST = ["--latency-grid", "1,2", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "4", "--device", "cpu"]
-
-
-def run(*args: object):
-    return CliRunner().invoke(cli, [str(a) for a in args])
-
-
-def one_line_error(result, fragment: str) -> None:
-    assert result.exit_code != 0, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    assert fragment in lines[0], lines[0]
 
 
 def snapshot(*paths: Path, companions: bool = True) -> dict[str, str | None]:

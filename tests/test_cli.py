@@ -3,13 +3,8 @@
 import json
 
 import pytest
-from click.testing import CliRunner
 
-from hsd_planner.cli import cli
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+from tests.helpers import run
 
 
 def test_generate_json_with_check(tiny_dirs):

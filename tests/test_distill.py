@@ -5,22 +5,17 @@ import math
 
 import pytest
 import torch
-from click.testing import CliRunner
 from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from hsd_planner.cli import cli
 from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
 from hsd_planner.training.divergences import DIVERGENCES, divergence
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
+from tests.helpers import run
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
 
 FAST = ["--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu"]
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 @pytest.fixture(scope="module")

@@ -29,9 +29,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from hsd_planner.cli import cli
+from tests.helpers import one_line_error
+from tests.helpers import run as run_cli
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="creating a device node (mknod) needs root")
@@ -56,7 +56,7 @@ def deadline(seconds: int = 60) -> Iterator[None]:
 
 def run(*args: object, env: dict[str, str] | None = None):
     with deadline():
-        return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+        return run_cli(*args, env=env)
 
 
 def snapshot(folder: Path) -> dict[str, str]:
@@ -85,20 +85,10 @@ def comparable(snap: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in snap.items() if not k.endswith("-shm") and not (k.endswith("-wal") and v == EMPTY)}
 
 
-def assert_refused(result, fragment: str, exit_code: int | None = None) -> None:
-    assert result.exit_code != 0, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    assert fragment in lines[0], lines[0]
-    if exit_code is not None:
-        assert result.exit_code == exit_code, (result.exit_code, lines[0])
-
-
 def refused(folder: Path, args: list[object], fragment: str, exit_code: int | None = None, env: dict[str, str] | None = None) -> None:
     """Run ``args``; it must be refused in one line and leave every file of ``folder`` as it was."""
     before = snapshot(folder)
-    assert_refused(run(*args, env=env), fragment, exit_code)
+    one_line_error(run(*args, env=env), fragment, exit_code)
     assert comparable(snapshot(folder)) == comparable(before)
 
 
@@ -417,7 +407,7 @@ def test_imports_run_in_bulk_with_progress(scratch):
 def test_training_stops_on_a_non_finite_loss(scratch, tiny_dirs):
     args = ["distill", "--target", tiny_dirs["target"], "--init", "layers=1", "--out", "s", "--prompts", "p.txt", "--device", "cpu"]
     result = run(*args, "--lr", "1e30", "--steps", 4, "--batch-size", 1, "--max-new-tokens", 4)
-    assert_refused(result, "lower --lr")
+    one_line_error(result, "lower --lr")
     assert not (scratch / "s" / "distill.json").exists() and not (scratch / "s" / "config.json").exists()
 
 
@@ -464,7 +454,7 @@ def test_ctrl_c_is_one_line(scratch, tiny_dirs, monkeypatch, command):
         "validate": ["validate", "--db", "base.db", "--prompts", "p.txt", "--device", "cpu"],
     }[command]
     result = run(*args)
-    assert_refused(result, "interrupted", exit_code=130)
+    one_line_error(result, "interrupted", exit_code=130)
 
 
 def test_messages_name_what_was_typed(scratch, tiny_dirs):

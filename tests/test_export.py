@@ -7,10 +7,8 @@ import os
 import shlex
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy.orm import Session
 
-from hsd_planner.cli import cli
 from hsd_planner.export import STACKS, PlanDocument, json_schema, plan_document
 from hsd_planner.export.restrict import restricted_solve, restrictions
 from hsd_planner.export.schema import shipped_schema
@@ -20,6 +18,7 @@ from hsd_planner.store import open_engine
 from hsd_planner.store.plans import load_plan
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
 from hsd_runtime.shape import TreeShape
+from tests.helpers import run
 
 # name -> (parameters, c(1) ms, ms per extra token in a pass); the target is "big"
 MODELS = {
@@ -41,10 +40,6 @@ ALPHA = {
     ("big:layers=2", "big"): 0.6,
 }
 SIBLINGS = {("small", "big"): [0.7, 0.9, 0.96, 0.98, 0.99, 0.99, 0.99, 0.99]}  # A(k): trees pay for this pair
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
 
 
 @pytest.fixture

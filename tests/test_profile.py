@@ -11,9 +11,7 @@ import time
 
 import pytest
 import torch
-from click.testing import CliRunner
 
-from hsd_planner.cli import cli
 from hsd_planner.profiling.acceptance import (
     acceptance_from_logits,
     model_conditionals,
@@ -23,13 +21,10 @@ from hsd_planner.profiling.acceptance import (
     visited_run_sums,
 )
 from hsd_runtime import Hierarchy, SamplingConfig
+from tests.helpers import QUICK_PROFILE, run
 from tests.tiny import tiny_llama
 
-FAST = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+FAST = QUICK_PROFILE
 
 
 def count(db, table):

@@ -5,16 +5,11 @@ import sqlite3
 import statistics
 
 import pytest
-from click.testing import CliRunner
 
-from hsd_planner.cli import cli
 from hsd_planner.store import open_engine
+from tests.helpers import SOLVABLE_PROFILE, run
 
-FAST = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
-
-
-def run(*args):
-    return CliRunner().invoke(cli, [str(a) for a in args])
+FAST = SOLVABLE_PROFILE
 
 
 @pytest.fixture

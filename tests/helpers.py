@@ -1,0 +1,31 @@
+"""Helpers shared by the test modules: the CLI run in-process, its one-line refusals, and the
+options that make a profile of the tiny models quick. Tiny models themselves are built by
+:mod:`tests.tiny`; shared fixtures (the tiny model directories, a database per test) are in
+``conftest.py``."""
+
+from __future__ import annotations
+
+from click.testing import CliRunner, Result
+
+from hsd_planner.cli import cli
+
+# a profile of the tiny models in seconds: two pass sizes, one short context, one round
+QUICK_PROFILE = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
+# the same with the pass sizes and contexts a solve and a validation of widths up to 8 read
+SOLVABLE_PROFILE = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
+
+
+def run(*args: object, env: dict[str, str] | None = None) -> Result:
+    """``hsd-plan ARGS`` in-process (every argument as a string), as a user would type it."""
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+
+
+def one_line_error(result: Result, fragment: str, exit_code: int | None = None) -> None:
+    """The command was refused with one line ``Error: ...`` naming ``fragment``, never a traceback."""
+    assert result.exit_code != 0, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert fragment in lines[0], lines[0]
+    if exit_code is not None:
+        assert result.exit_code == exit_code, (result.exit_code, lines[0])
