@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig
@@ -21,6 +21,7 @@ from ..errors import StoreError
 from ..plan.profile import LatencyCurve
 from ..store import Continuation, ModelRow, Workload
 from ..store.reader import latency_curve
+from ..store.writes import record_continuation
 from ..vocab import Dtype
 
 if TYPE_CHECKING:
@@ -124,6 +125,5 @@ def verifier_continuation(
     target = Hierarchy(members, [ASSIST_WIDTH] if assistant else [], eos_token_ids=verifier.loaded.eos_token_ids)
     tokens = target.generate(ids, config.max_new_tokens, sampling).tokens
     with Session(engine) as s, s.begin():
-        s.execute(delete(Continuation).filter_by(**key))
-        s.add(Continuation(**key, tokens=tokens))
+        record_continuation(s, key, tokens)
     return tokens, True

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, parse_spec
@@ -20,7 +20,8 @@ from hsd_runtime import LoadedModel, ModelLoader, ModelSpec, SamplingConfig, par
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
 from ..store import AcceptancePrompt, Hardware, Workload
-from ..store.repo import aggregate_acceptance, hardware_row, model_row, record_probe, setting_row, workload_row
+from ..store.repo import hardware_row, model_row, record_probe, setting_row, workload_row
+from ..store.writes import record_acceptance_prompt
 from ..vocab import MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 from .acceptance import (
     acceptance_from_logits,
@@ -224,7 +225,7 @@ def _floors(
     models = [c for c in candidates if c.loaded is not None]
     probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
     with Session(engine) as s, s.begin():
-        record_probe(s.get_one(Hardware, out.hardware_id), probe)
+        record_probe(s.get_one(Hardware, out.hardware_id, with_for_update=True), probe)  # another machine's probe may merge in too
     traffic = {c.row_id: pass_traffic(c.loaded.model) for c in models}
     return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic else None
 
@@ -286,8 +287,6 @@ def _acceptance_for_verifier(
             row.update(siblings_sum=siblings[0], siblings_count=siblings[1])
             assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
             with Session(engine) as s, s.begin():
-                s.execute(delete(AcceptancePrompt).filter_by(**keys[d.row_id]))
-                s.add(AcceptancePrompt(**keys[d.row_id], **row))
-                aggregate_acceptance(s, d.row_id, verifier.row_id, out.workload_id, out.setting_id)
+                record_acceptance_prompt(s, keys[d.row_id], **row)
             out.measured += 1
             step(1)

@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from ..store import Latency
+from ..store.writes import record_latency
 from .timing import SPREAD_LIMIT, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
 if TYPE_CHECKING:
@@ -76,17 +77,15 @@ class Sweep:
         self.samples[point].append(self._timer(cand, ctx)(n))
         med, p10, p90 = summarize(self.samples[point])
         with Session(self.engine) as s, s.begin():
-            s.execute(delete(Latency).filter_by(**self.keys[point]))
-            s.add(
-                Latency(
-                    **self.keys[point],
-                    median_ms=med,
-                    p10_ms=p10,
-                    p90_ms=p90,
-                    repeats=len(self.samples[point]),
-                    samples_ms=self.samples[point],
-                    floor_ms=self.floor(cand, ctx, n),
-                )
+            record_latency(
+                s,
+                self.keys[point],
+                median_ms=med,
+                p10_ms=p10,
+                p90_ms=p90,
+                repeats=len(self.samples[point]),
+                samples_ms=self.samples[point],
+                floor_ms=self.floor(cand, ctx, n),
             )
 
     def to(self, rounds: int) -> None:

@@ -1,8 +1,11 @@
 """The profiling database: schema, opening and migrating, reading profiles back, solves, exchange.
 
 Owns every SQL statement of hsd-plan (SQLAlchemy 2.0 ORM; Alembic migrations live in the
-repository's top-level ``migrations/``, installed as ``hsd_planner.migrations``). Imports
-:mod:`hsd_planner.plan` (a profile read back is a ``Profile``) and never torch: storing needs none.
+repository's top-level ``migrations/``, installed as ``hsd_planner.migrations``). The database is
+an SQLite file for one person, or a team's PostgreSQL server (:mod:`.server`) that many machines
+profile into at once; every write is keyed by natural keys and safe to race (:mod:`.upsert`,
+:mod:`.writes`). Imports :mod:`hsd_planner.plan` (a profile read back is a ``Profile``) and never
+torch: storing needs none.
 """
 
 from ..errors import StoreError
