@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import click
+from sqlalchemy.exc import InterfaceError, OperationalError
 
+from ..errors import StoreError
 from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
+from ..store.server import describe_lost
 from ..vocab import MAX_LENGTH, MAX_REPEATS
 from .options import (
     db_option,
@@ -120,6 +123,10 @@ def profile(
         outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     except KeyboardInterrupt:
         raise click.ClickException("interrupted; every finished measurement is saved, rerun the same command to resume") from None
+    except (OperationalError, InterfaceError) as exc:  # the database went away under us: a server stopped, a network gone
+        raise StoreError(
+            f"{describe_lost(engine.url, exc.orig or exc)}; every finished measurement is saved, rerun the same command to resume"
+        ) from None
     finally:
         bars.close()
     emit(profile_summary(engine, outcome), as_json, format_summary)
