@@ -213,6 +213,9 @@ def _schema_revisions(conn: Connection, url: str | URL) -> tuple[str, ...]:
     tables without any revision (another program's database), are refused."""
     script = ScriptDirectory.from_config(alembic_config(url))
     known = {rev.revision for rev in script.walk_revisions()}
+    # tables first: a server commits another process's migration between two statements, and its
+    # tables and version appear together, so tables seen here have their version seen next
+    tables = inspect(conn).get_table_names()
     current = tuple(MigrationContext.configure(conn).get_current_heads())
     newer = [rev for rev in current if rev not in known]
     if newer:
@@ -220,7 +223,7 @@ def _schema_revisions(conn: Connection, url: str | URL) -> tuple[str, ...]:
             f"the database is at schema revision {newer[0]}, newer than this hsd-plan knows (head {script.get_current_head()}); "
             "upgrade hsd-plan"
         )
-    if not current and inspect(conn).get_table_names():
+    if not current and tables:
         raise StoreError("the database has tables but no hsd-plan schema version; it is not an hsd-plan database")
     return current
 
