@@ -185,7 +185,7 @@ def _engine(url: URL, upgrade: bool, **options) -> Engine:
         if upgrade:
             upgrade_to_head(engine, url)
     except (NoSuchModuleError, ImportError) as exc:
-        hint = "pip install 'hsd-plan[postgres]'" if is_server(url) else "is its driver installed?"
+        hint = "install the driver: pip install 'psycopg[binary]'" if is_server(url) else "is its driver installed?"
         raise StoreError(f"cannot use {url.render_as_string(hide_password=True)}: {first_line(exc)} ({hint})") from None
     except OperationalError as exc:
         raise StoreError(describe_failure(url, exc.orig or exc)) from None
