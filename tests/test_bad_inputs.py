@@ -186,8 +186,11 @@ def test_read_only_database(profiled):
         (["profiles", "show", "--db", ""], "--db is empty"),
         (["profiles", "show", "--db", "/nonexistent-dir/typo.db"], "there is no database"),
         (["profiles", "show", "--db", "foo://x/y"], "cannot use foo://x/y"),
-        (["profiles", "show", "--db", "postgresql://u:secret@127.0.0.1:1/x"], "is its driver installed"),
-        (["profiles", "show", "--db", "mysql://u@127.0.0.1:1/x"], "is its driver installed"),
+        (
+            ["profiles", "show", "--db", "postgresql://u:secret@127.0.0.1:1/x"],
+            "cannot open postgresql://u:***@127.0.0.1:1/x: no database server",
+        ),
+        (["profiles", "show", "--db", "mysql://u:secret@127.0.0.1:1/x"], "SQLite (a file path) or PostgreSQL"),
         (["generate", "--chain", "{target}:layers=²", "--prompt", "w1"], "must be an integer"),
         (["generate", "--chain", "{draft},{target}", "--widths", "10000", "--prompt", "w1"], "a width is at most 64"),
         (["generate", "--chain", "{draft},{target}", "--widths", "٣", "--prompt", "w1"], "neither a number nor a tree shape"),

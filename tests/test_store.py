@@ -1,4 +1,5 @@
-"""The database: migrations, refusal of foreign files and newer schemas, concurrent writers."""
+"""The database, on SQLite and on a PostgreSQL server: migrations, refusal of foreign files and
+newer schemas, concurrent writers."""
 
 import sqlite3
 
@@ -7,10 +8,18 @@ from alembic.autogenerate import compare_metadata
 from alembic.command import downgrade, upgrade
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import create_engine, inspect, text
 
 from hsd_planner.store import Base, StoreError, open_engine, resolve_url
 from hsd_planner.store.db import _enable_wal, alembic_config
+
+
+def _execute(db_url: str, sql: str) -> None:
+    """Run ``sql`` on the database behind hsd-plan's back (as another program or version would)."""
+    engine = create_engine(resolve_url(db_url))
+    with engine.begin() as conn:
+        conn.execute(text(sql))
+    engine.dispose()
 
 
 def test_migrations_have_a_single_head():
@@ -18,22 +27,25 @@ def test_migrations_have_a_single_head():
     assert len(script.get_heads()) == 1
 
 
-def test_upgrade_from_empty_matches_the_orm(isolated_db):
-    engine = open_engine(str(isolated_db))
+def test_upgrade_from_empty_matches_the_orm(db_url):
+    engine = open_engine(db_url)
     assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
     with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"render_as_batch": True}), Base.metadata)
+        diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
+    engine.dispose()
 
 
-def test_downgrade_and_upgrade_round_trip(isolated_db):
-    url = resolve_url(str(isolated_db))
-    engine = open_engine(str(isolated_db))
-    cfg = alembic_config(url)
+def test_downgrade_and_upgrade_round_trip(db_url):
+    engine = open_engine(db_url)
+    cfg = alembic_config(resolve_url(db_url))
     downgrade(cfg, "base")
     assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
     upgrade(cfg, "head")
     assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    engine.dispose()
 
 
 def test_a_file_that_is_not_sqlite_is_left_untouched(tmp_path):
@@ -45,19 +57,17 @@ def test_a_file_that_is_not_sqlite_is_left_untouched(tmp_path):
     assert path.read_bytes() == before
 
 
-def test_a_database_from_a_newer_schema_is_refused(isolated_db):
-    open_engine(str(isolated_db)).dispose()
-    with sqlite3.connect(isolated_db) as conn:
-        conn.execute("UPDATE alembic_version SET version_num = '9999_future'")
+def test_a_database_from_a_newer_schema_is_refused(db_url):
+    open_engine(db_url).dispose()
+    _execute(db_url, "UPDATE alembic_version SET version_num = '9999_future'")
     with pytest.raises(StoreError, match="newer than this hsd-plan"):
-        open_engine(str(isolated_db))
+        open_engine(db_url)
 
 
-def test_a_foreign_sqlite_database_is_refused(isolated_db):
-    with sqlite3.connect(isolated_db) as conn:
-        conn.execute("CREATE TABLE customers (id INTEGER)")
+def test_a_foreign_database_is_refused(db_url):
+    _execute(db_url, "CREATE TABLE customers (id INTEGER)")
     with pytest.raises(StoreError, match="not an hsd-plan database"):
-        open_engine(str(isolated_db))
+        open_engine(db_url)
 
 
 def test_switching_to_wal_retries_while_another_process_holds_the_file():

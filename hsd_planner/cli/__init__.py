@@ -14,8 +14,9 @@ from __future__ import annotations
 import click
 from pydantic import ValidationError
 
-from ..errors import HSDError, first_line
+from ..errors import HSDError
 from ..store import DatabaseError
+from ..store.server import describe_error
 from .demo import demo
 from .distill import distill
 from .export import export_command
@@ -56,8 +57,8 @@ class _Group(click.Group):
             raise _UsageError(exc.format_message() + command) from None
         except HSDError as exc:
             raise click.ClickException(str(exc)) from None
-        except DatabaseError as exc:  # a database that failed under us (disk full, locked, dropped)
-            raise click.ClickException(f"database error: {first_line(getattr(exc, 'orig', None) or exc)}") from None
+        except DatabaseError as exc:  # a database that failed under us (disk full, locked, dropped, a server gone)
+            raise click.ClickException(f"database error: {describe_error(getattr(exc, 'orig', None) or exc)}") from None
         except ValidationError as exc:
             first = exc.errors()[0]
             raise click.ClickException(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None

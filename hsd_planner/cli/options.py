@@ -90,7 +90,8 @@ def db_option(f: F) -> F:
         "--db",
         envvar="HSD_PLAN_DB",
         default=None,
-        help="Database path or SQLAlchemy URL [env HSD_PLAN_DB; default ~/.local/share/hsd-plan/hsd-plan.db].",
+        help="Database: an SQLite file path, or a PostgreSQL server's postgresql://user:password@host/name "
+        "[env HSD_PLAN_DB; default ~/.local/share/hsd-plan/hsd-plan.db].",
     )(f)
 
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import click
 
+from ..errors import StoreError
 from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
 from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
+from ..store.server import LOST, describe_lost
 from .options import (
     db_option,
     int_list,
@@ -120,6 +122,10 @@ def profile(
         outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     except KeyboardInterrupt:
         raise click.ClickException("interrupted; every finished measurement is saved, rerun the same command to resume") from None
+    except LOST as exc:  # the database went away under us: a server stopped, a network gone
+        raise StoreError(
+            f"{describe_lost(engine.url, exc.orig or exc)}; every finished measurement is saved, rerun the same command to resume"
+        ) from None
     finally:
         bars.close()
     emit(profile_summary(engine, outcome), as_json, format_summary)

@@ -9,6 +9,7 @@ import click
 
 from ..store import check_db, open_engine
 from ..store.exchange import check_export_path, document_rows, export_document, import_document, read_document, write_document
+from ..store.machines import hardware_ids
 from .options import db_option, json_option
 from .render import Bars, format_profiles
 
@@ -24,14 +25,18 @@ def profiles() -> None:
 @db_option
 @json_option
 def profiles_show(db: str | None, as_json: bool) -> None:
-    """Show what the database holds.
+    """Show what the database holds: every machine's latency (each with the id that
+    hsd-plan solve --hardware takes), the workloads, the models and the acceptance pairs.
 
     Example:
 
         hsd-plan profiles show --json
+
+        hsd-plan profiles show --db postgresql://ann@db.lan/team
     """
-    doc = export_document(open_engine(db, create=False))
-    click.echo(doc.model_dump_json() if as_json else format_profiles(doc))
+    engine = open_engine(db, create=False)
+    doc = export_document(engine)
+    click.echo(doc.model_dump_json() if as_json else format_profiles(doc, hardware_ids(engine)))
 
 
 @profiles.command("export")
@@ -43,13 +48,18 @@ def profiles_export(file: str, force: bool, db: str | None, as_json: bool) -> No
     """Write the whole database to FILE as versioned JSON.
 
     The file is written atomically; an existing export is replaced only with --force, and an
-    SQLite file (the database itself above all) never.
+    SQLite file (the database itself above all) never. From a PostgreSQL server to a file, and
+    with import into SQLite, profiles move between the two unchanged.
 
     Example:
 
         hsd-plan profiles export my-machine.json
+
+        hsd-plan profiles export team.json --db postgresql://ann@db.lan/team
     """
-    target = check_export_path(file, check_db(db, create=False).database, force)  # refused before the database is read
+    url = check_db(db, create=False)
+    database = url.database if url.get_backend_name() == "sqlite" else None  # a server's database is no file here
+    target = check_export_path(file, database, force)  # refused before the database is read
     doc = export_document(open_engine(db, create=False))
     write_document(doc, target)
     if as_json:
@@ -69,6 +79,8 @@ def profiles_import(file: str, db: str | None, as_json: bool) -> None:
     Example:
 
         hsd-plan profiles import my-machine.json --db team.db
+
+        hsd-plan profiles import my-machine.json --db postgresql://ann@db.lan/team
     """
     doc = read_document(Path(file), "FILE")  # checked whole before the database is even opened
     engine = open_engine(db)

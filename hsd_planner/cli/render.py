@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import unicodedata
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -162,12 +163,14 @@ def _safe(text: str) -> str:
     return "".join("?" if unicodedata.category(ch) == "Cc" and ch != "\n" else ch for ch in text)
 
 
-def format_profiles(doc: ProfileDocument) -> str:
-    """``hsd-plan profiles show``: counts, then one line per hardware, workload, model and pair."""
-    return _safe(_format_profiles(doc))
+def format_profiles(doc: ProfileDocument, hardware_ids: Mapping[str, int] | None = None) -> str:
+    """``hsd-plan profiles show``: counts, then each machine (``#id`` from ``hardware_ids``, what
+    ``solve --hardware`` takes) with the latency of each model measured there, then one line per
+    workload, model and pair."""
+    return _safe(_format_profiles(doc, hardware_ids or {}))
 
 
-def _format_profiles(doc: ProfileDocument) -> str:
+def _format_profiles(doc: ProfileDocument, hardware_ids: Mapping[str, int]) -> str:
     lines = [
         f"{len(doc.hardware)} hardware, {len(doc.models)} models, {len(doc.workloads)} workloads, "
         f"{len(doc.latency)} latency points, {len(doc.acceptance)} acceptance pairs"
@@ -175,19 +178,25 @@ def _format_profiles(doc: ProfileDocument) -> str:
     for h in doc.hardware:
         capability = f" ({h.capability})" if h.capability else ""
         kernels = f", {h.kernels} kernels" if h.kernels else ""
+        number = f"#{hardware_ids[h.fingerprint]} " if h.fingerprint in hardware_ids else ""
         lines.append(
-            f"hardware {h.fingerprint}: {h.device} {h.device_name}{capability}, {h.threads} threads, torch {h.torch_version}{kernels}"
+            f"hardware {number}{h.fingerprint}: {h.device} {h.device_name}{capability}, {h.threads} threads, "
+            f"torch {h.torch_version}{kernels}"
         )
         if h.bandwidth_gbs is not None:
             peaks = ", ".join(f"{d} {g:.0f} GFLOP/s" for d, g in sorted((h.peak_gflops or {}).items()))
             lines.append(
                 f"  floor probe: read {h.bandwidth_gbs:.1f} GB/s (p90/p10 {h.bandwidth_spread:.2f}){', ' + peaks if peaks else ''}"
             )
+        for m in doc.models:  # this machine's curves: c(n) of one machine never mixes with another's
+            if pts := [r for r in doc.latency if r.model == m.spec and r.hardware == h.fingerprint]:
+                lines.append(f"  latency of {m.spec}: {len(pts)} points{_cost_text(pts)}")
     for w in doc.workloads:
         lines.append(f"workload {w.name}: {w.count} prompts ({w.content_hash[:12]})")
     for m in doc.models:
-        pts = [r for r in doc.latency if r.model == m.spec]
-        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{_cost_text(pts)}")
+        machines = len({r.hardware for r in doc.latency if r.model == m.spec})
+        points = sum(r.model == m.spec for r in doc.latency)
+        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {points} latency points on {machines} hardware")
     names = {w.content_hash: w.name for w in doc.workloads}
     for a in doc.acceptance:
         lines.append(

@@ -14,6 +14,7 @@ from ..profiling.sources import absolute_spec, absolute_specs
 from ..solving import solve_and_store
 from ..store import open_engine, open_memory_engine
 from ..store.exchange import import_document, read_document
+from ..store.machines import resolve_hardware
 from .options import db_option, export_options, json_option, mode_options, solve_options, split_specs
 from .render import emit_solve
 
@@ -26,7 +27,8 @@ __all__ = ["solve_command"]
 @click.option(
     "--hardware",
     default=None,
-    help="Hardware fingerprint whose latency to use (see hsd-plan profiles show) [default: this machine's].",
+    metavar="NAME_OR_ID",
+    help="Machine whose latency to use: its id, fingerprint or device name as hsd-plan profiles show lists them [default: this machine's].",
 )
 @click.option(
     "--profile-file",
@@ -83,6 +85,8 @@ def solve_command(
 
         hsd-plan solve --profile-file profiles/amd-epyc-avx512bf16-smollm2-builtin.json
 
+        hsd-plan solve --db postgresql://ann@db.lan/team --hardware 2
+
         hsd-plan solve --export vllm --model-map smollm2-135m=HuggingFaceTB/SmolLM2-135M-Instruct
     """
     target = absolute_spec(target) if target else target
@@ -104,11 +108,11 @@ def solve_command(
         doc = read_document(Path(profile_file), "--profile-file")
         engine = open_memory_engine()  # the file is the whole profile, whatever machine it came from
         import_document(engine, doc)
-        machines = hardware
+        machines = resolve_hardware(engine, hardware) if hardware is not None else None
     else:
         engine = open_engine(db, create=False)
         # imported profiles of other machines never stand in for this one unless asked for
-        machines = hardware if hardware is not None else this_machine()
+        machines = resolve_hardware(engine, hardware) if hardware is not None else this_machine()
     report = solve_and_store(engine, target, workload, mode, temperature, config, machines)
     export = export_plan(engine, report.best.id, fmt, stack_version, names) if fmt is not None else None
     emit_solve(report, as_json, export)

@@ -6,7 +6,10 @@ this package imports sqlalchemy or sees a session or an ORM row. Functions take 
 typed keys and hand back typed records (:mod:`.records`): :mod:`.measurements` for a profiling
 run, :mod:`.profiles` reads a ``Profile`` back, :mod:`.solves` and :mod:`.plans` store and read
 solves, :mod:`.validations` a validation's plans and rows, :mod:`.exchange` export and import.
-Imports :mod:`hsd_planner.plan` (a profile read back is a ``Profile``) and never torch.
+The database is an SQLite file for one person, or a team's PostgreSQL server (:mod:`.server`)
+that many machines profile into at once; every write is keyed by natural keys and safe to race
+(:mod:`.upsert`, :mod:`.writes`). Imports :mod:`hsd_planner.plan` (a profile read back is a
+``Profile``) and never torch.
 """
 
 from sqlalchemy import Engine

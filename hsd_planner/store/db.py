@@ -1,9 +1,10 @@
 """Opening the profiling database: URL resolution, SQLite settings, migrations to head.
 
 ``--db`` takes a path or an SQLAlchemy URL; without it, ``$HSD_PLAN_DB``; without that,
-``$XDG_DATA_HOME/hsd-plan/hsd-plan.db`` (``~/.local/share/hsd-plan/hsd-plan.db``). Every open
-upgrades the schema to head. A file that is not SQLite, or a database written by a newer
-hsd-plan, is refused and left untouched.
+``$XDG_DATA_HOME/hsd-plan/hsd-plan.db`` (``~/.local/share/hsd-plan/hsd-plan.db``). A URL names an
+SQLite file or a PostgreSQL database (``postgresql://user:password@host/name``, see
+:mod:`.server`). Every open upgrades the schema to head. A file that is not SQLite, or a database
+written by a newer hsd-plan, is refused and left untouched.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.pool import NullPool
 
 from hsd_runtime.files import describe_mode, stat_path
 
 from ..errors import StoreError, first_line
+from .server import advisory_lock, connect_args, describe_failure, is_server, normalize_url, shown
 
 __all__ = [
     "StoreError",
@@ -73,10 +76,12 @@ def resolve_url(db: str | None = None) -> URL:
     if not _URL_SCHEME.match(text):
         return URL.create("sqlite", database=os.path.abspath(os.path.expanduser(text)))
     try:
-        url = make_url(text)
+        url = normalize_url(make_url(text))
     except ArgumentError:
         raise StoreError(f"{option} {text!r} is neither a file path nor a database URL (driver://user@host/name)") from None
     if url.get_backend_name() != "sqlite":
+        if not url.database:
+            raise StoreError(f"{option} {shown(url)!r} names no database; add its name (postgresql://user@host/name)")
         return url
     if url.database in (None, "", ":memory:"):
         raise StoreError(f"{option} {text!r} is an in-memory database: nothing would be kept; pass a file path")
@@ -160,6 +165,8 @@ def check_db(db: str | None = None, create: bool = True) -> URL:
     url = resolve_url(db)
     if url.get_backend_name() == "sqlite" and url.database:
         _check_sqlite_file(Path(url.database), create)
+    elif is_server(url):
+        _check_server(url, create)
     return url
 
 
@@ -168,18 +175,57 @@ def open_memory_engine() -> Engine:
     return _engine(URL.create("sqlite"), upgrade=True)
 
 
-def _engine(url: URL, upgrade: bool) -> Engine:
+def _engine(url: URL, upgrade: bool, **options) -> Engine:
     try:
-        engine = create_engine(url)
+        if is_server(url):  # a dropped connection is replaced before use, not reported mid-profile
+            options = {"pool_pre_ping": True, "connect_args": connect_args(url), **options}
+        engine = create_engine(url, **options)
         if url.get_backend_name() == "sqlite":
             _sqlite_settings(engine)
         if upgrade:
             upgrade_to_head(engine, url)
     except (NoSuchModuleError, ImportError) as exc:
-        raise StoreError(f"cannot use {url.render_as_string(hide_password=True)}: {first_line(exc)} (is its driver installed?)") from None
+        hint = "install the driver: pip install 'psycopg[binary]'" if is_server(url) else "is its driver installed?"
+        raise StoreError(f"cannot use {url.render_as_string(hide_password=True)}: {first_line(exc)} ({hint})") from None
     except OperationalError as exc:
-        raise StoreError(f"cannot open {url.render_as_string(hide_password=True)}: {first_line(exc.orig or exc)}") from None
+        raise StoreError(describe_failure(url, exc.orig or exc)) from None
     return engine
+
+
+def _check_server(url: URL, create: bool) -> None:
+    """Connect once to the server ``url`` names and read its schema version: an unreachable
+    server, a refused login or a database of a newer hsd-plan fails here, before a long load.
+    ``create=False`` (read-only commands) also refuses a database hsd-plan never wrote to."""
+    engine = _engine(url, upgrade=False, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            current = _schema_revisions(conn, url)
+        if not current and not create:
+            raise StoreError(f"{shown(url)} holds no hsd-plan profiles yet; run hsd-plan profile --db URL first, or pass the right --db")
+    except OperationalError as exc:
+        raise StoreError(describe_failure(url, exc.orig or exc)) from None
+    finally:
+        engine.dispose()
+
+
+def _schema_revisions(conn: Connection, url: str | URL) -> tuple[str, ...]:
+    """The database's schema revisions; a revision this hsd-plan does not know (a newer one), or
+    tables without any revision (another program's database), are refused."""
+    script = ScriptDirectory.from_config(alembic_config(url))
+    known = {rev.revision for rev in script.walk_revisions()}
+    # tables first: a server commits another process's migration between two statements, and its
+    # tables and version appear together, so tables seen here have their version seen next
+    tables = inspect(conn).get_table_names()
+    current = tuple(MigrationContext.configure(conn).get_current_heads())
+    newer = [rev for rev in current if rev not in known]
+    if newer:
+        raise StoreError(
+            f"the database is at schema revision {newer[0]}, newer than this hsd-plan knows (head {script.get_current_head()}); "
+            "upgrade hsd-plan"
+        )
+    if not current and tables:
+        raise StoreError("the database has tables but no hsd-plan schema version; it is not an hsd-plan database")
+    return current
 
 
 def _check_sqlite_file(path: Path, create: bool) -> None:
@@ -220,20 +266,16 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
 
 
 def upgrade_to_head(engine: Engine, url: str | URL | None = None) -> None:
-    """Migrate the schema to head inside one transaction; refuse newer or foreign databases."""
+    """Migrate the schema to head inside one transaction; refuse newer or foreign databases.
+
+    On a server, processes that open a new database at once take turns (an advisory lock held to
+    the end of the transaction): the first migrates, the others then find it at head.
+    """
     cfg = alembic_config(url or engine.url)
-    script = ScriptDirectory.from_config(cfg)
-    known = {rev.revision for rev in script.walk_revisions()}
-    head = script.get_current_head()
+    head = ScriptDirectory.from_config(cfg).get_current_head()
     with engine.begin() as conn:
-        current = MigrationContext.configure(conn).get_current_heads()
-        newer = [rev for rev in current if rev not in known]
-        if newer:
-            raise StoreError(
-                f"the database is at schema revision {newer[0]}, newer than this hsd-plan knows (head {head}); upgrade hsd-plan"
-            )
-        if not current and inspect(conn).get_table_names():
-            raise StoreError("the database has tables but no hsd-plan schema version; it is not an hsd-plan database")
+        advisory_lock(conn, "hsd-plan schema")
+        current = _schema_revisions(conn, url or engine.url)
         if tuple(current) != (head,):
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")

@@ -60,6 +60,11 @@ def _printable(value: str) -> str:
 
 Spec = Annotated[Name, AfterValidator(_spec), AfterValidator(_printable)]
 Text = Annotated[Name, AfterValidator(_printable)]
+# text stored in a column of this width (a server refuses longer values; SQLite would keep them)
+Key = Annotated[str, Field(min_length=1, max_length=32), AfterValidator(_printable)]  # fingerprints
+Hash = Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_printable)]
+Short = Annotated[str, Field(min_length=1, max_length=40), AfterValidator(_printable)]
+Label = Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_printable)]
 
 SIBLINGS_MAX = 64  # the longest sibling curve an import accepts (profiles store k = 1..8)
 SIBLINGS_NOISE = 1e-6  # how far a stored curve may dip: sums of non-decreasing a_t(k) differ by rounding only
@@ -82,12 +87,12 @@ class _Row(BaseModel):
 
 
 class HardwareOut(_Row):
-    fingerprint: Text
-    device: Text
-    device_name: Text
+    fingerprint: Key
+    device: Annotated[str, Field(min_length=1, max_length=16), AfterValidator(_printable)]
+    device_name: Label
     threads: Small
-    torch_version: Text
-    capability: Text | None = None  # absent in exports made before it was recorded
+    torch_version: Short
+    capability: Short | None = None  # absent in exports made before it was recorded
     kernels: Annotated[str, Field(pattern="^(plain|prepacked)$")] | None = None  # absent before prepacking
     bandwidth_gbs: Ms | None = None  # the floor probe; absent before it existed
     bandwidth_spread: Ms | None = None
@@ -100,12 +105,12 @@ class ModelOut(_Row):
     parameters: Count
     layers: Small | None
     vocab_size: Small | None
-    tokenizer_fingerprint: Text | None
+    tokenizer_fingerprint: Key | None
 
 
 class WorkloadOut(_Row):
     name: Text
-    content_hash: Text
+    content_hash: Hash
     count: Small
     prompt_tokens: list[Small] | None = None  # absent in exports made before they were recorded
 

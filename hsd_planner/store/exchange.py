@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime.files import read_input, stat_path
@@ -36,6 +36,8 @@ from .document import (
 )
 from .repo import get_or_create
 from .schema import Acceptance, AcceptancePrompt, Continuation, Hardware, Latency, ModelRow, Setting, Workload
+from .server import advisory_lock
+from .upsert import REGISTRY, insert_missing
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -59,11 +61,11 @@ def _fields(row: Any, cls: type[BaseModel], **extra: Any) -> dict:
 def export_document(engine: Engine) -> ProfileDocument:
     """Read the whole database into a document."""
     with Session(engine) as s:
-        models = {m.id: m.spec for m in s.scalars(select(ModelRow))}
-        hardware = {h.id: h for h in s.scalars(select(Hardware))}
-        workloads = {w.id: w for w in s.scalars(select(Workload))}
-        settings = {x.id: SettingOut(**_fields(x, SettingOut)) for x in s.scalars(select(Setting))}
-        ordered = lambda cls: s.scalars(select(cls).order_by(cls.id))  # noqa: E731
+        ordered = lambda cls: s.scalars(select(cls).order_by(cls.id))  # noqa: E731  (a server keeps no order of its own)
+        models = {m.id: m.spec for m in ordered(ModelRow)}
+        hardware = {h.id: h for h in ordered(Hardware)}
+        workloads = {w.id: w for w in ordered(Workload)}
+        settings = {x.id: SettingOut(**_fields(x, SettingOut)) for x in ordered(Setting)}
         return ProfileDocument(
             hardware=[HardwareOut(**_fields(h, HardwareOut)) for h in hardware.values()],
             models=[ModelOut(**_fields(m, ModelOut)) for m in ordered(ModelRow)],
@@ -172,14 +174,16 @@ IMPORT_CHUNK = 2000  # rows per bulk insert, and per progress step
 def import_document(engine: Engine, doc: ProfileDocument, progress: Callable[[int], None] | None = None) -> dict[str, int]:
     """Merge ``doc`` into the database in one transaction; return rows added per table.
 
-    Rows whose natural key the database holds already are skipped; the rest are inserted in bulk.
-    ``progress(n)`` is called as rows are handled (their total is :func:`document_rows`). The
-    document's references are checked when it is validated, so nothing fails halfway; if the
-    database does (disk full), the transaction rolls back and nothing is kept.
+    Rows whose natural key the database holds already are skipped; the rest are inserted in bulk
+    (a row a profiler stores meanwhile, on another machine, is skipped too: never an error, never
+    twice). ``progress(n)`` is called as rows are handled (their total is :func:`document_rows`).
+    The document's references are checked when it is validated, so nothing fails halfway; if the
+    database does (disk full, a server gone), the transaction rolls back and nothing is kept.
     """
     step = progress or (lambda _n: None)
     added = {name: 0 for name in ProfileDocument.model_fields if name != "schema_version"}
     with Session(engine) as s, s.begin():
+        advisory_lock(s, REGISTRY)  # creates hardware, model and workload rows, as a profiler's start does
 
         def merge(table: str, cls: type, rows: list[dict], key: tuple[str, ...]) -> None:
             """Insert the ``rows`` whose ``key`` columns are not stored yet, in chunks."""
@@ -187,9 +191,8 @@ def import_document(engine: Engine, doc: ProfileDocument, progress: Callable[[in
             fresh = [r for r in rows if tuple(r[k] for k in key) not in stored]
             step(len(getattr(doc, table)) - len(fresh))  # skipped (already stored, or repeated in the document)
             for i in range(0, len(fresh), IMPORT_CHUNK):
-                s.execute(insert(cls), fresh[i : i + IMPORT_CHUNK])
+                added[table] += insert_missing(s, cls, fresh[i : i + IMPORT_CHUNK], key)
                 step(len(fresh[i : i + IMPORT_CHUNK]))
-            added[table] += len(fresh)
 
         def ids(cls: type, column: str) -> dict:
             return {k: i for k, i in s.execute(select(getattr(cls, column), cls.id))}

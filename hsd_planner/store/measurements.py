@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import cast
 
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime.choices import Mode
@@ -31,8 +31,9 @@ from .records import (
     SettingRecord,
     WorkloadRecord,
 )
-from .repo import aggregate_acceptance, hardware_row, model_row, record_probe, setting_row, workload_row
+from .repo import hardware_row, model_row, record_probe, setting_row, workload_row
 from .schema import Acceptance, AcceptancePrompt, Continuation, Hardware, Latency, ModelRow, Setting, Workload
+from .writes import record_acceptance_prompt, record_continuation, record_latency
 
 __all__ = [
     "continuations_of",
@@ -86,7 +87,7 @@ def register_run(
 def record_floor_probe(engine: Engine, hardware_id: int, probe: object) -> None:
     """Keep ``probe`` (a :class:`~hsd_planner.profiling.floor.FloorProbe`) as the machine's newest floor."""
     with Session(engine) as s, s.begin():
-        record_probe(s.get_one(Hardware, hardware_id), probe)
+        record_probe(s.get_one(Hardware, hardware_id, with_for_update=True), probe)  # another machine's probe may merge in too
 
 
 def stored_latency(engine: Engine, keys: Iterable[LatencyKey]) -> dict[LatencyKey, LatencyPoint]:
@@ -112,19 +113,17 @@ def set_floors(engine: Engine, floors: Mapping[LatencyKey, float | None]) -> Non
 
 
 def save_latency(engine: Engine, key: LatencyKey, point: LatencyPoint) -> None:
-    """Store ``point`` under ``key``, replacing what was there."""
+    """Store ``point`` under ``key``, replacing what was there (one upsert: safe beside other profilers)."""
     with Session(engine) as s, s.begin():
-        s.execute(delete(Latency).filter_by(**asdict(key)))
-        s.add(
-            Latency(
-                **asdict(key),
-                median_ms=point.median_ms,
-                p10_ms=point.p10_ms if point.p10_ms is not None else point.median_ms,
-                p90_ms=point.p90_ms if point.p90_ms is not None else point.median_ms,
-                repeats=len(point.samples_ms),
-                samples_ms=list(point.samples_ms),
-                floor_ms=point.floor_ms,
-            )
+        record_latency(
+            s,
+            asdict(key),
+            median_ms=point.median_ms,
+            p10_ms=point.p10_ms if point.p10_ms is not None else point.median_ms,
+            p90_ms=point.p90_ms if point.p90_ms is not None else point.median_ms,
+            repeats=len(point.samples_ms),
+            samples_ms=list(point.samples_ms),
+            floor_ms=point.floor_ms,
         )
 
 
@@ -166,9 +165,7 @@ def measured_prompts(engine: Engine, keys: Iterable[PromptPairKey]) -> set[Promp
 def save_prompt_acceptance(engine: Engine, key: PromptPairKey, sums: PromptAcceptance) -> None:
     """Store one prompt's acceptance sums (replacing what was there) and pool the pair's workload row again."""
     with Session(engine) as s, s.begin():
-        s.execute(delete(AcceptancePrompt).filter_by(**asdict(key)))
-        s.add(AcceptancePrompt(**asdict(key), **asdict(sums)))
-        aggregate_acceptance(s, key.drafter_id, key.verifier_id, key.workload_id, key.setting_id)
+        record_acceptance_prompt(s, asdict(key), **asdict(sums))
 
 
 def stored_continuation(engine: Engine, key: ContinuationKey) -> list[int] | None:
@@ -181,8 +178,7 @@ def stored_continuation(engine: Engine, key: ContinuationKey) -> list[int] | Non
 def save_continuation(engine: Engine, key: ContinuationKey, tokens: list[int]) -> None:
     """Store the continuation of ``key``, replacing what was there."""
     with Session(engine) as s, s.begin():
-        s.execute(delete(Continuation).filter_by(**asdict(key)))
-        s.add(Continuation(**asdict(key), tokens=tokens))
+        record_continuation(s, asdict(key), tokens)
 
 
 def continuations_of(engine: Engine, content_hash: str, verifier: str) -> list[tuple[int, list[int]]]:

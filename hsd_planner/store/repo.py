@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -10,7 +10,8 @@ from sqlalchemy.orm import Session
 from ..errors import StoreError
 from ..stats import pool_prompts, pool_siblings
 from .records import HardwareRecord, ModelFacts, WorkloadRecord
-from .schema import Acceptance, AcceptancePrompt, Base, Hardware, ModelRow, Setting, Workload
+from .schema import Acceptance, AcceptancePrompt, Hardware, ModelRow, Setting, Workload
+from .upsert import get_or_create, upsert
 
 __all__ = [
     "aggregate_acceptance",
@@ -21,18 +22,6 @@ __all__ = [
     "setting_row",
     "workload_row",
 ]
-
-T = TypeVar("T", bound=Base)
-
-
-def get_or_create(session: Session, cls: type[T], key: dict, **defaults) -> T:
-    """The row of ``cls`` matching ``key``, inserted (with ``defaults``) when missing."""
-    row = session.scalars(select(cls).filter_by(**key)).first()
-    if row is None:
-        row = cls(**key, **defaults)
-        session.add(row)
-        session.flush()
-    return row
 
 
 def hardware_row(session: Session, info: HardwareRecord) -> Hardware:
@@ -103,21 +92,18 @@ def setting_row(session: Session, mode: str, temperature: float, top_p: float, d
 
 
 def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, workload_id: int, setting_id: int) -> Acceptance | None:
-    """(Re)compute the workload-level acceptance row of a pair from its per-prompt rows."""
+    """(Re)compute the workload-level acceptance row of a pair from its per-prompt rows.
+
+    Concurrent writers of one pair must take turns (see :func:`.writes.record_acceptance_prompt`):
+    each pools the prompts it sees, and the last to write must have seen every other's.
+    """
     key = dict(drafter_id=drafter_id, verifier_id=verifier_id, workload_id=workload_id, setting_id=setting_id)
     rows = session.scalars(select(AcceptancePrompt).filter_by(**key)).all()
     if not rows:
         return None
     alpha, positions, run_lengths, visited = pool_prompts(rows)
-    siblings = pool_siblings(rows)
-    agg = session.scalars(select(Acceptance).filter_by(**key)).first()
-    if agg is None:
-        agg = Acceptance(
-            **key, alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths, visited=visited, siblings=siblings
-        )
-        session.add(agg)
-    else:
-        agg.alpha, agg.positions, agg.prompts, agg.run_lengths, agg.visited = alpha, positions, len(rows), run_lengths, visited
-        agg.siblings = siblings
-    session.flush()
-    return agg
+    values = dict(
+        alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths, visited=visited, siblings=pool_siblings(rows)
+    )
+    upsert(session, Acceptance, key, values, touch=False)  # the pair dates from its first measurement, as before
+    return session.scalars(select(Acceptance).filter_by(**key).execution_options(populate_existing=True)).one()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, MetaData, String, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
@@ -35,6 +35,12 @@ NAMING = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+# what a server enforces (revision 0013): 64-bit parameter counts, names of 500 characters;
+# SQLite's columns keep their first declaration, which it never enforced
+BigCount = BigInteger().with_variant(Integer(), "sqlite")
+LongName = String(500).with_variant(String(200), "sqlite")
 
 
 def _now() -> datetime:
@@ -71,7 +77,7 @@ class ModelRow(Base):
     __tablename__ = "models"
     id: Mapped[int] = mapped_column(primary_key=True)
     spec: Mapped[str] = mapped_column(String(500), unique=True)
-    parameters: Mapped[int] = mapped_column(Integer)  # 0 for ngram
+    parameters: Mapped[int] = mapped_column(BigCount)  # 0 for ngram
     layers: Mapped[int | None] = mapped_column(Integer)
     vocab_size: Mapped[int | None] = mapped_column(Integer)
     tokenizer_fingerprint: Mapped[str | None] = mapped_column(String(32))
@@ -84,7 +90,7 @@ class Workload(Base):
 
     __tablename__ = "workloads"
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(LongName)
     content_hash: Mapped[str] = mapped_column(String(64), unique=True)
     count: Mapped[int] = mapped_column(Integer)
     prompt_tokens: Mapped[list | None] = mapped_column(JSON)  # token length of each prompt, chat template applied
@@ -235,7 +241,7 @@ class Validation(Base):
     __tablename__ = "validations"
     id: Mapped[int] = mapped_column(primary_key=True)
     solve_id: Mapped[int] = mapped_column(ForeignKey("solves.id", ondelete="CASCADE"), index=True)
-    prompts_name: Mapped[str] = mapped_column(String(200))
+    prompts_name: Mapped[str] = mapped_column(LongName)
     prompts: Mapped[int] = mapped_column(Integer)
     max_new_tokens: Mapped[int] = mapped_column(Integer)
     repeats: Mapped[int] = mapped_column(Integer)
