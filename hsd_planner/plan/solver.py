@@ -33,6 +33,7 @@ from hsd_runtime.vocab import MAX_TREE_NODES
 
 from ..errors import SolverError
 from .latency import CostCurve, Prediction, draft_cost, verify_size
+from .lockstep import max_rounds_table
 from .rounds import RoundLaw, RunLengths, SiblingCurve
 
 __all__ = ["MAX_BRANCHING", "Candidate", "Plan", "Solution", "format_chain", "solve_graph", "tree_shapes"]
@@ -171,6 +172,7 @@ def solve_graph(
     siblings: Mapping[tuple[str, str], SiblingCurve] | None = None,
     trees: bool = True,
     tree_budget: int = 16,
+    batch_size: int = 1,
 ) -> Solution:
     """The latency-optimal hierarchies over ``candidates`` for ``target``.
 
@@ -186,6 +188,9 @@ def solve_graph(
             for that verifier (None: no trees at all).
         trees: whether level 0 may draft a tree (:func:`tree_shapes`).
         tree_budget: the most nodes a tree may have (what one verify pass checks).
+        batch_size: sequences decoded in lockstep; a level above level 0 then runs the expected
+            maximum of their round counts (:mod:`.lockstep`), and ``candidates`` and ``target``
+            carry their cost curves at this batch size.
 
     >>> flat = lambda ms: (lambda n: ms)
     >>> sol = solve_graph([Candidate("d", flat(1.0))], Candidate("t", flat(10.0)), {("d", "t"): RunLengths.iid(0.9)}, t_max=4)
@@ -219,7 +224,7 @@ def solve_graph(
         for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
             for b, law in _batches(lo, hi.name, acceptance, curves, widths, shapes):
                 w = hi.cost(verify_size(b))
-                rounds = law.rounds(t_max)
+                rounds = law.rounds(t_max) if batch_size == 1 else max_rounds_table(law, t_max, batch_size)
                 for t in widths:
                     graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
         for c in order:
