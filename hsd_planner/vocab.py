@@ -10,6 +10,7 @@ from typing import Literal, get_args
 from hsd_runtime.vocab import (
     DEFAULT_NGRAM_ORDER,
     DTYPES,
+    MAX_BATCH,
     MAX_SEED,
     MAX_SPEC_CHARS,
     MAX_TEMPERATURE,
@@ -26,6 +27,7 @@ __all__ = [
     "DISTILL_DATA",
     "DIVERGENCE_NAMES",
     "DTYPES",
+    "MAX_BATCH",
     "MAX_COUNT",
     "MAX_LENGTH",
     "MAX_REPEATS",

@@ -21,7 +21,7 @@ from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
 from ..store import AcceptancePrompt, Hardware, Workload
 from ..store.repo import aggregate_acceptance, hardware_row, model_row, record_probe, setting_row, workload_row
-from ..vocab import MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
+from ..vocab import MAX_BATCH, MAX_LENGTH, MAX_REPEATS, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE, Dtype, Mode
 from .acceptance import (
     acceptance_from_logits,
     model_conditionals,
@@ -31,6 +31,7 @@ from .acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
+from .batch import batch_points, measure_batches
 from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, latency_curves, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
@@ -57,6 +58,8 @@ class ProfileConfig(BaseModel):
     # None: workload_context_lens of the prompts
     context_lens: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] | None = Field(None, min_length=1)
     repeats: int = Field(5, ge=1, le=MAX_REPEATS)  # samples per latency point, one per interleaved round
+    # sequences per pass: 1 is the plain curve, each b > 1 a curve c(n, b) for batch plans (profiling.batch)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH)]] = Field(default_factory=lambda: [1], min_length=1)
     acceptance: bool = True
     force: bool = False
 
@@ -197,8 +200,9 @@ def run_profile(
             workload.prompt_tokens = [len(ids) for ids in encoded]
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
+    batched = len(batch_points(config, candidates, contexts)) * len(set(config.latency_grid))
     if total:
-        total(len(points) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
+        total((len(points) + batched) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
     step = progress or (lambda _n: None)
 
     sweep = Sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
@@ -214,6 +218,7 @@ def run_profile(
         _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step, assist)
         sweep.to(first + -(-(config.repeats - first) * (i + 1) // len(verifiers)))
     sweep.finish()
+    measure_batches(engine, config, out, candidates, contexts, step)
     return out
 
 

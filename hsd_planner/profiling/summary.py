@@ -94,7 +94,7 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
         setting = s.get(Setting, out.setting_id)
         latency = []
         for spec, mid in ids.items():
-            rows = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=out.hardware_id)).all()
+            rows = s.scalars(select(Latency).filter_by(model_id=mid, hardware_id=out.hardware_id, batch_size=1)).all()
             if not rows:
                 continue
             ctx, at = shortest_context(rows)

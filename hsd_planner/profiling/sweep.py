@@ -49,7 +49,7 @@ class Sweep:
         with Session(engine) as s:
             for cand, ctx, n in points:
                 dtype = cand.spec.run_dtype(config.dtype)
-                key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx)
+                key = dict(model_id=cand.row_id, hardware_id=out.hardware_id, dtype=dtype, n_tokens=n, context_len=ctx, batch_size=1)
                 row = s.scalars(select(Latency).filter_by(**key)).first()
                 if row is not None and row.floor_ms is None:  # measured before the floor probe existed
                     backfill[row.id] = floor(cand, ctx, n)

@@ -13,6 +13,7 @@ from hsd_runtime import parse_spec
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
 from ..vocab import Mode
+from .batch import batch_curves
 from .schema import Acceptance, Hardware, Latency, ModelRow, Setting, Solve, Workload
 
 __all__ = ["ProfileSource", "load_profile", "load_solve_profile"]
@@ -35,7 +36,7 @@ def latency_curve(session: Session, model_id: int, hardware_id: int, dtype: str)
     """The stored cost curve of one model on one hardware in ``dtype`` (the dtype it runs in:
     never another dtype's latency, a profile predicts its own); None when nothing is stored."""
     points: dict[int, dict[int, float]] = {}
-    for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype)):
+    for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype, batch_size=1)):
         points.setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
     return LatencyCurve(points=points) if points else None
 
@@ -121,7 +122,8 @@ def _assemble(
         curve = latency_curve(s, mid, hw.id, spec.run_dtype(setting.dtype))
         if curve is None:
             continue  # no latency here: not a usable candidate on this hardware
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram))
+        batches = batch_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram, batch_latency=batches))
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(
