@@ -15,8 +15,10 @@ from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
 from ..store.exchange import ProfileDocument
+from ..store.schedule import BatchSolveReport
 from ..store.solves import THIN_PROMPTS, SolveReport
 from ..validation import GenerateReport, ValidationReport
+from .batch import format_batch_solve
 
 __all__ = [
     "Bars",
@@ -126,12 +128,16 @@ def format_generate(report: GenerateReport) -> str:
     return "\n".join(lines)
 
 
-def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None = None) -> None:
-    """A solve's plans and, with ``export``, its pick exported (``--json``: under the key ``export``)."""
+def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None = None, batch: BatchSolveReport | None = None) -> None:
+    """A solve's plans, with ``batch`` its best plan per batch size and schedule (``--json``: under
+    the key ``batch``), with ``export`` its pick exported (under ``export``)."""
     if as_json:
-        click.echo(json.dumps({**report.to_dict(), **({"export": export.to_dict()} if export else {})}))
+        extra = ({"batch": batch.to_dict()} if batch else {}) | ({"export": export.to_dict()} if export else {})
+        click.echo(json.dumps({**report.to_dict(), **extra}))
         return
     click.echo(format_solve(report))
+    if batch is not None:
+        click.echo(format_batch_solve(batch))
     if export is not None:
         emit_export(export, False)
 
