@@ -205,3 +205,16 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
 
         assert {r.batch_size for r in s.query(ValidationRun).filter_by(validation_id=report["validation_id"])} == {1, 4}
     assert run("validate", "--batch-sizes", "8", *fixed).exit_code == 1  # outside the solve's schedule
+
+
+def test_the_batch_timer_feeds_n_tokens_per_sequence_every_pass(tiny_dirs):
+    from hsd_planner.profiling.batch import BatchPassTimer
+    from hsd_runtime import ModelLoader
+
+    model = ModelLoader(device="cpu", dtype="fp32").load(str(tiny_dirs["target"])).model
+    timer = BatchPassTimer(model, 16, 3)
+    stats = timer._cache.stats
+    for n in (1, 1, 4, 4, 1):
+        before = stats.tokens_fed
+        assert timer(n) > 0
+        assert stats.tokens_fed - before == 3 * n  # a pass of n tokens for each of the 3 sequences, never one served from the cache

@@ -39,7 +39,11 @@ __all__ = ["BatchLookupTimer", "BatchPassTimer", "batch_points", "measure_batche
 
 class BatchPassTimer:
     """One model with ``batch`` sequences of ``context_len`` tokens cached: times passes of n new
-    tokens per sequence, each rolled back after (so every pass sees the same lengths)."""
+    tokens per sequence, every pass after the same cached lengths.
+
+    Two sets of new tokens alternate, so that each pass replaces the other's: the cache rolls the
+    last pass back and feeds n tokens per sequence, as the runtime does after a rejection (the
+    same set twice would be served from the cache without a pass)."""
 
     def __init__(self, model: nn.Module, context_len: int, batch: int, seed: int = 0) -> None:
         self.device = next(model.parameters()).device
@@ -49,19 +53,21 @@ class BatchPassTimer:
         self._cache = BatchedCache(model, vocab, LevelStats(model="timer"), batch)
         self._contexts = torch.randint(0, vocab, (batch, context_len), generator=self._gen).tolist()
         self._cache.prefill(self._contexts)
-        self._new: dict[int, list[list[int]]] = {}
+        self._new: dict[int, list[list[list[int]]]] = {}
 
     def __call__(self, n: int) -> float:
         """ms of one pass of ``n`` new tokens for every sequence."""
         if n not in self._new:
-            new = torch.randint(0, self._vocab, (len(self._contexts), n), generator=self._gen).tolist()
-            self._new[n] = [c + x for c, x in zip(self._contexts, new)]
-        seqs = self._new[n]
+            sets = torch.randint(0, self._vocab, (2, len(self._contexts), n), generator=self._gen)
+            sets[1, :, 0] = (sets[0, :, 0] + 1) % self._vocab  # the sets differ in their first token
+            self._new[n] = [[c + x for c, x in zip(self._contexts, s.tolist())] for s in sets]
+        seqs = self._new[n][0]
+        self._new[n].reverse()
         first = [len(c) for c in self._contexts]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        self._cache.logits(seqs, first)  # feeds n tokens per sequence (the last pass's are rolled back first)
+        self._cache.logits(seqs, first)  # feeds n tokens per sequence (the other set's are rolled back first)
         return 1000.0 * (time.perf_counter() - t0)
 
 
