@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import statistics
 
 import numpy as np
 import pytest
@@ -162,3 +163,71 @@ def test_a_tree_is_refused_in_a_batch_plan():
 
     with pytest.raises(SolverError, match="chain"):
         predict_batch(_profile(), ["small", "big"], [TreeShape((2, 1))], 4)
+
+
+def _lockstep(costs, alphas, widths, batch, horizon, rng) -> tuple[float, float]:
+    """One lockstep generation, simulated: (time, tokens of each sequence). ``horizon`` tokens per
+    sequence, sequences that hold them stop; None: 200 target rounds with every sequence going.
+
+    Independent of the model's code: level k delivers its batch to the sequences ``active`` by
+    rounds over those that still need tokens, each round asking the level below for those only.
+    """
+
+    def run(g: int) -> int:  # accepted of a batch of g: min(G, g), P(G >= x) = alpha^x
+        return min(int(rng.geometric(1.0 - alphas_k)) - 1, g)
+
+    def deliver(k: int, active: int) -> float:
+        nonlocal alphas_k
+        if k == 0:
+            return widths[0] * costs[0](1)
+        held, time = [0] * active, 0.0
+        while any(h < widths[k] for h in held):
+            going = [i for i, h in enumerate(held) if h < widths[k]]
+            time += deliver(k - 1, len(going)) + costs[k](widths[k - 1] + 1)
+            alphas_k = alphas[k]
+            for i in going:
+                held[i] += run(widths[k - 1]) + 1
+        return time
+
+    alphas_k = 0.0
+    tokens, time, rounds = [0] * batch, 0.0, 0
+    while (horizon is None and rounds < 200) or (horizon is not None and any(t < horizon for t in tokens)):
+        going = [i for i, t in enumerate(tokens) if horizon is None or t < horizon]
+        time += deliver(len(widths) - 1, len(going)) + costs[-1](widths[-1] + 1)
+        alphas_k = alphas[-1]
+        for i in going:  # a generation keeps exactly its N tokens (the last round is cut)
+            tokens[i] = min(tokens[i] + run(widths[-1]) + 1, horizon or 10**9)
+        rounds += 1
+    return time, statistics.mean(tokens)
+
+
+@pytest.mark.parametrize("horizon", [None, 12])
+def test_the_lockstep_model_against_a_simulation_of_three_levels_below_the_target(horizon):
+    costs = [lambda n: 1.0, lambda n: 3.0 + 0.5 * n, lambda n: 8.0 + n, lambda n: 30.0 + 2 * n]
+    alphas = [None, 0.6, 0.7, 0.8]
+    widths, batch = [2, 2, 3], 4
+    levels = [Level(costs[0])] + [Level(c, RunLengths.iid(a)) for c, a in zip(costs[1:], alphas[1:])]
+    predicted = batch_latency(levels, widths, batch, horizon).ms_per_token
+    rng = np.random.default_rng(0)
+    runs = [_lockstep(costs, alphas, widths, batch, horizon, rng) for _ in range(300 if horizon is None else 3000)]
+    simulated = sum(t for t, _ in runs) / sum(n for _, n in runs)
+    assert simulated == pytest.approx(predicted, rel=0.015)
+    # the solver's product (each middle level waiting for all b) bounds it from above
+    upper = _product(levels, widths, batch)
+    assert upper >= batch_latency(levels, widths, batch).ms_per_token - 1e-9
+
+
+def _product(levels: list[Level], widths: list[int], batch: int) -> float:
+    """What the solver's DAG computes: E[max_b R_k] (E[C_{k-1}] + c_k) at every middle level."""
+    cost = widths[0] * levels[0].cost(1)
+    for k in range(1, len(widths)):
+        law = RoundLaw.chain(levels[k].runs, widths[k - 1])
+        cost = expected_max_rounds(law, widths[k], batch) * (cost + levels[k].cost(widths[k - 1] + 1))
+    law = RoundLaw.chain(levels[-1].runs, widths[-1])
+    return (cost + levels[-1].cost(widths[-1] + 1)) / law.mean
+
+
+def test_with_one_middle_level_the_solver_product_is_exact():
+    levels, widths = _levels(random.Random(7), 2)
+    for batch in (1, 3, 8):
+        assert _product(levels, widths, batch) == pytest.approx(batch_latency(levels, widths, batch).ms_per_token, rel=1e-12)

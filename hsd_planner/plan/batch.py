@@ -8,20 +8,28 @@ depend on b. With every cost read at batch b:
 
 - Level 0: C_0 = T_0 c_0(1, b) (one call per sequence for the n-gram lookup, c_0(T_0, b) =
   b c_0(T_0) unless measured).
-- Level 0 < k < K: a batched level goes on until its slowest sequence holds T_k tokens, so
-  E[C_k] = E[max_{i<=b} R_k^(i)(T_k)] (E[C_{k-1}] + c_k(T_{k-1} + 1, b)), the expected maximum of
-  b round counts (:mod:`.lockstep`), not their mean.
+- Level 0 < k < K: a batched level goes on until its slowest sequence holds T_k tokens, so it
+  runs E[max_{i<=b} R_k^(i)(T_k)] rounds, the expected maximum of b round counts
+  (:mod:`.lockstep`), not their mean: E[C_k] = E[max R_k] (E[C_{k-1}] + c_k(T_{k-1} + 1, b)).
 - Target: every sequence commits its own X_K tokens a round, so each sequence sees
   L_b = (E[C_{K-1}] + c_K(T_{K-1} + 1, b)) / E[X_K] ms per token; throughput is 1000 b / L_b
   tokens/s and the speed-up c_K(1, b) / L_b, over autoregressive decoding of the same batch.
 - A generation of exactly N tokens per sequence ends when the last sequence has them: E[max_i
   R_K^(i)(N)] target rounds instead of the steady state's N / E[X_K].
 
+A round of level k runs the level below only for the sequences that still need tokens, and the
+level below's own rounds then end with the slowest of *those*: its cost depends on how many are
+left. :func:`batch_latency` is exact about it (a round with m of them costs the level below at m,
+weighted by the expected number of such rounds, :func:`~.lockstep.active_rounds`); with level 0
+(or nothing) under the only middle level, and in the steady state, that is the product above. The
+solver's DAG keeps one number per node, so it uses the product, exact for chains of up to one
+middle level and an upper bound beyond (a level below never waits for more than b sequences).
+
 At b = 1 all of this is :func:`~hsd_planner.plan.latency.hierarchy_latency`. Batch plans are chains
 (no draft tree): the batched runtime drafts chains only. The solver's DAG is unchanged but for its
-costs (read at b) and the middle levels' round counts (the expected maximum), so one exact solve
-per batch size gives that batch size's optimum; where autoregressive decoding wins, speculation
-has stopped paying and the schedule says 0.
+costs (read at b) and the middle levels' round counts (the expected maximum), so one solve per
+batch size gives that batch size's optimum; where autoregressive decoding wins, speculation has
+stopped paying and the schedule says 0.
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ from ..vocab import AcceptanceModel
 from .config import DEFAULT_CONTEXT
 from .config import SOLVE_DEFAULTS as _D
 from .latency import CostCurve, Level, Prediction, draft_cost, round_law, verify_size
-from .lockstep import max_rounds_table
+from .lockstep import active_rounds
 from .profile import LatencyCurve, Profile
 from .solver import Candidate, Plan, Solution, solve_graph
 
@@ -123,15 +131,21 @@ def batch_latency(levels: Sequence[Level], widths: Sequence[Width], batch: int, 
     target = levels[-1]
     if not widths:
         return Prediction(target.cost(1), 1.0, 1.0)
-    cost = draft_cost(levels[0].cost, levels[0].lookup, widths[0])
+    # cost[a]: the expected time for the level below to deliver its batch to a of the b sequences
+    # (the passes are over all b rows whatever a is; what a changes is how long the slowest takes)
+    cost = [draft_cost(levels[0].cost, levels[0].lookup, widths[0])] * (batch + 1)
     for k in range(1, len(widths)):
         t = widths[k]
         assert isinstance(t, int)
-        rounds = max_rounds_table(round_law(levels[k], widths[k - 1]), t, batch)[t]
-        cost = rounds * (cost + levels[k].cost(verify_size(widths[k - 1])))
-    law = round_law(target, widths[-1])
-    tokens = law.mean if horizon is None else horizon / max_rounds_table(law, horizon, batch)[horizon]
-    ms = (cost + target.cost(verify_size(widths[-1]))) / tokens
+        law_k, verify = round_law(levels[k], widths[k - 1]), levels[k].cost(verify_size(widths[k - 1]))
+        weights = [active_rounds(law_k, t, a) for a in range(1, batch + 1)]
+        cost = [0.0] + [sum(w[m] * (cost[m] + verify) for m in range(1, a + 1)) for a, w in enumerate(weights, start=1)]
+    law, verify = round_law(target, widths[-1]), target.cost(verify_size(widths[-1]))
+    if horizon is None:
+        ms = (cost[batch] + verify) / law.mean
+    else:  # sequences that hold their N tokens stop drafting: the rounds with m still going cost the levels below at m
+        w = active_rounds(law, horizon, batch)
+        ms = sum(w[m] * (cost[m] + verify) for m in range(1, batch + 1)) / horizon
     return Prediction(ms, law.mean, target.cost(1) / ms)
 
 

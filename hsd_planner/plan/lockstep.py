@@ -15,15 +15,23 @@ token),
 
 At b = 1 this is E[R(t)] = m(t), the renewal of :meth:`RoundLaw.rounds`. Tokens per round per
 sequence are unchanged: each sequence still commits X of them a round.
+
+What a round costs below can depend on how many sequences still need tokens (a level under a
+middle level runs only for those, and its own rounds end with the slowest of them). Round r + 1
+runs for A_r = #{i: R_i(t) > r} ~ Binomial(b, 1 - F_t(r)) sequences, so the expected number of
+rounds with exactly m of them is w(m) = sum_r P(A_r = m) (:func:`active_rounds`), and
+sum_{m>=1} w(m) is E[max] above.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from .rounds import RoundLaw
 
-__all__ = ["expected_max_rounds", "max_rounds_table", "rounds_cdf"]
+__all__ = ["active_rounds", "expected_max_rounds", "max_rounds_table", "rounds_cdf"]
 
 
 def _tails(law: RoundLaw, t_max: int) -> np.ndarray:
@@ -72,3 +80,21 @@ def expected_max_rounds(law: RoundLaw, t: int, batch: int) -> float:
     (1.5, 1.75)
     """
     return max_rounds_table(law, t, batch)[t]
+
+
+def active_rounds(law: RoundLaw, t: int, batch: int) -> list[float]:
+    """w(m), m = 0..batch: the expected number of rounds run for exactly m of ``batch`` sequences
+    (those that hold fewer than ``t`` tokens when the round starts); w(0) = 0.
+
+    >>> from hsd_planner.plan.rounds import RunLengths
+    >>> law = RoundLaw.chain(RunLengths.iid(0.5), 1)
+    >>> active_rounds(law, 2, 2), sum(active_rounds(law, 2, 2)) == expected_max_rounds(law, 2, 2)
+    ([0.0, 0.5, 1.25], True)
+    """
+    waiting = 1.0 - _tails(law, t)[:t, t]  # [r]: P(R(t) > r), the chance a sequence runs round r + 1
+    m = np.arange(batch + 1)
+    comb = np.array([math.comb(batch, int(k)) for k in m], dtype=float)
+    counts = comb[None, :] * waiting[:, None] ** m[None, :] * (1.0 - waiting[:, None]) ** (batch - m[None, :])  # [r, m]
+    out = counts.sum(axis=0)
+    out[0] = 0.0
+    return [float(x) for x in out]
