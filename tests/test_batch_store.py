@@ -111,6 +111,7 @@ def batch_db(isolated_db):
 
 def test_batch_curves_are_read_back_and_survive_export_and_import(batch_db, tmp_path):
     profile, _ = load_profile(batch_db, hardware="hw1")
+    assert "c(1) = 21.00 ms" in run("profiles", "show").output  # the plain curve's, not a batch's
     big = profile.model("big")
     assert sorted(big.batch_latency) == [2, 4, 8, 16] and big.latency(1, 64) == 21.0 and big.batch_latency[4](2, 64) == 28.0
     doc = export_document(batch_db)
@@ -182,6 +183,8 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
     with Session(open_engine(str(isolated_db))) as s:
         sizes = {r.batch_size for r in s.query(Latency)}
         assert sizes == {1, 2, 4} and s.query(Latency).filter_by(batch_size=4).count() == 3 * 2 * 3  # models x contexts x n
+    shown = run("profiles", "show").output
+    assert "batch sizes 2,4 too" in shown
     again = run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--batch-sizes", "1,2,4", *FAST, "--json")
     assert again.exit_code == 0 and json.loads(again.output)["measured"] == 0  # resumed: nothing left to measure
 

@@ -192,7 +192,10 @@ def _format_profiles(doc: ProfileDocument) -> str:
         lines.append(f"workload {w.name}: {w.count} prompts ({w.content_hash[:12]})")
     for m in doc.models:
         pts = [r for r in doc.latency if r.model == m.spec]
-        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{_cost_text(pts)}")
+        plain = [r for r in pts if r.batch_size == 1]  # c(n); c(n, b) for b > 1 only counted
+        batches = sorted({r.batch_size for r in pts} - {1})
+        also = f", batch sizes {','.join(map(str, batches))} too" if batches else ""
+        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points{_cost_text(plain)}{also}")
     names = {w.content_hash: w.name for w in doc.workloads}
     for a in doc.acceptance:
         lines.append(
