@@ -221,3 +221,17 @@ def test_the_batch_timer_feeds_n_tokens_per_sequence_every_pass(tiny_dirs):
         before = stats.tokens_fed
         assert timer(n) > 0
         assert stats.tokens_fed - before == 3 * n  # a pass of n tokens for each of the 3 sequences, never one served from the cache
+
+
+def test_batch_validation_text_report():
+    from hsd_planner.cli.batch import format_batch_validation
+    from hsd_planner.validation.batch import BatchRun, BatchValidationReport
+
+    runs = [
+        BatchRun(4, "schedule", ["ngram", "t"], [3], 20.0, 25.0, 1.5, 1.2, 2.1, 2.0, 192, 40.0, []),
+        BatchRun(4, "autoregressive", ["t"], [], 30.0, 30.0, 1.0, 1.0, 1.0, 1.0, 192, 40.0, []),
+    ]
+    report = BatchValidationReport(3, 1, "t", "p:validate", 4, 48, runs)
+    text = format_batch_validation(report)
+    assert "ngram[3] -> t" in text and "t autoregressive (k = 0)" in text and "-20.0%" in text and "160.0" in text
+    assert report.median_abs_error == pytest.approx(0.1) and report.median_abs_speedup_error == pytest.approx(0.25)
