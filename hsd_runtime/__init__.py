@@ -35,6 +35,9 @@ _EXPORTS = {
     "PathError": "errors",
     "PromptError": "errors",
     "TokenizerMismatchError": "errors",
+    "BatchResult": "batched",
+    "BatchedHierarchy": "batched",
+    "build_batched": "batched",
     "Hierarchy": "hierarchy",
     "build_hierarchy": "hierarchy",
     "LoadedModel": "loading",
@@ -89,6 +92,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers see the eager imports
+    from .batched import BatchedHierarchy, BatchResult, build_batched
     from .device import auto_dtype, cpu_capability, resolve_device
     from .drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
     from .errors import (

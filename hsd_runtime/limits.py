@@ -5,6 +5,7 @@ from __future__ import annotations
 
 __all__ = [
     "DEFAULT_NGRAM_ORDER",
+    "MAX_BATCH",
     "MAX_SEED",
     "MAX_SPEC_CHARS",
     "MAX_TEMPERATURE",
@@ -18,6 +19,9 @@ DEFAULT_NGRAM_ORDER = 3  # the n of `ngram` when its spec sets none; shorter mat
 # the most tokens one level hands upward per request: a verifier accepts far fewer in a row, and a
 # mistyped width (10000) must not draft for minutes
 MAX_WIDTH = 64
+
+# the most sequences one batched hierarchy decodes in lockstep (and the largest batch size profiled or solved)
+MAX_BATCH = 256
 
 # the most tree nodes one verification pass checks (a tree shape multiplies quickly: 4x4x4 is 84)
 MAX_TREE_NODES = 64

@@ -190,7 +190,7 @@ def test_plan_document_round_trips_and_ships_its_schema(solved, tmp_path):
     doc = PlanDocument.model_validate_json(out.read_text())
     assert doc == plan_document(load_plan(engine, plans["tree"]))
     assert PlanDocument.model_validate_json(doc.model_dump_json()) == doc
-    assert doc.schema_version == 1 and "x" in str(doc.widths[0]) and doc.schedule[0].widths == doc.widths
+    assert doc.schema_version == 2 and "x" in str(doc.widths[0]) and doc.schedule[0].widths == doc.widths
     assert doc.profile.hardware.device_name == "test CPU" and doc.profile.dtype == "fp32" and doc.profile.workload.name == "w"
     assert {s.stack for s in doc.stacks} == {v[0].name for v in STACKS.values()} and all(s.restriction for s in doc.stacks)
     assert shipped_schema() == json_schema(), "run: python -m hsd_planner.export"

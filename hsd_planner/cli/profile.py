@@ -11,6 +11,7 @@ from ..profiling.sources import absolute_specs
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
 from ..store.server import LOST, describe_lost
+from .batch import batch_sizes_option, parse_batch_sizes
 from .options import (
     db_option,
     int_list,
@@ -57,6 +58,11 @@ _D = ProfileConfig.model_fields
     show_default=True,
     help="Interleaved latency rounds: timed passes per point (median kept).",
 )
+@batch_sizes_option(
+    "1",
+    "Sequences per pass to time: 1 is the plain curve; each larger batch size b adds c(n, b), one pass over b sequences "
+    "of n new tokens each (for solve --batch-sizes).",
+)
 @click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")
 @runtime_options
@@ -76,6 +82,7 @@ def profile(
     latency_grid: str,
     context_lens: str,
     repeats: int,
+    batch_sizes: str,
     skip_acceptance: bool,
     force: bool,
     dtype: str,
@@ -95,6 +102,8 @@ def profile(
     Example:
 
         hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --max-prompts 12
+
+        hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --batch-sizes 1,2,4,8
     """
     dtype = resolve_dtype_choice(dtype, device)
     config = ProfileConfig(
@@ -108,6 +117,7 @@ def profile(
         latency_grid=int_list(latency_grid, "--latency-grid"),
         context_lens=None if context_lens == "auto" else int_list(context_lens, "--context-lens"),
         repeats=repeats,
+        batch_sizes=parse_batch_sizes(batch_sizes),
         acceptance=not skip_acceptance,
         force=force,
     )

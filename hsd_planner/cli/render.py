@@ -16,9 +16,10 @@ from ..generate import GenerateReport
 from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
-from ..solving import THIN_PROMPTS, SolveReport
+from ..solving import THIN_PROMPTS, BatchSolveReport, SolveReport
 from ..store.exchange import ProfileDocument
 from ..validation import ValidationReport
+from .batch import format_batch_solve
 
 __all__ = [
     "Bars",
@@ -128,12 +129,16 @@ def format_generate(report: GenerateReport) -> str:
     return "\n".join(lines)
 
 
-def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None = None) -> None:
-    """A solve's plans and, with ``export``, its pick exported (``--json``: under the key ``export``)."""
+def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None = None, batch: BatchSolveReport | None = None) -> None:
+    """A solve's plans, with ``batch`` its best plan per batch size and schedule (``--json``: under
+    the key ``batch``), with ``export`` its pick exported (under ``export``)."""
     if as_json:
-        click.echo(json.dumps({**report.to_dict(), **({"export": export.to_dict()} if export else {})}))
+        extra = ({"batch": batch.to_dict()} if batch else {}) | ({"export": export.to_dict()} if export else {})
+        click.echo(json.dumps({**report.to_dict(), **extra}))
         return
     click.echo(format_solve(report))
+    if batch is not None:
+        click.echo(format_batch_solve(batch))
     if export is not None:
         emit_export(export, False)
 
@@ -190,13 +195,16 @@ def _format_profiles(doc: ProfileDocument, hardware_ids: Mapping[str, int]) -> s
             )
         for m in doc.models:  # this machine's curves: c(n) of one machine never mixes with another's
             if pts := [r for r in doc.latency if r.model == m.spec and r.hardware == h.fingerprint]:
-                lines.append(f"  latency of {m.spec}: {len(pts)} points{_cost_text(pts)}")
+                plain = [r for r in pts if r.batch_size == 1]  # c(n); c(n, b) for b > 1 only counted
+                lines.append(f"  latency of {m.spec}: {len(pts)} points{_cost_text(plain)}")
     for w in doc.workloads:
         lines.append(f"workload {w.name}: {w.count} prompts ({w.content_hash[:12]})")
     for m in doc.models:
-        machines = len({r.hardware for r in doc.latency if r.model == m.spec})
-        points = sum(r.model == m.spec for r in doc.latency)
-        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {points} latency points on {machines} hardware")
+        pts = [r for r in doc.latency if r.model == m.spec]
+        machines = len({r.hardware for r in pts})
+        batches = sorted({r.batch_size for r in pts} - {1})
+        also = f", batch sizes {','.join(map(str, batches))} too" if batches else ""
+        lines.append(f"model {m.spec}: {m.parameters:,} parameters, {len(pts)} latency points on {machines} hardware{also}")
     names = {w.content_hash: w.name for w in doc.workloads}
     for a in doc.acceptance:
         lines.append(

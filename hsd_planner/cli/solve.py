@@ -11,10 +11,11 @@ from ..export import export_plan, parse_model_map
 from ..plan import SolveConfig
 from ..profiling.hardware import this_machine
 from ..profiling.sources import absolute_spec, absolute_specs
-from ..solving import solve_and_store
+from ..solving import solve_and_store, solve_batch_schedule
 from ..store import open_engine, open_memory_engine
 from ..store.exchange import import_document, read_document
 from ..store.machines import resolve_hardware
+from .batch import batch_sizes_option, parse_batch_sizes
 from .options import db_option, export_options, json_option, mode_options, solve_options, split_specs
 from .render import emit_solve
 
@@ -37,6 +38,11 @@ __all__ = ["solve_command"]
 )
 @mode_options
 @solve_options
+@batch_sizes_option(
+    None,
+    "Also solve for these batch sizes (sequences decoded in lockstep; chains only) and store the best plan of each: "
+    "the schedule a server switches by, 0 where speculation stops paying [default: batch size 1 only].",
+)
 @export_options(fmt_option="--export", required=False)
 @db_option
 @json_option
@@ -56,6 +62,7 @@ def solve_command(
     context_len: int | None,
     exclude: str,
     require: str,
+    batch_sizes: str | None,
     fmt: str | None,
     stack_version: str | None,
     model_map: tuple[str, ...],
@@ -71,6 +78,10 @@ def solve_command(
 
     With --export FORMAT, the pick is also exported for a serving stack as hsd-plan export
     does (the best plan that stack can express where it cannot run the pick).
+
+    With --batch-sizes, the best chain at each batch size is solved and stored too (the latency
+    of b sequences in lockstep, from the c(n, b) curves of profile --batch-sizes), and the
+    schedule they make is printed; an export to vLLM or TensorRT-LLM then carries it.
 
     With --profile-file, the solve runs on an exported profile (a curated one from profiles/,
     or any hsd-plan profiles export) held in memory: no database is read or written.
@@ -88,11 +99,14 @@ def solve_command(
         hsd-plan solve --db postgresql://ann@db.lan/team --hardware 2
 
         hsd-plan solve --export vllm --model-map smollm2-135m=HuggingFaceTB/SmolLM2-135M-Instruct
+
+        hsd-plan solve --batch-sizes 1,2,4,8,16 --export trtllm
     """
     target = absolute_spec(target) if target else target
     if (model_map or stack_version) and fmt is None:
         raise ExportError("--model-map and --stack-version describe an export; give --export FORMAT too")
     names = parse_model_map(model_map)  # before solving: a malformed map stores nothing
+    sizes = parse_batch_sizes(batch_sizes)
     config = SolveConfig(
         t_max=t_max,
         top_k=top_k,
@@ -114,5 +128,6 @@ def solve_command(
         # imported profiles of other machines never stand in for this one unless asked for
         machines = resolve_hardware(engine, hardware) if hardware is not None else this_machine()
     report = solve_and_store(engine, target, workload, mode, temperature, config, machines)
+    batch = solve_batch_schedule(engine, report.solve_id, config, sizes) if sizes else None
     export = export_plan(engine, report.best.id, fmt, stack_version, names) if fmt is not None else None
-    emit_solve(report, as_json, export)
+    emit_solve(report, as_json, export, batch)

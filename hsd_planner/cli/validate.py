@@ -9,7 +9,9 @@ from ..limits import MAX_LENGTH, MAX_REPEATS, SQLITE_INT_MAX
 from ..prompts import load_prompts, split
 from ..store import open_engine
 from ..validation import CANDIDATE_SETS, run_validation, select_plans
+from ..validation.batch import run_batch_validation
 from ..validation.plot import check_plot_path, plot_validation
+from .batch import batch_sizes_option, format_batch_validation, parse_batch_sizes
 from .options import db_option, json_option, make_loader, prompt_options, resolve_dtype_choice, runtime_options
 from .render import Bars, emit, format_validation
 
@@ -31,6 +33,12 @@ __all__ = ["validate"]
 @prompt_options(max_prompts=6, max_help="Validate on at most this many held-out prompts.")
 @click.option("--max-new-tokens", type=click.IntRange(1, MAX_LENGTH), default=64, show_default=True)
 @click.option("--repeats", type=click.IntRange(1, MAX_REPEATS), default=1, show_default=True)
+@batch_sizes_option(
+    None,
+    "Run the schedule of a solve made with --batch-sizes at these batch sizes instead: b held-out prompts in lockstep, "
+    "each decoding exactly --max-new-tokens, beside autoregressive decoding of the same batches; per-token latency and "
+    "throughput per batch size against the prediction.",
+)
 @click.option("--plot", "plot_file", default=None, help="Write predicted-vs-measured figure (PNG, PDF, SVG or JPEG).")
 @click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
 @runtime_options(dtype=None, dtype_help="Dtype for models whose spec sets none [default: the dtype the plan was profiled in].")
@@ -45,6 +53,7 @@ def validate(
     max_prompts: int,
     max_new_tokens: int,
     repeats: int,
+    batch_sizes: str | None,
     plot_file: str | None,
     force: bool,
     dtype: str | None,
@@ -62,7 +71,12 @@ def validate(
     Example:
 
         hsd-plan validate --candidates top-k --max-prompts 8 --plot validate.png
+
+        hsd-plan validate --batch-sizes 1,4,8 --max-prompts 8
     """
+    sizes = parse_batch_sizes(batch_sizes)
+    if sizes and plot_file is not None:
+        raise ChainError("--plot draws a validation at batch size 1; leave it out with --batch-sizes")
     plot = check_plot_path(plot_file, force) if plot_file is not None else None
     engine = open_engine(db, create=False)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
@@ -76,6 +90,14 @@ def validate(
         )
     loader = make_loader(device, chosen)
     bars = Bars()
+    if sizes:
+        bars.start("validating", sum(2 * repeats * -(-len(prompts.prompts) // b) for b in sizes))
+        try:
+            batch = run_batch_validation(engine, loader, solve, sizes, prompts, max_new_tokens, repeats, progress=bars.step)
+        finally:
+            bars.close()
+        emit(batch, as_json, format_batch_validation)
+        return
     bars.start("validating", len(plans) * len(prompts.prompts) * repeats)
     try:
         report = run_validation(engine, loader, solve, plans, prompts, max_new_tokens, repeats, progress=bars.step)

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from hsd_runtime.shape import TreeShape
 from hsd_runtime.spec import parse_spec
 
 from ..errors import ExportError
 from ..plan import Plan, widths_to_json
+from ..plan.batch import ScheduleRange, schedule_of
 from ..store import Engine
 from ..store.plans import SolvedPlan, load_plan
+from ..store.schedule import BatchEntry, load_batch_plans
+from .batch import stack_schedule
 from .names import check_mapped
 from .restrict import restricted_solve, restrictions, unloadable
-from .schema import PLAN_SCHEMA_VERSION, HardwareInfo, PlanDocument, ProfileInfo, ScheduleEntry, StackPlan, WorkloadInfo
+from .schema import (
+    PLAN_SCHEMA_VERSION,
+    HardwareInfo,
+    PlanDocument,
+    ProfileInfo,
+    ScheduleEntry,
+    StackPlan,
+    StackScheduleEntry,
+    WorkloadInfo,
+)
 from .stacks import STACKS, Served, Stack, stack_for
 
 __all__ = ["ExportReport", "export_plan", "plan_document"]
@@ -86,7 +99,7 @@ def export_plan(
         if names:
             raise ExportError("--model-map applies to a serving stack's format; the plan document names models by spec")
         stored = load_plan(engine, plan_id)
-        doc = plan_document(stored)
+        doc = plan_document(stored, load_batch_plans(engine, stored.solve.id))
         return ExportReport(
             format="json",
             stack="hsd-plan plan document",
@@ -105,7 +118,9 @@ def export_plan(
     target = exported.chain[-1]
     if unloadable(target, False, stack) is not None and target not in names:
         raise ExportError(f"the target {target} is a model variant {stack.label} cannot load; solve for a target it serves")
-    rendered = stack.render(_served(stored, exported, names))
+    schedule, why = _schedule(stored, exported, stack, [e.batch_size for e in load_batch_plans(engine, stored.solve.id)])
+    rendered = stack.render(replace(_served(stored, exported, names), schedule=schedule))
+    reasons = reasons + why
     comment = f"# hsd-plan plan {stored.plan_id} for {stack.label}: {_speed(exported)}"
     text = "\n".join([comment, *rendered.lines]) + "\n"
     return ExportReport(fmt, stack.name, stack.version, stored.plan_id, stored.plan, exported, reasons, rendered.payload, text)
@@ -119,6 +134,18 @@ def _for_stack(stored: SolvedPlan, stack: Stack) -> tuple[Plan, list[str]]:
     solve = stored.solve
     plan = restricted_solve(stored.profile, stack, solve.t_max, solve.acceptance_model, stored.contexts, solve.max_depth)
     return plan, reasons
+
+
+def _schedule(
+    stored: SolvedPlan, exported: Plan, stack: Stack, batch_sizes: list[int]
+) -> tuple[tuple[tuple[int, int, int], ...], list[str]]:
+    """The stack's k per range of the solve's batch sizes (empty without batch plans), and why it
+    is not exported where the stack takes no batch-size table and k would change with the batch."""
+    schedule = stack_schedule(stored, exported, batch_sizes)
+    if stack.batch_schedule or len({k for _, _, k in schedule}) < 2:
+        return (schedule if stack.batch_schedule else ()), []
+    ks = ", ".join(f"{k} at {a}-{b}" for a, b, k in schedule)
+    return (), [f"it takes no batch-size schedule (k {ks}); it runs the batch-1 k at every batch size"]
 
 
 def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
@@ -135,24 +162,27 @@ def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
     return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature)
 
 
-def plan_document(stored: SolvedPlan) -> PlanDocument:
-    """The versioned document of a stored plan, with the best plan of each stack's newest version."""
+def plan_document(stored: SolvedPlan, batch: Sequence[BatchEntry] = ()) -> PlanDocument:
+    """The versioned document of a stored plan, with the best plan of each stack's newest version
+    and, from a solve with batch sizes (``batch``: its best chain per batch size), the schedules."""
     plan, p = stored.plan, stored.plan.prediction
     widths = widths_to_json(plan.widths)
     stacks = []
     for versions in STACKS.values():
         stack = versions[0]
         exported, reasons = _for_stack(stored, stack)
+        schedule, why = _schedule(stored, exported, stack, [e.batch_size for e in batch])
         e = exported.prediction
         stacks.append(
             StackPlan(
                 stack=stack.name,
                 version=stack.version,
-                restriction=reasons,
+                restriction=reasons + why,
                 chain=list(exported.chain),
                 widths=widths_to_json(exported.widths),
                 predicted_ms_per_token=e.ms_per_token,
                 predicted_speedup=e.speedup,
+                schedule=[StackScheduleEntry(min_batch=a, max_batch=b, k=k) for a, b, k in schedule],
             )
         )
     solve, hw, wl = stored.solve, stored.solve.hardware, stored.solve.workload
@@ -179,9 +209,25 @@ def plan_document(stored: SolvedPlan) -> PlanDocument:
         predicted_ms_per_token=p.ms_per_token,
         predicted_mean_accepted_length=p.mean_accepted_length,
         predicted_speedup=p.speedup,
-        schedule=[ScheduleEntry(min_batch=1, max_batch=1, widths=widths)],  # profiled at batch size 1
+        schedule=_document_schedule(plan, batch),
         profile=profile,
         stacks=stacks,
         plan_id=stored.plan_id,
         solve_id=stored.solve.id,
     )
+
+
+def _document_schedule(plan: Plan, batch: Sequence[BatchEntry]) -> list[ScheduleEntry]:
+    """The plan per range of batch sizes: the solve's schedule, or the plan alone at batch size 1."""
+    ranges = schedule_of([(e.batch_size, e.plan) for e in batch]) if batch else [ScheduleRange(1, 1, plan)]
+    return [
+        ScheduleEntry(
+            min_batch=r.min_batch,
+            max_batch=r.max_batch,
+            chain=list(r.plan.chain),
+            widths=widths_to_json(r.plan.widths),
+            predicted_ms_per_token=r.plan.prediction.ms_per_token,
+            predicted_speedup=r.plan.prediction.speedup,
+        )
+        for r in ranges
+    ]

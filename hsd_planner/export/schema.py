@@ -3,8 +3,10 @@
 A :class:`PlanDocument` says which hierarchy to run (``chain`` smallest first, target last, one
 width per drafter; a draft tree as ``"3x2x1"``), what it is predicted to do, on which profile
 (hardware, dtype, workload, decoding) that prediction rests, and, per serving stack, the best plan
-that stack can express. ``schedule`` maps batch sizes to widths; a plan profiled at batch size 1
-holds the single entry 1..1, and a batch-aware plan adds more entries without a new version.
+that stack can express. ``schedule`` maps ranges of batch sizes to the plan to run there (a solve
+with batch sizes: its best chain per batch size, no speculation where it stops paying; otherwise the
+plan alone at 1..1); a stack that takes a batch-size table carries its own, k per range.
+Version 2 added the chain and prediction of each schedule entry and the stacks' schedules.
 
 The JSON Schema of the document ships with the package (``plan.schema.json`` beside this module,
 written by ``python -m hsd_planner.export``); a test checks it equals :func:`json_schema`.
@@ -26,12 +28,13 @@ __all__ = [
     "ProfileInfo",
     "ScheduleEntry",
     "StackPlan",
+    "StackScheduleEntry",
     "WorkloadInfo",
     "json_schema",
     "shipped_schema",
 ]
 
-PLAN_SCHEMA_VERSION = 1
+PLAN_SCHEMA_VERSION = 2
 PLAN_SCHEMA_FILE = "plan.schema.json"
 
 Widths = list[int | str]  # a number of tokens per drafter; the first may be a tree shape such as "3x2x1"
@@ -42,11 +45,22 @@ class _Frozen(BaseModel):
 
 
 class ScheduleEntry(_Frozen):
-    """The widths to run while the batch holds ``min_batch``..``max_batch`` requests."""
+    """The plan to run while the batch holds ``min_batch``..``max_batch`` requests."""
 
     min_batch: int = Field(ge=1)
     max_batch: int = Field(ge=1)
-    widths: Widths
+    chain: list[str] = Field(min_length=1, description="model specs, smallest first, the target last; the target alone: no speculation")
+    widths: Widths = Field(description="one width per drafter; empty: no speculation at these batch sizes")
+    predicted_ms_per_token: float = Field(description="per request, at min_batch requests in the batch")
+    predicted_speedup: float = Field(description="over autoregressive decoding of a batch of min_batch")
+
+
+class StackScheduleEntry(_Frozen):
+    """A serving stack's draft length while the batch holds ``min_batch``..``max_batch`` requests."""
+
+    min_batch: int = Field(ge=1)
+    max_batch: int = Field(ge=1)
+    k: int = Field(ge=0, description="tokens drafted per round; 0: no speculation")
 
 
 class HardwareInfo(_Frozen):
@@ -91,18 +105,21 @@ class StackPlan(_Frozen):
     widths: Widths
     predicted_ms_per_token: float
     predicted_speedup: float
+    schedule: list[StackScheduleEntry] = Field(
+        default_factory=list, description="k per range of batch sizes where the stack takes a table of them and the plan has batch sizes"
+    )
 
 
 class PlanDocument(_Frozen):
     """One solved hierarchy with its prediction and the profile it rests on."""
 
-    schema_version: Literal[1] = 1  # PLAN_SCHEMA_VERSION
+    schema_version: Literal[2] = 2  # PLAN_SCHEMA_VERSION
     chain: list[str] = Field(min_length=1, description="model specs, smallest first, the target last")
     widths: Widths = Field(description="one width per drafter; the first may be a draft tree like 3x2x1")
     predicted_ms_per_token: float
     predicted_mean_accepted_length: float
     predicted_speedup: float
-    schedule: list[ScheduleEntry] = Field(min_length=1, description="widths per range of batch sizes")
+    schedule: list[ScheduleEntry] = Field(min_length=1, description="the plan per range of batch sizes")
     profile: ProfileInfo
     stacks: list[StackPlan] = Field(description="per serving stack, the best plan it can express")
     plan_id: int | None = Field(None, description="the plan's id in the database it was exported from")

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from hsd_runtime.choices import Mode
 
 from ..errors import ExportError
+from .batch import trtllm_schedule
 
 __all__ = ["FORMATS", "STACKS", "Rendered", "Served", "Stack", "stack_for"]
 
@@ -36,6 +37,9 @@ class Served:
     ngram_order: int
     mode: Mode
     temperature: float | None
+    # k per range of batch sizes, ((start, end, k), ...), for a stack that takes a batch-size table
+    # (empty: k at every batch size); see export.batch
+    schedule: tuple[tuple[int, int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class Stack:
     trees: bool = False  # a standalone drafter may draft a tree
     early_exit: bool = False  # loads the first K layers of a model as its own drafter
     int8_copy: bool = False  # loads hsd-plan's dynamic-int8 copy of a model
+    batch_schedule: bool = False  # takes k per range of batch sizes
 
     @property
     def label(self) -> str:
@@ -107,6 +112,10 @@ def _vllm(s: Served) -> Rendered:
         spec = {"method": "ngram", "num_speculative_tokens": s.k, "prompt_lookup_max": s.ngram_order, "prompt_lookup_min": 1}
     elif s.drafter is not None:
         spec = {"method": "draft_model", "model": s.drafter, "num_speculative_tokens": s.k}
+    if spec is not None and s.schedule:
+        # inclusive [start, end, k] ranges; num_speculative_tokens is the most any range drafts
+        spec["num_speculative_tokens"] = max(k for _, _, k in s.schedule)
+        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in s.schedule]
     command = ["vllm", "serve", s.target] + (["--speculative-config", json.dumps(spec)] if spec else [])
     return Rendered({"model": s.target, "speculative_config": spec, "command": shlex.join(command)}, [shlex.join(command)])
 
@@ -164,6 +173,10 @@ def _llamacpp(draft_max: str, draft_min: str, spec_type: bool) -> Callable[[Serv
     return render
 
 
+def _yaml_map(values: dict[int, int]) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in values.items()) + "}"
+
+
 def _trtllm(s: Served) -> Rendered:
     spec: dict | None = None
     if s.drafter is not None and s.lookup:
@@ -171,7 +184,9 @@ def _trtllm(s: Served) -> Rendered:
         spec = {"decoding_type": "NGram", "max_draft_len": s.k, "max_matching_ngram_size": s.ngram_order, "is_use_oldest": True}
     elif s.drafter is not None:
         spec = {"decoding_type": "DraftTarget", "max_draft_len": s.k, "speculative_model": s.drafter}
-    # draft_len_schedule ({batch size: draft length}) is where a batch-aware plan's schedule goes
+    if spec is not None and s.schedule:
+        # {threshold: k}: a batch of s requests drafts the k of the smallest threshold >= s
+        spec["draft_len_schedule"] = trtllm_schedule(s.schedule, s.k)
     command = f"trtllm-serve {shlex.quote(s.target)} --extra_llm_api_options extra-llm-api-options.yaml"
     lines = [f"# {command}"]
     if spec is None:
@@ -179,21 +194,22 @@ def _trtllm(s: Served) -> Rendered:
     else:
         lines.append("speculative_config:")
         # JSON scalars are YAML scalars: names quoted as JSON strings stay one safe line each
-        lines += [f"  {k}: {json.dumps(v)}" for k, v in spec.items()]
+        # a dict (the schedule) as a YAML flow mapping with integer keys, as TensorRT-LLM reads it
+        lines += [f"  {k}: {_yaml_map(v) if isinstance(v, dict) else json.dumps(v)}" for k, v in spec.items()]
     return Rendered({"model": s.target, "speculative_config": spec, "command": command}, lines)
 
 
 # per --format, its versions, newest (the default) first
 STACKS: dict[str, list[Stack]] = {
     "hf": [Stack("hf", "transformers", "5.23", _transformers)],
-    "vllm": [Stack("vllm", "vLLM", "0.33", _vllm)],
+    "vllm": [Stack("vllm", "vLLM", "0.33", _vllm, batch_schedule=True)],
     "sglang": [Stack("sglang", "SGLang", "0.5.23", _sglang)],
     "llamacpp": [
         Stack("llamacpp", "llama.cpp server", "late-2026", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True)),
         # builds before the --spec-* flags: --draft-max, and no n-gram drafter in the server
         Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False),
     ],
-    "trtllm": [Stack("trtllm", "TensorRT-LLM", "1.2", _trtllm)],
+    "trtllm": [Stack("trtllm", "TensorRT-LLM", "1.2", _trtllm, batch_schedule=True)],
 }
 
 FORMATS: tuple[str, ...] = ("json", *STACKS)

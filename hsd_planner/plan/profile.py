@@ -78,18 +78,28 @@ class LatencyCurve(BaseModel):
 
 
 class ModelProfile(BaseModel):
-    """One candidate: its name (a model spec), its cost curve, and whether it is a lookup drafter."""
+    """One candidate: its name (a model spec), its cost curve, and whether it is a lookup drafter.
+
+    ``batch_latency[b]``, when measured, is c(n, b): one pass over b sequences of n new tokens
+    each, for batch sizes b > 1 (``latency`` is b = 1); see :mod:`~hsd_planner.plan.batch`.
+    """
 
     model_config = ConfigDict(extra="forbid")
     name: str
     latency: LatencyCurve
     lookup: bool = False  # proposes all its tokens in one call (the n-gram drafter)
+    batch_latency: dict[int, LatencyCurve] = {}
 
     @model_validator(mode="before")
     @classmethod
     def _curve(cls, data: object) -> object:
-        if isinstance(data, dict) and isinstance(data.get("latency"), dict) and "points" not in data["latency"]:
-            data = {**data, "latency": {"points": data["latency"]}}
+        def wrap(curve: object) -> object:
+            return {"points": curve} if isinstance(curve, dict) and "points" not in curve else curve
+
+        if isinstance(data, dict) and isinstance(data.get("latency"), dict):
+            data = {**data, "latency": wrap(data["latency"])}
+        if isinstance(data, dict) and isinstance(data.get("batch_latency"), dict):
+            data = {**data, "batch_latency": {b: wrap(c) for b, c in data["batch_latency"].items()}}
         return data
 
 

@@ -33,6 +33,7 @@ from hsd_runtime.shape import TreeShape, Width
 from ..errors import SolverError
 from .config import SOLVE_DEFAULTS, SolveConfig
 from .latency import CostCurve, Prediction, draft_cost, verify_size
+from .lockstep import max_rounds_table
 from .plans import Plan
 from .rounds import RoundLaw, RunLengths, SiblingCurve
 
@@ -130,6 +131,7 @@ def solve_graph(
     acceptance: Mapping[tuple[str, str], RunLengths],
     config: SolveConfig = SOLVE_DEFAULTS,
     siblings: Mapping[tuple[str, str], SiblingCurve] | None = None,
+    batch_size: int = 1,
 ) -> Solution:
     """The latency-optimal hierarchies over ``candidates`` for ``target``.
 
@@ -144,6 +146,9 @@ def solve_graph(
             are the caller's, already applied to the other arguments.
         siblings: ``(drafter, verifier) -> SiblingCurve``; a pair missing here drafts no tree
             for that verifier (None: no trees at all).
+        batch_size: sequences decoded in lockstep; a level above level 0 then runs the expected
+            maximum of their round counts (:mod:`.lockstep`), and ``candidates`` and ``target``
+            carry their cost curves at this batch size.
 
     >>> flat = lambda ms: (lambda n: ms)
     >>> d, t = Candidate("d", flat(1.0)), Candidate("t", flat(10.0))
@@ -163,7 +168,7 @@ def solve_graph(
     depth_cap = config.max_depth if config.max_depth is not None else len(order)
     curves = siblings or {}
     shapes = tree_shapes(config.t_max, config.tree_budget) if config.trees and curves else []
-    graph = _graph(order, target, acceptance, curves, range(1, config.t_max + 1), shapes, depth_cap >= 1)
+    graph = _graph(order, target, acceptance, curves, range(1, config.t_max + 1), shapes, depth_cap >= 1, batch_size)
     labels = _labels(graph, config.top_k, depth_cap, {name: 1 << i for i, name in enumerate(require)}, config.max_depth is not None)
     full = (1 << len(require)) - 1
     plans = [_plan(path, target, d, graph) for d, _, mask, path in labels if mask == full]
@@ -183,9 +188,11 @@ def _graph(
     widths: range,
     shapes: Sequence[TreeShape],
     drafters: bool,
+    batch_size: int = 1,
 ) -> nx.DiGraph:
     """The DAG of the module docstring: edges carry ``w`` and ``g`` of D(v) = g (D(u) + w), and
-    an edge into the target its round ``law``. Without ``drafters``, autoregressive decoding only."""
+    an edge into the target its round ``law``. Without ``drafters``, autoregressive decoding only;
+    at ``batch_size`` > 1 a level above level 0 runs the expected maximum of the batch's round counts."""
     graph = nx.DiGraph()
     graph.add_node(SOURCE)
     graph.add_node(TARGET)
@@ -199,7 +206,7 @@ def _graph(
     for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
         for b, law in _batches(lo, hi.name, acceptance, curves, widths, shapes):
             w = hi.cost(verify_size(b))
-            rounds = law.rounds(t_max)
+            rounds = law.rounds(t_max) if batch_size == 1 else max_rounds_table(law, t_max, batch_size)
             for t in widths:
                 graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
     for c in order:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from hsd_runtime import LoadedModel, ModelSpec
 from hsd_runtime.choices import Dtype, Mode
-from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..store.records import ModelFacts, RunKeys
@@ -38,6 +38,8 @@ class ProfileConfig(BaseModel):
     # None: workload_context_lens of the prompts
     context_lens: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] | None = Field(None, min_length=1)
     repeats: int = Field(5, ge=1, le=MAX_REPEATS)  # samples per latency point, one per interleaved round
+    # sequences per pass: 1 is the plain curve, each b > 1 a curve c(n, b) for batch plans (profiling.batch)
+    batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH)]] = Field(default_factory=lambda: [1], min_length=1)
     acceptance: bool = True
     force: bool = False
 

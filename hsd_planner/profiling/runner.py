@@ -26,6 +26,7 @@ from .acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
+from .batch import batch_points, measure_batches
 from .config import Candidate, ProfileConfig, ProfileOutcome
 from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
@@ -148,8 +149,9 @@ def run_profile(
         c.row_id = out.model_ids[str(c.spec)] = row_id
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
+    batched = len(batch_points(config, candidates, contexts)) * len(set(config.latency_grid))
     if total:
-        total(len(points) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
+        total((len(points) + batched) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
     step = progress or (lambda _n: None)
 
     sweep = Sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
@@ -165,6 +167,7 @@ def run_profile(
         _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step, assist)
         sweep.to(first + -(-(config.repeats - first) * (i + 1) // len(verifiers)))
     sweep.finish()
+    measure_batches(engine, config, out, candidates, contexts, step)
     return out
 
 

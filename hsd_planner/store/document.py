@@ -135,6 +135,7 @@ class LatencyOut(_Row):
     repeats: Small
     samples_ms: list[Ms] | None = None  # absent in exports made before interleaved sweeps
     floor_ms: Ms | None = None  # absent before the floor probe
+    batch_size: Small = 1  # sequences per pass; absent before batch profiles
 
 
 class ContinuationOut(_Row):
@@ -210,7 +211,7 @@ class ProfileDocument(_Row):
             if value not in defined:
                 raise ValueError(f"{table}[{i}] refers to {kind} {value!r}, which the document does not define")
 
-        _unique("latency", self.latency, lambda r: (r.model, r.hardware, r.dtype, r.n_tokens, r.context_len))
+        _unique("latency", self.latency, lambda r: (r.model, r.hardware, r.dtype, r.n_tokens, r.context_len, r.batch_size))
         for i, r in enumerate(self.latency):
             known("latency", i, "model", r.model, models)
             known("latency", i, "hardware", r.hardware, hardware)

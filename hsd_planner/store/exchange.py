@@ -221,7 +221,7 @@ def import_document(engine: Engine, doc: ProfileDocument, progress: Callable[[in
                 r.model_dump(exclude={"model", "hardware"}) | dict(model_id=models[r.model], hardware_id=hw[r.hardware])
                 for r in doc.latency
             ),
-            ("model_id", "hardware_id", "dtype", "n_tokens", "context_len"),
+            ("model_id", "hardware_id", "dtype", "n_tokens", "context_len", "batch_size"),
         )
         merge(
             "continuations",

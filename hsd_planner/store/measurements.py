@@ -127,9 +127,14 @@ def save_latency(engine: Engine, key: LatencyKey, point: LatencyPoint) -> None:
         )
 
 
-def latency_points(engine: Engine, model_id: int | None = None, hardware_id: int | None = None) -> list[tuple[str, LatencyPoint]]:
-    """Every stored latency point, with its model's spec (only one model's or machine's when given)."""
+def latency_points(
+    engine: Engine, model_id: int | None = None, hardware_id: int | None = None, batch_size: int | None = 1
+) -> list[tuple[str, LatencyPoint]]:
+    """Every stored latency point, with its model's spec (only one model's or machine's when given);
+    the plain curves c(n) (``batch_size`` 1) unless another batch size, or None for every one, is asked for."""
     query = select(Latency, ModelRow.spec).join(ModelRow, Latency.model_id == ModelRow.id).order_by(Latency.id)
+    if batch_size is not None:
+        query = query.where(Latency.batch_size == batch_size)
     if model_id is not None:
         query = query.where(Latency.model_id == model_id)
     if hardware_id is not None:

@@ -18,6 +18,7 @@ from hsd_runtime.choices import Mode
 
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
+from .batch import batch_curves
 from .records import PromptAcceptance
 from .schema import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Solve, Workload
 
@@ -41,7 +42,7 @@ def latency_curve(session: Session, model_id: int, hardware_id: int, dtype: str)
     """The stored cost curve of one model on one hardware in ``dtype`` (the dtype it runs in:
     never another dtype's latency, a profile predicts its own); None when nothing is stored."""
     points: dict[int, dict[int, float]] = {}
-    for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype)):
+    for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype, batch_size=1)):
         points.setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
     return LatencyCurve(points=points) if points else None
 
@@ -127,7 +128,8 @@ def _assemble(
         curve = latency_curve(s, mid, hw.id, spec.run_dtype(setting.dtype))
         if curve is None:
             continue  # no latency here: not a usable candidate on this hardware
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram))
+        batches = batch_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram, batch_latency=batches))
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(

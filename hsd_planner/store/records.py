@@ -89,13 +89,15 @@ class ModelFacts:
 
 @dataclass(frozen=True)
 class LatencyKey:
-    """One latency point: a model on a machine in a dtype, a pass of ``n_tokens`` after ``context_len``."""
+    """One latency point: a model on a machine in a dtype, a pass of ``n_tokens`` after ``context_len``
+    for each of ``batch_size`` sequences at once (1: the plain curve c(n); more: c(n, b))."""
 
     model_id: int
     hardware_id: int
     dtype: str
     n_tokens: int
     context_len: int
+    batch_size: int = 1
 
 
 @dataclass(frozen=True)

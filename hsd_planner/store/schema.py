@@ -16,6 +16,7 @@ __all__ = [
     "Acceptance",
     "AcceptancePrompt",
     "Base",
+    "BatchPlanRow",
     "Continuation",
     "Hardware",
     "Latency",
@@ -111,10 +112,11 @@ class Setting(Base):
 
 
 class Latency(Base):
-    """Median wall time of one cached forward pass of ``n_tokens`` after ``context_len`` tokens."""
+    """Median wall time of one cached forward pass of ``n_tokens`` after ``context_len`` tokens,
+    for each of ``batch_size`` sequences at once (1: a pass over one sequence)."""
 
     __tablename__ = "latency"
-    __table_args__ = (UniqueConstraint("model_id", "hardware_id", "dtype", "n_tokens", "context_len"),)
+    __table_args__ = (UniqueConstraint("model_id", "hardware_id", "dtype", "n_tokens", "context_len", "batch_size"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"), index=True)
     hardware_id: Mapped[int] = mapped_column(ForeignKey("hardware.id", ondelete="CASCADE"), index=True)
@@ -127,6 +129,7 @@ class Latency(Base):
     repeats: Mapped[int] = mapped_column(Integer)
     samples_ms: Mapped[list | None] = mapped_column(JSON)  # every sample, in the order taken (interleaved rounds)
     floor_ms: Mapped[float | None] = mapped_column(Float)  # the machine's floor for this pass (profiling.floor)
+    batch_size: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -235,6 +238,22 @@ class PlanRow(Base):
     tied: Mapped[bool | None] = mapped_column(Boolean)  # its interval overlaps the pick's
 
 
+class BatchPlanRow(Base):
+    """The best chain of a solve at one batch size (``hsd-plan solve --batch-sizes``), with its
+    prediction per sequence; the solve's rows, by batch size, make its schedule."""
+
+    __tablename__ = "batch_plans"
+    __table_args__ = (UniqueConstraint("solve_id", "batch_size"),)
+    id: Mapped[int] = mapped_column(primary_key=True)
+    solve_id: Mapped[int] = mapped_column(ForeignKey("solves.id", ondelete="CASCADE"), index=True)
+    batch_size: Mapped[int] = mapped_column(Integer)
+    chain: Mapped[list[str]] = mapped_column(JSON)
+    widths: Mapped[list[int]] = mapped_column(JSON)  # empty: autoregressive decoding (no speculation at this batch size)
+    predicted_ms_per_token: Mapped[float] = mapped_column(Float)
+    predicted_mean_accepted_length: Mapped[float] = mapped_column(Float)
+    predicted_speedup: Mapped[float] = mapped_column(Float)  # over autoregressive decoding of the same batch
+
+
 class Validation(Base):
     """One ``hsd-plan validate``: plans of a solve run on held-out prompts."""
 
@@ -273,3 +292,4 @@ class ValidationRun(Base):
     prefill_ms: Mapped[float] = mapped_column(Float)
     tokens: Mapped[int] = mapped_column(Integer)
     levels: Mapped[list[dict]] = mapped_column(JSON)
+    batch_size: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # sequences decoded in lockstep

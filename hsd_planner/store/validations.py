@@ -49,6 +49,7 @@ class ValidationRunEntry:
     prefill_ms: float
     tokens: int
     levels: list[dict]
+    batch_size: int = 1  # sequences decoded in lockstep (validate --batch-sizes)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,45 @@
+"""A solve's batch schedule in the terms of a serving stack that takes one: one drafter, and k
+per range of batch sizes (0: no speculation there).
+
+vLLM reads ``num_speculative_tokens_per_batch_size`` ([[start, end, k], ...], inclusive ranges)
+and TensorRT-LLM ``draft_len_schedule`` ({threshold: k}: a batch of s requests drafts the k of the
+smallest threshold >= s, the last one beyond). Neither switches its drafter by batch size, so the
+drafter is the one the stack's plan at batch size 1 uses, and each batch size the solve covered
+gets that drafter's best width there, or 0 where no width beats autoregressive decoding of the
+batch (:func:`~hsd_planner.plan.batch.drafter_schedule`). A batch size between two solved ones
+takes the smaller one's k.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..plan import Plan
+from ..plan.batch import drafter_schedule, schedule_of
+from ..store.plans import SolvedPlan
+
+__all__ = ["stack_schedule", "trtllm_schedule"]
+
+
+def stack_schedule(stored: SolvedPlan, exported: Plan, batch_sizes: Sequence[int]) -> tuple[tuple[int, int, int], ...]:
+    """``((start, end, k), ...)`` for the drafter of ``exported`` over ``batch_sizes`` (empty when
+    ``exported`` runs no drafter or no batch size was solved)."""
+    if not exported.depth or not batch_sizes:
+        return ()
+    best = drafter_schedule(
+        stored.profile, exported.chain[0], batch_sizes, stored.solve.t_max, stored.solve.acceptance_model, stored.contexts
+    )
+    return tuple((r.min_batch, r.max_batch, int(r.plan.widths[0]) if r.plan.widths else 0) for r in schedule_of(best))
+
+
+def trtllm_schedule(schedule: Sequence[tuple[int, int, int]], max_draft_len: int) -> dict[int, int]:
+    """``draft_len_schedule`` of ranges: each range's end as its threshold, batch size 1 always
+    present (TensorRT-LLM requires it, equal to ``max_draft_len``), every k at most ``max_draft_len``.
+
+    >>> trtllm_schedule([(1, 3, 4), (4, 7, 2), (8, 16, 0)], 4)
+    {1: 4, 3: 4, 7: 2, 16: 0}
+    """
+    out = {1: max_draft_len}
+    for _, end, k in schedule:
+        out[end] = min(k, max_draft_len)
+    return dict(sorted(out.items()))

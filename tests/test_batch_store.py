@@ -1,0 +1,237 @@
+"""Batch sizes end to end: c(n, b) rows and their migration, profile --batch-sizes, solve
+--batch-sizes, the schedule exported to vLLM and TensorRT-LLM and in the plan document, and
+validate --batch-sizes on tiny models."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from alembic.command import downgrade, upgrade
+from click.testing import CliRunner
+from sqlalchemy import inspect
+from sqlalchemy.orm import Session
+
+from hsd_planner.cli import cli
+from hsd_planner.export.schema import PlanDocument
+from hsd_planner.store import open_engine, resolve_url
+from hsd_planner.store.db import alembic_config
+from hsd_planner.store.exchange import export_document, import_document
+from hsd_planner.store.profiles import load_profile
+from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
+
+FAST = ["--latency-grid", "1,2,4", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def _latency(**key) -> Latency:
+    return Latency(**key, median_ms=1.0, p10_ms=1.0, p90_ms=1.0, repeats=1)
+
+
+def test_migration_keys_latency_by_batch_size_and_downgrades_to_batch_one(isolated_db):
+    url = resolve_url(str(isolated_db))
+    cfg = alembic_config(url)
+    open_engine(str(isolated_db)).dispose()
+    downgrade(cfg, "0012_validation_calibration")
+    with sqlite3.connect(isolated_db) as conn:  # a database of before: one model, one plain latency row
+        conn.execute(
+            "INSERT INTO hardware (id, fingerprint, device, device_name, threads, torch_version, created_at) VALUES (1, 'hw', 'cpu', 'c', 2, '2', '2026-01-01')"
+        )
+        conn.execute("INSERT INTO models (id, spec, parameters, created_at) VALUES (1, 'm', 1, '2026-01-01')")
+        conn.execute(
+            "INSERT INTO latency (model_id, hardware_id, dtype, n_tokens, context_len, median_ms, p10_ms, p90_ms, repeats, created_at) "
+            "VALUES (1, 1, 'fp32', 1, 64, 5.0, 5.0, 5.0, 1, '2026-01-01')"
+        )
+    upgrade(cfg, "head")
+    engine = open_engine(str(isolated_db))
+    with Session(engine) as s, s.begin():
+        assert [r.batch_size for r in s.query(Latency)] == [1]  # existing rows are b = 1
+        s.add(_latency(model_id=1, hardware_id=1, dtype="fp32", n_tokens=1, context_len=64, batch_size=4))  # same key but b
+    assert "batch_plans" in inspect(engine).get_table_names()
+    engine.dispose()
+    downgrade(cfg, "0012_validation_calibration")
+    with sqlite3.connect(isolated_db) as conn:
+        assert conn.execute("SELECT n_tokens, median_ms FROM latency").fetchall() == [(1, 5.0)]  # b = 4 dropped, b = 1 kept
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(latency)")]
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    assert "batch_size" not in columns and "batch_plans" not in tables
+    upgrade(cfg, "head")
+
+
+# a profile written straight into the database: a pass over b sequences of n tokens costs a fixed
+# weight read plus compute in n * b; at b = 16 the fixed part is gone, so speculation cannot pay
+MODELS = {"ngram": (0, 0.05, 0.0), "small": (10, 2.0, 0.2), "big": (1000, 20.0, 1.0)}
+ALPHA = {("ngram", "small"): 0.3, ("ngram", "big"): 0.3, ("small", "big"): 0.8}
+BATCHES = (1, 2, 4, 8, 16)
+
+
+def _ms(name: str, n: int, b: int) -> float:
+    _, fixed, per = MODELS[name]
+    if b == 16:
+        return (0.01 if name == "ngram" else 1.0) * 16 * n
+    return fixed + per * n * b
+
+
+@pytest.fixture
+def batch_db(isolated_db):
+    engine = open_engine(str(isolated_db))
+    with Session(engine) as s, s.begin():
+        hw = Hardware(fingerprint="hw1", device="cpu", device_name="test CPU", threads=2, torch_version="2.13", capability="AVX2")
+        wl = Workload(name="w", content_hash="h" * 64, count=8)
+        setting = Setting(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=32)
+        models = {name: ModelRow(spec=name, parameters=p) for name, (p, _, _) in MODELS.items()}
+        s.add_all([hw, wl, setting, *models.values()])
+        s.flush()
+        for name in MODELS:
+            dtype = "-" if name == "ngram" else "fp32"
+            for b in BATCHES:
+                for n in (1, 2, 4, 8, 16):
+                    key = dict(model_id=models[name].id, hardware_id=hw.id, dtype=dtype, n_tokens=n, context_len=64, batch_size=b)
+                    ms = _ms(name, n, b)
+                    s.add(Latency(**key, median_ms=ms, p10_ms=ms, p90_ms=ms, repeats=1))
+        for (d, v), a in ALPHA.items():
+            s.add(
+                Acceptance(
+                    drafter_id=models[d].id,
+                    verifier_id=models[v].id,
+                    workload_id=wl.id,
+                    setting_id=setting.id,
+                    alpha=a,
+                    positions=400,
+                    prompts=12,
+                    run_lengths=[a**g for g in range(65)],
+                )
+            )
+    return engine
+
+
+def test_batch_curves_are_read_back_and_survive_export_and_import(batch_db, tmp_path):
+    profile, _ = load_profile(batch_db, hardware="hw1")
+    assert "c(1) = 21.00 ms" in run("profiles", "show").output  # the plain curve's, not a batch's
+    big = profile.model("big")
+    assert sorted(big.batch_latency) == [2, 4, 8, 16] and big.latency(1, 64) == 21.0 and big.batch_latency[4](2, 64) == 28.0
+    doc = export_document(batch_db)
+    fresh = open_engine(str(tmp_path / "fresh.db"))
+    import_document(fresh, doc)
+    again, _ = load_profile(fresh, hardware="hw1")
+    assert again.model("big").batch_latency == big.batch_latency
+
+
+def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
+    result = run("solve", "--batch-sizes", "1,2,4,8,16", "--t-max", "6", "--hardware", "hw1", "--json")
+    assert result.exit_code == 0, result.output
+    batch = json.loads(result.output)["batch"]
+    assert [e["batch_size"] for e in batch["batch_sizes"]] == list(BATCHES)
+    first, last = batch["schedule"][0], batch["schedule"][-1]
+    assert first["min_batch"] == 1 and first["widths"]
+    assert last["max_batch"] == 16 and last["widths"] == [] and last["chain"] == ["big"]
+    assert batch["speculation_stops_paying_at"] == last["min_batch"]
+    text = run("solve", "--batch-sizes", "1,4,16", "--hardware", "hw1")
+    assert text.exit_code == 0 and "schedule:" in text.output and "speculation stops paying at batch size 16" in text.output
+
+    vllm = json.loads(run("export", "--format", "vllm", "--json").output)
+    spec = vllm["payload"]["speculative_config"]
+    table = spec["num_speculative_tokens_per_batch_size"]
+    assert table[0][0] == 1 and table[-1][1] == 16 and table[-1][2] == 0  # [start, end, k], no speculation at 16
+    assert all(a[1] + 1 == b[0] for a, b in zip(table, table[1:]))  # contiguous ranges
+    assert spec["num_speculative_tokens"] == max(k for _, _, k in table) and spec["model"] == "small"
+    ks = [k for _, _, k in table]
+    assert ks == sorted(ks, reverse=True) and len(set(ks)) > 2
+
+    trt = run("export", "--format", "trtllm", "--json")
+    trt_spec = json.loads(trt.output)["payload"]["speculative_config"]
+    schedule = {int(b): k for b, k in trt_spec["draft_len_schedule"].items()}
+    assert schedule[1] == trt_spec["max_draft_len"] and schedule[16] == 0
+    # TensorRT-LLM's rule: a batch of s drafts the k of the smallest threshold >= s; it must give the vLLM table's k
+    for start, end, k in table:
+        for s in range(start, end + 1):
+            assert schedule[min(t for t in schedule if t >= s)] == k
+    yaml = run("export", "--format", "trtllm").output
+    assert "  draft_len_schedule: {1: " in yaml and ", 16: 0}" in yaml
+
+    sglang = json.loads(run("export", "--format", "sglang", "--json").output)
+    assert any("batch-size schedule" in r for r in sglang["restriction"])
+
+    doc = PlanDocument.model_validate(json.loads(run("export", "--format", "json", "--json").output)["payload"])
+    assert doc.schema_version == 2 and doc.schedule[-1].widths == [] and doc.schedule[-1].chain == ["big"]
+    stacks = {s.stack: s for s in doc.stacks}
+    assert [(e.min_batch, e.max_batch, e.k) for e in stacks["vLLM"].schedule] == [tuple(r) for r in table]
+    assert stacks["SGLang"].schedule == []
+
+
+def test_solve_batch_sizes_beyond_the_profile_is_refused(batch_db):
+    result = run("solve", "--batch-sizes", "1,32", "--hardware", "hw1")
+    assert result.exit_code == 1 and "batch size 32" in result.output and "--batch-sizes" in result.output
+    assert run("solve", "--batch-sizes", "0,2").exit_code != 0
+
+
+@pytest.fixture
+def prompts(tmp_path):
+    path = tmp_path / "p.txt"
+    path.write_text("\n".join(f"w{i} w{i + 1} w{i} w{i + 1} w{i + 2}" for i in range(40)))
+    return path
+
+
+def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompts, isolated_db):
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    result = run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--batch-sizes", "1,2,4", *FAST)
+    assert result.exit_code == 0, result.output
+    with Session(open_engine(str(isolated_db))) as s:
+        sizes = {r.batch_size for r in s.query(Latency)}
+        assert sizes == {1, 2, 4} and s.query(Latency).filter_by(batch_size=4).count() == 3 * 2 * 3  # models x contexts x n
+    shown = run("profiles", "show").output
+    assert "batch sizes 2,4 too" in shown
+    again = run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--batch-sizes", "1,2,4", *FAST, "--json")
+    assert again.exit_code == 0 and json.loads(again.output)["measured"] == 0  # resumed: nothing left to measure
+
+    solved = run("solve", "--batch-sizes", "1,2,4", "--t-max", "3", "--json")
+    assert solved.exit_code == 0, solved.output
+    assert [e["batch_size"] for e in json.loads(solved.output)["batch"]["batch_sizes"]] == [1, 2, 4]
+
+    fixed = ["--max-prompts", 3, "--max-new-tokens", 6, "--device", "cpu", "--prompts", prompts]
+    result = run("validate", "--batch-sizes", "1,4", *fixed, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert {r["batch_size"] for r in report["runs"]} == {1, 4}
+    for r in report["runs"]:
+        assert r["measured_ms_per_token"] > 0 and r["predicted_ms_per_token"] > 0
+        assert r["measured_tokens_per_s"] == pytest.approx(1000 * r["batch_size"] / r["measured_ms_per_token"])
+        assert r["tokens"] % 6 == 0  # every sequence decodes exactly --max-new-tokens
+        if r["kind"] == "autoregressive":
+            assert r["measured_speedup"] == 1.0 and r["measured_mean_accepted_length"] == 1.0
+    with Session(open_engine(str(isolated_db))) as s:
+        from hsd_planner.store.schema import ValidationRun
+
+        assert {r.batch_size for r in s.query(ValidationRun).filter_by(validation_id=report["validation_id"])} == {1, 4}
+    assert run("validate", "--batch-sizes", "8", *fixed).exit_code == 1  # outside the solve's schedule
+
+
+def test_the_batch_timer_feeds_n_tokens_per_sequence_every_pass(tiny_dirs):
+    from hsd_planner.profiling.batch import BatchPassTimer
+    from hsd_runtime import ModelLoader
+
+    model = ModelLoader(device="cpu", dtype="fp32").load(str(tiny_dirs["target"])).model
+    timer = BatchPassTimer(model, 16, 3)
+    stats = timer._cache.stats
+    for n in (1, 1, 4, 4, 1):
+        before = stats.tokens_fed
+        assert timer(n) > 0
+        assert stats.tokens_fed - before == 3 * n  # a pass of n tokens for each of the 3 sequences, never one served from the cache
+
+
+def test_batch_validation_text_report():
+    from hsd_planner.cli.batch import format_batch_validation
+    from hsd_planner.validation.batch import BatchRun, BatchValidationReport
+
+    runs = [
+        BatchRun(4, "schedule", ["ngram", "t"], [3], 20.0, 25.0, 1.5, 1.2, 2.1, 2.0, 192, 40.0, []),
+        BatchRun(4, "autoregressive", ["t"], [], 30.0, 30.0, 1.0, 1.0, 1.0, 1.0, 192, 40.0, []),
+    ]
+    report = BatchValidationReport(3, 1, "t", "p:validate", 4, 48, runs)
+    text = format_batch_validation(report)
+    assert "ngram[3] -> t" in text and "t autoregressive (k = 0)" in text and "-20.0%" in text and "160.0" in text
+    assert report.median_abs_error == pytest.approx(0.1) and report.median_abs_speedup_error == pytest.approx(0.25)
