@@ -171,3 +171,12 @@ def test_readme_reference_matches_the_help_text():
 def test_every_command_takes_json(path, command):
     """The README says every command takes --json for machine-readable output."""
     assert any("--json" in p.opts for p in command.params), f"hsd-plan {' '.join(path)} has no --json"
+
+
+def test_ci_runs_the_readme_test_command():
+    """The quick start's test command is the one CI runs (with reporting flags only after it)."""
+    quick = README.split("Run the tests", 1)[1]
+    command = re.search(r"```bash\n(.+)\n```", quick).group(1).strip()
+    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    runs = [line.split("#")[0].strip() for line in ci.splitlines() if "pytest" in line and not line.lstrip().startswith("#")]
+    assert runs and all(r == command or r.startswith(command + " -") for r in runs), (command, runs)
