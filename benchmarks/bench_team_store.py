@@ -39,29 +39,14 @@ FAST = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "2", "--max
 
 def _counts(url: str) -> dict[str, int]:
     """Rows per table, and rows whose natural key repeats (must be 0)."""
-    from sqlalchemy import create_engine, text
+    from hsd_planner.store import open_engine
+    from hsd_planner.store.measurements import key_counts
 
-    from hsd_planner.store import resolve_url
-
-    keys = {
-        "latency": "model_id, hardware_id, dtype, n_tokens, context_len",
-        "continuations": "verifier_id, workload_id, setting_id, prompt_index",
-        "acceptance_prompts": "drafter_id, verifier_id, workload_id, setting_id, prompt_index",
-        "acceptance": "drafter_id, verifier_id, workload_id, setting_id",
-        "models": "spec",
-        "hardware": "fingerprint",
-        "workloads": "content_hash",
-    }
-    engine = create_engine(resolve_url(url))
-    out = {}
-    with engine.connect() as conn:
-        for table, key in keys.items():
-            out[table] = conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
-            distinct = conn.execute(text(f"SELECT COUNT(*) FROM (SELECT DISTINCT {key} FROM {table}) AS k")).scalar_one()
-            out[f"{table}_repeated"] = out[table] - distinct
-        out["pooled_prompts"] = conn.execute(text("SELECT COALESCE(SUM(prompts), 0) FROM acceptance")).scalar_one()
-    engine.dispose()
-    return out
+    engine = open_engine(url, create=False)
+    try:
+        return key_counts(engine)
+    finally:
+        engine.dispose()
 
 
 def _databases(cluster, root: Path):
@@ -110,29 +95,34 @@ def _profiled_prompts(n: int) -> list[str]:
 
 def _writer(url: str, first: int, count: int, ready: Path, go: Path) -> None:
     """One writer process: connect, say ready, wait for go, write ``count`` units, print its end time."""
-    from sqlalchemy.orm import Session
-
-    from hsd_planner.store import Hardware, ModelRow, Setting, Workload, open_engine
-    from hsd_planner.store.repo import get_or_create
-    from hsd_planner.store.writes import record_acceptance_prompt, record_latency
+    from hsd_planner.store import open_engine
+    from hsd_planner.store.measurements import register_run, save_latency, save_prompt_acceptance
+    from hsd_planner.store.records import (
+        HardwareRecord,
+        LatencyKey,
+        LatencyPoint,
+        PromptAcceptance,
+        PromptPairKey,
+        SettingRecord,
+        WorkloadRecord,
+    )
 
     engine = open_engine(url)
-    with Session(engine) as s, s.begin():
-        hw = get_or_create(s, Hardware, {"fingerprint": "bench"}, device="cpu", device_name="bench", threads=1, torch_version="-").id
-        drafter, verifier = (get_or_create(s, ModelRow, {"spec": spec}, parameters=p).id for spec, p in (("ngram", 0), ("bench", 1)))
-        wl = get_or_create(s, Workload, {"content_hash": "b" * 64}, name="bench", count=1).id
-        st = get_or_create(s, Setting, dict(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=16)).id
+    keys, (drafter, verifier) = register_run(
+        engine,
+        HardwareRecord("bench", "cpu", "bench", None, 1, "-", None),
+        WorkloadRecord("bench", "b" * 64, 1),
+        [8],
+        SettingRecord("greedy", 1.0, 1.0, "fp32", 16),
+        [("ngram", None, None), ("bench", None, None)],
+    )
     ready.touch()
     while not go.exists():
         time.sleep(0.005)
     for k in range(first, first + count):
-        with Session(engine) as s, s.begin():
-            key = dict(model_id=verifier, hardware_id=hw, dtype="fp32", n_tokens=k + 1, context_len=8)
-            record_latency(s, key, median_ms=1.0, p10_ms=1.0, p90_ms=1.0, repeats=1, samples_ms=[1.0], floor_ms=None)
-        with Session(engine) as s, s.begin():
-            pair = dict(drafter_id=drafter, verifier_id=verifier, workload_id=wl, setting_id=st, prompt_index=k)
-            values = dict(positions=16, alpha_sum=8.0, run_sum=[16.0, 8.0], run_count=[16, 16], visit_sum=None, visit_count=None)
-            record_acceptance_prompt(s, pair, **values)
+        save_latency(engine, LatencyKey(verifier, keys.hardware_id, "fp32", k + 1, 8), LatencyPoint(k + 1, 8, 1.0, None, (1.0,)))
+        pair = PromptPairKey(drafter, verifier, keys.workload_id, keys.setting_id, k)
+        save_prompt_acceptance(engine, pair, PromptAcceptance(16, 8.0, [16.0, 8.0], [16, 16]))
     print(time.time(), flush=True)
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import cast
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, UniqueConstraint, func, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime.choices import Mode
@@ -38,6 +38,7 @@ from .writes import record_acceptance_prompt, record_continuation, record_latenc
 __all__ = [
     "continuations_of",
     "hardware_record",
+    "key_counts",
     "latency_curves",
     "latency_points",
     "measured_prompts",
@@ -235,3 +236,19 @@ def setting_record(row: Setting) -> SettingRecord:
 def _point(row: Latency) -> LatencyPoint:
     samples = tuple(row.samples_ms or [row.median_ms] * row.repeats)
     return LatencyPoint(row.n_tokens, row.context_len, row.median_ms, row.floor_ms, samples, row.p10_ms, row.p90_ms)
+
+
+def key_counts(engine: Engine) -> dict[str, int]:
+    """Rows per measured table and, under ``<table>_repeated``, rows whose natural key repeats
+    (0 in a healthy store; profilers writing at once must keep it so), and ``pooled_prompts``."""
+    tables = (Latency, Continuation, AcceptancePrompt, Acceptance, ModelRow, Hardware, Workload)
+    out: dict[str, int] = {}
+    with Session(engine) as s:
+        for cls in tables:
+            table = cls.__table__
+            key = next(c for c in table.constraints if isinstance(c, UniqueConstraint)).columns
+            rows = s.scalar(select(func.count()).select_from(table)) or 0
+            distinct = s.scalar(select(func.count()).select_from(select(*key).distinct().subquery())) or 0
+            out[table.name], out[f"{table.name}_repeated"] = rows, rows - distinct
+        out["pooled_prompts"] = s.scalar(select(func.coalesce(func.sum(Acceptance.prompts), 0))) or 0
+    return out
