@@ -260,7 +260,7 @@ def test_a_pairs_pooled_acceptance_counts_every_prompt_written_at_once(db_url):
         assert agg.prompts == 24 and agg.positions == 96
         assert agg.alpha == pytest.approx(sum((k % 5) / 5 for k in range(24)) / 24)
     # the same point measured by several writers at once: one row, the last one written whole
-    key = dict(model_id=ids[1], hardware_id=None, dtype="fp32", n_tokens=1, context_len=8)
+    key = dict(model_id=ids[1], hardware_id=None, dtype="fp32", n_tokens=1, context_len=8, batch_size=1)
     with Session(engine) as s, s.begin():
         key["hardware_id"] = get_or_create(
             s, Hardware, {"fingerprint": "h"}, device="cpu", device_name="CPU", threads=2, torch_version="2"

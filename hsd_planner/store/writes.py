@@ -19,7 +19,7 @@ __all__ = ["record_acceptance_prompt", "record_continuation", "record_latency"]
 
 
 def record_latency(session: Session, key: dict, **values: object) -> None:
-    """Store a latency point (``key``: model_id, hardware_id, dtype, n_tokens, context_len)."""
+    """Store a latency point (``key``: model_id, hardware_id, dtype, n_tokens, context_len, batch_size)."""
     upsert(session, Latency, key, values)
 
 
