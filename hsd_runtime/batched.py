@@ -356,7 +356,7 @@ class BatchedHierarchy:
         return BatchResult(
             tokens=[s[len(p) :] for s, p in zip(seqs, rows)],
             prompt_tokens=[len(p) for p in rows],
-            levels=[level.stats for level in self.levels],
+            levels=[replace(level.stats) for level in self.levels],  # copies: the next generation resets the counters
             prefill_s=t1 - t0,
             decode_s=t2 - t1,
             target_rounds=rounds,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -144,7 +145,7 @@ class Hierarchy:
         return GenerationResult(
             tokens=seq[len(prompt) :],
             prompt_tokens=len(prompt),
-            levels=[level.stats for level in self.levels],
+            levels=[replace(level.stats) for level in self.levels],  # copies: the next generation resets the counters
             prefill_s=t1 - t0,
             decode_s=t2 - t1,
             target_rounds=len(per_round),

@@ -191,3 +191,12 @@ def test_smollm2_batched_greedy_equals_each_prompt_alone(chain, widths):
     ids = [encode_prompt(tokenizer, t) for t in texts]  # 30 to 40 tokens each: ragged
     assert len({len(i) for i in ids}) > 1
     assert batched.generate(ids, 40).tokens == [alone.generate(i, 40).tokens for i in ids]
+
+
+def test_a_result_keeps_its_own_counters_after_the_next_generation():
+    for runner in (BatchedHierarchy([POOL["far"], TARGET], [3]), Hierarchy([POOL["far"], TARGET], [3])):
+        args = ([[5, 6, 7]], [[5, 6, 7, 8, 9]]) if isinstance(runner, BatchedHierarchy) else ([5, 6, 7], [5, 6, 7, 8, 9])
+        first = runner.generate(args[0], 12)
+        passes = first.levels[1].forward_passes
+        runner.generate(args[1], 2)
+        assert first.levels[1].forward_passes == passes > 2

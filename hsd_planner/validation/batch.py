@@ -2,7 +2,9 @@
 
 At every batch size b asked for, the plan the solve's schedule names for b (its best chain there,
 or autoregressive decoding where speculation stops paying) runs on batches of b held-out prompts
-with the batched runtime, beside autoregressive decoding of the same batches (the baseline of the
+with the batched runtime (at b = 1 the single-sequence runtime, where a plan for one request is
+served and its curve c(n) was measured: its n = 1 pass at long contexts takes another attention
+kernel than the ragged layout's masked one), beside autoregressive decoding of the same batches (the baseline of the
 speed-up) and any fixed chains asked for. Every sequence decodes exactly ``max_new_tokens`` (EOS
 does not stop it, as in serving benchmarks), so a batch stays at b from its first round to its
 last. Measured per plan and b: ms per token of each sequence (decode wall time over the tokens of
@@ -18,7 +20,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
-from hsd_runtime import BatchResult, HSDError, ModelLoader, SamplingConfig, build_batched
+from hsd_runtime import BatchedHierarchy, BatchResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_batched, build_hierarchy
 
 from ..errors import StoreError
 from ..plan import format_chain
@@ -125,6 +127,13 @@ def _batches(encoded: list[list[int]], b: int, repeats: int) -> list[list[list[i
     return [[encoded[(k * b + i) % len(encoded)] for i in range(b)] for k in range(count)]
 
 
+def _alone(hierarchy: Hierarchy, prompt: list[int], max_new_tokens: int, sampling: SamplingConfig) -> BatchResult:
+    """One sequence on the single-sequence runtime, as a batch of one: at batch size 1 a plan is
+    served (and its plain curve c(n) was measured) there, not in the ragged layout."""
+    r = hierarchy.generate(prompt, max_new_tokens, sampling)
+    return BatchResult([r.tokens], [r.prompt_tokens], r.levels, r.prefill_s, r.decode_s, r.target_rounds, [r.committed_per_round])
+
+
 def _levels(results: list[BatchResult]) -> list[dict]:
     out = []
     for k, level in enumerate(results[0].levels):
@@ -177,17 +186,25 @@ def run_batch_validation(
         for run in kinds:  # a chain once per batch size, under its first kind
             if all((run[1], run[2]) != (p[1], p[2]) for p in plans[b]):
                 plans[b].append(run)
-    built = {}
-    for chain, widths in {(p[1], p[2]) for group in plans.values() for p in group}:
-        try:
-            built[(chain, widths)] = build_batched(list(chain), list(widths), loader)[0]
-        except HSDError as exc:
-            raise StoreError(f"{format_chain(chain, widths)} cannot be run batched: {exc}") from None
+    built: dict[tuple, BatchedHierarchy] = {}
+    alone: dict[tuple, Hierarchy] = {}
+    for b, group in plans.items():
+        for _, chain, widths in group:
+            try:
+                if b > 1 and (chain, widths) not in built:
+                    built[(chain, widths)] = build_batched(list(chain), list(widths), loader)[0]
+                if b == 1 and (chain, widths) not in alone:
+                    alone[(chain, widths)] = build_hierarchy(list(chain), list(widths), loader)[0]
+                    alone[(chain, widths)].eos_token_ids = frozenset()  # every sequence decodes max_new_tokens, as the batches do
+            except HSDError as exc:
+                raise StoreError(f"{format_chain(chain, widths)} cannot be run: {exc}") from None
     tokenizer = loader.load(target).tokenizer
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
     for h in built.values():  # warm-up, untimed
         h.generate(encoded[:1], 4, sampling)
+    for one in alone.values():
+        one.generate(encoded[0], 4, sampling)
 
     results: list[BatchRun] = []
     for b, group in plans.items():
@@ -195,7 +212,10 @@ def run_batch_validation(
         for k, batch in enumerate(_batches(encoded, b, repeats)):
             for _, chain, widths in group:  # interleaved
                 seeded = sampling.model_copy(update={"seed": 1000 * b + k})
-                measured[(chain, widths)].append(built[(chain, widths)].generate(batch, max_new_tokens, seeded, stop_at_eos=False))
+                if b == 1:
+                    measured[(chain, widths)].append(_alone(alone[(chain, widths)], batch[0], max_new_tokens, seeded))
+                else:
+                    measured[(chain, widths)].append(built[(chain, widths)].generate(batch, max_new_tokens, seeded, stop_at_eos=False))
                 step(1)
         ms = {key: statistics.median(r.ms_per_token for r in done) for key, done in measured.items()}
         predicted = {
