@@ -145,13 +145,13 @@ def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
     trt = run("export", "--format", "trtllm", "--json")
     trt_spec = json.loads(trt.output)["payload"]["speculative_config"]
     schedule = {int(b): k for b, k in trt_spec["draft_len_schedule"].items()}
-    assert schedule[1] == trt_spec["max_draft_len"] and schedule[16] == 0
+    assert schedule[min(schedule)] == trt_spec["max_draft_len"] == max(ks) and schedule[16] == 0  # its smallest key holds the most
     # TensorRT-LLM's rule: a batch of s drafts the k of the smallest threshold >= s; it must give the vLLM table's k
     for start, end, k in table:
         for s in range(start, end + 1):
             assert schedule[min(t for t in schedule if t >= s)] == k
     yaml = run("export", "--format", "trtllm").output
-    assert "  draft_len_schedule: {1: " in yaml and ", 16: 0}" in yaml
+    assert f"  draft_len_schedule: {{{min(schedule)}: " in yaml and ", 16: 0}" in yaml and "disable_overlap_scheduler: true" in yaml
 
     sglang = json.loads(run("export", "--format", "sglang", "--json").output)
     assert any("batch-size schedule" in r for r in sglang["restriction"])

@@ -128,7 +128,8 @@ def _check_payload(fmt: str, payload: dict, drafter: str | None, k: int) -> None
         elif lookup:
             assert (config.prompt_lookup_num_tokens, config.max_matching_ngram_size) == (k, 3)
         else:
-            assert (config.num_assistant_tokens, config.num_assistant_tokens_schedule) == (k, "constant")
+            fixed = (config.num_assistant_tokens, config.num_assistant_tokens_schedule, config.assistant_confidence_threshold)
+            assert fixed == (k, "constant", 0.0)  # k every round: no early stop on the assistant's confidence
             assert payload["generate_kwargs"]["assistant_model"] == drafter
     elif fmt == "vllm":
         spec = payload["speculative_config"]
@@ -144,9 +145,13 @@ def _check_payload(fmt: str, payload: dict, drafter: str | None, k: int) -> None
         else:
             assert args[args.index("--speculative-num-draft-tokens") + 1] == str(k + 1)  # SGLang counts the root too
             assert args[1] == ("NGRAM" if lookup else "STANDALONE")
+            assert not any("match-window" in a for a in args)  # flags SGLang no longer has
     elif fmt == "llamacpp":
-        assert payload["request"] == ({} if drafter is None else {"speculative.n_max": k, "speculative.n_min": 0})
-        assert ("-md" in payload["server_args"]) == (drafter is not None and not lookup)
+        model = drafter is not None and not lookup
+        assert payload["request"] == ({"speculative.n_max": k, "speculative.n_min": 0} if model else {})
+        assert ("-md" in payload["server_args"]) == model
+        if model:
+            assert payload["server_args"][:2] == ["--spec-type", "draft-simple"]
     elif fmt == "trtllm":
         spec = payload["speculative_config"]
         assert spec is None if drafter is None else spec["max_draft_len"] == k
@@ -237,7 +242,7 @@ def test_out_file_rules(solved, tmp_path, isolated_db):
         (["--format", "vllm", "--model-map", "big"], "is not spec=served-name"),
         (["--format", "vllm", "--model-map", "=x"], "is not spec=served-name"),
         (["--format", "vllm", "--model-map", "nope=x"], "names nope, which is not in the plan"),
-        (["--format", "vllm", "--stack-version", "0.1"], "no mapping for vLLM 0.1; known versions: 0.33"),
+        (["--format", "vllm", "--stack-version", "0.1"], "no mapping for vLLM 0.1; known versions: 0.31"),
         (["--format", "json", "--model-map", "big=x"], "--model-map applies to a serving stack's format"),
     ],
 )
@@ -255,7 +260,7 @@ def test_export_without_a_database():
 
 def test_solve_exports_its_pick(solved):
     out = json.loads(run("solve", "--t-max", "4", "--export", "trtllm", "--hardware", "hw1", "--json").output)
-    assert out["export"]["plan_id"] == out["plans"][0]["id"] and out["export"]["version"] == "1.2"
+    assert out["export"]["plan_id"] == out["plans"][0]["id"] and out["export"]["version"] == "1.3.0rc24"
     text = run("solve", "--t-max", "4", "--export", "hf", "--hardware", "hw1")
     assert text.exit_code == 0 and "GenerationConfig(" in text.output and "transformers 5.23:" in text.output
     bad = run("solve", "--model-map", "big=x", "--hardware", "hw1")

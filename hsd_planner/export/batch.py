@@ -1,9 +1,10 @@
 """A solve's batch schedule in the terms of a serving stack that takes one: one drafter, and k
 per range of batch sizes (0: no speculation there).
 
-vLLM reads ``num_speculative_tokens_per_batch_size`` ([[start, end, k], ...], inclusive ranges)
-and TensorRT-LLM ``draft_len_schedule`` ({threshold: k}: a batch of s requests drafts the k of the
-smallest threshold >= s, the last one beyond). Neither switches its drafter by batch size, so the
+vLLM reads ``num_speculative_tokens_per_batch_size`` ([[start, end, k], ...], inclusive ranges,
+the first from 1, the last range's k beyond it) and TensorRT-LLM ``draft_len_schedule`` ({key: k}:
+a batch of s requests drafts the k of the smallest key >= s, nothing above the largest key, and
+the smallest key's k is ``max_draft_len``, the largest). Neither switches its drafter by batch size, so the
 drafter is the one the stack's plan at batch size 1 uses, and each batch size the solve covered
 gets that drafter's best width there, or 0 where no width beats autoregressive decoding of the
 batch (:func:`~hsd_planner.plan.batch.drafter_schedule`). A batch size between two solved ones
@@ -32,14 +33,15 @@ def stack_schedule(stored: SolvedPlan, exported: Plan, batch_sizes: Sequence[int
     return tuple((r.min_batch, r.max_batch, int(r.plan.widths[0]) if r.plan.widths else 0) for r in schedule_of(best))
 
 
-def trtllm_schedule(schedule: Sequence[tuple[int, int, int]], max_draft_len: int) -> dict[int, int]:
-    """``draft_len_schedule`` of ranges: each range's end as its threshold, batch size 1 always
-    present (TensorRT-LLM requires it, equal to ``max_draft_len``), every k at most ``max_draft_len``.
+def trtllm_schedule(schedule: Sequence[tuple[int, int, int]]) -> dict[int, int]:
+    """``draft_len_schedule`` of ranges: each range's end as its key. TensorRT-LLM takes the
+    first key's k as ``max_draft_len``, so no later k may exceed it: a larger one is lowered to it
+    (the solver's k there is at most what a batch of the first range drafts).
 
-    >>> trtllm_schedule([(1, 3, 4), (4, 7, 2), (8, 16, 0)], 4)
-    {1: 4, 3: 4, 7: 2, 16: 0}
+    >>> trtllm_schedule([(1, 3, 4), (4, 7, 2), (8, 16, 0)])
+    {3: 4, 7: 2, 16: 0}
+    >>> trtllm_schedule([(1, 1, 3), (2, 7, 5)])
+    {1: 3, 7: 3}
     """
-    out = {1: max_draft_len}
-    for _, end, k in schedule:
-        out[end] = min(k, max_draft_len)
-    return dict(sorted(out.items()))
+    first = schedule[0][2]
+    return {end: min(k, first) for _, end, k in schedule}

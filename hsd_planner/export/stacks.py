@@ -82,8 +82,9 @@ def _transformers(s: Served) -> Rendered:
     if s.drafter is not None and s.lookup:
         config |= {"prompt_lookup_num_tokens": s.k, "max_matching_ngram_size": s.ngram_order}
     elif s.drafter is not None:
-        # "constant": transformers would otherwise grow and shrink k with each round's acceptance
-        config |= {"num_assistant_tokens": s.k, "num_assistant_tokens_schedule": "constant"}
+        # k every round: "constant" keeps k from growing and shrinking with acceptance, and a
+        # confidence threshold of 0 keeps the assistant from stopping early (generate's default 0.4)
+        config |= {"num_assistant_tokens": s.k, "num_assistant_tokens_schedule": "constant", "assistant_confidence_threshold": 0.0}
     assistant = s.drafter if s.drafter is not None and not s.lookup else None
     kwargs = ", ".join(f"{k}={_py(v)}" for k, v in config.items())
     lines = [
@@ -113,11 +114,17 @@ def _vllm(s: Served) -> Rendered:
     elif s.drafter is not None:
         spec = {"method": "draft_model", "model": s.drafter, "num_speculative_tokens": s.k}
     if spec is not None and s.schedule:
-        # inclusive [start, end, k] ranges; num_speculative_tokens is the most any range drafts
-        spec["num_speculative_tokens"] = max(k for _, _, k in s.schedule)
-        spec["num_speculative_tokens_per_batch_size"] = [list(r) for r in s.schedule]
+        # inclusive [start, end, k] ranges, the first from batch size 1 (vLLM refuses others; a
+        # batch smaller than the smallest solved takes its k); num_speculative_tokens is the most
+        # any range drafts and must be > 0: with every k 0 the server runs without speculation
+        most = max(k for _, _, k in s.schedule)
+        ranges = [[1 if i == 0 else start, end, k] for i, (start, end, k) in enumerate(s.schedule)]
+        spec = None if most == 0 else spec | {"num_speculative_tokens": most, "num_speculative_tokens_per_batch_size": ranges}
     command = ["vllm", "serve", s.target] + (["--speculative-config", json.dumps(spec)] if spec else [])
     return Rendered({"model": s.target, "speculative_config": spec, "command": shlex.join(command)}, [shlex.join(command)])
+
+
+_SGLANG_TRIE_DEPTH = 18  # SGLang's default --speculative-ngram-max-trie-depth
 
 
 def _sglang(s: Served) -> Rendered:
@@ -129,10 +136,10 @@ def _sglang(s: Served) -> Rendered:
             "NGRAM",
             "--speculative-num-draft-tokens",
             str(s.k + 1),
-            "--speculative-ngram-min-match-window-size",
-            "1",
-            "--speculative-ngram-max-match-window-size",
-            str(s.ngram_order),
+            # the trie matches suffixes up to this length and stores what follows them: room for
+            # the plan's n-gram and its k tokens (SGLang's default, 18, when that is more)
+            "--speculative-ngram-max-trie-depth",
+            str(max(_SGLANG_TRIE_DEPTH, s.ngram_order + s.k)),
             # breadth 1: one chain per round, as the plan was predicted, not a tree of matches
             "--speculative-ngram-min-bfs-breadth",
             "1",
@@ -162,8 +169,10 @@ def _llamacpp(draft_max: str, draft_min: str, spec_type: bool) -> Callable[[Serv
         if s.drafter is not None and s.lookup and spec_type:
             args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
         elif s.drafter is not None:
-            args = ["-md", s.drafter, draft_max, str(s.k), draft_min, "0"]
-        request = {"speculative.n_max": s.k, "speculative.n_min": 0} if s.drafter is not None else {}
+            # the --spec-* builds draft only with the types named (default none)
+            args = (["--spec-type", "draft-simple"] if spec_type else []) + ["-md", s.drafter, draft_max, str(s.k), draft_min, "0"]
+        # per-request keys bound the draft model's tokens (the n-gram drafter's are its m-gram size)
+        request = {"speculative.n_max": s.k, "speculative.n_min": 0} if s.drafter is not None and not s.lookup else {}
         command = ["llama-server", "-m", s.target, *args]
         lines = [shlex.join(command)]
         if request:
@@ -179,19 +188,25 @@ def _yaml_map(values: dict[int, int]) -> str:
 
 def _trtllm(s: Served) -> Rendered:
     spec: dict | None = None
-    if s.drafter is not None and s.lookup:
+    k = s.k
+    schedule = trtllm_schedule(s.schedule) if s.schedule else None
+    if schedule is not None:
+        k = next(iter(schedule.values()))  # max_draft_len: the k of the smallest key, the largest of the schedule
+    if s.drafter is not None and s.lookup and k:
         # is_use_oldest: the n-gram drafter proposes what followed the earliest occurrence
-        spec = {"decoding_type": "NGram", "max_draft_len": s.k, "max_matching_ngram_size": s.ngram_order, "is_use_oldest": True}
-    elif s.drafter is not None:
-        spec = {"decoding_type": "DraftTarget", "max_draft_len": s.k, "speculative_model": s.drafter}
-    if spec is not None and s.schedule:
-        # {threshold: k}: a batch of s requests drafts the k of the smallest threshold >= s
-        spec["draft_len_schedule"] = trtllm_schedule(s.schedule, s.k)
+        spec = {"decoding_type": "NGram", "max_draft_len": k, "max_matching_ngram_size": s.ngram_order, "is_use_oldest": True}
+    elif s.drafter is not None and k:
+        spec = {"decoding_type": "DraftTarget", "max_draft_len": k, "speculative_model": s.drafter}
+    if spec is not None and schedule is not None:
+        # {key: k}: a batch of s requests drafts the k of the smallest key >= s, none above the largest
+        spec["draft_len_schedule"] = schedule
     command = f"trtllm-serve {shlex.quote(s.target)} --extra_llm_api_options extra-llm-api-options.yaml"
     lines = [f"# {command}"]
     if spec is None:
         lines.append("{}")
     else:
+        # the speculative examples of TensorRT-LLM's documentation run without the overlap scheduler
+        lines.append("disable_overlap_scheduler: true")
         lines.append("speculative_config:")
         # JSON scalars are YAML scalars: names quoted as JSON strings stay one safe line each
         # a dict (the schedule) as a YAML flow mapping with integer keys, as TensorRT-LLM reads it
@@ -202,14 +217,17 @@ def _trtllm(s: Served) -> Rendered:
 # per --format, its versions, newest (the default) first
 STACKS: dict[str, list[Stack]] = {
     "hf": [Stack("hf", "transformers", "5.23", _transformers)],
-    "vllm": [Stack("vllm", "vLLM", "0.33", _vllm, batch_schedule=True)],
-    "sglang": [Stack("sglang", "SGLang", "0.5.23", _sglang)],
+    "vllm": [Stack("vllm", "vLLM", "0.31", _vllm, batch_schedule=True)],
+    "sglang": [Stack("sglang", "SGLang", "0.5.21", _sglang)],
     "llamacpp": [
-        Stack("llamacpp", "llama.cpp server", "late-2026", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True)),
-        # builds before the --spec-* flags: --draft-max, and no n-gram drafter in the server
+        # builds since the --spec-* flags (spring 2026): --spec-draft-n-max, --spec-type
+        Stack("llamacpp", "llama.cpp server", "2026-05", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True)),
+        # builds before them: --draft-max; their n-gram drafter (early 2026 only) is not mapped
         Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False),
     ],
-    "trtllm": [Stack("trtllm", "TensorRT-LLM", "1.2", _trtllm, batch_schedule=True)],
+    # the draft_len_schedule of the 1.3 pre-releases (keys are the largest batch of each k); 1.2
+    # read its keys as the smallest batch of each k
+    "trtllm": [Stack("trtllm", "TensorRT-LLM", "1.3.0rc24", _trtllm, batch_schedule=True)],
 }
 
 FORMATS: tuple[str, ...] = ("json", *STACKS)
