@@ -1,7 +1,8 @@
 """Acceptance of distilled students (``hsd-plan distill``) against the untrained early exits.
 
 Students of smollm2-135m with K = 2, 4, 8 layers are trained with each divergence for the same
-number of steps (on-policy data from the Spec-Bench profiling split, bf16 target), then measured
+number of steps (target data by default: the data engine's cached corpus of the Spec-Bench
+profiling split, several samples per prompt; or on-policy / mixed; bf16 target), then measured
 on held-out Spec-Bench prompts (the validation split, 2 per category), greedy and at T = 1,
 next to the untrained early exits ``smollm2-135m:layers=K``. Acceptance is measured as
 ``hsd-plan profile`` does: over the target's own continuation of each prompt (computed once and
@@ -9,6 +10,7 @@ shared by every student), greedy argmax agreement and 1 - TV(p, q) at T = 1.
 
     python -m benchmarks.bench_distill --spec-bench question.jsonl --steps 20                       # the grid
     python -m benchmarks.bench_distill --spec-bench question.jsonl --layers 4 --divergences fkl --minutes 30 --tag goal
+    python -m benchmarks.bench_distill --spec-bench question.jsonl --engine-check 32 --layers 4 --divergences fkl --steps 1
 """
 
 from __future__ import annotations
@@ -19,53 +21,60 @@ import shutil
 import time
 from pathlib import Path
 
-import torch
-
 from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_file, spec_bench_option, spec_bench_set
-from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
-from hsd_planner.prompts import encode_prompt, split
+from hsd_planner.profiling.acceptance import teacher_forced_logits
+from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.training import DistillConfig, Distiller
-from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
+from hsd_planner.training.data import sample_batched, teacher_signal
+from hsd_planner.training.student import HeldOut, sample
+from hsd_runtime import ModelLoader, SamplingConfig
 
 TARGET = "smollm2-135m"
 
 
-class HeldOut:
-    """The target's continuations of the held-out prompts and its logits over them, computed once."""
+def held_out(loader: ModelLoader, spec_bench: Path, per_category: int, new_tokens: int) -> HeldOut:
+    """The target's continuations of the first ``per_category`` held-out prompts of every category."""
+    target = loader.load(TARGET)
+    prompts = [
+        encode_prompt(target.tokenizer, text)
+        for category in SPEC_CATEGORIES
+        for text in split(spec_bench_set(spec_bench, category), "validate").prompts[:per_category]
+    ]
+    return HeldOut.make(target, prompts, new_tokens, 1.0)
 
-    def __init__(self, loader: ModelLoader, spec_bench: Path, per_category: int, new_tokens: int) -> None:
-        self.target = loader.load(TARGET)
-        self.width = self.target.logits_width
-        alone = Hierarchy([self.target.model], [], logits_width=self.width, eos_token_ids=self.target.eos_token_ids)
-        self.items = []  # (mode, prompt ids, continuation, target logits [m, V] bf16)
-        for category in SPEC_CATEGORIES:
-            for k, text in enumerate(split(spec_bench_set(spec_bench, category), "validate").prompts[:per_category]):
-                ids = encode_prompt(self.target.tokenizer, text)
-                for mode in ("greedy", "sample"):
-                    sampling = SamplingConfig(mode=mode, temperature=1.0, seed=k)
-                    cont = alone.generate(ids, new_tokens, sampling).tokens
-                    p = teacher_forced_logits(self.target.model, ids, cont, self.width).bfloat16()
-                    self.items.append((mode, ids, cont, p))
 
-    def acceptance(self, drafter: torch.nn.Module) -> dict[str, float]:
-        """Pooled per-position acceptance of ``drafter`` by the target, greedy and at T = 1."""
-        sums = {"greedy": [0.0, 0], "sample": [0.0, 0]}
-        for mode, ids, cont, p in self.items:
-            q = teacher_forced_logits(drafter, ids, cont, self.width)
-            a = acceptance_from_logits(q, p.float(), SamplingConfig(mode=mode, temperature=1.0))
-            sums[mode][0] += float(a.sum())
-            sums[mode][1] += len(a)
-        return {mode: s / n for mode, (s, n) in sums.items()}
+def engine_rates(loader: ModelLoader, prompts: list[list[int]], new_tokens: int, batch: int) -> dict[str, float]:
+    """Teacher-signal positions per second, one sequence at a time (sample, then one teacher-forced
+    pass per sequence) against the data engine (batched sampling and teacher passes), same prompts."""
+    target = loader.load(TARGET)
+    sampling = SamplingConfig(mode="sample", temperature=1.0)
+    t0 = time.perf_counter()
+    positions = 0
+    for i, ids in enumerate(prompts):
+        cont = sample(target.model, target, ids, new_tokens, SamplingConfig(mode="sample", temperature=1.0, seed=i))
+        teacher_forced_logits(target.model, ids, cont, target.logits_width)
+        positions += len(cont)
+    one = positions / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    conts = sample_batched(target.model, target, prompts, new_tokens, sampling, list(range(len(prompts))), batch)
+    signal = teacher_signal(target.model, prompts, conts, target.logits_width, 64, 1.0, batch)
+    engine = signal.ids.shape[0] / (time.perf_counter() - t0)
+    return {"one_at_a_time": one, "engine": engine, "ratio": engine / one}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default="2,4,8")
     ap.add_argument("--divergences", default="fkl,rkl,jsd,tvd")
-    ap.add_argument("--data", default="on-policy")
+    ap.add_argument("--data", default="target")
+    ap.add_argument("--samples-per-prompt", type=int, default=4)
+    ap.add_argument("--top-k", type=int, default=64)
+    ap.add_argument("--gen-batch", type=int, default=16)
+    ap.add_argument("--max-prompts", type=int, default=None, help="training prompts of the profiling split (default: all)")
+    ap.add_argument("--engine-check", type=int, default=0, help="first measure positions/s on this many prompts, both ways")
     ap.add_argument("--steps", type=int, default=20, help="steps per student (ignored with --minutes)")
     ap.add_argument("--minutes", type=float, default=None, help="train each student for this long instead")
-    ap.add_argument("--batch-size", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--train-tokens", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--eval-per-category", type=int, default=2)
@@ -77,8 +86,14 @@ def main() -> None:
     spec_bench = spec_bench_file(args.spec_bench)
     loader = ModelLoader(device="cpu", dtype="bf16")
     print(f"machine: {machine()}", flush=True)
-    held = HeldOut(loader, spec_bench, args.eval_per_category, args.eval_tokens)
-    print(f"held-out: {len(held.items) // 2} prompts x (greedy, T = 1) continuations of {args.eval_tokens} tokens", flush=True)
+    rates = None
+    if args.engine_check:
+        tok = loader.load(TARGET).tokenizer
+        texts = split(load_prompts(spec_bench), "profile").prompts[: args.engine_check]
+        rates = engine_rates(loader, [encode_prompt(tok, t) for t in texts], args.train_tokens, args.gen_batch)
+        print(f"teacher-signal positions/s: {json.dumps(rates)}", flush=True)
+    held = held_out(loader, spec_bench, args.eval_per_category, args.eval_tokens)
+    print(f"held-out: {len(held.prompts)} prompts x (greedy, T = 1) continuations of {args.eval_tokens} tokens", flush=True)
     rows = []
     for k in [int(x) for x in args.layers.split(",")]:
         exit_ = loader.load(f"{TARGET}:layers={k}").model
@@ -89,7 +104,7 @@ def main() -> None:
                 "divergence": "-",
                 "steps": 0,
                 "train_s": 0.0,
-                **held.acceptance(exit_),
+                **dict(zip(("greedy", "sample"), held.acceptance(exit_))),
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -103,8 +118,12 @@ def main() -> None:
                 divergence=div,
                 data=args.data,
                 prompts=str(spec_bench),
+                max_prompts=args.max_prompts,
                 steps=steps,
                 batch_size=args.batch_size,
+                samples_per_prompt=args.samples_per_prompt,
+                top_k=args.top_k,
+                gen_batch=args.gen_batch,
                 max_new_tokens=args.train_tokens,
                 lr=args.lr,
                 dtype="bf16",
@@ -112,6 +131,9 @@ def main() -> None:
             )
             d = Distiller(config, out, loader)
             t0 = time.perf_counter()
+            d.prepare()  # the corpus (or its cache) and the student as built: counted in the budget
+            corpus_s = time.perf_counter() - t0
+            print(f"  corpus: {len(d.corpus.prompts) if d.corpus else 0} sequences in {corpus_s:.0f} s", flush=True)
             while d.step < steps and (args.minutes is None or time.perf_counter() - t0 < 60 * args.minutes):
                 entry = d.train_step()
                 if d.step % 10 == 0:
@@ -130,19 +152,33 @@ def main() -> None:
                     "divergence": div,
                     "steps": d.step,
                     "train_s": d.wall_s,
+                    "corpus_s": corpus_s,
+                    "positions": d.positions,
                     "final_loss": d.log[-1].loss,
-                    **held.acceptance(d.student),
+                    **dict(zip(("greedy", "sample"), held.acceptance(d.student))),
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
-    print(f"\n| student | K | divergence | steps x {args.batch_size} sequences | training s | greedy acceptance | acceptance at T = 1 |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        f"\n| student | K | divergence | data | steps x {args.batch_size} sequences | positions | total s (corpus) | greedy acceptance | acceptance at T = 1 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        total = r["train_s"] + r.get("corpus_s", 0.0)
         print(
-            f"| {r['student']} | {r['layers']} | {r['divergence']} | {r['steps']} | {r['train_s']:.0f} | {r['greedy']:.3f} | {r['sample']:.3f} |"
+            f"| {r['student']} | {r['layers']} | {r['divergence']} | {args.data if r['steps'] else '-'} | {r['steps']} | {r.get('positions', 0):,} | "
+            f"{total:.0f} ({r.get('corpus_s', 0.0):.0f}) | {r['greedy']:.3f} | {r['sample']:.3f} |"
         )
     (args.out / f"{args.tag}.json").write_text(
-        json.dumps({"machine": machine(), "args": vars(args) | {"out": str(args.out)}, "rows": rows}, indent=1)
+        json.dumps(
+            {
+                "machine": machine(),
+                "args": vars(args) | {"out": str(args.out), "spec_bench": str(args.spec_bench)},
+                "rates": rates,
+                "rows": rows,
+            },
+            indent=1,
+        )
     )
 
 

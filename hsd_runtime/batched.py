@@ -314,21 +314,26 @@ class BatchedHierarchy:
         max_new_tokens: int,
         sampling: SamplingConfig | None = None,
         stop_at_eos: bool = True,
+        seeds: Sequence[int] | None = None,
     ) -> BatchResult:
         """Decode up to ``max_new_tokens`` after each of ``prompts`` in lockstep.
 
         A sequence stops after an EOS token (unless not ``stop_at_eos``: every sequence then
         decodes exactly ``max_new_tokens``, as serving benchmarks do) and waits as padding until
-        the batch is done. Sequence i draws from its own generator, seeded from ``sampling.seed``
-        and i.
+        the batch is done. Sequence i draws from its own generator, seeded with ``seeds[i]`` or,
+        without ``seeds``, from ``sampling.seed`` and i; a sequence's tokens depend on its prompt
+        and its seed only, not on the batch it runs in.
         """
         sampling = sampling or SamplingConfig()
         rows = [list(p) for p in prompts]
         self._check(rows, max_new_tokens)
+        if seeds is not None and len(seeds) != len(rows):
+            raise PromptError(f"{len(rows)} prompts need {len(rows)} seeds, got {len(seeds)}")
         for level in self.levels:
             level.stats.reset()
-        seeder = torch.Generator().manual_seed(sampling.seed)
-        seeds = torch.randint(0, 2**62, (len(rows),), generator=seeder).tolist()
+        if seeds is None:
+            seeder = torch.Generator().manual_seed(sampling.seed)
+            seeds = torch.randint(0, 2**62, (len(rows),), generator=seeder).tolist()
         generators = [torch.Generator(device=self.device).manual_seed(int(s)) for s in seeds]
 
         t0 = time.perf_counter()

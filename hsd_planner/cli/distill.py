@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from hsd_runtime import ModelLoader
-from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
 from ..limits import MAX_COUNT, MAX_LENGTH
@@ -45,7 +45,38 @@ def _default(name: str) -> object:
 @prompt_options
 @click.option("--steps", type=click.IntRange(1, MAX_COUNT), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
 @click.option(
-    "--batch-size", type=click.IntRange(1, MAX_COUNT), default=_default("batch_size"), show_default=True, help="Prompts per step."
+    "--batch-size",
+    type=click.IntRange(1, MAX_COUNT),
+    default=_default("batch_size"),
+    show_default=True,
+    help="Sequences per step (every continuation position of each is trained on).",
+)
+@click.option(
+    "--samples-per-prompt",
+    type=click.IntRange(1, MAX_COUNT),
+    default=_default("samples_per_prompt"),
+    show_default=True,
+    help="Target data: continuations the target samples of each training prompt, once (cached).",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(0, MAX_COUNT),
+    default=_default("top_k"),
+    show_default=True,
+    help="Teacher logits kept per position (with the log-partition; the rest is one tail bucket); 0 keeps all.",
+)
+@click.option(
+    "--gen-batch",
+    type=click.IntRange(1, MAX_BATCH),
+    default=_default("gen_batch"),
+    show_default=True,
+    help="Sequences per batched sampling and per teacher pass.",
+)
+@click.option(
+    "--cache",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder of cached corpora (target data and its signal) [default: corpora/ in the model cache, $HSD_PLAN_CACHE].",
 )
 @click.option(
     "--max-new-tokens",
@@ -90,6 +121,10 @@ def distill(
     max_prompts: int | None,
     steps: int,
     batch_size: int,
+    samples_per_prompt: int,
+    top_k: int,
+    gen_batch: int,
+    cache: str | None,
     max_new_tokens: int,
     lr: float,
     temperature: float,
@@ -103,11 +138,13 @@ def distill(
     """Train a student drafter toward a target by knowledge distillation (DistillSpec).
 
     The student is a copy of the target's first K decoder layers, final norm and embeddings
-    (embeddings and head frozen, the rest trained in fp32). Each step samples --batch-size
-    prompts of the profiling split (the validation split is never trained on), generates a
-    continuation of each from the student (on-policy), the target, or either (mixed), and
-    minimises the divergence between the target's and the student's next-token distributions
-    over it. DistillSpec (Zhou et al. 2023) found forward KL and total variation best for greedy
+    (embeddings and head frozen, the rest trained in fp32). Each step takes --batch-size
+    sequences - continuations of prompts of the profiling split (the validation split is never
+    trained on) sampled from the student (on-policy), from the target (target data:
+    --samples-per-prompt per prompt, sampled once with the target's top-k distribution at every
+    position and cached for every later run), or either (mixed) - and minimises the divergence
+    between the target's and the student's next-token distributions at every position of them,
+    in one batched pass. DistillSpec (Zhou et al. 2023) found forward KL and total variation best for greedy
     decoding. A checkpoint is saved in --out/checkpoint every --checkpoint-every steps and on
     Ctrl-C; --resume continues it. The student is saved in --out as a Hugging Face model
     directory with a card (README.md, distill.json) holding its acceptance on held-out prompts;
@@ -130,6 +167,10 @@ def distill(
         max_prompts=max_prompts,
         steps=steps,
         batch_size=batch_size,
+        samples_per_prompt=samples_per_prompt,
+        top_k=top_k,
+        gen_batch=gen_batch,
+        cache=cache,
         max_new_tokens=max_new_tokens,
         lr=lr,
         temperature=temperature,
@@ -139,6 +180,21 @@ def distill(
     )
     distiller = Distiller(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
     bars = Bars()
+    stage = {"name": ""}
+
+    def preparing(name: str, done: int, total: int) -> None:
+        if stage["name"] != name:
+            stage["name"] = name
+            bars.start(name, total)
+        bars.step(done - bars.done)
+
+    try:
+        distiller.prepare(preparing)
+    except KeyboardInterrupt:
+        bars.close()
+        raise click.ClickException(
+            "interrupted while preparing the data; nothing was trained, the finished corpus parts are not kept"
+        ) from None
     bars.start("distilling", config.steps)
     bars.step(distiller.step)
 
@@ -160,8 +216,9 @@ def distill(
 
 def _format(r: DistillReport) -> str:
     return (
-        f"{r.steps} steps in {r.train_wall_s:.0f} s; final loss (moving average) {r.final_loss:.4f}\n"
-        f"held-out acceptance: greedy {r.acceptance_greedy:.3f}, at T={r.config.temperature:g} {r.acceptance_sampled:.3f} "
-        f"({r.eval_prompts})\n"
+        f"{r.steps} steps in {r.train_wall_s:.0f} s ({r.positions:,} positions, {r.positions_per_s:,.0f}/s); "
+        f"final loss (moving average) {r.final_loss:.4f}\n"
+        f"held-out acceptance: greedy {r.acceptance_greedy:.3f} (as built {r.initial_greedy:.3f}), "
+        f"at T={r.config.temperature:g} {r.acceptance_sampled:.3f} (as built {r.initial_sampled:.3f}) ({r.eval_prompts})\n"
         f"student saved in {r.out} (card: {Path(r.out) / 'README.md'})"
     )

@@ -81,6 +81,11 @@ class Bars:
     def step(self, n: int = 1) -> None:
         self._bar.update(n)
 
+    @property
+    def done(self) -> int:
+        """Steps done in the current stage."""
+        return int(self._bar.n) if self._bar is not None else 0
+
     def postfix(self, **values: str) -> None:
         """Show ``key=value`` pairs after the bar (refreshed with the next step)."""
         self._bar.set_postfix(values, refresh=False)

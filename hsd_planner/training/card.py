@@ -33,6 +33,16 @@ class DistillReport:
     acceptance_sampled: float  # at the run's temperature
     eval_prompts: str
     log: list[StepLog]
+    initial_greedy: float = float("nan")  # the student as built, on the same held-out prompts
+    initial_sampled: float = float("nan")
+    positions: int = 0  # continuation positions trained on (each with the target's distribution)
+    corpus_sequences: int = 0  # sequences of target data (0: on-policy only)
+    corpus_s: float = 0.0  # time the data engine took to make them (0: read from its cache)
+
+    @property
+    def positions_per_s(self) -> float:
+        """Teacher-signal positions trained on per second of training."""
+        return self.positions / self.train_wall_s if self.train_wall_s > 0 else 0.0
 
     def to_dict(self) -> dict:
         """The card's JSON (``distill.json``): the settings flattened beside the results."""
@@ -42,10 +52,32 @@ class DistillReport:
             "steps": self.steps,
             **{
                 k: getattr(self, k)
-                for k in ("train_prompts", "train_wall_s", "final_loss", "acceptance_greedy", "acceptance_sampled", "eval_prompts")
+                for k in (
+                    "train_prompts",
+                    "train_wall_s",
+                    "final_loss",
+                    "acceptance_greedy",
+                    "acceptance_sampled",
+                    "initial_greedy",
+                    "initial_sampled",
+                    "eval_prompts",
+                    "positions",
+                    "positions_per_s",
+                    "corpus_sequences",
+                    "corpus_s",
+                )
             },
             "log": [asdict(e) for e in self.log],
         }
+
+
+def _corpus(report: DistillReport) -> str:
+    c = report.config
+    if c.data == "on-policy":
+        return "none (on-policy: every sequence sampled from the student as it trains)"
+    made = f"made in {report.corpus_s:.0f} s" if report.corpus_s else "read from the cache"
+    kept = "every logit" if c.top_k == 0 else f"its top {c.top_k} logits and log-partition"
+    return f"{report.corpus_sequences} sequences ({c.samples_per_prompt} per prompt) sampled from the target, {kept} per position, {made}"
 
 
 def model_card(report: DistillReport) -> str:
@@ -56,15 +88,17 @@ def model_card(report: DistillReport) -> str:
         ("student", f"the target's first {c.layers} decoder layers, final norm and frozen embeddings and head"),
         ("divergence", c.divergence),
         ("data", f"{c.data} ({report.train_prompts}, validation split excluded)"),
-        ("steps x batch size", f"{report.steps} x {c.batch_size}, {c.max_new_tokens} new tokens per sequence"),
+        ("target data", _corpus(report)),
+        ("steps x batch size", f"{report.steps} x {c.batch_size} sequences, up to {c.max_new_tokens} new tokens each"),
+        ("positions trained on", f"{report.positions:,} ({report.positions_per_s:,.0f} per second of training)"),
         ("optimizer", f"AdamW, lr {c.lr:g}"),
         ("temperature", f"{c.temperature:g}"),
         ("seed", str(c.seed)),
         ("target dtype", c.dtype),
         ("training wall time", f"{report.train_wall_s:.1f} s"),
         ("final loss (moving average)", f"{report.final_loss:.4f}"),
-        ("acceptance, greedy", f"{report.acceptance_greedy:.3f}"),
-        (f"acceptance at T = {c.temperature:g}", f"{report.acceptance_sampled:.3f}"),
+        ("acceptance, greedy", f"{report.acceptance_greedy:.3f} (as built: {report.initial_greedy:.3f})"),
+        (f"acceptance at T = {c.temperature:g}", f"{report.acceptance_sampled:.3f} (as built: {report.initial_sampled:.3f})"),
     ]
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
     return (

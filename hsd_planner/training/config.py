@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from hsd_runtime.choices import Dtype
-from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..choices import DistillData, Divergence
 from ..limits import MAX_COUNT, MAX_LENGTH
@@ -21,12 +21,16 @@ class DistillConfig(BaseModel):
     target: str = "smollm2-135m"
     layers: int  # K: the student keeps the target's first K decoder layers (checked against the target)
     divergence: Divergence = "fkl"
-    data: DistillData = "on-policy"
+    data: DistillData = "target"
     prompts: str | None = None  # prompt file; None: the built-in set
     category: str | None = None
     max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the profiling split
     steps: int = Field(300, ge=1, le=MAX_COUNT)
-    batch_size: int = Field(4, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(16, ge=1, le=MAX_COUNT)  # sequences per step
+    samples_per_prompt: int = Field(4, ge=1, le=MAX_COUNT)  # the target's continuations of each prompt (target data)
+    top_k: int = Field(64, ge=0, le=MAX_COUNT)  # teacher logits kept per position; 0: all
+    gen_batch: int = Field(16, ge=1, le=MAX_BATCH)  # sequences per batched sampling or teacher pass
+    cache: str | None = None  # where corpora are cached; None: the model cache's corpora/
     max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
     lr: float = Field(1e-4, gt=0, allow_inf_nan=False)
     temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)

@@ -2,14 +2,19 @@
 
 The student is a real copy of the target's first K decoder layers, final norm and embeddings
 (``num_hidden_layers = K``); the embeddings and the output head stay frozen, the decoder layers
-and the final norm are trained in fp32. Each step takes ``batch_size`` prompts of the profiling
-split (the validation split is never trained on), generates a continuation of each - from the
-student (on-policy), from the target, or either with probability 1/2 (mixed) - then
-teacher-forces both models over prompt + continuation and minimises the divergence between the
-target's and the student's next-token distributions at the continuation's positions.
+and the final norm are trained in fp32. Each step takes ``batch_size`` sequences and minimises
+the divergence between the target's and the student's next-token distributions at every
+continuation position of them, in one batched student pass:
 
-Sequences are processed one at a time and their gradients accumulated (no padding, no masks),
-weighted by their length, so the step's loss is the mean over all continuation positions.
+- target data: sequences of the corpus of the data engine (:mod:`.data`) - ``samples_per_prompt``
+  continuations of every prompt of the profiling split (the validation split is never trained
+  on), sampled from the target once, with the target's top-k signal at every position, cached on
+  disk and shared by every run with the same target, prompts and settings;
+- on-policy: continuations sampled from the student in one batched decoding, and the target's
+  signal over them from one batched teacher-forced pass;
+- mixed: each sequence of a step from either, with probability 1/2.
+
+The step's loss is the mean over all its continuation positions.
 """
 
 from __future__ import annotations
@@ -29,12 +34,12 @@ import torch
 from hsd_runtime import ModelLoader, SamplingConfig, parse_spec
 
 from ..errors import DistillError, ModelOutputError
-from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from ..prompts import encode_prompt, load_prompts, split
 from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
-from .divergences import divergence
-from .student import build_student, sample, student_acceptance
+from .data import Corpus, CorpusKey, TeacherRows, build_corpus, continuation_logits, model_digest, sample_batched
+from .divergences import bucket_log_probs, sparse_divergence
+from .student import HeldOut, build_student
 
 __all__ = ["Distiller", "running_average"]
 
@@ -43,7 +48,7 @@ EMA_DECAY = 0.9  # of the running loss and acceptance shown while training
 _CHECKPOINT = "checkpoint"
 _STATE = "state.pt"
 # changing these on --resume does not change what the run computes
-_RESUMABLE = {"steps", "checkpoint_every"}
+_RESUMABLE = {"steps", "checkpoint_every", "gen_batch", "cache"}
 
 
 def running_average(log: list[StepLog], decay: float = EMA_DECAY) -> StepLog:
@@ -118,9 +123,39 @@ class Distiller:
         self.step = 0
         self.log: list[StepLog] = []
         self.wall_s = 0.0  # training time, summed over resumed runs
-        self.target_samples: dict[int, list[int]] = {}  # prompt index -> the target's continuation (frozen target)
+        self.positions = 0  # continuation positions trained on, summed over resumed runs
+        self.corpus: Corpus | None = None
+        self.corpus_s = 0.0  # time the data engine took to make the corpus (0 when it was cached)
+        self.held_out: HeldOut | None = None
+        self.initial: tuple[float, float] | None = None  # held-out acceptance of the student as built
         if resume:
             self._load_checkpoint(state_file)
+
+    def prepare(self, progress: Callable[[str, int, int], None] | None = None) -> None:
+        """Make (or read from the cache) the corpus of target data, and measure the student as
+        built on the held-out prompts; :meth:`train` calls it when it has not run."""
+        c = self.config
+        with _out_of_memory_as_error(c):
+            if self.held_out is None:
+                self.held_out = HeldOut.make(self.target, self.eval_ids, c.max_new_tokens, c.temperature, c.seed)
+            if self.initial is None:
+                self.initial = self.held_out.acceptance(self.student)
+            if self.corpus is None and c.data != "on-policy":
+                key = CorpusKey(
+                    target=c.target,
+                    weights=model_digest(self.target.model),
+                    prompts=self.train_set.name,
+                    prompts_hash=self.train_set.content_hash,
+                    samples_per_prompt=c.samples_per_prompt,
+                    max_new_tokens=c.max_new_tokens,
+                    temperature=c.temperature,
+                    top_k=c.top_k,
+                    seed=c.seed,
+                )
+                t0 = time.perf_counter()
+                root = Path(c.cache) if c.cache else None
+                self.corpus, cached = build_corpus(self.target, key, self.train_ids, c.gen_batch, root, progress)
+                self.corpus_s = 0.0 if cached else time.perf_counter() - t0
 
     # --- checkpoints -------------------------------------------------------------------------
 
@@ -134,7 +169,8 @@ class Distiller:
             "rng": self.rng.bit_generator.state,
             "log": [asdict(e) for e in self.log],
             "wall_s": self.wall_s,
-            "target_samples": self.target_samples,
+            "positions": self.positions,
+            "initial": list(self.initial) if self.initial is not None else None,
         }
 
     def save_checkpoint(self) -> Path:
@@ -178,61 +214,85 @@ class Distiller:
         self.step = state["step"]
         self.log = [StepLog(**e) for e in state["log"]]
         self.wall_s = state["wall_s"]
-        self.target_samples = state["target_samples"]
+        self.positions = state.get("positions", 0)
+        self.initial = tuple(state["initial"]) if state.get("initial") else None
 
     # --- training ----------------------------------------------------------------------------
 
-    def _continuations(self, picks: np.ndarray, coins: np.ndarray, seeds: np.ndarray) -> list[list[int]]:
-        """One continuation per picked prompt, from the student or the target per ``config.data``."""
+    def _on_policy(self, picks: list[int], seeds: list[int]) -> tuple[list[list[int]], list[list[int]], TeacherRows]:
+        """Continuations of the picked prompts sampled from the student, and the target's signal over them."""
         c = self.config
-        out = []
-        for index, coin, seed in zip(picks.tolist(), coins.tolist(), seeds.tolist()):
-            ids = self.train_ids[index]
-            if c.data == "on-policy" or (c.data == "mixed" and coin < 0.5):
-                sampling = SamplingConfig(mode="sample", temperature=c.temperature, seed=seed)
-                try:
-                    out.append(sample(self.student, self.target, ids, c.max_new_tokens, sampling))
-                except ModelOutputError:  # the last update overflowed the student's activations
-                    raise self._diverged("the student's probabilities are no longer finite") from None
-                continue
-            if index not in self.target_samples:
-                # the target is frozen: its continuation of a prompt is drawn once, seeded by the prompt
-                sampling = SamplingConfig(mode="sample", temperature=c.temperature, seed=c.seed + index)
-                self.target_samples[index] = sample(self.target.model, self.target, ids, c.max_new_tokens, sampling)
-            out.append(self.target_samples[index])
-        return out
+        prompts = [self.train_ids[i] for i in picks]
+        sampling = SamplingConfig(mode="sample", temperature=c.temperature)
+        try:
+            continuations = sample_batched(self.student, self.target, prompts, c.max_new_tokens, sampling, seeds, c.gen_batch)
+        except ModelOutputError:  # the last update overflowed the student's activations
+            raise self._diverged("the student's probabilities are no longer finite") from None
+        kept = [(p, x) for p, x in zip(prompts, continuations) if x]
+        if not kept:
+            return [], [], TeacherRows.from_logits(torch.zeros((0, self.target.logits_width)), c.top_k, c.temperature)
+        prompts, continuations = [p for p, _ in kept], [x for _, x in kept]
+        rows = []
+        for start in range(0, len(prompts), c.gen_batch):
+            end = start + c.gen_batch
+            logits = continuation_logits(self.target.model, prompts[start:end], continuations[start:end], self.target.logits_width)
+            rows.append(TeacherRows.from_logits(logits, c.top_k, c.temperature))
+        return prompts, continuations, TeacherRows.cat(rows)
 
-    def train_step(self) -> StepLog:
-        """Generate the step's continuations, accumulate the divergence's gradient, update the student."""
+    def _batch(self) -> tuple[list[list[int]], list[list[int]], TeacherRows]:
+        """The step's sequences (prompts, continuations) and the target's signal over them, per ``config.data``."""
         c = self.config
         n = len(self.train_ids)
         # every draw is made whatever the data mode, so the RNG stream depends only on the seed
-        picks = self.rng.choice(n, size=c.batch_size, replace=n < c.batch_size)
-        coins = self.rng.random(c.batch_size)
-        seeds = self.rng.integers(2**31, size=c.batch_size)
-        continuations = self._continuations(picks, coins, seeds)
-        positions = sum(len(x) for x in continuations)
-        width = self.target.logits_width
+        picks = self.rng.choice(n, size=c.batch_size, replace=n < c.batch_size).tolist()
+        coins = self.rng.random(c.batch_size).tolist()
+        seeds = self.rng.integers(2**31, size=c.batch_size).tolist()
+        rows = self.rng.integers(c.samples_per_prompt, size=c.batch_size).tolist()
+        own = [i for i, coin in enumerate(coins) if c.data == "on-policy" or (c.data == "mixed" and coin < 0.5)]
+        prompts, continuations, parts = [], [], []
+        if own:
+            p, x, signal = self._on_policy([picks[i] for i in own], [seeds[i] for i in own])
+            prompts, continuations, parts = p, x, [signal]
+        assert self.corpus is not None or len(own) == c.batch_size  # prepare() made it for target and mixed data
+        for i in range(c.batch_size):
+            if i in own or self.corpus is None:
+                continue
+            seq = picks[i] * c.samples_per_prompt + rows[i]  # the corpus holds samples_per_prompt sequences per prompt
+            if self.corpus.continuations[seq]:
+                prompts.append(self.corpus.prompts[seq])
+                continuations.append(self.corpus.continuations[seq])
+                parts.append(self.corpus.teacher(seq))
+        if not parts:
+            return [], [], TeacherRows.from_logits(torch.zeros((0, self.target.logits_width)), c.top_k, c.temperature)
+        return prompts, continuations, TeacherRows.cat(parts)
+
+    def train_step(self) -> StepLog:
+        """Gather the step's sequences and signal, take the divergence's gradient in one batched
+        student pass, update the student."""
+        c = self.config
+        prompts, continuations, teacher = self._batch()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum = greedy_sum = sampled_sum = 0.0
-        for index, continuation in zip(picks.tolist(), continuations):
-            ids = self.train_ids[index]
-            p = teacher_forced_logits(self.target.model, ids, continuation, width)  # [m, V] fp32, no grad
-            q = teacher_forced_logits(self.student, ids, continuation, width, grad=True)  # [m, V] with grad
-            loss = divergence(c.divergence, p, q, c.temperature)
+        if not continuations:  # every sequence of the step ended at once: nothing to learn from
+            entry = StepLog(self.step + 1, float("nan"), float("nan"), float("nan"))
+        else:
+            q = continuation_logits(self.student, prompts, continuations, self.target.logits_width, grad=True)  # [R, V]
+            loss = sparse_divergence(c.divergence, teacher, q, c.temperature)
             if not torch.isfinite(loss):
                 raise self._diverged(f"the loss is {float(loss)}")
-            (loss * len(continuation) / positions).backward()  # weighted: the step's loss is the mean over positions
-            q = q.detach()
-            loss_sum += float(loss.detach()) * len(continuation)
-            # acceptance as profile measures it: argmax agreement, and 1 - TV at the temperature
-            greedy_sum += float(acceptance_from_logits(q, p, SamplingConfig()).sum())
-            sampled_sum += float(acceptance_from_logits(q, p, SamplingConfig(mode="sample", temperature=c.temperature)).sum())
-        self.optimizer.step()
-        if not all(bool(torch.isfinite(w).all()) for w in self.student.parameters() if w.requires_grad):
-            raise self._diverged("the update made the student's weights non-finite")
+            loss.backward()
+            self.optimizer.step()
+            if not all(bool(torch.isfinite(w).all()) for w in self.student.parameters() if w.requires_grad):
+                raise self._diverged("the update made the student's weights non-finite")
+            with torch.no_grad():
+                # on the step's own positions: argmax agreement, and sum of min(p, q) over the
+                # teacher's top-k tokens and the tail bucket (1 - TV of the bucketed laws, an upper
+                # bound of the acceptance at the temperature; equal to it when top_k is 0)
+                log_p, log_q = bucket_log_probs(teacher, q.detach(), c.temperature)
+                greedy = float((q.argmax(-1) == teacher.ids[:, 0]).double().mean())
+                sampled = float(torch.minimum(log_p.exp(), log_q.exp()).sum(-1).clamp(0, 1).mean())
+            self.positions += q.shape[0]
+            entry = StepLog(self.step + 1, float(loss.detach()), greedy, sampled)
         self.step += 1
-        entry = StepLog(self.step, loss_sum / positions, greedy_sum / positions, sampled_sum / positions)
         self.log.append(entry)
         return entry
 
@@ -250,6 +310,8 @@ class Distiller:
         caller may :meth:`save_checkpoint`: the state is that of the last finished step, unless
         the interrupt hit the optimizer's update itself.
         """
+        if self.initial is None or (self.corpus is None and self.config.data != "on-policy"):
+            self.prepare()
         with _out_of_memory_as_error(self.config):
             while self.step < self.config.steps:
                 t0 = time.perf_counter()
@@ -266,8 +328,11 @@ class Distiller:
     def finish(self) -> DistillReport:
         """After :meth:`train`: measure held-out acceptance, save the student and its card into ``out``; return the report."""
         c = self.config
+        if self.held_out is None or self.initial is None:
+            self.prepare()
+        assert self.held_out is not None and self.initial is not None
         with _out_of_memory_as_error(c):
-            greedy, sampled = student_acceptance(self.target, self.student, self.eval_ids, c.max_new_tokens, c.temperature, c.seed)
+            greedy, sampled = self.held_out.acceptance(self.student)
         self.student.save_pretrained(self.out)
         self.target.tokenizer.save_pretrained(self.out)
         report = DistillReport(
@@ -279,6 +344,11 @@ class Distiller:
             final_loss=running_average(self.log).loss,
             acceptance_greedy=greedy,
             acceptance_sampled=sampled,
+            initial_greedy=self.initial[0],
+            initial_sampled=self.initial[1],
+            positions=self.positions,
+            corpus_sequences=len(self.corpus.prompts) if self.corpus is not None else 0,
+            corpus_s=self.corpus_s,
             eval_prompts=f"{len(self.eval_ids)} prompts of {self.eval_set.name}",
             log=list(self.log),
         )

@@ -23,8 +23,18 @@ import torch
 import torch.nn.functional as F
 
 from ..choices import Divergence
+from .data import TeacherRows
 
-__all__ = ["DIVERGENCES", "divergence", "forward_kl", "jensen_shannon", "reverse_kl", "total_variation"]
+__all__ = [
+    "DIVERGENCES",
+    "bucket_log_probs",
+    "divergence",
+    "forward_kl",
+    "jensen_shannon",
+    "reverse_kl",
+    "sparse_divergence",
+    "total_variation",
+]
 
 
 def _log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -36,6 +46,26 @@ def _kl(log_a: torch.Tensor, log_b: torch.Tensor) -> torch.Tensor:
     return (log_a.exp() * (log_a - log_b)).sum(-1)
 
 
+def _fkl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    return _kl(log_p, log_q).mean()
+
+
+def _rkl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    return _kl(log_q, log_p).mean()
+
+
+def _jsd(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    log_m = torch.logsumexp(torch.stack([log_p, log_q]), dim=0) - math.log(2.0)  # log((p + q) / 2), [N, V]
+    return (0.5 * _kl(log_p, log_m) + 0.5 * _kl(log_q, log_m)).mean()
+
+
+def _tvd(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    return 0.5 * (log_p.exp() - log_q.exp()).abs().sum(-1).mean()
+
+
+_FROM_LOGS: dict[Divergence, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {"fkl": _fkl, "rkl": _rkl, "jsd": _jsd, "tvd": _tvd}
+
+
 def forward_kl(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """KL(p || q) = sum_x p(x) log(p(x) / q(x)), mean over positions.
 
@@ -44,7 +74,7 @@ def forward_kl(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: floa
     >>> round(float(forward_kl(torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, math.log(3)]]))), 4)
     0.1438
     """
-    return _kl(_log_probs(p_logits, temperature), _log_probs(q_logits, temperature)).mean()
+    return _fkl(_log_probs(p_logits, temperature), _log_probs(q_logits, temperature))
 
 
 def reverse_kl(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -52,7 +82,7 @@ def reverse_kl(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: floa
 
     Mode-seeking: the student is pushed to put probability only where the target does.
     """
-    return _kl(_log_probs(q_logits, temperature), _log_probs(p_logits, temperature)).mean()
+    return _rkl(_log_probs(p_logits, temperature), _log_probs(q_logits, temperature))
 
 
 def jensen_shannon(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -61,9 +91,7 @@ def jensen_shannon(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: 
     The mix uses beta = 0.5 (DistillSpec's generalized JSD with equal weights); symmetric and
     bounded by log 2.
     """
-    log_p, log_q = _log_probs(p_logits, temperature), _log_probs(q_logits, temperature)
-    log_m = torch.logsumexp(torch.stack([log_p, log_q]), dim=0) - math.log(2.0)  # log((p + q) / 2), [N, V]
-    return (0.5 * _kl(log_p, log_m) + 0.5 * _kl(log_q, log_m)).mean()
+    return _jsd(_log_probs(p_logits, temperature), _log_probs(q_logits, temperature))
 
 
 def total_variation(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -72,8 +100,7 @@ def total_variation(p_logits: torch.Tensor, q_logits: torch.Tensor, temperature:
     >>> round(float(total_variation(torch.tensor([[0.0, 0.0]]), torch.tensor([[0.0, math.log(3)]]))), 4)
     0.25
     """
-    p, q = _log_probs(p_logits, temperature).exp(), _log_probs(q_logits, temperature).exp()
-    return 0.5 * (p - q).abs().sum(-1).mean()
+    return _tvd(_log_probs(p_logits, temperature), _log_probs(q_logits, temperature))
 
 
 DIVERGENCES: dict[Divergence, Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = {
@@ -87,3 +114,27 @@ DIVERGENCES: dict[Divergence, Callable[[torch.Tensor, torch.Tensor, float], torc
 def divergence(name: Divergence, p_logits: torch.Tensor, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """The divergence ``name`` (``fkl``, ``rkl``, ``jsd`` or ``tvd``) of target p and student q."""
     return DIVERGENCES[name](p_logits, q_logits, temperature)
+
+
+def bucket_log_probs(teacher: TeacherRows, q_logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's and the student's log-probabilities over the teacher's top-k tokens and one
+    bucket for the rest of the vocabulary, ``[N, k + 1]`` each (``[N, V]`` when the rows are
+    complete); the student's ``q_logits`` are ``[N, V]``. Each tail is summed over the tokens
+    outside the top k, never taken as 1 minus the top k (rounding would swallow a small tail)."""
+    log_q_all = _log_probs(q_logits, temperature)
+    log_p, log_q = teacher.log_probs(temperature), log_q_all.gather(-1, teacher.ids)
+    if teacher.complete:
+        return log_p, log_q
+    log_q_tail = torch.logsumexp(log_q_all.scatter(-1, teacher.ids, float("-inf")), dim=-1, keepdim=True)  # [N, 1]
+    return torch.cat([log_p, teacher.log_tail[:, None]], -1), torch.cat([log_q, log_q_tail], -1)
+
+
+def sparse_divergence(name: Divergence, teacher: TeacherRows, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """The divergence ``name`` between the teacher's top-k rows and the student's logits ``[N, V]``,
+    computed over the top-k tokens and the tail bucket.
+
+    Merging the tail into one bucket can only lower a divergence (data processing), by at most
+    what the tail carries: for KL the tail mass times the KL within the tail. With complete rows
+    (k = V) it equals :func:`divergence` on the full logits.
+    """
+    return _FROM_LOGS[name](*bucket_log_probs(teacher, q_logits, temperature))

@@ -7,6 +7,7 @@ embeddings, in fp32: the embeddings and the output head stay frozen, the rest tr
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -17,7 +18,7 @@ from hsd_runtime.loading import truncated_config
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 
-__all__ = ["build_student", "parse_init", "sample", "student_acceptance"]
+__all__ = ["HeldOut", "build_student", "parse_init", "sample", "student_acceptance"]
 
 
 def parse_init(text: str) -> int:
@@ -65,6 +66,45 @@ def sample(model: nn.Module, loaded: LoadedModel, ids: list[int], n: int, sampli
     return alone.generate(ids, n, sampling).tokens
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """The target's own continuations of held-out prompts, greedy and sampled, with its logits
+    over them: what a student's acceptance is measured against, computed once per run."""
+
+    temperature: float
+    prompts: list[list[int]]
+    continuations: dict[str, list[list[int]]]  # mode -> one continuation per prompt
+    target_logits: dict[str, list[torch.Tensor]]  # mode -> [m, V] per prompt
+
+    @staticmethod
+    def make(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int = 0) -> HeldOut:
+        conts: dict[str, list[list[int]]] = {}
+        logits: dict[str, list[torch.Tensor]] = {}
+        for mode in ("greedy", "sample"):
+            conts[mode], logits[mode] = [], []
+            for i, ids in enumerate(prompts):
+                sampling = SamplingConfig(mode=mode, temperature=temperature, seed=seed + i)
+                continuation = sample(target.model, target, ids, max_new_tokens, sampling)
+                conts[mode].append(continuation)
+                logits[mode].append(teacher_forced_logits(target.model, ids, continuation, target.logits_width))
+        return HeldOut(temperature, prompts, conts, logits)
+
+    def acceptance(self, student: nn.Module) -> tuple[float, float]:
+        """(greedy, sampled at the temperature) acceptance of ``student``, pooled over all positions."""
+        out = []
+        for mode in ("greedy", "sample"):
+            sampling = SamplingConfig(mode=mode, temperature=self.temperature)
+            total, count = 0.0, 0
+            for ids, continuation, p in zip(self.prompts, self.continuations[mode], self.target_logits[mode]):
+                if not continuation:
+                    continue
+                q = teacher_forced_logits(student, ids, continuation, p.shape[-1])
+                a = acceptance_from_logits(q, p, sampling)
+                total, count = total + float(a.sum()), count + len(a)
+            out.append(total / max(count, 1))
+        return out[0], out[1]
+
+
 def student_acceptance(
     target: LoadedModel, student: nn.Module, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int = 0
 ) -> tuple[float, float]:
@@ -73,15 +113,4 @@ def student_acceptance(
     The target's own continuation of each prompt (greedy, resp. sampled) is generated, both models
     are teacher-forced over it, and the per-position acceptance is pooled over all prompts.
     """
-    out = []
-    for mode in ("greedy", "sample"):
-        total, count = 0.0, 0
-        for i, ids in enumerate(prompts):
-            sampling = SamplingConfig(mode=mode, temperature=temperature, seed=seed + i)
-            continuation = sample(target.model, target, ids, max_new_tokens, sampling)
-            p = teacher_forced_logits(target.model, ids, continuation, target.logits_width)
-            q = teacher_forced_logits(student, ids, continuation, target.logits_width)
-            a = acceptance_from_logits(q, p, sampling)
-            total, count = total + float(a.sum()), count + len(a)
-        out.append(total / count)
-    return out[0], out[1]
+    return HeldOut.make(target, prompts, max_new_tokens, temperature, seed).acceptance(student)

@@ -1,0 +1,349 @@
+"""The training data engine shared by every trainer: sequences and the teacher's dense signal.
+
+A trainer needs, for many sequences, the teacher's next-token distribution at every position.
+The engine makes both in batches, never one sequence and one token at a time:
+
+- **Sampling** (:func:`sample_batched`): many sequences at once from any model (the target for
+  offline data, the student for on-policy data), over one padded KV layout (the batched runtime),
+  each sequence from its own seeded generator, so a sequence depends on its prompt and seed only.
+- **Teacher signal** (:func:`teacher_signal`): one teacher-forced pass over a right-padded batch
+  of prompt + continuation gives the distribution at every continuation position; the engine keeps
+  its top-k logits and the log-partition of the whole row (``logz``), from which the divergences of
+  :mod:`.divergences` are computed over the top-k tokens and one tail bucket (exact when k is the
+  vocabulary).
+- **Corpora** (:func:`build_corpus`): several samples per prompt of a prompt set's profiling split
+  (the validation split is never trained on), with their signal, cached on disk under a key of
+  the target (its weights' digest included), the prompts and every setting; a cached corpus is
+  reused across runs, divergences and students, and an entry whose key no longer matches (other
+  weights under the same spec, an older format, a damaged file) is refused with one line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from hsd_runtime import LoadedModel, SamplingConfig
+from hsd_runtime.batched import BatchedHierarchy
+from hsd_runtime.packaged import cache_dir
+
+from ..errors import DistillError
+
+__all__ = [
+    "Corpus",
+    "CorpusKey",
+    "TeacherRows",
+    "build_corpus",
+    "corpus_root",
+    "model_digest",
+    "sample_batched",
+    "teacher_signal",
+]
+
+FORMAT = 1  # of the cached files; a cache written by another format is refused
+_SAMPLE_STRIDE = 4099  # model_digest reads every this-many-th weight (and every tensor's sum)
+
+
+@dataclass(frozen=True)
+class TeacherRows:
+    """The teacher's distribution at R positions, sparsely: ``ids`` ``[R, k]`` (int64) the k
+    largest logits' token ids in decreasing order, ``logits`` ``[R, k]`` their raw logits (fp32),
+    ``logz`` ``[R]`` the log-partition logsumexp(row / T) of the whole row at the key's
+    temperature T, ``log_tail`` ``[R]`` the log of the probability outside the top k (computed
+    from the whole row: 1 - sum(top k) would lose a small tail to rounding; -inf when complete),
+    and ``width`` the vocabulary size V (k == V: the rows are complete)."""
+
+    ids: torch.Tensor
+    logits: torch.Tensor
+    logz: torch.Tensor
+    log_tail: torch.Tensor
+    width: int
+
+    @property
+    def complete(self) -> bool:
+        return self.ids.shape[-1] >= self.width
+
+    def log_probs(self, temperature: float) -> torch.Tensor:
+        """log p of the top-k tokens ``[R, k]`` at ``temperature`` (the temperature of ``logz``)."""
+        return self.logits / temperature - self.logz[:, None]
+
+    def rows(self, start: int, stop: int) -> TeacherRows:
+        return TeacherRows(self.ids[start:stop], self.logits[start:stop], self.logz[start:stop], self.log_tail[start:stop], self.width)
+
+    @staticmethod
+    def from_logits(logits: torch.Tensor, top_k: int, temperature: float) -> TeacherRows:
+        """The sparse form of full logits ``[R, V]`` (fp32), keeping ``top_k`` (0: every) token."""
+        logits = logits.float()
+        width = logits.shape[-1]
+        k = width if top_k <= 0 else min(top_k, width)
+        values, ids = logits.topk(k, dim=-1)  # [R, k], decreasing
+        scaled = logits / temperature
+        logz = torch.logsumexp(scaled, dim=-1)  # [R]
+        log_tail = torch.logsumexp(scaled.scatter(-1, ids, float("-inf")), dim=-1) - logz  # [R]; -inf when k == V
+        return TeacherRows(ids, values, logz, log_tail, width)
+
+    @staticmethod
+    def cat(parts: Sequence[TeacherRows]) -> TeacherRows:
+        fields = [torch.cat([getattr(p, name) for p in parts]) for name in ("ids", "logits", "logz", "log_tail")]
+        return TeacherRows(*fields, parts[0].width)
+
+
+def model_digest(model: nn.Module) -> str:
+    """A digest of a model's configuration and weights: equal digests mean the same teacher.
+
+    Reads every tensor's name, shape, dtype and sum and a strided sample of its values (hashing
+    every byte of a 1.5B model would take seconds each time a corpus is looked up).
+    """
+    h = hashlib.sha256()
+    config = getattr(model, "config", None)
+    if config is not None:
+        h.update(config.to_json_string(use_diff=False).encode())
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            flat = tensor.detach().reshape(-1)
+            h.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
+            if flat.is_floating_point() and flat.numel():
+                h.update(f"{float(flat.double().sum()):.10e}".encode())
+                h.update(flat[::_SAMPLE_STRIDE].float().cpu().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def sample_batched(
+    model: nn.Module,
+    loaded: LoadedModel,
+    prompts: Sequence[list[int]],
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    seeds: Sequence[int],
+    batch_size: int,
+) -> list[list[int]]:
+    """Up to ``max_new_tokens`` tokens of ``model`` after each prompt (fewer when it emits an
+    end-of-sequence token), ``batch_size`` sequences per batched decoding; sequence i draws from a
+    generator seeded with ``seeds[i]``, so its tokens do not depend on the batch it ran in.
+    ``loaded`` gives the vocabulary width and end tokens (the target's, for a student)."""
+    alone = BatchedHierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
+    out: list[list[int]] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = [list(p) for p in prompts[start : start + batch_size]]
+        result = alone.generate(chunk, max_new_tokens, sampling, seeds=list(seeds[start : start + batch_size]))
+        out += result.tokens
+    return out
+
+
+def _padded(prompts: Sequence[list[int]], continuations: Sequence[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask`` ``[B, L]`` of prompt + continuation."""
+    rows = [p + c for p, c in zip(prompts, continuations)]
+    length = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), length), dtype=torch.long)
+    mask = torch.zeros((len(rows), length), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def continuation_logits(
+    model: nn.Module, prompts: Sequence[list[int]], continuations: Sequence[list[int]], width: int, grad: bool = False
+) -> torch.Tensor:
+    """One batched teacher-forced pass: the logits ``[R, width]`` (fp32) predicting every
+    continuation token, sequence after sequence (R = the continuations' total length).
+
+    Right padding with an attention mask: a row's positions see only its own earlier tokens, so
+    its logits are those of a pass over it alone. ``grad=True`` keeps the graph (a student in
+    training). Only the positions from the shortest prompt on reach the output layer.
+    """
+    device = next(model.parameters()).device
+    ids, mask = _padded(prompts, continuations, device)
+    first = min(len(p) for p in prompts) - 1  # the first position any row needs
+    with torch.inference_mode(not grad):
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=ids.shape[1] - first).logits
+        picked = [
+            logits[i, len(p) - 1 - first : len(p) - 1 - first + len(c), :width] for i, (p, c) in enumerate(zip(prompts, continuations))
+        ]
+        return torch.cat(picked).float()
+
+
+def teacher_signal(
+    model: nn.Module,
+    prompts: Sequence[list[int]],
+    continuations: Sequence[list[int]],
+    width: int,
+    top_k: int,
+    temperature: float,
+    batch_size: int,
+    progress: Callable[[int], None] | None = None,
+) -> TeacherRows:
+    """The teacher's sparse distribution at every continuation position, ``batch_size``
+    sequences per teacher-forced pass; ``progress`` gets the positions done after each pass."""
+    parts = []
+    for start in range(0, len(prompts), batch_size):
+        p, c = list(prompts[start : start + batch_size]), list(continuations[start : start + batch_size])
+        keep = [i for i, x in enumerate(c) if x]  # a continuation can be empty (EOS at once): no rows
+        if not keep:
+            continue
+        logits = continuation_logits(model, [p[i] for i in keep], [c[i] for i in keep], width)
+        parts.append(TeacherRows.from_logits(logits, top_k, temperature))
+        if progress is not None:
+            progress(logits.shape[0])
+    if not parts:
+        raise DistillError("every continuation is empty (the model ended each at once); give other prompts or more --max-new-tokens")
+    return TeacherRows.cat(parts)
+
+
+class CorpusKey(BaseModel):
+    """What determines a corpus: the teacher (spec and weights), the prompts, every setting."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    format: int = FORMAT
+    target: str
+    weights: str  # model_digest of the teacher
+    prompts: str  # the prompt set's name
+    prompts_hash: str
+    samples_per_prompt: int
+    max_new_tokens: int
+    temperature: float
+    top_k: int  # 0: complete rows
+    seed: int
+
+    @property
+    def request(self) -> str:
+        """A digest of everything but the weights: where the corpus for this request lives."""
+        fields = self.model_dump(exclude={"weights"})
+        return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class Corpus:
+    """Sequences and their teacher signal: sequence i is ``prompts[i] + continuations[i]``, its
+    rows are ``signal.rows(offsets[i], offsets[i + 1])``, one per continuation token."""
+
+    key: CorpusKey
+    prompts: list[list[int]]
+    continuations: list[list[int]]
+    signal: TeacherRows
+    offsets: list[int]
+
+    @property
+    def positions(self) -> int:
+        return self.offsets[-1]
+
+    def teacher(self, i: int) -> TeacherRows:
+        return self.signal.rows(self.offsets[i], self.offsets[i + 1])
+
+
+def corpus_root() -> Path:
+    """Where corpora are cached: ``corpora/`` under the model cache (``$HSD_PLAN_CACHE``)."""
+    return cache_dir() / "corpora"
+
+
+def _offsets(continuations: Sequence[list[int]]) -> list[int]:
+    out = [0]
+    for c in continuations:
+        out.append(out[-1] + len(c))
+    return out
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _load(folder: Path, key: CorpusKey) -> Corpus | None:
+    """The cached corpus for ``key``; None when there is none; DistillError when it is stale or damaged."""
+    meta_file, data_file = folder / "key.json", folder / "corpus.pt"
+    if not meta_file.exists():
+        return None
+    refresh = f"delete {folder} to rebuild it"
+    try:
+        meta = json.loads(meta_file.read_text())
+        stored = CorpusKey(**meta["key"])
+    except Exception:  # any unreadable key is a damaged entry
+        raise DistillError(f"the cached corpus {folder} has an unreadable key; {refresh}") from None
+    if stored != key:
+        differ = [
+            f"{k} {getattr(stored, k)!r} (now {getattr(key, k)!r})" for k in CorpusKey.model_fields if getattr(stored, k) != getattr(key, k)
+        ]
+        raise DistillError(f"the cached corpus {folder} is stale: it was made with {', '.join(differ)}; {refresh}")
+    if not data_file.is_file() or _file_digest(data_file) != meta.get("sha256"):
+        raise DistillError(f"the cached corpus {folder} is damaged (its data does not match its key's checksum); {refresh}")
+    data = torch.load(data_file, weights_only=True)
+    signal = TeacherRows(data["ids"], data["logits"], data["logz"], data["log_tail"], int(data["width"]))
+    continuations = data["continuations"]
+    return Corpus(stored, data["prompts"], continuations, signal, _offsets(continuations))
+
+
+def _save(folder: Path, corpus: Corpus) -> None:
+    """Write ``corpus`` under ``folder`` atomically: data first, then the key that vouches for it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    s = corpus.signal
+    data = {
+        "prompts": corpus.prompts,
+        "continuations": corpus.continuations,
+        "ids": s.ids,
+        "logits": s.logits,
+        "logz": s.logz,
+        "log_tail": s.log_tail,
+        "width": s.width,
+    }
+    tmp = folder / "corpus.pt.tmp"
+    torch.save(data, tmp)
+    os.replace(tmp, folder / "corpus.pt")
+    meta = {"key": corpus.key.model_dump(), "sha256": _file_digest(folder / "corpus.pt"), "sequences": len(corpus.prompts)}
+    (folder / "key.json.tmp").write_text(json.dumps(meta, indent=1))
+    os.replace(folder / "key.json.tmp", folder / "key.json")
+
+
+def build_corpus(
+    target: LoadedModel,
+    key: CorpusKey,
+    prompts: Sequence[list[int]],
+    batch_size: int,
+    root: Path | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[Corpus, bool]:
+    """The corpus of ``key``: ``key.samples_per_prompt`` continuations of every prompt sampled from
+    the target, with the target's signal at every position; read from the cache under ``root``
+    (default :func:`corpus_root`) when there, else made and cached. Returns it and whether it came
+    from the cache. ``progress(stage, done, total)`` is called as sequences and positions are made.
+
+    Sample j of prompt i is seeded with ``key.seed``, i and j: the same key makes the same corpus.
+    """
+    folder = (root or corpus_root()) / key.request
+    cached = _load(folder, key)
+    if cached is not None:
+        return cached, True
+    step = progress or (lambda _stage, _done, _total: None)
+    rows = [(i, j) for i in range(len(prompts)) for j in range(key.samples_per_prompt)]
+    seq_prompts = [list(prompts[i]) for i, _ in rows]
+    seeds = [key.seed * 1_000_003 + i * 1_009 + j for i, j in rows]
+    sampling = SamplingConfig(mode="sample", temperature=key.temperature)
+    continuations: list[list[int]] = []
+    for start in range(0, len(rows), batch_size):
+        end = min(start + batch_size, len(rows))
+        continuations += sample_batched(
+            target.model, target, seq_prompts[start:end], key.max_new_tokens, sampling, seeds[start:end], batch_size
+        )
+        step("sampling", end, len(rows))
+    total = sum(len(c) for c in continuations)
+    done = [0]
+
+    def advance(n: int) -> None:
+        done[0] += n
+        step("teacher signal", done[0], total)
+
+    signal = teacher_signal(target.model, seq_prompts, continuations, target.logits_width, key.top_k, key.temperature, batch_size, advance)
+    corpus = Corpus(key, seq_prompts, continuations, signal, _offsets(continuations))
+    _save(folder, corpus)
+    return corpus, False
