@@ -158,17 +158,22 @@ def continuation_logits(
 
     Right padding with an attention mask: a row's positions see only its own earlier tokens, so
     its logits are those of a pass over it alone. ``grad=True`` keeps the graph (a student in
-    training). Only the positions from the shortest prompt on reach the output layer.
+    training). The decoder runs over every position; only the R positions that predict a
+    continuation token are gathered (one index, so the backward pass scatters once) and reach
+    the output layer, the largest matrix of a small model.
     """
     device = next(model.parameters()).device
     ids, mask = _padded(prompts, continuations, device)
-    first = min(len(p) for p in prompts) - 1  # the first position any row needs
+    length = ids.shape[1]
+    rows = torch.cat([i * length + torch.arange(len(p) - 1, len(p) - 1 + len(c)) for i, (p, c) in enumerate(zip(prompts, continuations))])
     with torch.inference_mode(not grad):
-        logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=ids.shape[1] - first).logits
-        picked = [
-            logits[i, len(p) - 1 - first : len(p) - 1 - first + len(c), :width] for i, (p, c) in enumerate(zip(prompts, continuations))
-        ]
-        return torch.cat(picked).float()
+        hidden = getattr(model, model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.to(device))  # [R, H]
+        logits = model.get_output_embeddings()(picked)[:, :width]
+        cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma's, applied as its own forward does
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits.float()
 
 
 def teacher_signal(
