@@ -111,7 +111,7 @@ def model_digest(model: nn.Module) -> str:
             flat = tensor.detach().reshape(-1)
             h.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
             if flat.is_floating_point() and flat.numel():
-                h.update(f"{float(flat.double().sum()):.10e}".encode())
+                h.update(f"{float(flat.sum(dtype=torch.float64)):.10e}".encode())  # no fp64 copy of the tensor
                 h.update(flat[::_SAMPLE_STRIDE].float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]
 
@@ -124,17 +124,21 @@ def sample_batched(
     sampling: SamplingConfig,
     seeds: Sequence[int],
     batch_size: int,
+    progress: Callable[[int], None] | None = None,
 ) -> list[list[int]]:
     """Up to ``max_new_tokens`` tokens of ``model`` after each prompt (fewer when it emits an
     end-of-sequence token), ``batch_size`` sequences per batched decoding; sequence i draws from a
     generator seeded with ``seeds[i]``, so its tokens do not depend on the batch it ran in.
-    ``loaded`` gives the vocabulary width and end tokens (the target's, for a student)."""
+    ``loaded`` gives the vocabulary width and end tokens (the target's, for a student);
+    ``progress`` gets the number of sequences done after each batch."""
     alone = BatchedHierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
     out: list[list[int]] = []
     for start in range(0, len(prompts), batch_size):
         chunk = [list(p) for p in prompts[start : start + batch_size]]
         result = alone.generate(chunk, max_new_tokens, sampling, seeds=list(seeds[start : start + batch_size]))
         out += result.tokens
+        if progress is not None:
+            progress(len(out))
     return out
 
 
@@ -334,13 +338,9 @@ def build_corpus(
     seq_prompts = [list(prompts[i]) for i, _ in rows]
     seeds = [key.seed * 1_000_003 + i * 1_009 + j for i, j in rows]
     sampling = SamplingConfig(mode="sample", temperature=key.temperature)
-    continuations: list[list[int]] = []
-    for start in range(0, len(rows), batch_size):
-        end = min(start + batch_size, len(rows))
-        continuations += sample_batched(
-            target.model, target, seq_prompts[start:end], key.max_new_tokens, sampling, seeds[start:end], batch_size
-        )
-        step("sampling", end, len(rows))
+    continuations = sample_batched(
+        target.model, target, seq_prompts, key.max_new_tokens, sampling, seeds, batch_size, lambda done: step("sampling", done, len(rows))
+    )
     total = sum(len(c) for c in continuations)
     done = [0]
 

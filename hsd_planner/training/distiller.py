@@ -37,7 +37,7 @@ from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt, load_prompts, split
 from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
-from .data import Corpus, CorpusKey, TeacherRows, build_corpus, continuation_logits, model_digest, sample_batched
+from .data import Corpus, CorpusKey, TeacherRows, build_corpus, continuation_logits, model_digest, sample_batched, teacher_signal
 from .divergences import bucket_log_probs, sparse_divergence
 from .student import HeldOut, build_student
 
@@ -133,7 +133,8 @@ class Distiller:
 
     def prepare(self, progress: Callable[[str, int, int], None] | None = None) -> None:
         """Make (or read from the cache) the corpus of target data, and measure the student as
-        built on the held-out prompts; :meth:`train` calls it when it has not run."""
+        built on the held-out prompts; what is done already is not done again (:meth:`train` and
+        :meth:`finish` call it)."""
         c = self.config
         with _out_of_memory_as_error(c):
             if self.held_out is None:
@@ -219,8 +220,9 @@ class Distiller:
 
     # --- training ----------------------------------------------------------------------------
 
-    def _on_policy(self, picks: list[int], seeds: list[int]) -> tuple[list[list[int]], list[list[int]], TeacherRows]:
-        """Continuations of the picked prompts sampled from the student, and the target's signal over them."""
+    def _on_policy(self, picks: list[int], seeds: list[int]) -> tuple[list[list[int]], list[list[int]], list[TeacherRows]]:
+        """Continuations of the picked prompts sampled from the student (empty ones left out), and
+        the target's signal over them (none when every continuation is empty)."""
         c = self.config
         prompts = [self.train_ids[i] for i in picks]
         sampling = SamplingConfig(mode="sample", temperature=c.temperature)
@@ -230,17 +232,14 @@ class Distiller:
             raise self._diverged("the student's probabilities are no longer finite") from None
         kept = [(p, x) for p, x in zip(prompts, continuations) if x]
         if not kept:
-            return [], [], TeacherRows.from_logits(torch.zeros((0, self.target.logits_width)), c.top_k, c.temperature)
+            return [], [], []
         prompts, continuations = [p for p, _ in kept], [x for _, x in kept]
-        rows = []
-        for start in range(0, len(prompts), c.gen_batch):
-            end = start + c.gen_batch
-            logits = continuation_logits(self.target.model, prompts[start:end], continuations[start:end], self.target.logits_width)
-            rows.append(TeacherRows.from_logits(logits, c.top_k, c.temperature))
-        return prompts, continuations, TeacherRows.cat(rows)
+        signal = teacher_signal(self.target.model, prompts, continuations, self.target.logits_width, c.top_k, c.temperature, c.gen_batch)
+        return prompts, continuations, [signal]
 
-    def _batch(self) -> tuple[list[list[int]], list[list[int]], TeacherRows]:
-        """The step's sequences (prompts, continuations) and the target's signal over them, per ``config.data``."""
+    def _batch(self) -> tuple[list[list[int]], list[list[int]], TeacherRows | None]:
+        """The step's sequences (prompts, continuations) and the target's signal over them, per
+        ``config.data``; no signal when every continuation of the step is empty."""
         c = self.config
         n = len(self.train_ids)
         # every draw is made whatever the data mode, so the RNG stream depends only on the seed
@@ -249,22 +248,15 @@ class Distiller:
         seeds = self.rng.integers(2**31, size=c.batch_size).tolist()
         rows = self.rng.integers(c.samples_per_prompt, size=c.batch_size).tolist()
         own = [i for i, coin in enumerate(coins) if c.data == "on-policy" or (c.data == "mixed" and coin < 0.5)]
-        prompts, continuations, parts = [], [], []
-        if own:
-            p, x, signal = self._on_policy([picks[i] for i in own], [seeds[i] for i in own])
-            prompts, continuations, parts = p, x, [signal]
-        assert self.corpus is not None or len(own) == c.batch_size  # prepare() made it for target and mixed data
-        for i in range(c.batch_size):
-            if i in own or self.corpus is None:
-                continue
+        prompts, continuations, parts = self._on_policy([picks[i] for i in own], [seeds[i] for i in own]) if own else ([], [], [])
+        for i in sorted(set(range(c.batch_size)) - set(own)):
+            assert self.corpus is not None  # prepare() made it for target and mixed data
             seq = picks[i] * c.samples_per_prompt + rows[i]  # the corpus holds samples_per_prompt sequences per prompt
             if self.corpus.continuations[seq]:
                 prompts.append(self.corpus.prompts[seq])
                 continuations.append(self.corpus.continuations[seq])
                 parts.append(self.corpus.teacher(seq))
-        if not parts:
-            return [], [], TeacherRows.from_logits(torch.zeros((0, self.target.logits_width)), c.top_k, c.temperature)
-        return prompts, continuations, TeacherRows.cat(parts)
+        return prompts, continuations, TeacherRows.cat(parts) if parts else None
 
     def train_step(self) -> StepLog:
         """Gather the step's sequences and signal, take the divergence's gradient in one batched
@@ -272,7 +264,7 @@ class Distiller:
         c = self.config
         prompts, continuations, teacher = self._batch()
         self.optimizer.zero_grad(set_to_none=True)
-        if not continuations:  # every sequence of the step ended at once: nothing to learn from
+        if teacher is None:  # every sequence of the step ended at once: nothing to learn from
             entry = StepLog(self.step + 1, float("nan"), float("nan"), float("nan"))
         else:
             device = next(self.student.parameters()).device
@@ -314,8 +306,7 @@ class Distiller:
         caller may :meth:`save_checkpoint`: the state is that of the last finished step, unless
         the interrupt hit the optimizer's update itself.
         """
-        if self.initial is None or (self.corpus is None and self.config.data != "on-policy"):
-            self.prepare()
+        self.prepare()
         with _out_of_memory_as_error(self.config):
             while self.step < self.config.steps:
                 t0 = time.perf_counter()
@@ -332,8 +323,7 @@ class Distiller:
     def finish(self) -> DistillReport:
         """After :meth:`train`: measure held-out acceptance, save the student and its card into ``out``; return the report."""
         c = self.config
-        if self.held_out is None or self.initial is None:
-            self.prepare()
+        self.prepare()
         assert self.held_out is not None and self.initial is not None
         with _out_of_memory_as_error(c):
             greedy, sampled = self.held_out.acceptance(self.student)
