@@ -29,6 +29,16 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
+@pytest.fixture(autouse=True)
+def corpus_folder(tmp_path_factory, monkeypatch) -> Path:
+    """Corpora (cached target data) go to a folder of the test session's, never the user's model cache."""
+    from hsd_planner.training import data
+
+    folder = tmp_path_factory.getbasetemp() / "corpora"
+    monkeypatch.setattr(data, "corpus_root", lambda: folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
     """Two tiny models sharing a tokenizer (target, draft) and one with another tokenizer."""
