@@ -4,8 +4,8 @@ The runtime knows nothing of SQL or printing: it returns tokens and per-level st
 
 Where things are: model specs (:mod:`.spec`); the closed sets of values (:mod:`.choices`: dtypes,
 decoding modes) and the bounds and defaults of numbers (:mod:`.limits`); devices and dtypes
-(:mod:`.device`); loading, packaged models, int8 copies and prepacked weights (:mod:`.loading`,
-:mod:`.packaged`, :mod:`.quantize`, :mod:`.packing`); the decoding itself (:mod:`.cache`,
+(:mod:`.device`); loading, packaged models, int8 copies, trimmed heads and prepacked weights
+(:mod:`.loading`, :mod:`.packaged`, :mod:`.quantize`, :mod:`.trim`, :mod:`.packing`); the decoding itself (:mod:`.cache`,
 :mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, :mod:`.hierarchy`,
 :mod:`.stats`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`).
 
@@ -49,6 +49,8 @@ _EXPORTS = {
     "ModelLoader": "loading",
     "check_same_tokenizer": "loading",
     "head_rows": "loading",
+    "trimmed_model": "loading",
+    "TrimmedHead": "trim",
     "PackedLinear": "packing",
     "can_prepack": "packing",
     "prepack": "packing",
@@ -107,7 +109,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports
         TokenizerMismatchError,
     )
     from .hierarchy import Hierarchy, build_hierarchy
-    from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows
+    from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows, trimmed_model
     from .ngram import NgramDrafter, ngram_lookup
     from .packing import PackedLinear, can_prepack, prepack
     from .quantize import Int8Linear, quantized_copy
@@ -117,4 +119,5 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from .spec import DTYPES, QUANTS, Dtype, ModelSpec, parse_chain, parse_spec
     from .stats import GenerationResult, LevelStats
     from .tree import DraftTree
+    from .trim import TrimmedHead
     from .verify import verify_greedy, verify_sample

@@ -32,6 +32,7 @@ from .packaged import PACKAGED, cache_lock, converted_dir, packaged_gguf, sharea
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
 from .spec import ModelSpec, parse_spec
+from .trim import TrimmedHead, kept_tokens, read_ranking
 
 __all__ = [
     "LoadedModel",
@@ -39,6 +40,7 @@ __all__ = [
     "check_same_tokenizer",
     "head_rows",
     "truncated_config",
+    "trimmed_model",
     "truncated_view",
 ]
 
@@ -106,6 +108,23 @@ def truncated_view(model: Any, k: int) -> Any:
     outer.config = cfg
     if getattr(model, "generation_config", None) is not None:
         outer.generation_config = copy.deepcopy(model.generation_config)
+    return outer
+
+
+def trimmed_model(model: Any, keep: torch.Tensor) -> Any:
+    """A shallow copy of the causal LM ``model`` whose output layer scores the tokens ``keep`` ``[N]`` only.
+
+    The decoder is shared with ``model``; the head holds the kept rows, packed or int8 where the
+    full head was (:class:`~hsd_runtime.trim.TrimmedHead`), and its logits keep their full width.
+    """
+    head = model.get_output_embeddings()
+    trimmed = TrimmedHead(head, keep, int(head.out_features))
+    if isinstance(head, PackedLinear):  # the kept rows run the kernels the full head ran
+        trimmed.rows = PackedLinear(trimmed.rows)
+    elif isinstance(head, Int8Linear):
+        trimmed.rows = Int8Linear(trimmed.rows)
+    outer = _shallow(model)
+    outer.set_output_embeddings(trimmed)
     return outer
 
 
@@ -271,13 +290,34 @@ class ModelLoader:
                 self._full[key] = self._load_full(spec.base, dtype)
             full = self._full[key]
         k = spec.layers
-        if k is None or k == full.num_layers:
-            return LoadedModel(**{**full.__dict__, "spec": spec})
-        if not 1 <= k <= full.num_layers:
-            raise ModelSpecError(
-                f"layers={k} is out of range for {spec.name}: it has {full.num_layers} decoder layers (use 1..{full.num_layers})"
-            )
-        return LoadedModel(**{**full.__dict__, "spec": spec, "model": truncated_view(full.model, k), "num_layers": k})
+        model, layers = full.model, full.num_layers
+        if k is not None and k != full.num_layers:
+            if not 1 <= k <= full.num_layers:
+                raise ModelSpecError(
+                    f"layers={k} is out of range for {spec.name}: it has {full.num_layers} decoder layers (use 1..{full.num_layers})"
+                )
+            model, layers = truncated_view(full.model, k), k
+        if spec.vocab is not None:
+            model = self._trimmed(spec, full, model)
+        return LoadedModel(**{**full.__dict__, "spec": spec, "model": model, "num_layers": layers})
+
+    def _trimmed(self, spec: ModelSpec, full: LoadedModel, model: Any) -> Any:
+        """``model`` (the full model or a view) with its output layer trimmed as ``vocab=`` asks.
+
+        Refused for a model that soft-caps its logits: tanh(-inf) is finite, so the tokens left
+        out would keep a probability.
+        """
+        if getattr(model.config, "final_logit_softcapping", None):
+            raise ModelSpecError(f"{spec}: vocab= cannot trim a model that soft-caps its logits (the tokens left out would keep a probability)")
+        vocab = spec.vocab
+        if isinstance(vocab, int):
+            n, ranking = vocab, range(full.logits_width)
+        else:
+            ranking, fingerprint = read_ranking(Path(vocab).expanduser())
+            if fingerprint is not None and fingerprint != full.fingerprint:
+                raise TokenizerMismatchError(f"{spec}: the vocab ranking {vocab} was counted with another tokenizer than {spec.name}'s")
+            n = len(ranking)
+        return trimmed_model(model, kept_tokens(ranking, n, full.eos_token_ids, full.logits_width))
 
     def load_chain(self, specs: Sequence[ModelSpec]) -> list[LoadedModel | None]:
         """Load every spec (None for ``ngram``), checking on the way that they share one tokenizer.

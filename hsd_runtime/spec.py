@@ -4,7 +4,9 @@ NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5
 ``qwen2.5-coder-1.5b``), ``ngram``, a Hugging Face model directory or a ``.gguf`` file. Options:
 ``layers=K`` (the first K decoder layers, sharing the parent's weights), ``dtype=bf16|fp16|fp32``,
 ``quant=int8`` (a copy whose Linear layers hold int8 weights; it computes in fp32, so it takes no
-``dtype`` other than fp32), ``n=N`` (n-gram order, ``ngram`` only).
+``dtype`` other than fp32), ``n=N`` (n-gram order, ``ngram`` only), ``vocab=N`` or ``vocab=FILE``
+(a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
+ranking file lists; see :mod:`.trim`).
 
 A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
 valid ``s``: the string round-trips through the profiling database unchanged.
@@ -24,7 +26,7 @@ NGRAM = "ngram"
 QUANTS = ("int8",)  # weight quantizations a spec may ask for (see hsd_runtime.quantize)
 _INT_OPTIONS = {"layers", "n"}
 _MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
-_KNOWN = {"layers", "dtype", "n", "quant"}
+_KNOWN = {"layers", "dtype", "n", "quant", "vocab"}
 
 
 class ModelSpec(BaseModel):
@@ -67,13 +69,21 @@ class ModelSpec(BaseModel):
         return self.get("quant")
 
     @property
+    def vocab(self) -> int | str | None:
+        """The trimmed head asked for: N (``vocab=N``), a ranking file's path (``vocab=FILE``), or None."""
+        value = self.get("vocab")
+        if value is None:
+            return None
+        return int(value) if value.isascii() and value.isdigit() else value
+
+    @property
     def is_ngram(self) -> bool:
         return self.name == NGRAM
 
     @property
     def base(self) -> ModelSpec:
-        """The spec of the full model this one is a view of (``layers`` dropped)."""
-        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] != "layers"))
+        """The spec of the full model this one is a view of (``layers`` and ``vocab`` dropped)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab")))
 
     def __str__(self) -> str:
         return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
@@ -106,11 +116,13 @@ def parse_spec(text: str) -> ModelSpec:
             raise ModelSpecError(f"option {key}={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,}")
         if key == "dtype" and value not in DTYPES:
             raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")
+        if key == "vocab" and value.isascii() and value.isdigit() and not 1 <= int(value) <= _MAX_INT_OPTION:
+            raise ModelSpecError(f"option vocab={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,} or a ranking file")
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
         options.append((key, value))
     spec = ModelSpec(name=name, options=tuple(options))
-    if spec.is_ngram and (spec.layers is not None or spec.dtype is not None or spec.quant is not None):
+    if spec.is_ngram and (spec.layers is not None or spec.dtype is not None or spec.quant is not None or spec.vocab is not None):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the option n=N")
     if not spec.is_ngram and spec.get("n") is not None:
         raise ModelSpecError(f"model spec {text!r}: option n=N applies to ngram only")

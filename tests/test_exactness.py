@@ -3,7 +3,8 @@
 The harness (``tests/law.py``) enumerates the target's exact joint law of the first L = 4 new
 tokens on a 6-token vocabulary and G-tests many seeded runs of a hierarchy against it. The matrix
 covers depth 1, 2 and 3, the n-gram drafter at the bottom, draft trees (alone and under a middle
-level), temperatures 0.5, 1 and 2, top-k, top-p and both, and int8 copies as drafters; every cell
+level), temperatures 0.5, 1 and 2, top-k, top-p and both, int8 copies as drafters, and trimmed
+heads (a drafter whose q is zero on tokens the target emits) at the bottom and in the middle; every cell
 also checks that its runs crossed several rounds with acceptances and rejections at every level.
 
 Each rule the harness covers has a failing control: the same harness, on a cell that passes with
@@ -18,10 +19,13 @@ from functools import cache
 import pytest
 import torch
 
-from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, drafters, quantized_copy, verify
+from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, drafters, quantized_copy, trimmed_model, verify
 from hsd_runtime.cache import CachedModel
 from tests import law
 from tests.law import ALPHA, RUNS, law_check, law_model
+
+
+KEPT = torch.tensor([0, 2, 3, 5])  # the tokens a trimmed head scores (of V = 6)
 
 
 @cache
@@ -35,6 +39,9 @@ def models(temperature: float) -> dict[str, torch.nn.Module]:
         "W": law_model(13, temperature=temperature),
         "S": law_model(12, temperature=temperature, sharpness=3.0),  # a confident tree drafter
         "Q": quantized_copy(target),  # int8 weights, fp32 activations
+        # trimmed heads: tokens 1 and 4 are never proposed (q = 0), though the target emits them
+        "R": trimmed_model(law_model(12, temperature=temperature), KEPT),
+        "N": trimmed_model(law_model(11, temperature=temperature), KEPT),  # a trimmed middle level
     }
 
 
@@ -60,6 +67,7 @@ FAST = {
     "ngram-depth2": Cell("ngram,M,T", (2, 2)),
     "tree-3x2x1": Cell("S,T", ("3x2x1",)),
     "topk-topp-depth1": Cell("B,T", (2,), {"top_k": 3, "top_p": 0.9}),
+    "trimmed-depth1": Cell("R,T", (2,)),
 }
 SLOW = {
     "depth3": Cell("W,B,M,T", (1, 2, 2)),
@@ -81,6 +89,8 @@ SLOW = {
     "int8-depth1": Cell("Q,T", (1,)),  # the int8 copy agrees almost always: width 1 keeps rounds short
     "int8-depth2": Cell("B,Q,T", (2, 2)),
     "int8-tree-2x2": Cell("Q,T", ("2x2",)),
+    "trimmed-middle": Cell("B,N,T", (2, 2)),
+    "trimmed-tree-2x2": Cell("R,T", ("2x2",)),
 }
 
 

@@ -25,6 +25,7 @@ from .profile import profile
 from .profiles import profiles
 from .solve import solve_command
 from .validate import validate
+from .vocab import vocab
 
 __all__ = ["cli"]
 
@@ -77,5 +78,5 @@ def cli() -> None:
     """
 
 
-for _command in (generate, profile, profiles, solve_command, export_command, validate, demo, distill):
+for _command in (generate, profile, profiles, solve_command, export_command, validate, demo, distill, vocab):
     cli.add_command(_command)

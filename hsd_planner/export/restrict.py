@@ -30,6 +30,8 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
         return f"it cannot load the early exit {name}"
     if spec.quant is not None and not stack.int8_copy:
         return f"it cannot load hsd-plan's {spec.quant} copy {name}"
+    if spec.vocab is not None:  # no stack trims a drafter model's head (SGLang's token map is EAGLE's only)
+        return f"it cannot trim the head of {name}"
     return None
 
 
