@@ -49,10 +49,12 @@ class GenerateReport:
     dtype: str
     device: str
     check: CheckResult | None = None
+    lenience: float = 1.0  # below 1 the output was verified by the lossy rule
 
     def to_dict(self) -> dict:
         return {
             "chain": self.chain,
+            "lenience": self.lenience,
             "widths": widths_to_json(self.widths),  # a tree as "3x2x1"
             "text": self.text,
             "dtype": self.dtype,
@@ -94,6 +96,7 @@ def generate_text(
         result=result,
         dtype=target_dtype,
         device=str(loader.device),
+        lenience=sampling.lenience,
     )
     if check:
         reference, _ = build_hierarchy(specs[-1:], [], loader)

@@ -122,6 +122,7 @@ class BatchedVerifier:
         self.stats = cached.stats
         self.lower = lower
         self.width = width
+        self.lenient = False  # the target's level verifies with the sampling config's lenience (see VerifierLevel)
 
     def prefill(self, prompts: Sequence[list[int]]) -> None:
         self.cached.prefill(prompts)
@@ -148,7 +149,7 @@ class BatchedVerifier:
                 probs = None
             else:
                 p = warp(logits, ctx.sampling)
-                n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generators[i])
+                n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generators[i], ctx.sampling.lenience if self.lenient else 1.0)
                 probs = p[: n + 1]  # this level's own p for the emitted tokens, never q or the residual
             if self.lower is not None:
                 self.lower.stats.proposed += len(draft.tokens)
@@ -285,6 +286,7 @@ class BatchedHierarchy:
                 levels.append(BatchedVerifier(cached, levels[-1] if k else None, chain_widths[k - 1] if k else 0))
         top = levels[-1]
         assert isinstance(top, BatchedVerifier)  # the last member is a model (checked above)
+        top.lenient = True
         self.levels = levels
         self.top = top
 

@@ -16,6 +16,7 @@ from typing import Protocol
 import torch
 
 from .cache import CachedModel
+from .errors import ChainError
 from .rrs import draw_without_replacement, verify_tree_greedy, verify_tree_sample
 from .sampling import SamplingConfig, draw, warp
 from .shape import TreeShape, Width
@@ -128,13 +129,16 @@ class VerifierLevel:
         lower: the level below, or None for a target decoding on its own (K = 0).
         width: how many tokens to ask of ``lower`` per round (T of the level below), or the
             shape of the tree a :class:`ModelDrafter` below drafts each round.
+        lenient: verify with the sampling config's lenience (the target only: the levels below
+            keep the exact rule, so the lossy step happens once, where tokens are committed).
     """
 
-    def __init__(self, cached: CachedModel, lower: Drafter | None, width: Width) -> None:
+    def __init__(self, cached: CachedModel, lower: Drafter | None, width: Width, lenient: bool = False) -> None:
         self.cached = cached
         self.stats = cached.stats
         self.lower = lower
         self.width = width
+        self.lenient = lenient
 
     def prefill(self, prompt: list[int]) -> None:
         self.cached.prefill(prompt)
@@ -147,7 +151,10 @@ class VerifierLevel:
         The returned tokens follow this level's own distribution exactly; ``probs`` holds this
         level's distributions ``p`` for them (sampling mode).
         """
+        lenience = ctx.sampling.lenience if self.lenient else 1.0
         if isinstance(self.width, TreeShape):
+            if lenience != 1.0:
+                raise ChainError(f"lenience {lenience} verifies chains only; draft a chain below the target, not the tree {self.width}")
             return self._tree_round(ctx, self.width)
         draft = self.lower.propose(ctx, self.width) if self.lower is not None else Proposal([])
         logits = self.cached.logits(ctx.tokens + draft.tokens, len(ctx.tokens) - 1)  # [b + 1, V]
@@ -157,7 +164,7 @@ class VerifierLevel:
             probs = None
         else:
             p = warp(logits, ctx.sampling)
-            n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generator)
+            n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generator, lenience)
             probs = self.emitted_probs(p, draft, n)
         self.stats.verify_s += time.perf_counter() - t0
         if self.lower is not None:

@@ -93,6 +93,7 @@ class Hierarchy:
                 self.levels.append(VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0))
         top = self.levels[-1]
         assert isinstance(top, VerifierLevel)  # the last member is a model (checked above)
+        top.lenient = True  # a lenience in the sampling config relaxes the target's test only
         self.top = top
 
     @property

@@ -8,7 +8,7 @@ exactly.
 from __future__ import annotations
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .choices import Mode
 from .errors import ModelOutputError
@@ -27,10 +27,23 @@ class SamplingConfig(BaseModel):
     top_k: int | None = Field(None, ge=1)
     top_p: float | None = Field(None, gt=0, le=1, allow_inf_nan=False)
     seed: int = Field(0, ge=0, le=MAX_SEED)
+    # e of the lossy verification rule (hsd_runtime.verify); 1 is the exact rule, and the default
+    lenience: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _lenience_samples(self) -> SamplingConfig:
+        if self.lenience != 1.0 and self.greedy:
+            raise ValueError(f"lenience {self.lenience} relaxes speculative sampling; greedy decoding has no probabilities to relax (use mode sample)")
+        return self
 
     @property
     def greedy(self) -> bool:
         return self.mode == "greedy"
+
+    @property
+    def lossy(self) -> bool:
+        """Whether the output may differ from the target's law (a lenience below 1)."""
+        return self.lenience != 1.0
 
 
 def warp(logits: torch.Tensor, cfg: SamplingConfig) -> torch.Tensor:

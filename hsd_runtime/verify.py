@@ -5,6 +5,15 @@ U < min(1, p(x) / q(x)); at the first rejection a replacement is drawn from
 norm(max(0, p - q)) and verification stops; if every token is accepted a bonus token is drawn
 from p at the next position. Greedy decoding accepts while the drafted token equals the
 verifier's argmax, whose argmax is also the replacement or bonus.
+
+Lenience (Leviathan et al., 2023, appendix; DistillSpec's lossy variant), opt-in and lossy:
+with e in (0, 1] a drafted x is accepted when U < min(1, p(x) / (e q(x))); the replacement is
+still drawn from norm(max(0, p - q)). One verified position then emits y with probability
+
+    P_e(y) = min(q(y), p(y) / e) + (1 - beta) * norm(max(0, p - q))(y),   beta = sum_x min(q(x), p(x) / e)
+
+which is p exactly at e = 1 and leans toward the drafter's q as e falls (a bonus token is
+still drawn from p). Sampling only: greedy verification has no probabilities to relax.
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ def verify_sample(
     q: torch.Tensor | None,
     p: torch.Tensor,
     generator: torch.Generator,
+    lenience: float = 1.0,
 ) -> tuple[int, int]:
     """Return ``(accepted, next_token)`` for speculative sampling.
 
@@ -61,6 +71,7 @@ def verify_sample(
             drafter (q is then one-hot on each drafted token).
         p: ``[b + 1, V]`` verifier distributions; row ``b`` is for the bonus position.
         generator: the source of randomness (on ``p``'s device).
+        lenience: e in (0, 1]; below 1 the lossy rule of the module's docstring (1: exact).
     """
     b = len(draft)
     n = b
@@ -70,7 +81,9 @@ def verify_sample(
         px = p[idx, tok]
         qx = q[idx, tok] if q is not None else torch.ones_like(px)
         u = torch.rand(b, generator=generator, device=p.device)
-        rejected = (u * qx >= px).nonzero()  # U >= p/q, written without dividing by q
+        if lenience != 1.0:  # the exact rule's comparison stays bit for bit what it was
+            qx = qx * lenience
+        rejected = (u * qx >= px).nonzero()  # U >= p/(e q), written without dividing by q
         if len(rejected):
             n = int(rejected[0, 0])
     if n == b:

@@ -90,6 +90,47 @@ def exact_joint(target: torch.nn.Module, prompt: Sequence[int], sampling: Sampli
     return joint
 
 
+@torch.inference_mode()
+def lenient_joint(
+    target: torch.nn.Module, drafter: torch.nn.Module, width: int, prompt: Sequence[int], sampling: SamplingConfig, length: int = L
+) -> np.ndarray:
+    """P(x_1..x_L | prompt) of the chain ``drafter -> target`` (``width`` drafted tokens per round)
+    whose target verifies with lenience e = ``sampling.lenience``, ``[V ** L]`` float64.
+
+    The law of a lenient chain depends on where rounds begin, so it is carried per prefix as a
+    distribution over the round's state j (drafted tokens accepted so far this round). At j < T a
+    drafted y is accepted with mass min(q(y), p(y)/e) (state j + 1), or rejected and replaced
+    with mass (1 - beta) norm(max(0, p - q))(y) (state 0); at j = T the bonus token follows p
+    (state 0). At e = 1 every step's law is p and this is :func:`exact_joint`.
+    """
+    device = next(target.parameters()).device
+    e = sampling.lenience
+    states = {(): np.eye(width + 1)[0]}  # prefix -> P(prefix, state j), j = 0..T
+    for _ in range(length):
+        prefixes = list(states)
+        ids = torch.tensor([list(prompt) + list(x) for x in prefixes], device=device)
+        p = warp(target(input_ids=ids).logits[:, -1].float(), sampling).double().cpu().numpy()  # [n, V]
+        q = warp(drafter(input_ids=ids).logits[:, -1].float(), sampling).double().cpu().numpy()
+        accepted = np.minimum(q, p / e)  # [n, V]
+        rest = np.clip(p - q, 0.0, None)
+        rest = np.where(rest.sum(-1, keepdims=True) > 0, rest / np.maximum(rest.sum(-1, keepdims=True), 1e-300), p)
+        rejected = (1.0 - accepted.sum(-1, keepdims=True)) * rest
+        nxt: dict[tuple[int, ...], np.ndarray] = {}
+        for i, x in enumerate(prefixes):
+            s = states[x]
+            for y in range(p.shape[-1]):
+                out = np.zeros(width + 1)
+                out[1:] += s[:width] * accepted[i, y]  # accepted: one state on
+                out[0] += s[:width].sum() * rejected[i, y] + s[width] * p[i, y]  # replaced, or the bonus
+                nxt[(*x, y)] = out
+        states = nxt
+    vocab = p.shape[-1]
+    joint = np.zeros(vocab**length)
+    for x, s in states.items():
+        joint[cell_of(x, vocab)] = s.sum()
+    return joint
+
+
 @dataclass
 class Sampled:
     """Counts over the ``V ** L`` cells, and what the runs exercised, summed over runs.

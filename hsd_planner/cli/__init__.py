@@ -62,7 +62,9 @@ class _Group(click.Group):
             raise click.ClickException(f"database error: {describe_error(getattr(exc, 'orig', None) or exc)}") from None
         except ValidationError as exc:
             first = exc.errors()[0]
-            raise click.ClickException(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            where = ".".join(map(str, first["loc"]))
+            msg = first["msg"].removeprefix("Value error, ")  # a validator's own sentence, as written
+            raise click.ClickException(f"{where}: {msg}" if where else msg) from None
         except KeyboardInterrupt:
             raise _Interrupted("interrupted (Ctrl-C)") from None
 

@@ -38,6 +38,7 @@ def generate(
     warmup: bool,
     mode: str,
     temperature: float,
+    lenience: float,
     top_k: int | None,
     top_p: float | None,
     seed: int,
@@ -60,7 +61,7 @@ def generate(
     """
     if check and mode != "greedy":
         raise click.ClickException("--check compares greedy outputs; use it with --mode greedy")
-    sampling = SamplingConfig(mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+    sampling = SamplingConfig(mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, lenience=lenience)
     loader = make_loader(device, resolve_dtype_choice(dtype, device), prepack)
     report = generate_text(chain, parse_widths(widths), prompt, max_new_tokens, sampling, loader, chat=not raw, check=check, warmup=warmup)
     emit(report, as_json, format_generate)

@@ -154,7 +154,15 @@ def make_loader(device: str, dtype: str, prepack: bool = True) -> ModelLoader:
 
 
 def mode_options(f: F) -> F:
-    """``--mode`` and ``--temperature``: which decoding a profile or a run is for."""
+    """``--mode``, ``--temperature`` and ``--lenience``: which decoding a profile or a run is for."""
+    f = click.option(
+        "--lenience",
+        type=FiniteRange(0, 1, min_open=True),
+        default=1.0,
+        show_default=True,
+        help="LOSSY below 1: the target accepts a draft x with probability min(1, p(x) / (e q(x))), so the output no longer "
+        "follows the target's distribution (sampling only; 1 is the exact rule).",
+    )(f)
     f = click.option(
         "--temperature",
         type=FiniteRange(MIN_TEMPERATURE, MAX_TEMPERATURE),

@@ -125,6 +125,8 @@ def format_generate(report: GenerateReport) -> str:
         f"prefill {r.prompt_tokens} tokens in {1000 * r.prefill_s:.0f} ms "
         f"[{report.dtype}, {report.device}]"
     )
+    if report.lenience != 1.0:
+        lines.append(f"LOSSY: lenience {report.lenience}; the output does not follow the target's distribution")
     if report.check is not None:
         c = report.check
         if c.identical:
@@ -151,7 +153,8 @@ def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None =
 def format_solve(report: SolveReport) -> str:
     """The plans of a solve as a table, best first."""
     lines = [
-        f"target {report.target}, workload {report.workload}, {report.mode}, {report.acceptance} acceptance, context {report.context_len}",
+        f"target {report.target}, workload {report.workload}, {report.mode}, {report.acceptance} acceptance, context {report.context_len}"
+        + (f", LOSSY: lenience {report.lenience}" if report.lenience != 1.0 else ""),
         f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9} {'90% interval':>13}  hierarchy",
     ]
     for p in report.plans:
@@ -269,7 +272,8 @@ def format_validation(report: ValidationReport) -> str:
     """The report as a plain-text table with the summary line."""
     lines = [
         f"target {report.target}: {report.prompt_count} held-out prompts of {report.prompts}, "
-        f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}",
+        f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}"
+        + (f", LOSSY: lenience {report.lenience}" if report.lenience != 1.0 else ""),
         f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'cal ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/c/m':>18} {'measured 90%':>13} "
         f"{'accepted p/m':>13}  hierarchy",
     ]

@@ -53,6 +53,7 @@ def solve_command(
     profile_file: str | None,
     mode: str,
     temperature: float,
+    lenience: float,
     acceptance: str,
     top_k: int,
     t_max: int,
@@ -127,7 +128,7 @@ def solve_command(
         engine = open_engine(db, create=False)
         # imported profiles of other machines never stand in for this one unless asked for
         machines = resolve_hardware(engine, hardware) if hardware is not None else this_machine()
-    report = solve_and_store(engine, target, workload, mode, temperature, config, machines)
+    report = solve_and_store(engine, target, workload, mode, temperature, config, machines, lenience)
     batch = solve_batch_schedule(engine, report.solve_id, config, sizes) if sizes else None
     export = export_plan(engine, report.best.id, fmt, stack_version, names) if fmt is not None else None
     emit_solve(report, as_json, export, batch)

@@ -63,10 +63,13 @@ def teacher_forced_logits(model: nn.Module, prompt: list[int], continuation: lis
 
 
 def acceptance_from_logits(q_logits: torch.Tensor, p_logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
-    """Per-position acceptance ``[m]`` of a drafter (q) by a verifier (p), both ``[m, V]``."""
+    """Per-position acceptance ``[m]`` of a drafter (q) by a verifier (p), both ``[m, V]``, under
+    the sampling config's lenience (1: the exact rule)."""
     if sampling.greedy:
         return (q_logits.argmax(-1) == p_logits.argmax(-1)).double().cpu()
     p, q = warp(p_logits, sampling), warp(q_logits, sampling)
+    # sum_x q(x) min(1, p(x) / (e q(x))) = sum_x min(q(x), p(x) / e): at e = 1, 1 - TV(p, q)
+    p = p / sampling.lenience if sampling.lossy else p
     return torch.minimum(p, q).sum(-1).double().clamp(0.0, 1.0).cpu()
 
 
@@ -84,7 +87,7 @@ def ngram_acceptance(
     for t in range(m):
         block = ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t))
         for i, x in enumerate(block):
-            out[t, i] = float(x == argmax[t + i]) if probs is None else float(probs[t + i, x])
+            out[t, i] = float(x == argmax[t + i]) if probs is None else min(1.0, float(probs[t + i, x]) / sampling.lenience)
     return out
 
 

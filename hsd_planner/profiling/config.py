@@ -31,6 +31,7 @@ class ProfileConfig(BaseModel):
     mode: Mode = "greedy"
     temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0, le=1)
+    lenience: float = Field(1.0, gt=0, le=1)  # below 1: acceptance under lossy verification (hsd_runtime.verify)
     seed: int = Field(0, ge=0, le=MAX_SEED)
     dtype: Dtype = "fp32"
     max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)

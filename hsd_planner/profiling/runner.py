@@ -140,7 +140,7 @@ def run_profile(
         detect_hardware(loader.device, loader.kernels).record,
         WorkloadRecord(prompts.name, prompts.content_hash, len(prompts.prompts)),
         [len(ids) for ids in encoded],  # the workload's own contexts, for solves that do not name one
-        SettingRecord(config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens),
+        SettingRecord(config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens, config.lenience),
         [(str(c.spec), c.facts, source_fingerprint(str(c.spec))) for c in candidates],
         replace=config.force,
     )
@@ -164,7 +164,9 @@ def run_profile(
         statistics.median(len(ids) for ids in encoded) + config.max_new_tokens // 2,
     )
     for i, j in enumerate(verifiers):
-        _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step, assist)
+        # a lenience relaxes the target's test only (the runtime's rule): the largest model's pairs
+        lenience = config.lenience if j == len(candidates) - 1 else 1.0
+        _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step, assist, lenience)
         sweep.to(first + -(-(config.repeats - first) * (i + 1) // len(verifiers)))
     sweep.finish()
     measure_batches(engine, config, out, candidates, contexts, step)
@@ -191,15 +193,18 @@ def _acceptance_for_verifier(
     verifier: Candidate,
     step: Callable[[int], None],
     assist: Assistant,
+    lenience: float = 1.0,
 ) -> None:
     """Teacher-force every cheaper drafter over the verifier's continuation of every (encoded) prompt.
+
+    ``lenience``: the e under which this verifier's acceptance is measured (1 below the target).
 
     The same logits give each model drafter's sibling curve (:mod:`.siblings`). A prompt row
     stored before sibling curves existed keeps none: filling it in needs these passes again, so
     it happens only when the pair is measured again (``force``), and until then the pair's pooled
     curve is None (chains only for that pair).
     """
-    sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p)
+    sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, lenience=lenience)
     width = min([verifier.loaded.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
     for k, ids in enumerate(encoded):
         keys = {d.row_id: PromptPairKey(d.row_id, verifier.row_id, out.workload_id, out.setting_id, k) for d in drafters}
@@ -223,7 +228,8 @@ def _acceptance_for_verifier(
             else:
                 q_logits = teacher_forced_logits(d.loaded.model, ids, continuation, width)
                 c = model_conditionals(acceptance_from_logits(q_logits, p_logits, sampling))
-                siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
+                if not sampling.lossy:  # a lenient target verifies chains only: no tree to price
+                    siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
             survival = start_survival(c)  # [m, G_MAX + 1]
             run_sum, run_count = run_length_sums(survival)
             visit_sum, visit_count = visited_run_sums(survival)

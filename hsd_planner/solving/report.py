@@ -33,6 +33,7 @@ class SolveReport:
     # autoregressive decoding, or a profile file without them)
     sample_prompts: int | None = None
     sample_positions: int | None = None
+    lenience: float = 1.0  # below 1: acceptance (and the plans) under lossy verification
 
     @property
     def thin_sample(self) -> bool:
@@ -52,6 +53,7 @@ class SolveReport:
             "hardware",
             "mode",
             "temperature",
+            "lenience",
             "acceptance",
             "context_len",
             "sample_prompts",

@@ -29,6 +29,7 @@ def solve_and_store(
     temperature: float = 1.0,
     config: SolveConfig = SOLVE_DEFAULTS,
     hardware: str | Sequence[str] | None = None,
+    lenience: float = 1.0,
 ) -> SolveReport:
     """Solve on the newest matching profile, store the solve and its plans, return a report.
 
@@ -36,7 +37,7 @@ def solve_and_store(
     are read at ``config.context_len`` or, without one, averaged over the workload's own contexts
     (each prompt plus half its continuation).
     """
-    profile, source = load_profile(engine, target, workload, mode, temperature, hardware)
+    profile, source = load_profile(engine, target, workload, mode, temperature, hardware, lenience)
     contexts: int | list[int] = config.context_len or source.contexts or DEFAULT_CONTEXT
     context_len = contexts if isinstance(contexts, int) else int(statistics.median(contexts))
     ranked = _ranked(solve(profile, config, contexts))
@@ -51,6 +52,7 @@ def solve_and_store(
         hardware=source.hardware,
         mode=mode,
         temperature=temperature if mode == "sample" else None,
+        lenience=lenience,
         acceptance=config.acceptance,
         context_len=context_len,
         plans=stored,

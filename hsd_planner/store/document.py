@@ -121,6 +121,7 @@ class SettingOut(_Row):
     top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
     dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
     max_new_tokens: Small
+    lenience: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0  # absent in exports made before it was recorded
 
 
 class LatencyOut(_Row):

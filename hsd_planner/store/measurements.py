@@ -76,7 +76,7 @@ def register_run(
         keys = RunKeys(
             hardware_row(s, hardware).id,
             workload_row(s, workload).id,
-            setting_row(s, setting.mode, setting.temperature, setting.top_p, setting.dtype, setting.max_new_tokens).id,
+            setting_row(s, setting.mode, setting.temperature, setting.top_p, setting.dtype, setting.max_new_tokens, setting.lenience).id,
         )
         ids = [model_row(s, spec, facts, source, replace=replace).id for spec, facts, source in models]
         row = s.get_one(Workload, keys.workload_id)
@@ -230,7 +230,7 @@ def hardware_record(row: Hardware) -> HardwareRecord:
 
 def setting_record(row: Setting) -> SettingRecord:
     """A setting row as a record."""
-    return SettingRecord(cast(Mode, row.mode), row.temperature, row.top_p, row.dtype, row.max_new_tokens)
+    return SettingRecord(cast(Mode, row.mode), row.temperature, row.top_p, row.dtype, row.max_new_tokens, row.lenience)
 
 
 def _point(row: Latency) -> LatencyPoint:

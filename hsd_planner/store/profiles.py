@@ -54,9 +54,11 @@ def load_profile(
     mode: Mode = "greedy",
     temperature: float = 1.0,
     hardware: str | Sequence[str] | None = None,
+    lenience: float = 1.0,
 ) -> tuple[Profile, ProfileSource]:
-    """The newest matching profile: acceptance of ``workload`` under ``mode``/``temperature``,
-    latency on ``hardware`` (a fingerprint, or several to choose the newest of; None: any).
+    """The newest matching profile: acceptance of ``workload`` under ``mode``/``temperature``
+    and ``lenience``, latency on ``hardware`` (a fingerprint, or several to choose the newest of;
+    None: any).
 
     The target defaults to the largest model measured as a verifier.
     """
@@ -64,8 +66,10 @@ def load_profile(
         settings = s.scalars(select(Setting).filter_by(mode=mode)).all()
         if mode == "sample":
             settings = [x for x in settings if abs(x.temperature - temperature) < 1e-9]
+        settings = [x for x in settings if abs(x.lenience - lenience) < 1e-9]
         if not settings:
             detail = f" at temperature {temperature}" if mode == "sample" else ""
+            detail += f" with lenience {lenience}" if lenience != 1.0 else ""
             raise StoreError(f"no acceptance profile for {mode} decoding{detail}; run hsd-plan profile first")
         q = select(Acceptance).where(Acceptance.setting_id.in_([x.id for x in settings]))
         if workload is not None:

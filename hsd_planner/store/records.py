@@ -66,6 +66,7 @@ class SettingRecord:
     top_p: float
     dtype: str
     max_new_tokens: int
+    lenience: float = 1.0  # below 1: lossy verification (hsd_runtime.verify); 1 is the exact rule
 
 
 @dataclass(frozen=True)

@@ -102,13 +102,15 @@ class Setting(Base):
     """How acceptance was measured: decoding mode and warping, dtype, continuation length."""
 
     __tablename__ = "settings"
-    __table_args__ = (UniqueConstraint("mode", "temperature", "top_p", "dtype", "max_new_tokens"),)
+    __table_args__ = (UniqueConstraint("mode", "temperature", "top_p", "dtype", "max_new_tokens", "lenience", name="uq_settings_key"),)
     id: Mapped[int] = mapped_column(primary_key=True)
     mode: Mapped[str] = mapped_column(String(8))
     temperature: Mapped[float] = mapped_column(Float)
     top_p: Mapped[float] = mapped_column(Float)  # 1.0 = off
     dtype: Mapped[str] = mapped_column(String(8))
     max_new_tokens: Mapped[int] = mapped_column(Integer)
+    # e of lossy verification (accept x with probability min(1, p(x) / (e q(x)))); 1.0 = the exact rule
+    lenience: Mapped[float] = mapped_column(Float, server_default="1.0")
 
 
 class Latency(Base):

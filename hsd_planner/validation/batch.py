@@ -174,7 +174,7 @@ def run_batch_validation(
     setting, target = solve.setting, solve.target
     loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the kernels its latencies were measured with
     profile, _ = load_solve_profile(engine, solve.id)
-    sampling = SamplingConfig(mode=setting.mode, temperature=setting.temperature, top_p=setting.top_p)
+    sampling = SamplingConfig(mode=setting.mode, temperature=setting.temperature, top_p=setting.top_p, lenience=setting.lenience)
     acceptance = solve.acceptance_model
 
     plans: dict[int, list[tuple[str, tuple[str, ...], tuple[int, ...]]]] = {}

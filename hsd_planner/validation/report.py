@@ -108,6 +108,7 @@ class ValidationReport:
     plans: list[PlanResult]
     pick: int  # plan id of the solver's pick among those run
     calibration: CalibrationRecord | None = None  # the reference passes: per model, profiled ms and the samples now
+    lenience: float = 1.0  # below 1 the plans ran with lossy verification
 
     @property
     def median_abs_error(self) -> float:

@@ -117,7 +117,9 @@ def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) 
     for spec in {name for plan in plans for name in plan.chain}:
         check_source(spec, stored.get(spec))
     setting = solve.setting
-    profile, _ = load_profile(engine, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint)
+    profile, _ = load_profile(
+        engine, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience
+    )
     return profile
 
 
@@ -152,7 +154,8 @@ def _measure(
     """Reference rounds first, a warm-up of every plan, then every plan on every prompt ``repeats``
     times, interleaved so that drift of the machine hits every plan alike, a reference round after
     each run."""
-    sampling = SamplingConfig(mode=solve.setting.mode, temperature=solve.setting.temperature, top_p=solve.setting.top_p)
+    s = solve.setting
+    sampling = SamplingConfig(mode=s.mode, temperature=s.temperature, top_p=s.top_p, lenience=s.lenience)
     calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed
         h.generate(encoded[0], 4, sampling)
@@ -246,6 +249,7 @@ def _report(solve: SolveRecord, prompts: str, contexts: list[int], results: list
         context_len=int(statistics.median(contexts)),
         context_lens=contexts,
         mode=solve.setting.mode,
+        lenience=solve.setting.lenience,
         acceptance=solve.acceptance_model,
         plans=results,
         pick=pick.plan_id,
