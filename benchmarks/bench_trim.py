@@ -49,11 +49,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--drafters", default="qwen2.5-coder-0.5b,qwen2.5-coder-0.5b:layers=6")
-    ap.add_argument("--prompts", default="humaneval", help="A prompt file or humaneval (what --prompts takes; 'builtin': the built-in set).")
+    ap.add_argument(
+        "--prompts", default="humaneval", help="A prompt file or humaneval (what --prompts takes; 'builtin': the built-in set)."
+    )
     ap.add_argument("--held-out", type=int, default=16, help="Held-out prompts for acceptance.")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/trim"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,7 @@ def main() -> None:
     for drafter in drafters:
         counted = {}
         for n in SIZES:  # the counted rankings, written by the CLI as a user would
-            path = args.out / f"{drafter.split(':')[0]}-{n}.json"
+            path = args.out / f"{Path(drafter.split(':')[0]).name}-{n}.json"
             source = [] if args.prompts == "builtin" else ["--prompts", args.prompts]
             cmd = ["hsd-plan", "vocab", "--model", drafter.split(":")[0], *source, "--size", str(n), "--out", str(path), "--force"]
             subprocess.run(cmd, check=True, stdout=sys.stderr)
@@ -94,7 +96,7 @@ def main() -> None:
     samples: dict[str, list[float]] = {label: [] for label in models}
     for label in sweep_order(list(models), args.rounds):
         samples[label].append(timers[label](1))
-    for label, m in models.items():
+    for label in models:
         drafter = next(d for d in drafters if label.startswith(d + " "))
         full_ms = statistics.median(samples[f"{drafter} full"])
         ms = statistics.median(samples[label])

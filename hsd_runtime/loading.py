@@ -39,8 +39,8 @@ __all__ = [
     "ModelLoader",
     "check_same_tokenizer",
     "head_rows",
-    "truncated_config",
     "trimmed_model",
+    "truncated_config",
     "truncated_view",
 ]
 
@@ -308,7 +308,9 @@ class ModelLoader:
         out would keep a probability.
         """
         if getattr(model.config, "final_logit_softcapping", None):
-            raise ModelSpecError(f"{spec}: vocab= cannot trim a model that soft-caps its logits (the tokens left out would keep a probability)")
+            raise ModelSpecError(
+                f"{spec}: vocab= cannot trim a model that soft-caps its logits (the tokens left out would keep a probability)"
+            )
         vocab = spec.vocab
         if isinstance(vocab, int):
             n, ranking = vocab, range(full.logits_width)

@@ -33,7 +33,9 @@ class SamplingConfig(BaseModel):
     @model_validator(mode="after")
     def _lenience_samples(self) -> SamplingConfig:
         if self.lenience != 1.0 and self.greedy:
-            raise ValueError(f"lenience {self.lenience} relaxes speculative sampling; greedy decoding has no probabilities to relax (use mode sample)")
+            raise ValueError(
+                f"lenience {self.lenience} relaxes speculative sampling; greedy decoding has no probabilities to relax (use mode sample)"
+            )
         return self
 
     @property

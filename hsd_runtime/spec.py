@@ -117,7 +117,9 @@ def parse_spec(text: str) -> ModelSpec:
         if key == "dtype" and value not in DTYPES:
             raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")
         if key == "vocab" and value.isascii() and value.isdigit() and not 1 <= int(value) <= _MAX_INT_OPTION:
-            raise ModelSpecError(f"option vocab={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,} or a ranking file")
+            raise ModelSpecError(
+                f"option vocab={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,} or a ranking file"
+            )
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
         options.append((key, value))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -94,7 +95,9 @@ def kept_tokens(ranking: Sequence[int], n: int, eos_token_ids: Sequence[int], wi
     or the ranking names a token the head does not have or holds fewer than ``n`` tokens.
     """
     if not 1 <= n < width:
-        raise ModelSpecError(f"vocab={n} keeps {'every' if n >= width else 'no'} token of a {width:,}-token output layer; use 1..{width - 1:,}")
+        raise ModelSpecError(
+            f"vocab={n} keeps {'every' if n >= width else 'no'} token of a {width:,}-token output layer; use 1..{width - 1:,}"
+        )
     if max(ranking) >= width:
         raise ModelSpecError(f"the vocab ranking names token {max(ranking):,}; the model's output layer has {width:,} rows")
     keep = list(dict.fromkeys([t for t in eos_token_ids if t < width] + list(ranking)))[:n]

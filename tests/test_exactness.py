@@ -24,7 +24,6 @@ from hsd_runtime.cache import CachedModel
 from tests import law
 from tests.law import ALPHA, RUNS, law_check, law_model
 
-
 KEPT = torch.tensor([0, 2, 3, 5])  # the tokens a trimmed head scores (of V = 6)
 
 

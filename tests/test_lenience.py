@@ -69,7 +69,9 @@ def test_lenience_is_profiled_solved_validated_and_marked(tiny_dirs, tmp_path):
     models = f"{tiny_dirs['draft']},{tiny_dirs['target']}"
     alpha = {}
     for e in ("1", "0.5"):
-        result = run("profile", "--models", models, "--db", db, "--mode", "sample", "--lenience", e, "--max-prompts", "3", *QUICK_PROFILE, "--json")
+        result = run(
+            "profile", "--models", models, "--db", db, "--mode", "sample", "--lenience", e, "--max-prompts", "3", *QUICK_PROFILE, "--json"
+        )
         assert result.exit_code == 0, result.output
         report = json.loads(result.output)
         alpha[e] = next(a["alpha"] for a in report["acceptance"])
@@ -83,7 +85,9 @@ def test_lenience_is_profiled_solved_validated_and_marked(tiny_dirs, tmp_path):
     assert validated.exit_code == 0, validated.output
     assert json.loads(validated.output)["lenience"] == 1.0  # the newest solve: exact
     one_line_error(run("solve", "--db", db, "--mode", "sample", "--lenience", "0.7"), "with lenience 0.7")
-    one_line_error(run("profile", "--models", models, "--db", db, "--lenience", "0.5", *QUICK_PROFILE), "greedy decoding has no probabilities")
+    one_line_error(
+        run("profile", "--models", models, "--db", db, "--lenience", "0.5", *QUICK_PROFILE), "greedy decoding has no probabilities"
+    )
     generated = run(
         "generate", "--chain", models, "--widths", "2", "--prompt", "w1 w2", "--raw", "--mode", "sample",
         "--lenience", "0.7", "--device", "cpu", "--max-new-tokens", "6", "--json",

@@ -9,7 +9,7 @@ import torch
 
 from hsd_runtime import ModelLoader, ModelSpecError, TokenizerMismatchError, TrimmedHead, parse_spec
 from hsd_runtime.trim import kept_tokens
-from tests.helpers import one_line_error, run
+from tests.helpers import QUICK_PROFILE, one_line_error, run
 
 IDS = torch.tensor([[0, 5, 9, 17, 33, 12]])
 
@@ -115,3 +115,16 @@ def test_bad_trims_are_refused(tiny_dirs, tmp_path):
     assert str(parse_spec("m:layers=2:vocab=8192")) == "m:layers=2:vocab=8192"
     assert parse_spec("m:vocab=8192").vocab == 8192 and parse_spec("m:vocab=r.json").vocab == "r.json"
     assert kept_tokens([5, 6, 7], 2, (6,), 10).tolist() == [6, 5]
+
+
+def test_a_trimmed_drafter_is_one_more_candidate(tiny_dirs, tmp_path):
+    """Profile measures it (its own cost and acceptance), solve ranks it, validate runs it."""
+    target = tiny_dirs["target"]
+    trimmed = f"{target}:layers=1:vocab=20"
+    db = tmp_path / "t.db"
+    result = run("profile", "--models", f"{trimmed},{target}:layers=1,{target}", "--db", db, "--max-prompts", "3", *QUICK_PROFILE, "--json")
+    assert result.exit_code == 0, result.output
+    pairs = {(a["drafter"], a["verifier"]) for a in json.loads(result.output)["acceptance"]}
+    assert (trimmed, str(target)) in pairs
+    solved = json.loads(run("solve", "--db", db, "--top", "30", "--json").output)
+    assert any(trimmed in plan["chain"] for plan in solved["plans"])

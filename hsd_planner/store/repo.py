@@ -81,7 +81,9 @@ def workload_row(session: Session, workload: WorkloadRecord) -> Workload:
     return get_or_create(session, Workload, {"content_hash": workload.content_hash}, name=workload.name, count=workload.count)
 
 
-def setting_row(session: Session, mode: str, temperature: float, top_p: float, dtype: str, max_new_tokens: int, lenience: float = 1.0) -> Setting:
+def setting_row(
+    session: Session, mode: str, temperature: float, top_p: float, dtype: str, max_new_tokens: int, lenience: float = 1.0
+) -> Setting:
     if mode == "greedy":  # warping does not change an argmax: one greedy setting per dtype and length
         temperature, top_p = 1.0, 1.0
     return get_or_create(
