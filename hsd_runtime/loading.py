@@ -119,10 +119,12 @@ def trimmed_model(model: Any, keep: torch.Tensor) -> Any:
     """
     head = model.get_output_embeddings()
     trimmed = TrimmedHead(head, keep, int(head.out_features))
+    dense = trimmed.rows
+    assert isinstance(dense, nn.Linear)
     if isinstance(head, PackedLinear):  # the kept rows run the kernels the full head ran
-        trimmed.rows = PackedLinear(trimmed.rows)
+        trimmed.rows = PackedLinear(dense)
     elif isinstance(head, Int8Linear):
-        trimmed.rows = Int8Linear(trimmed.rows)
+        trimmed.rows = Int8Linear(dense)
     outer = _shallow(model)
     outer.set_output_embeddings(trimmed)
     return outer
@@ -312,10 +314,11 @@ class ModelLoader:
                 f"{spec}: vocab= cannot trim a model that soft-caps its logits (the tokens left out would keep a probability)"
             )
         vocab = spec.vocab
+        ranking: Sequence[int]
         if isinstance(vocab, int):
             n, ranking = vocab, range(full.logits_width)
         else:
-            ranking, fingerprint = read_ranking(Path(vocab).expanduser())
+            ranking, fingerprint = read_ranking(Path(str(vocab)).expanduser())
             if fingerprint is not None and fingerprint != full.fingerprint:
                 raise TokenizerMismatchError(f"{spec}: the vocab ranking {vocab} was counted with another tokenizer than {spec.name}'s")
             n = len(ranking)

@@ -47,16 +47,19 @@ class TrimmedHead(nn.Module):
     def __init__(self, head: nn.Module, keep: torch.Tensor, width: int) -> None:
         super().__init__()
         weight = head.weight
+        assert isinstance(weight, torch.Tensor)  # a property on packed and int8 heads, a Parameter on nn.Linear
         weight = weight.dequantize() if weight.is_quantized else weight.detach()  # [V, d]
         bias = getattr(head, "bias", None)
         keep = keep.to(weight.device)
         self.in_features = weight.shape[1]
         self.out_features = width  # what head_rows reads: the logits keep their full width
-        self.rows = nn.Linear(self.in_features, len(keep), bias=bias is not None, device=weight.device, dtype=weight.dtype)
+        rows = nn.Linear(self.in_features, len(keep), bias=bias is not None, device=weight.device, dtype=weight.dtype)
         with torch.no_grad():
-            self.rows.weight.copy_(weight[keep])  # [N, d]
+            rows.weight.copy_(weight[keep])  # [N, d]
             if bias is not None:
-                self.rows.bias.copy_(bias.detach()[keep])
+                rows.bias.copy_(bias.detach()[keep])
+        self.rows: nn.Module = rows  # the kept rows; packed or int8 where the full head was (loading.trimmed_model)
+        self.keep: torch.Tensor
         self.register_buffer("keep", keep, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 import torch
+from alembic.command import downgrade
 from pydantic import ValidationError
+
+from hsd_planner.store import open_engine, resolve_url
+from hsd_planner.store.db import alembic_config
 
 from hsd_runtime import ChainError, Hierarchy, SamplingConfig, TreeShape, verify_sample
 from tests.helpers import QUICK_PROFILE, one_line_error, run
@@ -94,3 +99,23 @@ def test_lenience_is_profiled_solved_validated_and_marked(tiny_dirs, tmp_path):
     )  # fmt: skip
     assert generated.exit_code == 0, generated.output
     assert json.loads(generated.output)["lenience"] == 0.7
+
+
+def test_a_database_from_before_lenience_upgrades_with_every_row(tiny_dirs, tmp_path):
+    """The settings table is rebuilt on SQLite; the rows that reference it must all survive
+    (with foreign keys on, dropping the old copy would cascade into them)."""
+    db = tmp_path / "old.db"
+    models = f"{tiny_dirs['draft']},{tiny_dirs['target']}"
+    assert run("profile", "--models", models, "--db", db, "--max-prompts", "2", *QUICK_PROFILE).exit_code == 0
+    tables = ("acceptance", "acceptance_prompts", "continuations", "settings")
+
+    def counts() -> dict[str, int]:
+        with sqlite3.connect(db) as con:
+            return {t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+
+    before = counts()
+    downgrade(alembic_config(resolve_url(str(db))), "0014_batch_sizes")
+    open_engine(str(db)).dispose()  # upgrades to head, foreign keys on as every hsd-plan connection has them
+    assert counts() == before and all(before.values())
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT lenience FROM settings").fetchall() == [(1.0,)]

@@ -270,12 +270,29 @@ def upgrade_to_head(engine: Engine, url: str | URL | None = None) -> None:
 
     On a server, processes that open a new database at once take turns (an advisory lock held to
     the end of the transaction): the first migrates, the others then find it at head.
+
+    On SQLite, foreign keys are off while it migrates (SQLite's own procedure for altering a
+    table): batch mode recreates a table, and dropping the old copy of a table that others
+    reference would otherwise cascade and delete their rows (a settings table rebuilt would take
+    every acceptance row with it). ``PRAGMA foreign_key_check`` then proves the references whole
+    before the transaction commits.
     """
     cfg = alembic_config(url or engine.url)
     head = ScriptDirectory.from_config(cfg).get_current_head()
-    with engine.begin() as conn:
-        advisory_lock(conn, "hsd-plan schema")
-        current = _schema_revisions(conn, url or engine.url)
-        if tuple(current) != (head,):
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        if sqlite:  # before BEGIN: inside a transaction the pragma is ignored
+            raw.execute("PRAGMA foreign_keys = OFF")
+        try:
+            with conn.begin():
+                advisory_lock(conn, "hsd-plan schema")
+                current = _schema_revisions(conn, url or engine.url)
+                if tuple(current) != (head,):
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, "head")
+                    if sqlite and conn.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
+                        raise StoreError("a migration left rows that reference nothing; the database was left as it was")
+        finally:
+            if sqlite:
+                raw.execute("PRAGMA foreign_keys = ON")
