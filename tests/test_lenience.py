@@ -12,7 +12,6 @@ from pydantic import ValidationError
 
 from hsd_planner.store import open_engine, resolve_url
 from hsd_planner.store.db import alembic_config
-
 from hsd_runtime import ChainError, Hierarchy, SamplingConfig, TreeShape, verify_sample
 from tests.helpers import QUICK_PROFILE, one_line_error, run
 from tests.law import ALPHA, PROMPT, exact_joint, g_test, law_model, lenient_joint, sample_counts
