@@ -215,7 +215,7 @@ def test_rows_created_at_once_are_created_once(db_url):
             get_or_create(s, Hardware, {"fingerprint": "f" * 16}, device="cpu", device_name="CPU", threads=2, torch_version="2")
             for spec in specs[i % 3 :] + specs[: i % 3] if i % 2 else reversed(specs):
                 get_or_create(s, ModelRow, {"spec": spec}, parameters=0)
-            get_or_create(s, Setting, dict(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=8))
+            get_or_create(s, Setting, dict(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=8, lenience=1.0))
 
     assert _threads(6, create) == []
     # two writers creating two rows in opposite orders, each holding its first while the other
@@ -244,7 +244,7 @@ def test_a_pairs_pooled_acceptance_counts_every_prompt_written_at_once(db_url):
     with Session(engine) as s, s.begin():
         ids = [get_or_create(s, ModelRow, {"spec": spec}, parameters=p).id for spec, p in (("ngram", 0), ("big", 10))]
         wl = get_or_create(s, Workload, {"content_hash": "c" * 64}, name="w", count=24).id
-        st = get_or_create(s, Setting, dict(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=8)).id
+        st = get_or_create(s, Setting, dict(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=8, lenience=1.0)).id
     pair = dict(drafter_id=ids[0], verifier_id=ids[1], workload_id=wl, setting_id=st)
 
     def write(i: int) -> None:  # 6 writers, 4 prompts each, every prompt its own transaction
