@@ -12,7 +12,7 @@ from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
 from hsd_planner.training.divergences import DIVERGENCES, divergence
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
-from tests.helpers import run
+from tests.helpers import one_line_error, run
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
 
 FAST = ["--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu"]
@@ -289,3 +289,23 @@ def test_out_of_memory_names_the_knobs(tiny_dirs, prompts, tmp_path, monkeypatch
     assert result.exit_code == 1
     assert "out of memory at batch size 2 and 6 new tokens; lower --batch-size or --max-new-tokens" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_student_from_another_model_of_the_tokenizer(tiny_dirs, prompts, tmp_path):
+    """--init SPEC trains a copy of another model (the loader's own copy stays as it was)."""
+    out = tmp_path / "other-init"
+    result = run(
+        "distill", "--target", tiny_dirs["target"], "--init", tiny_dirs["draft"], "--out", out, "--prompts", prompts, *FAST, "--json"
+    )
+    assert result.exit_code == 0, result.output
+    card = (out / "README.md").read_text()
+    assert f"`{tiny_dirs['draft']}`, all but its frozen embeddings and head trained" in card
+    trained = ModelLoader("cpu", "fp32").load(str(out))
+    draft = ModelLoader("cpu", "fp32").load(str(tiny_dirs["draft"]))
+    assert trained.num_layers == draft.num_layers
+    assert any(not torch.equal(a, b) for a, b in zip(trained.model.parameters(), draft.model.parameters()))
+    one_line_error(
+        run("distill", "--target", tiny_dirs["target"], "--init", tiny_dirs["other"], "--out", tmp_path / "x", "--prompts", prompts, *FAST),
+        "different tokenizers",
+    )
+    assert not (tmp_path / "x").exists()

@@ -24,7 +24,12 @@ def _default(name: str) -> object:
 
 @click.command()
 @click.option("--target", default=_default("target"), show_default=True, help="The target model spec to distill.")
-@click.option("--init", "init", required=True, help="layers=K: the student starts from the target's first K decoder layers.")
+@click.option(
+    "--init",
+    "init",
+    required=True,
+    help="layers=K: the student starts from the target's first K decoder layers; or a model spec of the target's tokenizer, trained whole.",
+)
 @click.option(
     "--out", required=True, type=click.Path(file_okay=False), help="Directory for the student (must be new or empty, unless --resume)."
 )
@@ -138,7 +143,8 @@ def distill(
     """Train a student drafter toward a target by knowledge distillation (DistillSpec).
 
     The student is a copy of the target's first K decoder layers, final norm and embeddings
-    (embeddings and head frozen, the rest trained in fp32). Each step takes --batch-size
+    (--init layers=K), or of another model of the target's tokenizer (--init SPEC, e.g. the 0.5B
+    toward the 1.5B); embeddings and head stay frozen, the rest trains in fp32. Each step takes --batch-size
     sequences - continuations of prompts of the profiling split (the validation split is never
     trained on) sampled from the student (on-policy), from the target (target data:
     --samples-per-prompt per prompt, sampled once with the target's top-k distribution at every
@@ -154,12 +160,16 @@ def distill(
 
         hsd-plan distill --target smollm2-135m --init layers=4 --out students/l4-fkl
 
+        hsd-plan distill --target qwen2.5-coder-1.5b --init qwen2.5-coder-0.5b --prompts humaneval --out students/0.5b
+
         hsd-plan generate --chain students/l4-fkl,smollm2-135m --widths 4 --prompt "Explain tides." --check
     """
     dtype = resolve_dtype_choice(dtype, device)
+    layers, init_model = parse_init(init)
     config = DistillConfig(
         target=target,
-        layers=parse_init(init),
+        layers=layers,
+        init_model=init_model,
         divergence=divergence,
         data=data,
         prompts=prompts_file,

@@ -85,7 +85,12 @@ def model_card(report: DistillReport) -> str:
     c = report.config
     rows = [
         ("target", f"`{c.target}`"),
-        ("student", f"the target's first {c.layers} decoder layers, final norm and frozen embeddings and head"),
+        (
+            "student",
+            f"the target's first {c.layers} decoder layers, final norm and frozen embeddings and head"
+            if c.init_model is None
+            else f"`{c.init_model}`, all but its frozen embeddings and head trained",
+        ),
         ("divergence", c.divergence),
         ("data", f"{c.data} ({report.train_prompts}, validation split excluded)"),
         ("target data", _corpus(report)),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hsd_runtime.choices import Dtype
 from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
@@ -19,7 +19,9 @@ class DistillConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     target: str = "smollm2-135m"
-    layers: int  # K: the student keeps the target's first K decoder layers (checked against the target)
+    # where the student starts: the target's first K decoder layers, or another model of its tokenizer (a spec)
+    layers: int | None = None
+    init_model: str | None = None
     divergence: Divergence = "fkl"
     data: DistillData = "target"
     prompts: str | None = None  # prompt file; None: the built-in set
@@ -37,3 +39,9 @@ class DistillConfig(BaseModel):
     seed: int = Field(0, ge=0, le=MAX_SEED)
     checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
     dtype: Dtype = "fp32"  # the frozen target's; the student trains in fp32
+
+    @model_validator(mode="after")
+    def _one_init(self) -> DistillConfig:
+        if (self.layers is None) == (self.init_model is None):
+            raise ValueError("a student starts from the target's first K layers (layers) or from another model (init_model): give one")
+        return self

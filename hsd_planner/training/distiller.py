@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hsd_runtime import ModelLoader, SamplingConfig, parse_spec
+from hsd_runtime import ModelLoader, SamplingConfig, check_same_tokenizer, parse_spec
 
 from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt, load_prompts, split
@@ -39,7 +39,7 @@ from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
 from .data import Corpus, CorpusKey, TeacherRows, build_corpus, continuation_logits, model_digest, sample_batched, teacher_signal
 from .divergences import bucket_log_probs, sparse_divergence
-from .student import HeldOut, build_student
+from .student import HeldOut, build_student, own_student
 
 __all__ = ["Distiller", "running_average"]
 
@@ -112,7 +112,13 @@ class Distiller:
                 if target_dtype == "fp32"
                 else ModelLoader(str(loader.device), "fp32", prepack=False).load(_without_dtype(config.target))
             )
-            self.student = build_student(source.model, config.layers)
+            if config.init_model is not None:  # another model of the target's tokenizer, trained whole
+                init = ModelLoader(str(loader.device), "fp32", prepack=False).load(config.init_model)
+                check_same_tokenizer([self.target, init])
+                self.student = own_student(init.model)
+            else:
+                assert config.layers is not None  # one of the two (DistillConfig checks)
+                self.student = build_student(source.model, config.layers)
         tokenizer = self.target.tokenizer
         self.train_ids = [encode_prompt(tokenizer, p) for p in self.train_set.prompts]
         self.eval_ids = [encode_prompt(tokenizer, p) for p in self.eval_set.prompts]

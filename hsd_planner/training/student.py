@@ -1,7 +1,9 @@
-"""The student drafter of a distillation: built from the target's first K layers, and measured.
+"""The student drafter of a distillation: built from the target's first K layers or from another
+model of the target's tokenizer, and measured.
 
-The student is a real copy (not a view) of the target's first K decoder layers, final norm and
-embeddings, in fp32: the embeddings and the output head stay frozen, the rest trains.
+The student is a real copy (not a view) in fp32: of the target's first K decoder layers, final
+norm and embeddings, or of the whole other model. Its embeddings and output head stay frozen, the
+rest trains.
 """
 
 from __future__ import annotations
@@ -18,15 +20,34 @@ from hsd_runtime.loading import truncated_config
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 
-__all__ = ["HeldOut", "build_student", "parse_init", "sample", "student_acceptance"]
+__all__ = ["HeldOut", "build_student", "own_student", "parse_init", "sample", "student_acceptance"]
 
 
-def parse_init(text: str) -> int:
-    """``"layers=K"`` -> K, the number of the target's decoder layers the student starts from."""
-    key, _, value = text.partition("=")
-    if key.strip() != "layers" or not (value.strip().isascii() and value.strip().isdigit()):
-        raise DistillError(f"--init {text!r} is not of the form layers=K (the student starts from the target's first K decoder layers)")
-    return int(value)
+def parse_init(text: str) -> tuple[int | None, str | None]:
+    """``"layers=K"`` -> (K, None): the target's first K decoder layers; anything else is a model
+    spec -> (None, spec): another model of the target's tokenizer, trained whole."""
+    key, sep, value = text.partition("=")
+    if key.strip() == "layers" and sep:
+        if not (value.strip().isascii() and value.strip().isdigit()):
+            raise DistillError(f"--init {text!r} is not of the form layers=K (the student starts from the target's first K decoder layers)")
+        return int(value), None
+    if not text.strip():
+        raise DistillError("--init is empty; give layers=K or a model spec of the target's tokenizer")
+    return None, text.strip()
+
+
+def own_student(model: nn.Module) -> nn.Module:
+    """A trainable fp32 copy of a whole model (another model of the target's tokenizer).
+
+    A deep copy: the loader shares the models it loaded, and training changes weights in place.
+    Input embeddings and output head frozen, as for a student built from the target's layers.
+    """
+    student = copy.deepcopy(model).to(dtype=torch.float32)
+    for param in student.parameters():
+        param.requires_grad_(True)
+    for frozen in (student.get_input_embeddings(), student.get_output_embeddings()):
+        frozen.weight.requires_grad_(False)
+    return student.eval()
 
 
 def build_student(target: nn.Module, k: int) -> nn.Module:
