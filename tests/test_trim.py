@@ -128,3 +128,12 @@ def test_a_trimmed_drafter_is_one_more_candidate(tiny_dirs, tmp_path):
     assert (trimmed, str(target)) in pairs
     solved = json.loads(run("solve", "--db", db, "--top", "30", "--json").output)
     assert any(trimmed in plan["chain"] for plan in solved["plans"])
+
+
+def test_no_serving_stack_is_asked_to_run_a_trimmed_drafter():
+    from hsd_planner.export.restrict import unloadable
+    from hsd_planner.export.stacks import STACKS
+
+    for stacks in STACKS.values():
+        for stack in stacks:
+            assert unloadable("qwen2.5-coder-0.5b:vocab=16384", False, stack) == "it cannot trim the head of qwen2.5-coder-0.5b:vocab=16384"
