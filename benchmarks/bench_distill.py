@@ -95,6 +95,7 @@ def main() -> None:
     held = held_out(loader, spec_bench, args.eval_per_category, args.eval_tokens)
     print(f"held-out: {len(held.prompts)} prompts x (greedy, T = 1) continuations of {args.eval_tokens} tokens", flush=True)
     rows = []
+    shared: dict[int, Distiller] = {}  # per K, the first student's run: its held-out set and initial acceptance are every K's
     for k in [int(x) for x in args.layers.split(",")]:
         exit_ = loader.load(f"{TARGET}:layers={k}").model
         rows.append(
@@ -130,6 +131,9 @@ def main() -> None:
                 checkpoint_every=10**6,
             )
             d = Distiller(config, out, loader)
+            if k in shared:  # the card's held-out continuations and the student as built do not depend on the divergence
+                d.held_out, d.initial = shared[k].held_out, shared[k].initial
+            shared.setdefault(k, d)
             t0 = time.perf_counter()
             d.prepare()  # the corpus (or its cache) and the student as built: counted in the budget
             corpus_s = time.perf_counter() - t0

@@ -240,8 +240,8 @@ def gpt2_dir(tmp_path_factory):
 @pytest.mark.parametrize(
     "init, fragment",
     [
-        ("4", "is not of the form layers=K"),
-        ("depth=2", "is not of the form layers=K"),
+        ("4", "is neither layers=K nor a model"),
+        ("depth=2", "is neither layers=K nor a model"),
         ("layers=0", "out of range: the target has 4 decoder layers, use 1..3"),
         ("layers=4", "out of range: the target has 4 decoder layers, use 1..3"),
     ],

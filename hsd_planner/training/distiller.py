@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hsd_runtime import ModelLoader, SamplingConfig, check_same_tokenizer, parse_spec
+from hsd_runtime import ModelLoader, ModelNotFoundError, ModelSpecError, SamplingConfig, check_same_tokenizer, parse_spec
 
 from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt, load_prompts, split
@@ -113,7 +113,10 @@ class Distiller:
                 else ModelLoader(str(loader.device), "fp32", prepack=False).load(_without_dtype(config.target))
             )
             if config.init_model is not None:  # another model of the target's tokenizer, trained whole
-                init = ModelLoader(str(loader.device), "fp32", prepack=False).load(config.init_model)
+                try:
+                    init = ModelLoader(str(loader.device), "fp32", prepack=False).load(config.init_model)
+                except (ModelNotFoundError, ModelSpecError) as exc:
+                    raise DistillError(f"--init {config.init_model!r} is neither layers=K nor a model to start from: {exc}") from None
                 check_same_tokenizer([self.target, init])
                 self.student = own_student(init.model)
             else:
