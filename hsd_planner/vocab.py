@@ -49,8 +49,7 @@ def count_ranking(model: LoadedModel, texts: Iterable[str], size: int) -> tuple[
         counts.update(model.tokenizer.encode(text, add_special_tokens=False))
     width = model.logits_width
     seen = sorted((t for t in counts if t < width), key=lambda t: (-counts[t], t))
-    unseen = (t for t in range(width) if t not in counts)
-    tokens = (seen + [t for _, t in zip(range(max(0, size - len(seen))), unseen, strict=False)])[:size]
+    tokens = (seen + [t for t in range(width) if t not in counts])[:size]
     total = sum(counts.values())
     covered = sum(counts[t] for t in tokens)
     return tokens, total, len(counts), covered / total if total else 0.0

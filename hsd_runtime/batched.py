@@ -115,14 +115,21 @@ class BatchedVerifier:
         cached: this level's model and ragged cache.
         lower: the level below, or None for a target decoding on its own (K = 0).
         width: how many tokens to ask of ``lower`` per round (T of the level below).
+        lenient: verify with the sampling config's lenience (the target only, as :class:`~hsd_runtime.drafters.VerifierLevel`).
     """
 
-    def __init__(self, cached: BatchedCache, lower: BatchedModelDrafter | BatchedNgram | BatchedVerifier | None, width: int) -> None:
+    def __init__(
+        self,
+        cached: BatchedCache,
+        lower: BatchedModelDrafter | BatchedNgram | BatchedVerifier | None,
+        width: int,
+        lenient: bool = False,
+    ) -> None:
         self.cached = cached
         self.stats = cached.stats
         self.lower = lower
         self.width = width
-        self.lenient = False  # the target's level verifies with the sampling config's lenience (see VerifierLevel)
+        self.lenient = lenient
 
     def prefill(self, prompts: Sequence[list[int]]) -> None:
         self.cached.prefill(prompts)
@@ -283,10 +290,9 @@ class BatchedHierarchy:
             if k == 0 and k < last:
                 levels.append(BatchedModelDrafter(cached))
             else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
-                levels.append(BatchedVerifier(cached, levels[-1] if k else None, chain_widths[k - 1] if k else 0))
+                levels.append(BatchedVerifier(cached, levels[-1] if k else None, chain_widths[k - 1] if k else 0, lenient=k == last))
         top = levels[-1]
         assert isinstance(top, BatchedVerifier)  # the last member is a model (checked above)
-        top.lenient = True
         self.levels = levels
         self.top = top
 

@@ -90,10 +90,10 @@ class Hierarchy:
             if k == 0 and k < last:
                 self.levels.append(ModelDrafter(cached))
             else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
-                self.levels.append(VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0))
+                # a lenience in the sampling config relaxes the target's test only
+                self.levels.append(VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0, lenient=k == last))
         top = self.levels[-1]
         assert isinstance(top, VerifierLevel)  # the last member is a model (checked above)
-        top.lenient = True  # a lenience in the sampling config relaxes the target's test only
         self.top = top
 
     @property

@@ -116,7 +116,13 @@ def trimmed_model(model: Any, keep: torch.Tensor) -> Any:
 
     The decoder is shared with ``model``; the head holds the kept rows, packed or int8 where the
     full head was (:class:`~hsd_runtime.trim.TrimmedHead`), and its logits keep their full width.
+    Refused for a model that soft-caps its logits: tanh(-inf) is finite, so the tokens left out
+    would keep a probability.
     """
+    if getattr(model.config, "final_logit_softcapping", None):
+        raise ModelSpecError(
+            f"vocab= cannot trim {type(model).__name__}: it soft-caps its logits (the tokens left out would keep a probability)"
+        )
     head = model.get_output_embeddings()
     trimmed = TrimmedHead(head, keep, int(head.out_features))
     dense = trimmed.rows
@@ -304,15 +310,8 @@ class ModelLoader:
         return LoadedModel(**{**full.__dict__, "spec": spec, "model": model, "num_layers": layers})
 
     def _trimmed(self, spec: ModelSpec, full: LoadedModel, model: Any) -> Any:
-        """``model`` (the full model or a view) with its output layer trimmed as ``vocab=`` asks.
-
-        Refused for a model that soft-caps its logits: tanh(-inf) is finite, so the tokens left
-        out would keep a probability.
-        """
-        if getattr(model.config, "final_logit_softcapping", None):
-            raise ModelSpecError(
-                f"{spec}: vocab= cannot trim a model that soft-caps its logits (the tokens left out would keep a probability)"
-            )
+        """``model`` (the full model or a view) with its output layer trimmed as ``vocab=`` asks
+        (:func:`trimmed_model`), the kept tokens read from the spec or its ranking file."""
         vocab = spec.vocab
         ranking: Sequence[int]
         if isinstance(vocab, int):

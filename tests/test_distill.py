@@ -18,13 +18,6 @@ from tests.tiny import WORDS, tiny_llama, word_tokenizer
 FAST = ["--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu"]
 
 
-@pytest.fixture(autouse=True)
-def corpus_cache(tmp_path, monkeypatch):
-    """Corpora of target data go to a folder of the test's own (tiny models only here)."""
-    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache" / "corpora"
-
-
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "p.txt"

@@ -137,3 +137,13 @@ def test_no_serving_stack_is_asked_to_run_a_trimmed_drafter():
     for stacks in STACKS.values():
         for stack in stacks:
             assert unloadable("qwen2.5-coder-0.5b:vocab=16384", False, stack) == "it cannot trim the head of qwen2.5-coder-0.5b:vocab=16384"
+
+
+def test_a_model_that_soft_caps_its_logits_is_not_trimmed():
+    from hsd_runtime import trimmed_model
+    from tests.tiny import tiny_llama
+
+    model = tiny_llama(0)
+    model.config.final_logit_softcapping = 30.0  # tanh(-inf / 30) * 30 = -30: a left-out token would keep mass
+    with pytest.raises(ModelSpecError, match="soft-caps its logits"):
+        trimmed_model(model, torch.tensor([0, 1, 2]))
