@@ -383,8 +383,10 @@ def build_batched(chain: Sequence[str | ModelSpec], widths: Sequence[Width], loa
     Returns the hierarchy and the target's tokenizer.
     """
     specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
-    if not specs or specs[-1].is_ngram:
-        raise ChainError("the last model of a chain is the target and cannot be ngram")
+    if not specs or not specs[-1].is_model:
+        raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
+    if any(s.is_bpd for s in specs):
+        raise ChainError("bpd drafters run in the one-sequence runtime only; decode without --batch-size for a chain with bpd:")
     loaded = loader.load_chain(specs)
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)

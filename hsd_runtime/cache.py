@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
+from .heads import apply_output_layer
 from .stats import LevelStats
 from .tree import DraftTree, tree_mask, tree_positions
 
@@ -39,12 +41,15 @@ class CachedModel:
         model: a transformers causal LM (or a truncated view of one).
         logits_width: logits are sliced to this many columns (the chain's shared vocabulary).
         stats: counters to update with each forward pass.
+        keep_hidden: also keep the final hidden state (the output layer's input) of every row it
+            computes logits for, so that block-draft heads can read them (:meth:`hidden_at`).
     """
 
-    def __init__(self, model: nn.Module, logits_width: int, stats: LevelStats) -> None:
+    def __init__(self, model: nn.Module, logits_width: int, stats: LevelStats, keep_hidden: bool = False) -> None:
         self.model = model
         self.width = logits_width
         self.stats = stats
+        self.keep_hidden = keep_hidden
         self.device = next(model.parameters()).device
         # the activations' dtype, for the additive tree mask (an int8 copy computes in fp32 like its embeddings)
         self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
@@ -57,6 +62,13 @@ class CachedModel:
         self._cache = DynamicCache()
         self._cached: list[int] = []
         self._last: torch.Tensor | None = None  # [1, V] logits after the last cached token
+        # keep_hidden: the hidden rows [R, d] of the last linear pass, at positions _hid_first..,
+        # and the row after the last cached token (kept beside _last)
+        self._hid: torch.Tensor | None = None
+        self._hid_first = 0
+        self._last_hid: torch.Tensor | None = None
+        self._captured: torch.Tensor | None = None  # [keep, d] of the latest _run
+        self._tree_hid: torch.Tensor | None = None  # [_tree_fed, d], beside _tree_rows
         self._forward_s = 0.0  # time inside the model since the last logits()/prefill() call
         # a draft tree whose first `_tree_fed` nodes follow `_cached` in the cache, in order, and
         # the logits after each of them ([_tree_fed, V]); `_last` stays the row after `_cached`
@@ -84,9 +96,11 @@ class CachedModel:
             assert self._tree_rows is not None
             self._cached = self._cached + [tree.tokens[i] for i in path]
             self._last = self._tree_rows[path[-1] : path[-1] + 1]
+            self._last_hid = None if self._tree_hid is None else self._tree_hid[path[-1] : path[-1] + 1]
         elif self._tree_fed:  # no path kept (or a cache layout without plain layers): drop the nodes
             self._cache.crop(-self._tree_fed)
-        self._tree, self._tree_fed, self._tree_rows = None, 0, None
+        self._tree, self._tree_fed, self._tree_rows, self._tree_hid = None, 0, None, None
+        self._hid = None
 
     def _rollback(self, keep: int) -> None:
         """Drop every cached position from ``keep`` on."""
@@ -96,7 +110,7 @@ class CachedModel:
             # a negative count removes that many positions in every transformers version
             self._cache.crop(keep - len(self._cached))
             self._cached = self._cached[:keep]
-            self._last = None
+            self._last = self._last_hid = None
 
     @torch.inference_mode()
     def _forward(self, seq: list[int], first: int) -> tuple[torch.Tensor, int]:
@@ -104,31 +118,67 @@ class CachedModel:
         self._settle(seq)
         common = _common_prefix(self._cached, seq)
         held = len(self._cached)
+        hid: list[torch.Tensor | None] = []
         if self._last is not None and common == held and first == held - 1:
             # the first row wanted is the one kept from the previous pass: feed only what is new
             new = seq[held:]
             rows = [self._last]
+            hid.append(self._last_hid)
             if new:
                 rows.append(self._run(new, len(new)))
+                hid.append(self._captured)
         else:
             start = min(common, first)
             self._rollback(start)
             new = seq[start:]
             rows = [self._run(new, len(seq) - first)]
+            hid.append(self._captured)
         self._cached = list(seq)
         logits = torch.cat(rows) if len(rows) > 1 else rows[0]  # [len(seq) - first, V]
         self._last = logits[-1:]
+        if self.keep_hidden:
+            self._hid = torch.cat(hid) if all(h is not None for h in hid) else None  # type: ignore[arg-type]
+            self._hid_first = first
+            self._last_hid = None if self._hid is None else self._hid[-1:]
         return logits, len(new)
 
     def _run(self, new: list[int], keep: int, **extra: torch.Tensor) -> torch.Tensor:
         t0 = time.perf_counter()
         ids = torch.tensor([new], device=self.device)  # [1, new tokens]
-        out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep, **extra)
-        logits = out.logits[0, :, : self.width]  # [keep, V]
+        if self.keep_hidden:  # the decoder, then the output layer on the rows kept: the hidden rows stay
+            decoder: Any = getattr(self.model, str(self.model.base_model_prefix))
+            hidden = decoder(input_ids=ids, past_key_values=self._cache, use_cache=True, **extra).last_hidden_state[0, -keep:]
+            self._captured = hidden  # [keep, d]
+            logits = apply_output_layer(self.model, hidden, self.width)
+        else:
+            out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep, **extra)
+            logits = out.logits[0, :, : self.width]  # [keep, V]
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
         self._forward_s += time.perf_counter() - t0
         return logits
+
+    def hidden_at(self, seq: list[int]) -> tuple[torch.Tensor, int] | None:
+        """The final hidden state ``[1, d]`` after ``seq[: j + 1]`` for the largest j whose row
+        the last pass kept (``keep_hidden``), and j; None when no kept row lies along ``seq``.
+
+        A row is valid for ``seq`` only where ``seq`` agrees with the tokens it was computed over:
+        the cached text up to that position, and down a hanging tree, the path to a fed node.
+        """
+        if self._tree is not None:
+            held = len(self._cached)
+            if seq[:held] != self._cached:
+                return None
+            nodes = [i for i in self._tree.follow(seq[held:]) if i < self._tree_fed]
+            if nodes and self._tree_hid is not None:
+                return self._tree_hid[nodes[-1] : nodes[-1] + 1], held + len(nodes) - 1
+            return None if self._last_hid is None else (self._last_hid, held - 1)
+        if self._hid is None:
+            return None
+        j = _common_prefix(self._cached, seq) - 1  # rows up to j were computed over seq's own tokens
+        if j < self._hid_first:
+            return None
+        return self._hid[j - self._hid_first : j - self._hid_first + 1], j
 
     def logits(self, seq: list[int], first: int) -> torch.Tensor:
         """Logits ``[len(seq) - first, V]``; row i predicts the token after ``seq[first + i]``.
@@ -174,6 +224,12 @@ class CachedModel:
                 self._last = rows[len(tail) - 1 : len(tail)]
             fresh = rows[len(tail) :]
             self._tree_rows = fresh if self._tree_rows is None or not first else torch.cat([self._tree_rows, fresh])
+            if self.keep_hidden:
+                assert self._captured is not None
+                if tail:
+                    self._last_hid = self._captured[len(tail) - 1 : len(tail)]
+                nodes = self._captured[len(tail) :]
+                self._tree_hid = nodes if self._tree_hid is None or not first else torch.cat([self._tree_hid, nodes])
         self._cached, self._tree, self._tree_fed = list(seq), tree, len(tree)
         assert self._last is not None and self._tree_rows is not None
         return torch.cat([self._last, self._tree_rows]), len(new)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import torch
 
@@ -24,7 +24,7 @@ from .stats import LevelStats
 from .tree import DraftTree
 from .verify import verify_greedy, verify_sample
 
-__all__ = ["DraftContext", "Drafter", "ModelDrafter", "Proposal", "VerifierLevel"]
+__all__ = ["DraftContext", "Drafter", "ModelDrafter", "Proposal", "TreeDrafter", "VerifierLevel"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,15 @@ class Proposal:
 
     tokens: list[int]
     probs: torch.Tensor | None = None
+
+
+class TreeDrafter(Protocol):
+    """A level 0 that can draft a tree: a model (a :class:`TreeShape`) or block-draft heads (p paths)."""
+
+    stats: LevelStats
+
+    def propose_tree(self, ctx: DraftContext, width: Any) -> DraftTree:
+        """Draft a tree after ``ctx.tokens``; ``width`` is the level's width (a shape, or the depth)."""
 
 
 class Drafter(Protocol):
@@ -152,11 +161,15 @@ class VerifierLevel:
         level's distributions ``p`` for them (sampling mode).
         """
         lenience = ctx.sampling.lenience if self.lenient else 1.0
-        if isinstance(self.width, TreeShape):
+        if isinstance(self.width, TreeShape) or getattr(self.lower, "drafts_tree", False):
             if lenience != 1.0:
-                raise ChainError(f"lenience {lenience} verifies chains only; draft a chain below the target, not the tree {self.width}")
-            return self._tree_round(ctx, self.width)
-        draft = self.lower.propose(ctx, self.width) if self.lower is not None else Proposal([])
+                raise ChainError(f"lenience {lenience} verifies chains only; draft a chain below the target, not a tree ({self.width})")
+            tree = cast(TreeDrafter, self.lower).propose_tree(ctx, self.width)
+            if len(tree):
+                return self._tree_round(ctx, tree)
+            draft = Proposal([])  # nothing drafted (a block drafter without a hidden row): one plain pass
+        else:
+            draft = self.lower.propose(ctx, self.width) if self.lower is not None else Proposal([])
         logits = self.cached.logits(ctx.tokens + draft.tokens, len(ctx.tokens) - 1)  # [b + 1, V]
         t0 = time.perf_counter()
         if ctx.sampling.greedy:
@@ -172,11 +185,10 @@ class VerifierLevel:
             self.lower.stats.accepted += n
         return Proposal(draft.tokens[:n] + [token], probs)
 
-    def _tree_round(self, ctx: DraftContext, shape: TreeShape) -> Proposal:
+    def _tree_round(self, ctx: DraftContext, tree: DraftTree) -> Proposal:
         """One round over a tree from below: one pass over all its nodes, then RRS (or greedy) from
         the root; the accepted path plus one token, with this level's p for each."""
-        assert isinstance(self.lower, ModelDrafter)  # the hierarchy allows trees below nothing else
-        tree = self.lower.propose_tree(ctx, shape)
+        assert self.lower is not None
         logits = self.cached.tree_logits(ctx.tokens, tree)  # [1 + N, V]
         t0 = time.perf_counter()
         if ctx.sampling.greedy:

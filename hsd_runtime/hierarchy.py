@@ -12,10 +12,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import cast
 
 import torch
 from torch import nn
 
+from .bpd import BpdDrafter, check_host
 from .cache import CachedModel
 from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
 from .errors import ChainError, PromptError
@@ -34,8 +36,8 @@ class Hierarchy:
     """A runnable chain of drafters over a target.
 
     Args:
-        members: level 0 first, target last; each an ``nn.Module`` causal LM, or an
-            :class:`NgramDrafter` at level 0 only.
+        members: level 0 first, target last; each an ``nn.Module`` causal LM, or at level 0 only
+            an :class:`NgramDrafter` or a :class:`BpdDrafter` (whose host is level 1).
         widths: T_k for every level below the target (``len(members) - 1`` values, each >= 1);
             the first may be a :class:`TreeShape` when level 0 is a model.
         names: one label per level for the stats (defaults to the class names).
@@ -45,7 +47,7 @@ class Hierarchy:
 
     def __init__(
         self,
-        members: Sequence[nn.Module | NgramDrafter],
+        members: Sequence[nn.Module | NgramDrafter | BpdDrafter],
         widths: Sequence[Width],
         names: Sequence[str] | None = None,
         logits_width: int | None = None,
@@ -68,6 +70,10 @@ class Hierarchy:
             raise ChainError(f"widths must be <= {MAX_WIDTH}, got {text}")
         if any(isinstance(m, NgramDrafter) for m in members[1:]):
             raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
+        if any(isinstance(m, BpdDrafter) for m in members[1:]) or (len(members) == 1 and isinstance(members[0], BpdDrafter)):
+            raise ChainError("bpd can only be the lowest level of a chain, directly below the model whose heads it holds")
+        if widths and isinstance(widths[0], TreeShape) and isinstance(members[0], BpdDrafter):
+            raise ChainError(f"widths {text}: a bpd drafter's width is its block length; its tree comes from p= paths")
         names = list(names) if names is not None else [type(m).__name__ for m in members]
         models = [m for m in members if isinstance(m, nn.Module)]
         width = logits_width or min(head_rows(m) for m in models)
@@ -82,11 +88,14 @@ class Hierarchy:
         self.levels: list[Drafter] = []
         last = len(members) - 1
         for k, member in enumerate(members):
-            if isinstance(member, NgramDrafter):
+            if isinstance(member, (NgramDrafter, BpdDrafter)):
                 member.stats = LevelStats(model=names[k])
                 self.levels.append(member)
                 continue
-            cached = CachedModel(member, width, LevelStats(model=names[k]))
+            carries = k == 1 and isinstance(members[0], BpdDrafter)  # the host keeps its hidden rows for the heads
+            cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=carries)
+            if carries:
+                cast(BpdDrafter, members[0]).attach(cached)
             if k == 0 and k < last:
                 self.levels.append(ModelDrafter(cached))
             else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
@@ -161,14 +170,19 @@ def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], l
     tokenizer or a spec cannot be loaded.
     """
     specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
-    if not specs or specs[-1].is_ngram:
-        raise ChainError("the last model of a chain is the target and cannot be ngram")
+    if not specs or not specs[-1].is_model:
+        raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
     loaded = loader.load_chain(specs)
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)
-    members: list[nn.Module | NgramDrafter] = [
-        NgramDrafter(n=s.ngram_order, name=str(s)) if m is None else m.model for s, m in zip(specs, loaded)
-    ]
+    members: list[nn.Module | NgramDrafter | BpdDrafter] = []
+    for i, (s, m) in enumerate(zip(specs, loaded)):
+        if s.is_bpd:
+            drafter = BpdDrafter.load(s, loader.device)
+            check_host(drafter, s, specs[i + 1] if i + 1 < len(specs) else None)
+            members.append(drafter)
+        else:
+            members.append(NgramDrafter(n=s.ngram_order, name=str(s)) if m is None else m.model)
     target = models[-1]
     hierarchy = Hierarchy(members, widths, names=[str(s) for s in specs], logits_width=width, eos_token_ids=target.eos_token_ids)
     return hierarchy, target.tokenizer

@@ -4,8 +4,11 @@ seeds, spec lengths, the n-gram order. The closed sets of values (dtypes, modes)
 from __future__ import annotations
 
 __all__ = [
+    "BPD_DEFAULTS",
     "DEFAULT_NGRAM_ORDER",
     "MAX_BATCH",
+    "MAX_BPD_K",
+    "MAX_BPD_PATHS",
     "MAX_SEED",
     "MAX_SPEC_CHARS",
     "MAX_TEMPERATURE",
@@ -15,6 +18,11 @@ __all__ = [
 ]
 
 DEFAULT_NGRAM_ORDER = 3  # the n of `ngram` when its spec sets none; shorter matches are the fallback
+
+# a `bpd:DIR` drafter's options when its spec sets none: top-k per head, paths verified, rescoring, its weight
+BPD_DEFAULTS = {"k": "4", "p": "1", "rescore": "none", "alpha": "1"}
+MAX_BPD_K = 32  # tokens per head in the lattice (the k-best search grows with k squared)
+MAX_BPD_PATHS = 16  # p-best paths verified together as one tree
 
 # the most tokens one level hands upward per request: a verifier accepts far fewer in a row, and a
 # mistyped width (10000) must not draft for minutes

@@ -283,8 +283,8 @@ class ModelLoader:
     def load(self, spec: ModelSpec | str) -> LoadedModel:
         """Load one model spec (not ``ngram``)."""
         spec = parse_spec(spec) if isinstance(spec, str) else spec
-        if spec.is_ngram:
-            raise ModelSpecError("ngram is a drafter, not a model to load")
+        if not spec.is_model:
+            raise ModelSpecError(f"{spec} is a drafter, not a model to load")
         # int8 kernels take fp32 activations: a quantized copy is made from the fp32 parent
         dtype = spec.run_dtype(self.default_dtype)
         key = (spec.name, dtype)
@@ -324,14 +324,14 @@ class ModelLoader:
         return trimmed_model(model, kept_tokens(ranking, n, full.eos_token_ids, full.logits_width))
 
     def load_chain(self, specs: Sequence[ModelSpec]) -> list[LoadedModel | None]:
-        """Load every spec (None for ``ngram``), checking on the way that they share one tokenizer.
+        """Load every spec (None for ``ngram`` and ``bpd:``), checking on the way that they share one tokenizer.
 
         Models are loaded one at a time, so a mismatch stops before the rest load, and parents
         before quantized copies, so a copy shares the embeddings of a parent that is listed too.
         """
         loaded: dict[int, LoadedModel] = {}
         for i in sorted(range(len(specs)), key=lambda i: specs[i].quant is not None):  # stable: parents first
-            if not specs[i].is_ngram:
+            if specs[i].is_model:
                 loaded[i] = self.load(specs[i])
                 check_same_tokenizer(list(loaded.values()))
         return [loaded.get(i) for i in range(len(specs))]

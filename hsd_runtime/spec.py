@@ -8,6 +8,11 @@ NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
 ranking file lists; see :mod:`.trim`).
 
+``bpd:DIR`` is a block-draft drafter: the heads trained into DIR, read off the hidden state of the
+model directly above it in the chain (see :mod:`.bpd`), with options ``k=`` (top-k tokens per head
+in the lattice), ``p=`` (paths verified together as a tree), ``rescore=none|ngram`` and ``alpha=``
+(the n-gram rescoring's weight).
+
 A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
 valid ``s``: the string round-trips through the profiling database unchanged.
 """
@@ -18,15 +23,18 @@ from pydantic import BaseModel, ConfigDict
 
 from .choices import DTYPES, Dtype
 from .errors import ModelSpecError
-from .limits import DEFAULT_NGRAM_ORDER, MAX_SPEC_CHARS
+from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS, MAX_SPEC_CHARS
 
-__all__ = ["DTYPES", "NGRAM", "QUANTS", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
+__all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
 
 NGRAM = "ngram"
+BPD = "bpd"
+RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice
 QUANTS = ("int8",)  # weight quantizations a spec may ask for (see hsd_runtime.quantize)
 _INT_OPTIONS = {"layers", "n"}
 _MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
 _KNOWN = {"layers", "dtype", "n", "quant", "vocab"}
+_BPD_KNOWN = set(BPD_DEFAULTS)
 
 
 class ModelSpec(BaseModel):
@@ -81,6 +89,25 @@ class ModelSpec(BaseModel):
         return self.name == NGRAM
 
     @property
+    def is_bpd(self) -> bool:
+        """A block-draft drafter (``bpd:DIR``): heads on the hidden state of the level above."""
+        return self.name.startswith(BPD + ":")
+
+    @property
+    def is_model(self) -> bool:
+        """A spec the loader loads (neither ``ngram`` nor ``bpd:``)."""
+        return not (self.is_ngram or self.is_bpd)
+
+    @property
+    def heads_dir(self) -> str:
+        """The directory of a ``bpd:DIR`` spec."""
+        return self.name[len(BPD) + 1 :]
+
+    def bpd_option(self, key: str) -> str:
+        """A ``bpd:`` option's value, its default when unset."""
+        return self.get(key) or BPD_DEFAULTS[key]
+
+    @property
     def base(self) -> ModelSpec:
         """The spec of the full model this one is a view of (``layers`` and ``vocab`` dropped)."""
         return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab")))
@@ -103,6 +130,10 @@ def parse_spec(text: str) -> ModelSpec:
     name, *parts = text.split(":")
     if not name:
         raise ModelSpecError(f"model spec {text!r} has no name before the first ':'")
+    if name == BPD:
+        if not parts or not parts[0] or "=" in parts[0]:
+            raise ModelSpecError(f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram][:alpha=A], DIR a heads directory")
+        return _parse_bpd(text, f"{BPD}:{parts[0]}", parts[1:])
     options: list[tuple[str, str]] = []
     for part in parts:
         key, sep, value = part.partition("=")
@@ -134,9 +165,39 @@ def parse_spec(text: str) -> ModelSpec:
     return spec
 
 
+def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
+    """The options of a ``bpd:DIR`` spec, each checked."""
+    options: list[tuple[str, str]] = []
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or not key or not value:
+            raise ModelSpecError(f"option {part!r} in model spec {text!r} is not key=value")
+        if key not in _BPD_KNOWN:
+            raise ModelSpecError(f"unknown option {key!r} in bpd spec {text!r}; known: {', '.join(sorted(_BPD_KNOWN))}")
+        if any(k == key for k, _ in options):
+            raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
+        bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS}
+        if key in bounds and not (value.isascii() and value.isdigit() and 1 <= int(value) <= bounds[key]):
+            raise ModelSpecError(f"option {key}={value[:40]} in bpd spec {text[:200]!r} must be an integer from 1 to {bounds[key]}")
+        if key == "rescore" and value not in RESCORERS:
+            raise ModelSpecError(f"rescore={value[:40]} in bpd spec {text[:200]!r}; use one of {', '.join(RESCORERS)}")
+        if key == "alpha":
+            try:
+                alpha = float(value)
+            except ValueError:
+                alpha = float("nan")
+            if not 0 <= alpha <= 100:
+                raise ModelSpecError(f"alpha={value[:40]} in bpd spec {text[:200]!r} must be a number from 0 to 100")
+        options.append((key, value))
+    spec = ModelSpec(name=name, options=tuple(options))
+    if spec.bpd_option("k") == "1" and int(spec.bpd_option("p")) > 1:
+        raise ModelSpecError(f"bpd spec {text[:200]!r}: p={spec.bpd_option('p')} paths need k >= 2 tokens per head")
+    return spec
+
+
 def parse_chain(text: str) -> list[ModelSpec]:
     """Parse a comma-separated chain, smallest model first and the target last."""
     specs = [parse_spec(part) for part in text.split(",")]
-    if specs[-1].is_ngram:
-        raise ModelSpecError("the last model of a chain is the target and cannot be ngram")
+    if not specs[-1].is_model:
+        raise ModelSpecError(f"the last model of a chain is the target and cannot be {specs[-1].name.split(':')[0]}")
     return specs

@@ -372,3 +372,12 @@ def unwarped_draw(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.T
 
 def no_rollback(self: CachedModel, keep: int) -> None:
     """Wrong: a rejected token's keys and values stay in the cache (``CachedModel._rollback`` that does nothing)."""
+
+
+def argmax_with_q(self, ctx: DraftContext, n: int) -> Proposal:
+    """A block-draft drafter that proposes each head's argmax but reports the heads' warped q, as
+    if it had drawn from them (BpdDrafter.propose with the draw left out)."""
+    logits, drafts = self._proposal(ctx, n)
+    if logits is None:
+        return Proposal([])
+    return Proposal(logits.argmax(-1).tolist(), warp(logits, ctx.sampling))

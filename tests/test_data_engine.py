@@ -91,11 +91,11 @@ def test_top_k_signal_approaches_the_full_kl_as_k_grows(target):
 
 
 def test_signal_rows_follow_each_sequence(target):
-    continuations = [[1, 2, 3], [], [5, 6]]
-    prompts = PROMPTS[:3]
+    continuations = [[1, 2, 3], [], [5, 6], [7]]  # run grouped by length: [3, 0], then [2]
+    prompts = PROMPTS[:4]
     rows = teacher_signal(target.model, prompts, continuations, target.logits_width, 8, 1.0, batch_size=2)
     full = torch.cat([teacher_forced_logits(target.model, p, c, target.logits_width) for p, c in zip(prompts, continuations) if c])
-    assert rows.ids.shape == (5, 8)
+    assert rows.ids.shape == (6, 8)
     assert torch.equal(rows.ids[:, 0], full.argmax(-1))
     torch.testing.assert_close(rows.logz, torch.logsumexp(full, -1), atol=1e-5, rtol=1e-5)
 

@@ -4,7 +4,9 @@ The harness (``tests/law.py``) enumerates the target's exact joint law of the fi
 tokens on a 6-token vocabulary and G-tests many seeded runs of a hierarchy against it. The matrix
 covers depth 1, 2 and 3, the n-gram drafter at the bottom, draft trees (alone and under a middle
 level), temperatures 0.5, 1 and 2, top-k, top-p and both, int8 copies as drafters, and trimmed
-heads (a drafter whose q is zero on tokens the target emits) at the bottom and in the middle; every cell
+heads (a drafter whose q is zero on tokens the target emits) at the bottom and in the middle, and
+block-draft heads on the level above (sampled per head, or the 3 best rescored paths verified as
+a deterministic tree) under the target and under a middle level; every cell
 also checks that its runs crossed several rounds with acceptances and rejections at every level.
 
 Each rule the harness covers has a failing control: the same harness, on a cell that passes with
@@ -19,7 +21,9 @@ from functools import cache
 import pytest
 import torch
 
-from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, drafters, quantized_copy, trimmed_model, verify
+from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, drafters, parse_spec, quantized_copy, trimmed_model, verify
+from hsd_runtime.bpd import BpdDrafter
+from hsd_runtime.heads import BlockHeads, HeadsCard
 from hsd_runtime.cache import CachedModel
 from tests import law
 from tests.law import ALPHA, RUNS, law_check, law_model
@@ -44,6 +48,22 @@ def models(temperature: float) -> dict[str, torch.nn.Module]:
     }
 
 
+BPD = {"P": "bpd:law", "P3": "bpd:law:k=3:p=3:rescore=ngram"}  # block-draft heads on the level above: sampled, 3-best rescored
+
+
+def _drafter(name: str) -> NgramDrafter | BpdDrafter:
+    """A fresh drafter without a model of its own: the n-gram lookup, or random heads on its host."""
+    if name == "ngram":
+        return NgramDrafter(n=2)
+    torch.manual_seed(7)
+    heads = BlockHeads(16, 4)
+    with torch.no_grad():
+        for block in heads.blocks:
+            block.down.weight.normal_(0, 1.0)  # heads that draft tokens of their own, not head 1's
+    card = HeadsCard(host="law", hidden_size=16, heads=4, inner=16, logits_width=law.V)
+    return BpdDrafter(heads.eval(), card, parse_spec(BPD[name]))
+
+
 @dataclass(frozen=True)
 class Cell:
     """One shape of the matrix: members by name (``ngram`` or a key of :func:`models`), widths, sampling."""
@@ -55,7 +75,7 @@ class Cell:
     def build(self) -> tuple[Hierarchy, torch.nn.Module, SamplingConfig]:
         cfg = SamplingConfig(mode="sample", **self.sampling)
         zoo = models(cfg.temperature)
-        members = [NgramDrafter(n=2) if name == "ngram" else zoo[name] for name in self.chain.split(",")]
+        members = [_drafter(name) if name in ("ngram", *BPD) else zoo[name] for name in self.chain.split(",")]
         widths = [TreeShape(tuple(int(b) for b in w.split("x"))) if isinstance(w, str) else w for w in self.widths]
         return Hierarchy(members, widths), zoo["T"], cfg
 
@@ -67,6 +87,8 @@ FAST = {
     "tree-3x2x1": Cell("S,T", ("3x2x1",)),
     "topk-topp-depth1": Cell("B,T", (2,), {"top_k": 3, "top_p": 0.9}),
     "trimmed-depth1": Cell("R,T", (2,)),
+    "bpd-depth1": Cell("P,T", (3,)),
+    "bpd-3best-tree": Cell("P3,T", (3,)),
 }
 SLOW = {
     "depth3": Cell("W,B,M,T", (1, 2, 2)),
@@ -90,6 +112,10 @@ SLOW = {
     "int8-tree-2x2": Cell("Q,T", ("2x2",)),
     "trimmed-middle": Cell("B,N,T", (2, 2)),
     "trimmed-tree-2x2": Cell("R,T", ("2x2",)),
+    "bpd-under-middle": Cell("P,M,T", (3, 2)),
+    "bpd-3best-under-middle": Cell("P3,M,T", (2, 2)),
+    "t0.5-bpd-depth1": Cell("P,T", (3,), {"temperature": 0.5}),
+    "topk-topp-bpd-3best": Cell("P3,T", (3,), {"top_k": 3, "top_p": 0.9}),
 }
 
 
@@ -171,6 +197,7 @@ CONTROLS = {
     "siblings-with-replacement": ("tree-3x2x1", _attr(drafters, "draw_without_replacement", law.with_replacement)),
     "warp-verifier-not-drafter": ("topk-topp-depth1", _attr(drafters, "_choose", law.unwarped_draw)),
     "cache-not-rolled-back": ("depth1", _attr(CachedModel, "_rollback", law.no_rollback)),
+    "heads-draw-argmax-report-q": ("bpd-depth1", _attr(BpdDrafter, "propose", law.argmax_with_q)),
 }
 
 

@@ -1,6 +1,6 @@
 """The ``hsd-plan`` command line: thin click wrappers over the library, one module per command
 (``generate``, ``profile``, ``profiles``, ``solve``, ``export``, ``validate``, ``demo``,
-``distill``), one :mod:`.render` for output, shared options declared once in :mod:`.options`,
+``distill``, ``heads``, ``vocab``), one :mod:`.render` for output, shared options declared once in :mod:`.options`,
 and :mod:`.docs`, the README's generated command reference.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
@@ -21,6 +21,7 @@ from .demo import demo
 from .distill import distill
 from .export import export_command
 from .generate import generate
+from .heads import heads
 from .profile import profile
 from .profiles import profiles
 from .solve import solve_command
@@ -80,5 +81,5 @@ def cli() -> None:
     """
 
 
-for _command in (generate, profile, profiles, solve_command, export_command, validate, demo, distill, vocab):
+for _command in (generate, profile, profiles, solve_command, export_command, validate, demo, distill, heads, vocab):
     cli.add_command(_command)

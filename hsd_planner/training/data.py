@@ -33,6 +33,7 @@ from torch import nn
 
 from hsd_runtime import LoadedModel, SamplingConfig
 from hsd_runtime.batched import BatchedHierarchy
+from hsd_runtime.heads import apply_output_layer
 from hsd_runtime.packaged import cache_dir
 
 from ..errors import DistillError
@@ -42,6 +43,7 @@ __all__ = [
     "CorpusKey",
     "TeacherRows",
     "build_corpus",
+    "continuation_hidden",
     "corpus_root",
     "model_digest",
     "sample_batched",
@@ -77,6 +79,10 @@ class TeacherRows:
 
     def rows(self, start: int, stop: int) -> TeacherRows:
         return TeacherRows(self.ids[start:stop], self.logits[start:stop], self.logz[start:stop], self.log_tail[start:stop], self.width)
+
+    def take(self, index: torch.Tensor) -> TeacherRows:
+        """The rows ``index`` ``[n]``, in that order."""
+        return TeacherRows(self.ids[index], self.logits[index], self.logz[index], self.log_tail[index], self.width)
 
     @staticmethod
     def from_logits(logits: torch.Tensor, top_k: int, temperature: float) -> TeacherRows:
@@ -132,14 +138,23 @@ def sample_batched(
     ``loaded`` gives the vocabulary width and end tokens (the target's, for a student);
     ``progress`` gets the number of sequences done after each batch."""
     alone = BatchedHierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
-    out: list[list[int]] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = [list(p) for p in prompts[start : start + batch_size]]
-        result = alone.generate(chunk, max_new_tokens, sampling, seeds=list(seeds[start : start + batch_size]))
-        out += result.tokens
+    out: list[list[int]] = [[] for _ in prompts]
+    done = 0
+    for batch in _by_length([len(p) for p in prompts], batch_size):
+        result = alone.generate([list(prompts[i]) for i in batch], max_new_tokens, sampling, seeds=[seeds[i] for i in batch])
+        for i, tokens in zip(batch, result.tokens):
+            out[i] = tokens
+        done += len(batch)
         if progress is not None:
-            progress(len(out))
+            progress(done)
     return out
+
+
+def _by_length(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices 0..n-1 in batches of ``batch_size``, grouped by length (shortest first): a padded
+    batch pays for its longest row, so a short prompt never waits on a 1,500-token one."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
 def _padded(prompts: Sequence[list[int]], continuations: Sequence[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -166,18 +181,22 @@ def continuation_logits(
     continuation token are gathered (one index, so the backward pass scatters once) and reach
     the output layer, the largest matrix of a small model.
     """
+    with torch.inference_mode(not grad):
+        picked = continuation_hidden(model, prompts, continuations, grad)  # [R, d]
+        return apply_output_layer(model, picked, width).float()  # soft-capped as the model's own forward does
+
+
+def continuation_hidden(model: nn.Module, prompts: Sequence[list[int]], continuations: Sequence[list[int]], grad: bool = False) -> torch.Tensor:
+    """The final hidden states ``[R, d]`` (the output layer's inputs) that predict every
+    continuation token, sequence after sequence, from one batched teacher-forced pass (right padding,
+    as :func:`continuation_logits`)."""
     device = next(model.parameters()).device
     ids, mask = _padded(prompts, continuations, device)
     length = ids.shape[1]
     rows = torch.cat([i * length + torch.arange(len(p) - 1, len(p) - 1 + len(c)) for i, (p, c) in enumerate(zip(prompts, continuations))])
     with torch.inference_mode(not grad):
         hidden = getattr(model, model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        picked = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.to(device))  # [R, H]
-        logits = model.get_output_embeddings()(picked)[:, :width]
-        cap = getattr(model.config, "final_logit_softcapping", None)  # Gemma's, applied as its own forward does
-        if cap:
-            logits = torch.tanh(logits / cap) * cap
-        return logits.float()
+        return hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.to(device))  # [R, d]
 
 
 def teacher_signal(
@@ -192,19 +211,21 @@ def teacher_signal(
 ) -> TeacherRows:
     """The teacher's sparse distribution at every continuation position, ``batch_size``
     sequences per teacher-forced pass; ``progress`` gets the positions done after each pass."""
-    parts = []
-    for start in range(0, len(prompts), batch_size):
-        p, c = list(prompts[start : start + batch_size]), list(continuations[start : start + batch_size])
-        keep = [i for i, x in enumerate(c) if x]  # a continuation can be empty (EOS at once): no rows
-        if not keep:
-            continue
-        logits = continuation_logits(model, [p[i] for i in keep], [c[i] for i in keep], width)
-        parts.append(TeacherRows.from_logits(logits, top_k, temperature))
+    keep = [i for i, c in enumerate(continuations) if c]  # a continuation can be empty (EOS at once): no rows
+    if not keep:
+        raise DistillError("every continuation is empty (the model ended each at once); give other prompts or more --max-new-tokens")
+    pieces: dict[int, TeacherRows] = {}  # sequence -> its rows; batches run grouped by length
+    for batch in _by_length([len(prompts[i]) + len(continuations[i]) for i in keep], batch_size):
+        seqs = [keep[j] for j in batch]
+        logits = continuation_logits(model, [prompts[i] for i in seqs], [continuations[i] for i in seqs], width)
+        rows = TeacherRows.from_logits(logits, top_k, temperature)
+        start = 0
+        for i in seqs:
+            pieces[i] = rows.rows(start, start + len(continuations[i]))
+            start += len(continuations[i])
         if progress is not None:
             progress(logits.shape[0])
-    if not parts:
-        raise DistillError("every continuation is empty (the model ended each at once); give other prompts or more --max-new-tokens")
-    return TeacherRows.cat(parts)
+    return TeacherRows.cat([pieces[i] for i in keep])  # sequence after sequence, as the corpus lays them out
 
 
 class CorpusKey(BaseModel):

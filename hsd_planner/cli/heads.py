@@ -1,0 +1,225 @@
+"""``hsd-plan heads train``: block-draft heads for a host model (a thin wrapper over :mod:`hsd_planner.training.heads`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from hsd_runtime import ModelLoader
+from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+
+from ..limits import MAX_COUNT, MAX_LENGTH
+from ..training.heads import HeadsConfig, HeadsReport, HeadsTrainer
+from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options
+from .render import Bars, emit
+
+__all__ = ["heads"]
+
+
+def _default(name: str) -> object:
+    return HeadsConfig.model_fields[name].default
+
+
+@click.group()
+def heads() -> None:
+    """Block-draft heads: extra heads on a model's own hidden state that draft a block per pass
+    (use the result as bpd:DIR directly below the model)."""
+
+
+@heads.command("train")
+@click.option(
+    "--model", "model", default=_default("model"), show_default=True, help="The host: the model spec whose hidden state the heads read."
+)
+@click.option(
+    "--heads",
+    "n_heads",
+    type=click.IntRange(2, 16),
+    default=_default("heads"),
+    show_default=True,
+    help="H, counting the model's own next-token head (H - 1 heads are trained).",
+)
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False), help="Directory for the heads (must be new or empty, unless --resume)."
+)
+@click.option(
+    "--loss",
+    type=click.Choice(["kl", "ce"]),
+    default=_default("loss"),
+    show_default=True,
+    help="Forward KL to the host's distribution t + i - 1 positions on, or cross-entropy on its sampled token.",
+)
+@click.option(
+    "--inner", type=click.IntRange(1, 1 << 16), default=None, help="Width of each head's hidden layer [default: the host's hidden size]."
+)
+@prompt_options
+@click.option("--steps", type=click.IntRange(1, MAX_COUNT), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
+@click.option(
+    "--batch-size", type=click.IntRange(1, MAX_COUNT), default=_default("batch_size"), show_default=True, help="Continuations per step."
+)
+@click.option(
+    "--samples-per-prompt",
+    type=click.IntRange(1, MAX_COUNT),
+    default=_default("samples_per_prompt"),
+    show_default=True,
+    help="Continuations the host samples of each training prompt, once (cached).",
+)
+@click.option(
+    "--top-k",
+    type=click.IntRange(0, MAX_COUNT),
+    default=_default("top_k"),
+    show_default=True,
+    help="Host logits kept per position (with the log-partition); 0 keeps all.",
+)
+@click.option(
+    "--gen-batch",
+    type=click.IntRange(1, MAX_BATCH),
+    default=_default("gen_batch"),
+    show_default=True,
+    help="Sequences per batched sampling and per host pass.",
+)
+@click.option(
+    "--cache",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Folder of cached corpora [default: corpora/ in the model cache, $HSD_PLAN_CACHE].",
+)
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(1, MAX_LENGTH),
+    default=_default("max_new_tokens"),
+    show_default=True,
+    help="Length of each continuation.",
+)
+@click.option("--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
+@click.option(
+    "--temperature",
+    type=FiniteRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+    default=_default("temperature"),
+    show_default=True,
+    help="Sampling temperature of the continuations and of the loss.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(0, MAX_SEED),
+    default=_default("seed"),
+    show_default=True,
+    help="Seed of the run: the same seed reproduces it.",
+)
+@click.option(
+    "--checkpoint-every",
+    type=click.IntRange(1, MAX_COUNT),
+    default=_default("checkpoint_every"),
+    show_default=True,
+    help="Save a checkpoint every N steps (and at the end).",
+)
+@click.option("--resume", is_flag=True, help="Continue the run checkpointed in --out (same settings; --steps may grow).")
+@runtime_options(dtype_help="Dtype of the frozen host; the heads always train in fp32.")
+@json_option
+def train(
+    model: str,
+    n_heads: int,
+    out: str,
+    loss: str,
+    inner: int | None,
+    prompts_file: str | None,
+    category: str | None,
+    max_prompts: int | None,
+    steps: int,
+    batch_size: int,
+    samples_per_prompt: int,
+    top_k: int,
+    gen_batch: int,
+    cache: str | None,
+    max_new_tokens: int,
+    lr: float,
+    temperature: float,
+    seed: int,
+    checkpoint_every: int,
+    resume: bool,
+    dtype: str,
+    device: str,
+    as_json: bool,
+) -> None:
+    """Train H - 1 block-draft heads on a model's own continuations (blockwise parallel decoding).
+
+    Head i reads the model's final hidden state after position t and predicts token t + i: a
+    residual feed-forward block into the model's frozen output layer. The data are the model's
+    own continuations of the profiling split's prompts (the validation split is never trained
+    on), sampled once with its top-k distribution at every position and cached; one pass per
+    batch gives its hidden states. A checkpoint is saved in --out/checkpoint every
+    --checkpoint-every steps and on Ctrl-C; --resume continues it. --out gets the heads
+    (heads.safetensors), their card (heads.json, README.md) with each head's held-out acceptance
+    and the greedy block efficiency; use it as bpd:DIR directly below the model.
+
+    Example:
+
+        hsd-plan heads train --model smollm2-135m --heads 4 --out heads/smollm2
+
+        hsd-plan generate --chain bpd:heads/smollm2:k=4:p=2:rescore=ngram,smollm2-135m --widths 3 --prompt "Explain tides." --check
+    """
+    dtype = resolve_dtype_choice(dtype, device)
+    config = HeadsConfig(
+        model=model,
+        heads=n_heads,
+        inner=inner,
+        loss=loss,
+        prompts=prompts_file,
+        category=category,
+        max_prompts=max_prompts,
+        steps=steps,
+        batch_size=batch_size,
+        samples_per_prompt=samples_per_prompt,
+        top_k=top_k,
+        gen_batch=gen_batch,
+        cache=cache,
+        max_new_tokens=max_new_tokens,
+        lr=lr,
+        temperature=temperature,
+        seed=seed,
+        checkpoint_every=checkpoint_every,
+        dtype=dtype,
+    )
+    trainer = HeadsTrainer(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
+    bars = Bars()
+    stage = {"name": ""}
+
+    def preparing(name: str, done: int, total: int) -> None:
+        if stage["name"] != name:
+            stage["name"] = name
+            bars.start(name, total)
+        bars.step(done - bars.done)
+
+    try:
+        trainer.prepare(preparing)
+    except KeyboardInterrupt:
+        bars.close()
+        raise click.ClickException("interrupted while preparing the data; nothing was trained") from None
+    bars.start("training heads", config.steps)
+    bars.step(trainer.step)
+
+    def progress(value: float) -> None:
+        bars.postfix(loss=f"{value:.4f}")
+        bars.step(1)
+
+    try:
+        trainer.train(progress=progress)
+        bars.close()
+        report = trainer.finish()
+    except KeyboardInterrupt:
+        bars.close()
+        trainer.save_checkpoint()
+        raise click.ClickException(f"interrupted at step {trainer.step}; rerun with --resume to continue") from None
+    emit(report, as_json, _format)
+
+
+def _format(r: HeadsReport) -> str:
+    per_head = ", ".join(
+        f"head {i}: {g:.3f}/{s:.3f}" for i, g, s in zip(range(2, r.config.heads + 1), r.acceptance["greedy"], r.acceptance["sample"])
+    )
+    return (
+        f"{r.steps} steps in {r.train_wall_s:.0f} s ({r.positions:,} head positions); final loss {r.final_loss:.4f}\n"
+        f"held-out acceptance greedy/T={r.config.temperature:g}: {per_head} ({r.eval_prompts})\n"
+        f"greedy block efficiency {r.acceptance['block_greedy']:.3f} (untrained {r.initial['block_greedy']:.3f})\n"
+        f"heads saved in {r.out}; use bpd:{r.out} directly below {r.config.model}"
+    )

@@ -1,0 +1,376 @@
+"""Block-draft heads for one host model (blockwise parallel decoding; Stern et al. 2018, Kim et al. 2024).
+
+Heads 2..H (:class:`hsd_runtime.heads.BlockHeads`) are trained on the host's own continuations:
+the data engine's corpus (:mod:`.data`) holds, for every continuation position, the host's
+distribution there (top-k logits and the log-partition); one teacher-forced pass per batch gives
+the host's final hidden state h_t at every position, once, kept in memory. Head i at h_t learns
+the host's distribution i - 1 positions later, the one that predicts token t + i: forward KL to
+it (``kl``, the dense signal) or cross-entropy on the sampled token (``ce``), averaged over heads
+and positions. The host and its output layer stay frozen; only the blocks train, in fp32.
+
+A head's acceptance is measured on held-out prompts (the validation split) over the host's own
+greedy and sampled continuations: greedy, how often head i's argmax at h_t is the host's token
+t + i; at the temperature, sum min(p, q) against the host's distribution there; and the greedy
+block efficiency, 1 + the run of heads 2..H that agree in a row (tokens per host pass when the
+heads draft every block under the host).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
+from hsd_runtime.heads import BlockHeads, HeadsCard, apply_output_layer, save_heads
+from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+
+from ..errors import DistillError
+from ..limits import MAX_COUNT, MAX_LENGTH
+from ..profiling.acceptance import acceptance_from_logits
+from ..prompts import encode_prompt, load_prompts, split
+from .data import Corpus, CorpusKey, build_corpus, continuation_hidden, model_digest
+from .divergences import sparse_divergence
+from .student import HeldOut
+
+__all__ = ["HeadsConfig", "HeadsReport", "HeadsTrainer", "head_acceptance"]
+
+EVAL_PROMPTS = 8
+_CHECKPOINT = "checkpoint"
+_STATE = "state.pt"
+_RESUMABLE = {"steps", "checkpoint_every", "gen_batch", "cache"}
+
+
+class HeadsConfig(BaseModel):
+    """Everything that determines a heads training run; every default lives here."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = "smollm2-135m"  # the host
+    heads: int = Field(4, ge=2, le=16)  # H, counting the host's own next-token head
+    inner: int | None = Field(None, ge=1, le=1 << 16)  # each block's hidden width (default: the host's)
+    loss: Literal["kl", "ce"] = "kl"
+    prompts: str | None = None
+    category: str | None = None
+    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)
+    steps: int = Field(300, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(16, ge=1, le=MAX_COUNT)
+    samples_per_prompt: int = Field(4, ge=1, le=MAX_COUNT)
+    top_k: int = Field(64, ge=0, le=MAX_COUNT)
+    gen_batch: int = Field(16, ge=1, le=MAX_BATCH)
+    cache: str | None = None
+    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
+    lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
+    dtype: str = "fp32"  # the frozen host's
+
+
+@dataclass(frozen=True)
+class HeadsReport:
+    """What a run produced: its cost and the heads' held-out acceptance, as its card keeps them."""
+
+    out: str
+    config: HeadsConfig
+    steps: int
+    train_wall_s: float
+    positions: int
+    final_loss: float
+    acceptance: dict  # "greedy"/"sample": per head 2..H; "block_greedy": tokens per host pass
+    initial: dict  # the same for the untrained heads (each repeats head 1)
+    corpus_sequences: int
+    corpus_s: float
+    eval_prompts: str
+
+    def to_dict(self) -> dict:
+        """The report as JSON (``--json``), the settings nested."""
+        return {k: v for k, v in self.__dict__.items() if k != "config"} | {"config": self.config.model_dump()}
+
+
+def head_acceptance(heads: BlockHeads, host: LoadedModel, held: HeldOut) -> dict:
+    """Held-out acceptance of heads 2..H against the host's own continuations (module docstring)."""
+    out: dict = {}
+    blocks: list[float] = []
+    for mode in ("greedy", "sample"):
+        sampling = SamplingConfig(mode=mode, temperature=held.temperature)
+        totals, counts = np.zeros(heads.heads - 1), np.zeros(heads.heads - 1)
+        for ids, cont, p in zip(held.prompts, held.continuations[mode], held.target_logits[mode]):
+            if len(cont) < 2:
+                continue
+            with torch.inference_mode():
+                hidden = continuation_hidden(host.model, [ids], [cont]).float()  # [m, d]; row t predicts cont[t]
+                states = heads(hidden)  # [m, H - 1, d]
+            agree = []
+            for i in range(2, heads.heads + 1):
+                n = len(cont) - (i - 1)  # rows t whose token t + i - 1 exists
+                if n <= 0:
+                    agree.append(torch.zeros(0))
+                    continue
+                with torch.inference_mode():
+                    q = apply_output_layer(host.model, states[:n, i - 2], p.shape[-1]).float()  # [n, V]
+                a = acceptance_from_logits(q, p[i - 1 : i - 1 + n], sampling)  # [n]
+                totals[i - 2] += float(a.sum())
+                counts[i - 2] += n
+                agree.append(a)
+            if mode == "greedy":  # 1 + the run of agreeing heads from each row that has all H - 1 ahead
+                full = len(cont) - (heads.heads - 1)
+                for t in range(max(0, full)):
+                    run = 0
+                    while run < heads.heads - 1 and float(agree[run][t]) == 1.0:
+                        run += 1
+                    blocks.append(1.0 + run)
+        out[mode] = [float(x) for x in totals / np.maximum(counts, 1)]
+    out["block_greedy"] = float(np.mean(blocks)) if blocks else float("nan")
+    return out
+
+
+class HeadsTrainer:
+    """One heads run into ``out``: build or resume, :meth:`train`, then :meth:`finish`."""
+
+    def __init__(self, config: HeadsConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
+        self.config = config
+        self.out = Path(out)
+        state_file = self.out / _CHECKPOINT / _STATE
+        if resume and not state_file.is_file():
+            raise DistillError(f"no checkpoint in {self.out / _CHECKPOINT} to resume; run without --resume to start")
+        if not resume and self.out.exists() and (not self.out.is_dir() or any(self.out.iterdir())):
+            raise DistillError(f"{self.out} exists and is not empty; choose a new --out, or add --resume to continue its run")
+        prompts = load_prompts(config.prompts, config.category)
+        self.train_set = split(prompts, "profile", config.max_prompts)
+        self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
+        # the frozen output layer is back-propagated through: plain kernels
+        self.host = loader.with_kernels("plain").load(config.model)
+        tok = self.host.tokenizer
+        self.train_ids = [encode_prompt(tok, p) for p in self.train_set.prompts]
+        self.eval_ids = [encode_prompt(tok, p) for p in self.eval_set.prompts]
+        hidden_size = int(self.host.model.config.hidden_size)
+        torch.manual_seed(config.seed)
+        self.heads = BlockHeads(hidden_size, config.heads, config.inner).to(loader.device).train()
+        self.optimizer = torch.optim.AdamW(self.heads.parameters(), lr=config.lr, weight_decay=0.0)
+        self.rng = np.random.default_rng(config.seed)
+        self.step, self.wall_s, self.positions = 0, 0.0, 0
+        self.losses: list[float] = []
+        self.corpus: Corpus | None = None
+        self.corpus_s = 0.0
+        self.hidden: torch.Tensor | None = None  # [R, d]: the host's h at every corpus row
+        self.tokens: torch.Tensor | None = None  # [R]: the token each corpus row predicts
+        self.held: HeldOut | None = None
+        self.initial: dict | None = None
+        if resume:
+            self._load_checkpoint(state_file)
+
+    def prepare(self, progress: Callable[[str, int, int], None] | None = None) -> None:
+        """The corpus (or its cache), the host's hidden state at every row of it, the held-out
+        continuations and the untrained heads' acceptance; nothing is done twice."""
+        c = self.config
+        if self.held is None:
+            self.held = HeldOut.make(self.host, self.eval_ids, c.max_new_tokens, c.temperature, c.seed)
+        if self.initial is None:
+            self.initial = head_acceptance(self.heads.eval(), self.host, self.held)
+            self.heads.train()
+        if self.corpus is None:
+            key = CorpusKey(
+                target=c.model,
+                weights=model_digest(self.host.model),
+                prompts=self.train_set.name,
+                prompts_hash=self.train_set.content_hash,
+                samples_per_prompt=c.samples_per_prompt,
+                max_new_tokens=c.max_new_tokens,
+                temperature=c.temperature,
+                top_k=c.top_k,
+                seed=c.seed,
+            )
+            t0 = time.perf_counter()
+            self.corpus, cached = build_corpus(self.host, key, self.train_ids, c.gen_batch, Path(c.cache) if c.cache else None, progress)
+            self.corpus_s = 0.0 if cached else time.perf_counter() - t0
+        if self.hidden is None:
+            assert self.corpus is not None
+            self.hidden = self._corpus_hidden(progress)
+            self.tokens = torch.tensor([t for cont in self.corpus.continuations for t in cont])
+
+    def _corpus_hidden(self, progress: Callable[[str, int, int], None] | None) -> torch.Tensor:
+        """The host's final hidden state at every corpus row ``[R, d]``, one padded pass per batch."""
+        corpus, b = self.corpus, self.config.gen_batch
+        assert corpus is not None
+        parts, done = [], 0
+        for start in range(0, len(corpus.prompts), b):
+            p, x = corpus.prompts[start : start + b], corpus.continuations[start : start + b]
+            keep = [i for i, cont in enumerate(x) if cont]
+            if keep:
+                parts.append(continuation_hidden(self.host.model, [p[i] for i in keep], [x[i] for i in keep]))
+                done += sum(len(x[i]) for i in keep)
+            if progress is not None:
+                progress("host hidden states", done, corpus.positions)
+        return torch.cat(parts)
+
+    # --- checkpoints -------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path:
+        """Write the run's state to ``out/checkpoint/state.pt`` atomically; return its path."""
+        folder = self.out / _CHECKPOINT
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {
+            "config": self.config.model_dump(),
+            "prompts_hash": self.train_set.content_hash,
+            "step": self.step,
+            "heads": {k: v.detach().cpu() for k, v in self.heads.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "losses": self.losses,
+            "wall_s": self.wall_s,
+            "positions": self.positions,
+            "initial": self.initial,
+        }
+        torch.save(state, folder / f"{_STATE}.tmp")
+        os.replace(folder / f"{_STATE}.tmp", folder / _STATE)
+        return folder / _STATE
+
+    def _load_checkpoint(self, path: Path) -> None:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            old = HeadsConfig(**state["config"])
+        except Exception as exc:  # a truncated or foreign file fails in pickle, zip or key lookups alike
+            raise DistillError(f"the checkpoint {path} cannot be read ({type(exc).__name__}); delete {path.parent} to start over") from None
+        differ = [
+            f"{k} {getattr(old, k)!r}"
+            for k in HeadsConfig.model_fields
+            if k not in _RESUMABLE and getattr(old, k) != getattr(self.config, k)
+        ]
+        if state["prompts_hash"] != self.train_set.content_hash:
+            differ.append("other prompts")
+        if differ:
+            raise DistillError(
+                f"the checkpoint in {path.parent} was made with other settings ({', '.join(differ)}); rerun with those, or choose a new --out"
+            )
+        self.heads.load_state_dict(state["heads"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["rng"]
+        self.step, self.losses, self.wall_s, self.positions = state["step"], state["losses"], state["wall_s"], state["positions"]
+        self.initial = state["initial"]
+
+    # --- training ----------------------------------------------------------------------------
+
+    def train_step(self) -> float:
+        """One step over ``batch_size`` corpus sequences: every head at every row it can see ahead from."""
+        c, corpus, hidden = self.config, self.corpus, self.hidden
+        assert corpus is not None and hidden is not None
+        seqs = self.rng.choice(len(corpus.prompts), size=c.batch_size, replace=len(corpus.prompts) < c.batch_size).tolist()
+        device = next(self.heads.parameters()).device
+        width = self.host.logits_width
+        losses, count = [], 0
+        rows = [(corpus.offsets[s], len(corpus.continuations[s])) for s in seqs]
+        base = torch.cat([torch.arange(o, o + n) for o, n in rows]) if rows else torch.zeros(0, dtype=torch.long)
+        states = self.heads(hidden[base].to(device).float())  # [R, H - 1, d]
+        position = torch.cat([torch.arange(n) for _, n in rows])  # t within its continuation
+        length = torch.cat([torch.full((n,), n) for _, n in rows])
+        for i in range(2, c.heads + 1):
+            ok = position + (i - 1) < length  # the token t + i - 1 of the same continuation exists
+            if not bool(ok.any()):
+                continue
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.dtype == "bf16"):
+                q = apply_output_layer(self.host.model, states[ok, i - 2], width).float()  # [n, V]
+            later = base[ok] + (i - 1)  # the corpus row that predicts token t + i - 1
+            if c.loss == "kl":
+                loss = sparse_divergence("fkl", corpus.signal.take(later), q, c.temperature)
+            else:
+                assert self.tokens is not None
+                loss = torch.nn.functional.cross_entropy(q, self.tokens[later].to(q.device))
+            losses.append(loss * q.shape[0])
+            count += q.shape[0]
+        if not losses:
+            self.step += 1
+            self.losses.append(float("nan"))
+            return float("nan")
+        total = torch.stack(losses).sum() / count
+        self.optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        self.optimizer.step()
+        if not torch.isfinite(total):
+            raise DistillError(f"step {self.step + 1}: the loss is {float(total)} (--lr {c.lr:g}); lower --lr and start again")
+        self.step += 1
+        self.positions += count
+        self.losses.append(float(total.detach()))
+        return self.losses[-1]
+
+    def train(self, progress: Callable[[float], None] | None = None) -> None:
+        """Run steps until ``config.steps``, checkpointing every ``checkpoint_every`` and at the end."""
+        self.prepare()
+        while self.step < self.config.steps:
+            t0 = time.perf_counter()
+            loss = self.train_step()
+            self.wall_s += time.perf_counter() - t0
+            if progress is not None:
+                progress(loss)
+            if self.step % self.config.checkpoint_every == 0 and self.step < self.config.steps:
+                self.save_checkpoint()
+        self.save_checkpoint()
+
+    def finish(self) -> HeadsReport:
+        """Measure the heads on the held-out prompts, save them and their card into ``out``."""
+        self.prepare()
+        assert self.held is not None and self.initial is not None
+        acceptance = head_acceptance(self.heads.eval(), self.host, self.held)
+        finite = [x for x in self.losses[-20:] if x == x]
+        report = HeadsReport(
+            out=str(self.out),
+            config=self.config,
+            steps=self.step,
+            train_wall_s=self.wall_s,
+            positions=self.positions,
+            final_loss=float(np.mean(finite)) if finite else float("nan"),
+            acceptance=acceptance,
+            initial=self.initial,
+            corpus_sequences=len(self.corpus.prompts) if self.corpus is not None else 0,
+            corpus_s=self.corpus_s,
+            eval_prompts=f"{len(self.eval_ids)} prompts of {self.eval_set.name}",
+        )
+        card = HeadsCard(
+            host=self.config.model,
+            hidden_size=self.heads.hidden_size,
+            heads=self.heads.heads,
+            inner=self.heads.inner,
+            logits_width=self.host.logits_width,
+            training={k: v for k, v in report.to_dict().items() if k not in ("acceptance", "initial", "out")},
+            acceptance={"held_out": acceptance, "untrained": self.initial, "prompts": report.eval_prompts},
+        )
+        save_heads(self.out, self.heads, card)
+        (self.out / "README.md").write_text(heads_card_text(report))
+        return report
+
+
+def heads_card_text(r: HeadsReport) -> str:
+    """The human-readable card of a heads directory (``README.md``)."""
+    c = r.config
+    rows = "\n".join(
+        f"| {i} | {g0:.3f} | {g:.3f} | {s0:.3f} | {s:.3f} |"
+        for i, g0, g, s0, s in zip(
+            range(2, c.heads + 1), r.initial["greedy"], r.acceptance["greedy"], r.initial["sample"], r.acceptance["sample"]
+        )
+    )
+    return f"""# Block-draft heads for {c.model}
+
+{c.heads - 1} heads (2..{c.heads}; head 1 is the model's own), each a residual feed-forward block
+on the final hidden state into the model's frozen output layer. Use as `bpd:{r.out}` directly below
+`{c.model}` in a chain.
+
+Trained {r.steps} steps ({r.positions:,} head positions, {r.train_wall_s:.0f} s) with {c.loss} on
+{r.corpus_sequences} continuations of the host ({c.samples_per_prompt} per prompt of the profiling
+split), lr {c.lr:g}, batch {c.batch_size}. Final loss {r.final_loss:.4f}.
+
+Held-out acceptance ({r.eval_prompts}), against the host's own continuations:
+
+| head | greedy, untrained | greedy | T = {c.temperature:g}, untrained | T = {c.temperature:g} |
+|---|---|---|---|---|
+{rows}
+
+Greedy block efficiency (tokens per host pass when the heads draft every block):
+{r.initial["block_greedy"]:.3f} untrained, **{r.acceptance["block_greedy"]:.3f}** trained.
+"""

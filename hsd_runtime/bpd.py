@@ -1,0 +1,199 @@
+"""The block-draft drafter (``bpd:DIR``): a block of tokens from the heads of the level above.
+
+Blockwise parallel decoding (Stern et al. 2018) drafts a whole block from one pass of the model
+itself: head i reads the model's final hidden state h_j after position j and predicts the token
+i steps on. Here the model is the level directly above (the *host*, which keeps the hidden rows
+of its passes, :meth:`~hsd_runtime.cache.CachedModel.hidden_at`), so drafting costs the heads'
+blocks and one output-layer pass over their rows, never a pass of a model of its own. After a
+verification that accepted n tokens and added one, the newest row along the context is the one
+that predicted the added token, so heads 2..H draft the next H - 1 tokens; right after a prefill
+the row after the prompt itself is there, and heads 1..H draft H.
+
+How a block is chosen (Kim et al. 2024): each head's top-k tokens form an H x k lattice; the
+argmax of each head is the plain draft (greedy mode), and under sampling each head's token is
+drawn from its own warped distribution, which is the q verification divides by. With
+``rescore=ngram`` every path is scored by its heads' log-probabilities plus ``alpha`` times an
+n-gram model of the context (:mod:`.lattice`), and the best path is the draft; with ``p`` > 1 the
+p best paths are verified together as one tree (their common prefixes merged). A rescored or
+p-best draft is a deterministic function of the past, so its q is one-hot: verification stays
+exact (recursive rejection sampling over distinct deterministic siblings, :mod:`.rrs`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .cache import CachedModel
+from .drafters import DraftContext, Proposal
+from .errors import ChainError
+from .heads import BlockHeads, HeadsCard, apply_output_layer, load_heads
+from .lattice import NgramModel, k_best_paths
+from .sampling import draw, warp
+from .spec import ModelSpec, parse_spec
+from .stats import LevelStats
+from .tree import DraftTree
+
+__all__ = ["RESCORE_ORDER", "BpdDrafter", "check_host"]
+
+RESCORE_ORDER = 2  # the n-gram model's order: a bigram lattice search is exact and fast (O(H k^2))
+
+
+class BpdDrafter:
+    """Level 0 drafting blocks from the heads of the level above (its host).
+
+    Args:
+        heads: the trained blocks of heads 2..H.
+        card: their card (the host they were trained on, H).
+        spec: the ``bpd:DIR`` spec (k, p, rescore, alpha).
+        device: where the heads run (the host's device).
+    """
+
+    def __init__(self, heads: BlockHeads, card: HeadsCard, spec: ModelSpec, device: torch.device | str = "cpu") -> None:
+        self.heads = heads.to(device)
+        self.card = card
+        self.k = int(spec.bpd_option("k"))
+        self.paths = int(spec.bpd_option("p"))
+        self.rescore = spec.bpd_option("rescore")
+        self.alpha = float(spec.bpd_option("alpha"))
+        self.stats = LevelStats(model=str(spec))
+        self.host: CachedModel | None = None
+        self._lm: NgramModel | None = None
+
+    @classmethod
+    def load(cls, spec: ModelSpec, device: torch.device | str = "cpu") -> BpdDrafter:
+        """The drafter of a ``bpd:DIR`` spec (its host is attached by the hierarchy)."""
+        heads, card = load_heads(Path(spec.heads_dir).expanduser(), device)
+        return cls(heads, card, spec, device)
+
+    @property
+    def drafts_tree(self) -> bool:
+        """Whether its host verifies a tree (p > 1 paths) rather than one block."""
+        return self.paths > 1
+
+    @property
+    def block(self) -> int:
+        """The most tokens one proposal holds: H (right after a prefill; H - 1 after a verification)."""
+        return self.card.heads
+
+    def attach(self, host: CachedModel) -> None:
+        """Read the heads off ``host``'s hidden rows (it must keep them)."""
+        if not host.keep_hidden:
+            raise ChainError(f"{self.stats.model}: its host does not keep its hidden states")
+        model: Any = host.model
+        size = int(model.config.hidden_size)
+        if size != self.card.hidden_size:
+            raise ChainError(
+                f"{self.stats.model}: heads for a hidden size of {self.card.hidden_size} (trained on {self.card.host}) "
+                f"cannot read a host of hidden size {size}"
+            )
+        self.host = host
+
+    def prefill(self, prompt: list[int]) -> None:
+        """A new sequence: the n-gram model of the context starts again."""
+        if self.rescore == "ngram":
+            assert self.host is not None
+            self._lm = NgramModel(RESCORE_ORDER, self.host.width)
+
+    @torch.inference_mode()
+    def _logits(self, tokens: list[int]) -> torch.Tensor | None:
+        """The heads' logits ``[m, V]`` (fp32) for the m <= H tokens after ``tokens``, or None
+        when the host holds no hidden row along them (or only one too far back to reach)."""
+        assert self.host is not None, "a bpd drafter runs under a host"
+        found = self.host.hidden_at(tokens)
+        if found is None:
+            return None
+        hidden, j = found  # [1, d] after tokens[: j + 1]
+        first = len(tokens) - j  # the head that predicts the token after `tokens` (1: the host's own)
+        if first > self.card.heads:
+            return None
+        states = self.heads(hidden.float())[0, max(0, first - 2) :]  # [H - max(first, 2) + 1, d]: heads max(first, 2)..H
+        if first == 1:
+            states = torch.cat([hidden.float(), states])  # head 1 reads h itself
+        self.stats.forward_passes += 1
+        return apply_output_layer(self.host.model, states, self.host.width).float()
+
+    def _proposal(self, ctx: DraftContext, n: int) -> tuple[torch.Tensor | None, list[list[int]]]:
+        """The heads' logits (or None) and up to ``self.paths`` drafts of at most ``n`` tokens."""
+        t0 = time.perf_counter()
+        logits = self._logits(ctx.tokens)
+        if logits is None:
+            self._account(t0)
+            return None, []
+        logits = logits[:n]  # [m, V]
+        if self.rescore == "none" and self.paths == 1:
+            drafts = [logits.argmax(-1).tolist()]
+        else:
+            logp = (
+                torch.log_softmax(logits, -1) if ctx.sampling.greedy else torch.log(warp(logits, ctx.sampling)).clamp_min(-1e9)
+            )  # top-k/p zeros
+            k = min(self.k, logits.shape[-1])
+            scores, ids = logp.topk(k, dim=-1)  # [m, k] each
+            lm = None
+            if self._lm is not None:
+                self._lm.update(ctx.tokens)
+                lm = self._lm
+            found = k_best_paths(ids, scores.double(), self.paths, lm=lm, history=ctx.tokens, alpha=self.alpha if lm else 0.0)
+            drafts = [path.tokens for path in found]
+        self._account(t0)
+        return logits, drafts
+
+    def _account(self, t0: float) -> None:
+        elapsed = time.perf_counter() - t0
+        self.stats.time_s += elapsed
+        self.stats.forward_s += elapsed  # the heads are this level's pass
+
+    def propose(self, ctx: DraftContext, n: int) -> Proposal:
+        """Up to ``n`` tokens (none when the host holds no hidden row along the context)."""
+        logits, drafts = self._proposal(ctx, n)
+        if logits is None:
+            return Proposal([])
+        if ctx.sampling.greedy or self.rescore != "none" or self.paths > 1:
+            return Proposal(drafts[0])  # deterministic: q is one-hot on each token
+        q = warp(logits, ctx.sampling)  # [m, V]: each head's own distribution, drawn from in turn
+        return Proposal([draw(row, ctx.generator) for row in q], q)
+
+    def propose_tree(self, ctx: DraftContext, n: int) -> DraftTree:
+        """The ``p`` best paths of at most ``n`` tokens merged into one tree (deterministic siblings)."""
+        _, drafts = self._proposal(ctx, n)
+        tree = DraftTree()
+        for draft in drafts:
+            parent = -1
+            for token in draft:
+                child = next((c for c in tree.children(parent) if tree.tokens[c] == token), None)
+                parent = tree.add(token, parent) if child is None else child
+        return _breadth_first(tree)
+
+
+def _breadth_first(tree: DraftTree) -> DraftTree:
+    """``tree`` with its nodes renumbered in breadth-first order (children in insertion order)."""
+    out = DraftTree()
+    index = {-1: -1}
+    frontier = [-1]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in tree.children(node):
+                index[child] = out.add(tree.tokens[child], index[node])
+                nxt.append(child)
+        frontier = nxt
+    return out
+
+
+def check_host(drafter: BpdDrafter, spec: ModelSpec, host: ModelSpec | None) -> None:
+    """Refuse, with one line, a ``bpd:`` spec whose next member is not the model its heads were
+    trained on (the same model and depth; its dtype, quantization and head may differ)."""
+    trained = parse_spec(drafter.card.host)
+    if host is None or not host.is_model:
+        raise ChainError(f"{spec} must be directly below its host {trained} in the chain (a model, not {host or 'nothing'})")
+    if (_where(host.name), host.layers) != (_where(trained.name), trained.layers):
+        raise ChainError(f"{spec} holds heads for {trained}, not for {host}: put it directly below {trained}, or train heads for {host}")
+
+
+def _where(name: str) -> str:
+    """A model name as a comparable place: a directory's resolved path, else the alias itself."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name

@@ -1,0 +1,254 @@
+"""Block-draft heads (``bpd:DIR``): the host's hidden rows, drafting, greedy identity, training, refusals."""
+
+import json
+
+import pytest
+import torch
+
+from hsd_planner.training.heads import HeadsConfig, HeadsTrainer
+from hsd_runtime import ChainError, Hierarchy, ModelLoader, ModelSpecError, SamplingConfig, build_batched, build_hierarchy, parse_spec
+from hsd_runtime.bpd import BpdDrafter
+from hsd_runtime.cache import CachedModel
+from hsd_runtime.drafters import DraftContext
+from hsd_runtime.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
+from hsd_runtime.stats import LevelStats
+from hsd_runtime.tree import DraftTree
+from tests.helpers import one_line_error, run
+from tests.tiny import tiny_llama
+
+PROMPT = [5, 9, 12, 5, 9, 33, 2, 7]
+SPECS = ["bpd:x", "bpd:x:k=3:p=3", "bpd:x:rescore=ngram", "bpd:x:k=4:p=4:rescore=ngram:alpha=2"]
+
+
+def random_heads(hidden: int = 32, heads: int = 4, seed: int = 5) -> BlockHeads:
+    """Heads whose blocks are not the identity, so each head drafts something of its own."""
+    torch.manual_seed(seed)
+    out = BlockHeads(hidden, heads)
+    with torch.no_grad():
+        for block in out.blocks:
+            block.down.weight.normal_(0, 0.3)
+    return out.eval().requires_grad_(False)
+
+
+def card(host: str = "T", hidden: int = 32, heads: int = 4) -> HeadsCard:
+    return HeadsCard(host=host, hidden_size=hidden, heads=heads, inner=hidden, logits_width=64)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {"T": tiny_llama(0, layers=2, head_scale=5), "M": tiny_llama(1, layers=1, head_scale=5)}
+
+
+# --- specs -------------------------------------------------------------------------------------
+
+
+def test_bpd_specs_round_trip_and_bad_ones_are_one_line():
+    for text in ["bpd:heads/a", "bpd:/abs/dir:k=8:p=2:rescore=ngram:alpha=0.5"]:
+        spec = parse_spec(text)
+        assert str(spec) == text and spec.is_bpd and not spec.is_model
+    assert parse_spec("bpd:d").bpd_option("k") == "4" and parse_spec("bpd:d").heads_dir == "d"
+    for text, fragment in [
+        ("bpd", "bpd:DIR"),
+        ("bpd:k=2", "bpd:DIR"),
+        ("bpd:d:k=0", "k=0"),
+        ("bpd:d:k=99", "k=99"),
+        ("bpd:d:p=0", "p=0"),
+        ("bpd:d:rescore=lm", "rescore=lm"),
+        ("bpd:d:alpha=x", "alpha=x"),
+        ("bpd:d:layers=2", "unknown option 'layers'"),
+        ("bpd:d:k=1:p=2", "k >= 2"),
+    ]:
+        with pytest.raises(ModelSpecError, match=fragment):
+            parse_spec(text)
+
+
+# --- the host's hidden rows ------------------------------------------------------------------------
+
+
+def _calls(cached: CachedModel) -> list[torch.Tensor]:
+    """A run of cache calls with growth, a rollback and a settled tree: every logits tensor returned."""
+    tree = DraftTree()
+    a = tree.add(4, -1)
+    tree.add(6, -1)
+    tree.add(8, a)
+    seq = [3, 5, 7, 9]
+    out = [cached.logits(seq, 3), cached.logits(seq + [11, 13], 3), cached.logits(seq + [12], 3)]
+    out.append(cached.tree_logits(seq + [12], tree))
+    out.append(cached.logits(seq + [12, 4, 8, 10], 6))
+    return out
+
+
+def test_a_host_that_keeps_hidden_rows_returns_the_same_logits(models):
+    plain = _calls(CachedModel(models["T"], 64, LevelStats("T")))
+    kept = _calls(CachedModel(models["T"], 64, LevelStats("T"), keep_hidden=True))
+    assert all(torch.equal(a, b) for a, b in zip(plain, kept))
+
+
+def test_hidden_rows_are_those_of_a_fresh_pass_along_the_sequence(models):
+    host = models["T"]
+    cached = CachedModel(host, 64, LevelStats("T"), keep_hidden=True)
+
+    def fresh(tokens: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return host.model(input_ids=torch.tensor([tokens])).last_hidden_state[0, -1:]
+
+    cached.prefill([3, 5, 7, 9])
+    h, j = cached.hidden_at([3, 5, 7, 9])
+    assert j == 3 and torch.allclose(h, fresh([3, 5, 7, 9]), atol=1e-5)
+    cached.logits([3, 5, 7, 9, 11, 13, 15], 3)  # a draft of three verified
+    h, j = cached.hidden_at([3, 5, 7, 9, 11, 20])  # 11 accepted, 20 replaced 13
+    assert j == 4 and torch.allclose(h, fresh([3, 5, 7, 9, 11]), atol=1e-5)
+    assert cached.hidden_at([4, 5]) is None  # nothing along another text
+    tree = DraftTree()
+    a = tree.add(17, -1)
+    tree.add(19, a)
+    cached.tree_logits([3, 5, 7, 9, 11, 20], tree)
+    h, j = cached.hidden_at([3, 5, 7, 9, 11, 20, 17, 30])
+    assert j == 6 and torch.allclose(h, fresh([3, 5, 7, 9, 11, 20, 17]), atol=1e-5)
+    h, j = cached.hidden_at([3, 5, 7, 9, 11, 20, 40])  # no node along it: the row after the root
+    assert j == 5 and torch.allclose(h, fresh([3, 5, 7, 9, 11, 20]), atol=1e-5)
+
+
+# --- drafting ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_greedy_output_is_the_targets_with_heads_under_the_target_and_under_a_middle_level(models, spec):
+    reference = Hierarchy([models["T"]], []).generate(PROMPT, 30).tokens
+    for members, widths in (([models["T"]], [3]), ([models["M"], models["T"]], [3, 2])):
+        drafter = BpdDrafter(random_heads(), card(), parse_spec(spec))
+        result = Hierarchy([drafter, *members], widths).generate(PROMPT, 30)
+        assert result.tokens == reference
+        assert result.levels[0].proposed > 0 and result.levels[0].forward_passes > 0
+
+
+def test_heads_draft_after_a_prefill_and_after_each_verification(models):
+    drafter = BpdDrafter(random_heads(), card(), parse_spec("bpd:x"))
+    Hierarchy([drafter, models["T"]], [4])  # attaches the host
+    assert drafter.host is not None
+    drafter.host.prefill(PROMPT)
+    ctx = DraftContext(list(PROMPT), SamplingConfig(), torch.Generator())
+    first = drafter.propose(ctx, 4).tokens
+    with torch.no_grad():
+        own = int(models["T"](torch.tensor([PROMPT])).logits[0, -1].argmax())
+    assert len(first) == 4 and first[0] == own  # head 1 is the host's own next token
+    drafter.host.logits(PROMPT + first[:3], len(PROMPT) - 1)  # the host verified three
+    after = drafter.propose(DraftContext(PROMPT + first[:2] + [0], SamplingConfig(), torch.Generator()), 4).tokens
+    assert len(after) == 3  # heads 2..4 from the row that predicted the added token
+    assert drafter.propose(DraftContext([1, 2, 3], SamplingConfig(), torch.Generator()), 4).tokens == []  # no row along it
+
+
+def test_p_best_paths_make_one_breadth_first_tree_of_distinct_siblings(models):
+    drafter = BpdDrafter(random_heads(), card(), parse_spec("bpd:x:k=3:p=5:rescore=ngram"))
+    Hierarchy([drafter, models["T"]], [3])
+    assert drafter.host is not None
+    drafter.prefill(PROMPT)
+    drafter.host.prefill(PROMPT)
+    tree = drafter.propose_tree(DraftContext(list(PROMPT), SamplingConfig(), torch.Generator()), 3)
+    leaves = [i for i in range(len(tree)) if not tree.children(i)]
+    assert len(leaves) == 5 and all(tree.depths[i] == 3 for i in leaves)
+    assert tree.depths == sorted(tree.depths)  # breadth-first
+    for node in [-1, *range(len(tree))]:
+        kids = [tree.tokens[c] for c in tree.children(node)]
+        assert len(kids) == len(set(kids))
+
+
+def test_sampling_with_heads_runs_and_reports_the_heads_q(models):
+    drafter = BpdDrafter(random_heads(), card(), parse_spec("bpd:x"))
+    result = Hierarchy([drafter, models["T"]], [3]).generate(PROMPT, 20, SamplingConfig(mode="sample", seed=1))
+    assert len(result.tokens) == 20 and 0 < result.levels[0].accepted < result.levels[0].proposed
+
+
+# --- heads directories and chains ------------------------------------------------------------------
+
+
+@pytest.fixture
+def heads_dir(tiny_dirs, tmp_path):
+    folder = tmp_path / "heads"
+    save_heads(folder, random_heads(hidden=32), card(host=str(tiny_dirs["target"])))
+    return folder
+
+
+def test_a_heads_directory_drafts_through_the_cli_with_check(tiny_dirs, heads_dir):
+    for options in ("", ":k=3:p=3:rescore=ngram"):
+        chain = f"bpd:{heads_dir}{options},{tiny_dirs['target']}"
+        result = run("generate", "--chain", chain, "--widths", 3, "--prompt", "w1 w2 w3", "--max-new-tokens", 12, "--check", "--json", "--dtype", "fp32")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["check"]["identical"]
+
+
+def test_chains_that_misplace_heads_are_refused(tiny_dirs, heads_dir):
+    loader = ModelLoader(device="cpu")
+    target, draft = str(tiny_dirs["target"]), str(tiny_dirs["draft"])
+    for chain, fragment in [
+        ([f"bpd:{heads_dir}", draft, target], "holds heads for"),  # another host
+        ([draft, f"bpd:{heads_dir}", target], "lowest level"),
+        ([target, f"bpd:{heads_dir}"], "cannot be ngram or bpd"),
+    ]:
+        with pytest.raises(ChainError, match=fragment):
+            build_hierarchy(chain, [2] * (len(chain) - 1), loader)
+    with pytest.raises(ChainError, match="one-sequence runtime"):
+        build_batched([f"bpd:{heads_dir}", target], [2], loader)
+
+
+@pytest.mark.parametrize("damage", ["no card", "bad card", "old format", "no weights", "bad weights", "wrong shape"])
+def test_a_damaged_heads_directory_is_one_line(tiny_dirs, heads_dir, damage):
+    path = heads_dir / HEADS_CARD
+    if damage == "no card":
+        path.unlink()
+    elif damage == "bad card":
+        path.write_text("{not json")
+    elif damage == "old format":
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"format": 0}))
+    elif damage == "no weights":
+        (heads_dir / HEADS_FILE).unlink()
+    elif damage == "bad weights":
+        (heads_dir / HEADS_FILE).write_bytes(b"\x00" * 64)
+    else:
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"inner": 7}))
+    result = run("generate", "--chain", f"bpd:{heads_dir},{tiny_dirs['target']}", "--widths", 2, "--prompt", "w1", "--dtype", "fp32")
+    one_line_error(result, str(heads_dir))
+
+
+# --- training ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "p.txt"
+    path.write_text("\n".join(f"w{i % 60} w{i * 7 % 60} w{i * 13 % 60} w{(i + 1) % 60}" for i in range(60)))
+    return path
+
+
+def train(tiny_dirs, prompts, out, *extra):
+    args = ["heads", "train", "--model", tiny_dirs["target"], "--heads", 3, "--out", out, "--prompts", prompts]
+    return run(*args, "--max-new-tokens", 8, "--batch-size", 4, "--samples-per-prompt", 1, "--device", "cpu", "--dtype", "fp32", *extra)
+
+
+def test_training_lowers_the_loss_and_the_heads_draft_for_their_host(tiny_dirs, prompts, tmp_path):
+    config = HeadsConfig(model=str(tiny_dirs["target"]), heads=3, prompts=str(prompts), steps=40, batch_size=8, max_new_tokens=8, lr=3e-3, samples_per_prompt=1)
+    trainer = HeadsTrainer(config, tmp_path / "h", ModelLoader(device="cpu"))
+    trainer.train()
+    assert sum(trainer.losses[-5:]) < sum(trainer.losses[:5])
+    report = trainer.finish()
+    assert len(report.acceptance["greedy"]) == 2 and report.acceptance["block_greedy"] >= 1.0
+    saved = json.loads((tmp_path / "h" / HEADS_CARD).read_text())
+    assert saved["host"] == str(tiny_dirs["target"]) and saved["heads"] == 3 and saved["acceptance"]["held_out"] == report.acceptance
+    chain = f"bpd:{tmp_path / 'h'}:p=2:k=2,{tiny_dirs['target']}"
+    result = run("generate", "--chain", chain, "--widths", 2, "--prompt", "w1 w2 w3", "--max-new-tokens", 10, "--check", "--json", "--dtype", "fp32")
+    assert result.exit_code == 0 and json.loads(result.output)["check"]["identical"], result.output
+
+
+def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp_path):
+    assert train(tiny_dirs, prompts, tmp_path / "whole", "--steps", 4).exit_code == 0
+    assert train(tiny_dirs, prompts, tmp_path / "split", "--steps", 2).exit_code == 0
+    result = train(tiny_dirs, prompts, tmp_path / "split", "--steps", 4, "--resume", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["steps"] == 4
+    from safetensors.torch import load_file
+
+    whole, resumed = load_file(tmp_path / "whole" / HEADS_FILE), load_file(tmp_path / "split" / HEADS_FILE)
+    assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
+    one_line_error(train(tiny_dirs, prompts, tmp_path / "whole", "--steps", 4), "not empty")
+    one_line_error(train(tiny_dirs, prompts, tmp_path / "none", "--resume"), "no checkpoint")
+    one_line_error(train(tiny_dirs, prompts, tmp_path / "split", "--steps", 6, "--resume", "--lr", "0.5"), "other settings")
