@@ -7,7 +7,8 @@ decoding modes) and the bounds and defaults of numbers (:mod:`.limits`); devices
 (:mod:`.device`); loading, packaged models, int8 copies, trimmed heads and prepacked weights
 (:mod:`.loading`, :mod:`.packaged`, :mod:`.quantize`, :mod:`.trim`, :mod:`.packing`); the decoding itself (:mod:`.cache`,
 :mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, :mod:`.hierarchy`,
-:mod:`.stats`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`).
+:mod:`.stats`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`); block-draft heads on the
+level above (:mod:`.heads`, :mod:`.bpd`, :mod:`.lattice`).
 
 Names are imported on first use (PEP 562), so that the torch-free parts - :mod:`.errors`,
 :mod:`.spec`, :mod:`.shape`, :mod:`.choices` and :mod:`.limits` - can be imported where torch
@@ -56,6 +57,8 @@ _EXPORTS = {
     "prepack": "packing",
     "resolve_device": "device",
     "NgramDrafter": "ngram",
+    "BpdDrafter": "bpd",
+    "BlockHeads": "heads",
     "ngram_lookup": "ngram",
     "SamplingConfig": "sampling",
     "warp": "sampling",

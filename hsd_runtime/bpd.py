@@ -32,7 +32,7 @@ from .drafters import DraftContext, Proposal
 from .errors import ChainError
 from .heads import BlockHeads, HeadsCard, apply_output_layer, load_heads
 from .lattice import NgramModel, k_best_paths
-from .sampling import draw, warp
+from .sampling import SamplingConfig, draw, warp
 from .spec import ModelSpec, parse_spec
 from .stats import LevelStats
 from .tree import DraftTree
@@ -61,6 +61,8 @@ class BpdDrafter:
         self.alpha = float(spec.bpd_option("alpha"))
         self.stats = LevelStats(model=str(spec))
         self.host: CachedModel | None = None
+        self.model: Any = None  # the host's model and logits width, whose output layer the heads share
+        self.width = 0
         self._lm: NgramModel | None = None
 
     @classmethod
@@ -68,6 +70,12 @@ class BpdDrafter:
         """The drafter of a ``bpd:DIR`` spec (its host is attached by the hierarchy)."""
         heads, card = load_heads(Path(spec.heads_dir).expanduser(), device)
         return cls(heads, card, spec, device)
+
+    def reads(self, host: ModelSpec) -> bool:
+        """Whether ``host`` is the model the heads were trained on: the same model and depth (its
+        dtype, quantization or head may differ)."""
+        trained = parse_spec(self.card.host)
+        return host.is_model and (_where(host.name), host.layers) == (_where(trained.name), trained.layers)
 
     @property
     def drafts_tree(self) -> bool:
@@ -91,17 +99,30 @@ class BpdDrafter:
                 f"cannot read a host of hidden size {size}"
             )
         self.host = host
+        self.bind(host.model, host.width)
+
+    def bind(self, model: Any, width: int) -> None:
+        """Use ``model``'s output layer (sliced to ``width``) without a cache: for timing and
+        profiling, which hand the hidden rows in themselves (:meth:`head_logits`, :meth:`drafts`)."""
+        self.model, self.width = model, width
 
     def prefill(self, prompt: list[int]) -> None:
         """A new sequence: the n-gram model of the context starts again."""
         if self.rescore == "ngram":
-            assert self.host is not None
-            self._lm = NgramModel(RESCORE_ORDER, self.host.width)
+            assert self.model is not None, "a bpd drafter runs under a host"
+            self._lm = NgramModel(RESCORE_ORDER, self.width)
 
     @torch.inference_mode()
+    def head_logits(self, hidden: torch.Tensor, first: int) -> torch.Tensor:
+        """Logits ``[H - first + 1, V]`` (fp32) of heads first..H at the hidden state ``hidden`` ``[1, d]``."""
+        states = self.heads(hidden.float())[0, max(0, first - 2) :]  # [H - max(first, 2) + 1, d]: heads max(first, 2)..H
+        if first == 1:
+            states = torch.cat([hidden.float(), states])  # head 1 reads h itself
+        return apply_output_layer(self.model, states, self.width).float()
+
     def _logits(self, tokens: list[int]) -> torch.Tensor | None:
-        """The heads' logits ``[m, V]`` (fp32) for the m <= H tokens after ``tokens``, or None
-        when the host holds no hidden row along them (or only one too far back to reach)."""
+        """The heads' logits ``[m, V]`` for the m <= H tokens after ``tokens``, or None when the
+        host holds no hidden row along them (or only one too far back to reach)."""
         assert self.host is not None, "a bpd drafter runs under a host"
         found = self.host.hidden_at(tokens)
         if found is None:
@@ -110,36 +131,31 @@ class BpdDrafter:
         first = len(tokens) - j  # the head that predicts the token after `tokens` (1: the host's own)
         if first > self.card.heads:
             return None
-        states = self.heads(hidden.float())[0, max(0, first - 2) :]  # [H - max(first, 2) + 1, d]: heads max(first, 2)..H
-        if first == 1:
-            states = torch.cat([hidden.float(), states])  # head 1 reads h itself
         self.stats.forward_passes += 1
-        return apply_output_layer(self.host.model, states, self.host.width).float()
+        return self.head_logits(hidden, first)
 
     def _proposal(self, ctx: DraftContext, n: int) -> tuple[torch.Tensor | None, list[list[int]]]:
         """The heads' logits (or None) and up to ``self.paths`` drafts of at most ``n`` tokens."""
         t0 = time.perf_counter()
         logits = self._logits(ctx.tokens)
-        if logits is None:
-            self._account(t0)
-            return None, []
-        logits = logits[:n]  # [m, V]
-        if self.rescore == "none" and self.paths == 1:
-            drafts = [logits.argmax(-1).tolist()]
-        else:
-            logp = (
-                torch.log_softmax(logits, -1) if ctx.sampling.greedy else torch.log(warp(logits, ctx.sampling)).clamp_min(-1e9)
-            )  # top-k/p zeros
-            k = min(self.k, logits.shape[-1])
-            scores, ids = logp.topk(k, dim=-1)  # [m, k] each
-            lm = None
-            if self._lm is not None:
-                self._lm.update(ctx.tokens)
-                lm = self._lm
-            found = k_best_paths(ids, scores.double(), self.paths, lm=lm, history=ctx.tokens, alpha=self.alpha if lm else 0.0)
-            drafts = [path.tokens for path in found]
+        drafts = [] if logits is None else self.drafts(logits[:n], ctx.tokens, ctx.sampling)
         self._account(t0)
-        return logits, drafts
+        return None if logits is None else logits[:n], drafts
+
+    def drafts(self, logits: torch.Tensor, tokens: list[int], sampling: SamplingConfig) -> list[list[int]]:
+        """Up to ``self.paths`` drafts from the heads' logits ``[m, V]`` after ``tokens``: each
+        head's argmax (no rescoring, one path), else the best paths of the rescored lattice."""
+        if self.rescore == "none" and self.paths == 1:
+            return [logits.argmax(-1).tolist()]
+        # top-k/p zeros become a large negative score: the lattice search takes finite scores only
+        logp = torch.log_softmax(logits, -1) if sampling.greedy else torch.log(warp(logits, sampling)).clamp_min(-1e9)
+        scores, ids = logp.topk(min(self.k, logits.shape[-1]), dim=-1)  # [m, k] each
+        lm = None
+        if self._lm is not None:
+            self._lm.update(tokens)
+            lm = self._lm
+        found = k_best_paths(ids, scores.double(), self.paths, lm=lm, history=tokens, alpha=self.alpha if lm else 0.0)
+        return [path.tokens for path in found]
 
     def _account(self, t0: float) -> None:
         elapsed = time.perf_counter() - t0
@@ -189,7 +205,7 @@ def check_host(drafter: BpdDrafter, spec: ModelSpec, host: ModelSpec | None) -> 
     trained = parse_spec(drafter.card.host)
     if host is None or not host.is_model:
         raise ChainError(f"{spec} must be directly below its host {trained} in the chain (a model, not {host or 'nothing'})")
-    if (_where(host.name), host.layers) != (_where(trained.name), trained.layers):
+    if not drafter.reads(host):
         raise ChainError(f"{spec} holds heads for {trained}, not for {host}: put it directly below {trained}, or train heads for {host}")
 
 

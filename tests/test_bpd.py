@@ -13,7 +13,7 @@ from hsd_runtime.drafters import DraftContext
 from hsd_runtime.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
 from hsd_runtime.stats import LevelStats
 from hsd_runtime.tree import DraftTree
-from tests.helpers import one_line_error, run
+from tests.helpers import QUICK_PROFILE, one_line_error, run
 from tests.tiny import tiny_llama
 
 PROMPT = [5, 9, 12, 5, 9, 33, 2, 7]
@@ -172,7 +172,21 @@ def heads_dir(tiny_dirs, tmp_path):
 def test_a_heads_directory_drafts_through_the_cli_with_check(tiny_dirs, heads_dir):
     for options in ("", ":k=3:p=3:rescore=ngram"):
         chain = f"bpd:{heads_dir}{options},{tiny_dirs['target']}"
-        result = run("generate", "--chain", chain, "--widths", 3, "--prompt", "w1 w2 w3", "--max-new-tokens", 12, "--check", "--json", "--dtype", "fp32")
+        result = run(
+            "generate",
+            "--chain",
+            chain,
+            "--widths",
+            3,
+            "--prompt",
+            "w1 w2 w3",
+            "--max-new-tokens",
+            12,
+            "--check",
+            "--json",
+            "--dtype",
+            "fp32",
+        )
         assert result.exit_code == 0, result.output
         assert json.loads(result.output)["check"]["identical"]
 
@@ -226,7 +240,16 @@ def train(tiny_dirs, prompts, out, *extra):
 
 
 def test_training_lowers_the_loss_and_the_heads_draft_for_their_host(tiny_dirs, prompts, tmp_path):
-    config = HeadsConfig(model=str(tiny_dirs["target"]), heads=3, prompts=str(prompts), steps=40, batch_size=8, max_new_tokens=8, lr=3e-3, samples_per_prompt=1)
+    config = HeadsConfig(
+        model=str(tiny_dirs["target"]),
+        heads=3,
+        prompts=str(prompts),
+        steps=40,
+        batch_size=8,
+        max_new_tokens=8,
+        lr=3e-3,
+        samples_per_prompt=1,
+    )
     trainer = HeadsTrainer(config, tmp_path / "h", ModelLoader(device="cpu"))
     trainer.train()
     assert sum(trainer.losses[-5:]) < sum(trainer.losses[:5])
@@ -235,7 +258,9 @@ def test_training_lowers_the_loss_and_the_heads_draft_for_their_host(tiny_dirs, 
     saved = json.loads((tmp_path / "h" / HEADS_CARD).read_text())
     assert saved["host"] == str(tiny_dirs["target"]) and saved["heads"] == 3 and saved["acceptance"]["held_out"] == report.acceptance
     chain = f"bpd:{tmp_path / 'h'}:p=2:k=2,{tiny_dirs['target']}"
-    result = run("generate", "--chain", chain, "--widths", 2, "--prompt", "w1 w2 w3", "--max-new-tokens", 10, "--check", "--json", "--dtype", "fp32")
+    result = run(
+        "generate", "--chain", chain, "--widths", 2, "--prompt", "w1 w2 w3", "--max-new-tokens", 10, "--check", "--json", "--dtype", "fp32"
+    )
     assert result.exit_code == 0 and json.loads(result.output)["check"]["identical"], result.output
 
 
@@ -252,3 +277,38 @@ def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp
     one_line_error(train(tiny_dirs, prompts, tmp_path / "whole", "--steps", 4), "not empty")
     one_line_error(train(tiny_dirs, prompts, tmp_path / "none", "--resume"), "no checkpoint")
     one_line_error(train(tiny_dirs, prompts, tmp_path / "split", "--steps", 6, "--resume", "--lr", "0.5"), "other settings")
+
+
+# --- the planner -------------------------------------------------------------------------------
+
+
+def test_heads_are_one_more_candidate_profiled_under_their_host_only(tiny_dirs, heads_dir, tmp_path):
+    """Profile times the heads and measures them against their host only; solve ranks chains with
+    them directly under it; validate runs the pick; export refuses them."""
+    target, draft = str(tiny_dirs["target"]), str(tiny_dirs["draft"])
+    db = tmp_path / "t.db"
+    for mode in ("greedy", "sample"):
+        for options in ("", ":rescore=ngram:k=3"):
+            models = f"bpd:{heads_dir}{options},{draft},{target}"
+            result = run("profile", "--models", models, "--db", db, "--mode", mode, "--max-prompts", "3", *QUICK_PROFILE, "--json")
+            assert result.exit_code == 0, result.output
+            report = json.loads(result.output)
+            pairs = {(a["drafter"], a["verifier"]) for a in report["acceptance"]}
+            heads = f"bpd:{heads_dir.resolve()}{options}"
+            assert (heads, target) in pairs and (heads, draft) not in pairs
+            solved = run("solve", "--db", db, "--mode", mode, "--top", "30", "--json")
+            assert solved.exit_code == 0, solved.output
+            chains = [plan["chain"] for plan in json.loads(solved.output)["plans"]]
+            with_heads = [c for c in chains if heads in c]
+            assert with_heads and all(c.index(heads) == 0 and c[1] == target for c in with_heads)
+    # the last solve (sample, rescored heads): validate runs every candidate plan, the heads' too
+    checked = run("validate", "--db", db, "--candidates", "all", "--max-prompts", 1, "--max-new-tokens", 4, "--device", "cpu", "--json")
+    assert checked.exit_code == 0, checked.output
+    assert any(heads in json.dumps(row) for row in json.loads(checked.output)["plans"])
+    one_line_error(run("profile", "--models", f"bpd:{heads_dir}:p=2,{target}", "--db", db, *QUICK_PROFILE), "p=1")
+    one_line_error(run("profile", "--models", f"bpd:{heads_dir},{draft}", "--db", db, *QUICK_PROFILE), "list that model")
+
+    from hsd_planner.export.restrict import unloadable
+    from hsd_planner.export.stacks import STACKS
+
+    assert all(unloadable(heads, True, stack) for stacks in STACKS.values() for stack in stacks)

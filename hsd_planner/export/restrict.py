@@ -23,9 +23,11 @@ __all__ = ["restricted_solve", "restrictions", "unloadable"]
 
 def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
     """Why ``stack`` cannot run the drafter ``name`` (None: it can)."""
+    spec = parse_spec(name)
+    if spec.is_bpd:  # the stacks' own heads (Medusa, EAGLE, MTP) are trained their way, not loaded from hsd-plan's
+        return f"it cannot load hsd-plan's block-draft heads {name}"
     if lookup:
         return None if stack.ngram else f"it has no n-gram drafter ({name})"
-    spec = parse_spec(name)
     if spec.layers is not None and not stack.early_exit:
         return f"it cannot load the early exit {name}"
     if spec.quant is not None and not stack.int8_copy:

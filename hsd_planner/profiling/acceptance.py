@@ -12,6 +12,10 @@ A model drafter re-predicts every position, so the i-th token it drafts from t i
 c_t[i] = a_{t+i}. The n-gram drafter proposes a block at once (what followed the earliest match
 of the suffix at t; one-hot q): c_t[i] is 1 when the block's i-th token equals the verifier's
 argmax at t + i (greedy) or p_j of that token there (sampling), and 0 where the block is shorter.
+Block-draft heads (``bpd:``) draft from t with the host's hidden state that predicted token t - 1
+(the row a verification leaves for the round that starts at t): head i + 2 proposes token t + i,
+sampled from its own q (c_t[i] = sum_x min(p, q) at t + i) or, rescored, one deterministic path
+(like the n-gram block); past the last head, c_t[i] = 0.
 S_t(g) = prod_{i<g} c_t[i] is the chance that the first g tokens drafted from t are accepted.
 
 Acceptance is bursty, so two run-length distributions are kept, as sums that combine exactly
@@ -32,10 +36,13 @@ import torch
 from torch import nn
 
 from hsd_runtime import SamplingConfig, ngram_lookup, warp
+from hsd_runtime.bpd import BpdDrafter
+from hsd_runtime.heads import apply_output_layer
 
 __all__ = [
     "G_MAX",
     "acceptance_from_logits",
+    "bpd_acceptance",
     "model_conditionals",
     "ngram_acceptance",
     "run_length_sums",
@@ -86,6 +93,41 @@ def ngram_acceptance(
     out = torch.zeros(m, g_max, dtype=torch.float64)
     for t in range(m):
         block = ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t))
+        for i, x in enumerate(block):
+            out[t, i] = float(x == argmax[t + i]) if probs is None else min(1.0, float(probs[t + i, x]) / sampling.lenience)
+    return out
+
+
+def bpd_acceptance(
+    drafter: BpdDrafter, prompt: list[int], continuation: list[int], p_logits: torch.Tensor, sampling: SamplingConfig, g_max: int = G_MAX
+) -> torch.Tensor:
+    """c_t[i] ``[m, g_max]`` of block-draft heads under their host (``drafter`` bound to it).
+
+    ``p_logits`` ``[m, V]`` are the host's logits along the continuation; one more pass of the host
+    gives its hidden states there.
+    """
+    m, heads = len(continuation), drafter.card.heads - 1
+    model = drafter.model
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt + continuation], device=device)  # [1, L + m]
+    with torch.inference_mode():
+        decoder = getattr(model, model.base_model_prefix)
+        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state[
+            0, len(prompt) - 2 : len(prompt) - 2 + m
+        ]  # [m, d]: row t predicted x_{t-1}
+        states = drafter.heads(hidden.float())  # [m, H - 1, d]: head i + 2 at row t proposes x_{t+i}
+        logits = apply_output_layer(model, states, p_logits.shape[-1]).float()  # [m, H - 1, V]
+    out = torch.zeros(m, g_max, dtype=torch.float64)
+    if drafter.rescore == "none" and drafter.paths == 1:
+        for i in range(min(heads, g_max, m)):
+            out[: m - i, i] = acceptance_from_logits(logits[: m - i, i], p_logits[i:], sampling)
+        return out
+    probs = None if sampling.greedy else warp(p_logits, sampling).cpu()
+    argmax = p_logits.argmax(-1).tolist()
+    drafter.prefill(prompt)
+    for t in range(m):
+        n = min(heads, g_max, m - t)
+        block = drafter.drafts(logits[t, :n], prompt + continuation[:t], sampling)[0]
         for i, x in enumerate(block):
             out[t, i] = float(x == argmax[t + i]) if probs is None else min(1.0, float(probs[t + i, x]) / sampling.lenience)
     return out

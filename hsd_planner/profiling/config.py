@@ -8,7 +8,7 @@ latency sweep (:mod:`.sweep`) and the continuations it drafts (:mod:`.continuati
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,9 @@ from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERA
 
 from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..store.records import ModelFacts, RunKeys
+
+if TYPE_CHECKING:
+    from hsd_runtime.bpd import BpdDrafter
 
 __all__ = ["Candidate", "ProfileConfig", "ProfileOutcome"]
 
@@ -66,11 +69,14 @@ class ProfileOutcome:
 
 @dataclass
 class Candidate:
-    """A model a profile measures: its spec, the model loaded (None for ngram) and its row id."""
+    """A model a profile measures: its spec, the model loaded (None for ngram and bpd), the
+    block-draft drafter of a ``bpd:`` spec (bound to its host) and its row id."""
 
     spec: ModelSpec
-    loaded: LoadedModel | None  # None for ngram
+    loaded: LoadedModel | None  # None for ngram and bpd
     row_id: int = 0
+    heads: BpdDrafter | None = None
+    host: str | None = None  # a bpd candidate's host, as listed
 
     @property
     def facts(self) -> ModelFacts | None:

@@ -10,7 +10,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, parse_spec
+from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
+from hsd_runtime.bpd import BpdDrafter
 
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
@@ -19,6 +20,7 @@ from ..store.measurements import latency_curves, measured_prompts, record_floor_
 from ..store.records import PromptAcceptance, PromptPairKey, SettingRecord, WorkloadRecord
 from .acceptance import (
     acceptance_from_logits,
+    bpd_acceptance,
     model_conditionals,
     ngram_acceptance,
     run_length_sums,
@@ -74,11 +76,28 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[Candidate]:
         seen.add(str(spec))
     if config.acceptance and len(specs) < 2:
         raise ChainError("acceptance needs at least two models (a drafter and a verifier); add one, or pass --skip-acceptance")
-    if all(s.is_ngram for s in specs):
-        raise ChainError("--models needs at least one model besides ngram")
+    if all(not s.is_model for s in specs):
+        raise ChainError("--models needs at least one model besides ngram and bpd")
     candidates = [Candidate(s, m) for s, m in zip(specs, loader.load_chain(specs))]
+    width = check_same_tokenizer([c.loaded for c in candidates if c.loaded is not None])
+    for c in candidates:
+        if c.spec.is_bpd:
+            _bind_heads(c, candidates, width, loader)
     # stable sort: cheapest first, ties keep the order given
     return sorted(candidates, key=lambda c: c.cost_rank)
+
+
+def _bind_heads(cand: Candidate, candidates: list[Candidate], width: int, loader: ModelLoader) -> None:
+    """Load a ``bpd:`` candidate's heads and bind them to their host, which must be listed too."""
+    drafter = BpdDrafter.load(cand.spec, loader.device)
+    if drafter.paths > 1:
+        raise ChainError(f"{cand.spec}: the planner prices one drafted path per round; profile it with p=1 (generate runs p > 1)")
+    host = next((c for c in candidates if c.loaded is not None and drafter.reads(c.spec)), None)
+    if host is None:
+        raise ChainError(f"{cand.spec} holds heads for {drafter.card.host}; list that model in --models too")
+    assert host.loaded is not None
+    drafter.bind(host.loaded.model, width)
+    cand.heads, cand.host = drafter, str(host.spec)
 
 
 def prepare_profile(config: ProfileConfig, prompts: PromptSet, loader: ModelLoader) -> PreparedProfile:
@@ -148,10 +167,12 @@ def run_profile(
     for c, row_id in zip(candidates, ids):
         c.row_id = out.model_ids[str(c.spec)] = row_id
     verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
+    # every cheaper candidate drafts for a verifier, block-draft heads for their own host only
+    below = {j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec))] for j in verifiers}
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     batched = len(batch_points(config, candidates, contexts)) * len(set(config.latency_grid))
     if total:
-        total((len(points) + batched) * config.repeats + sum(len(prompts.prompts) * (1 + j) for j in verifiers))
+        total((len(points) + batched) * config.repeats + sum(len(prompts.prompts) * (1 + len(below[j])) for j in verifiers))
     step = progress or (lambda _n: None)
 
     sweep = Sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
@@ -166,7 +187,7 @@ def run_profile(
     for i, j in enumerate(verifiers):
         # a lenience relaxes the target's test only (the runtime's rule): the largest model's pairs
         lenience = config.lenience if j == len(candidates) - 1 else 1.0
-        _acceptance_for_verifier(engine, config, encoded, out, candidates[:j], candidates[j], step, assist, lenience)
+        _acceptance_for_verifier(engine, config, encoded, out, below[j], candidates[j], step, assist, lenience)
         sweep.to(first + -(-(config.repeats - first) * (i + 1) // len(verifiers)))
     sweep.finish()
     measure_batches(engine, config, out, candidates, contexts, step)
@@ -214,7 +235,9 @@ def _acceptance_for_verifier(
             out.skipped += 1 + len(drafters)
             step(1 + len(drafters))
             continue
-        continuation, generated = verifier_continuation(engine, config, out, verifier, k, ids, assist.choose(drafters, verifier))
+        # heads draft under their own host only, and never the continuation (the assistant is a plain chain)
+        assistants = [d for d in drafters if d.heads is None]
+        continuation, generated = verifier_continuation(engine, config, out, verifier, k, ids, assist.choose(assistants, verifier))
         out.measured += generated
         out.skipped += not generated
         step(1)
@@ -223,7 +246,9 @@ def _acceptance_for_verifier(
         step(len(drafters) - len(todo))
         for d in todo:
             siblings: tuple[list[float] | None, int | None] = (None, None)  # the n-gram drafter drafts chains only
-            if d.loaded is None:
+            if d.heads is not None:
+                c = bpd_acceptance(d.heads, ids, continuation, p_logits, sampling)
+            elif d.loaded is None:
                 c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling)
             else:
                 q_logits = teacher_forced_logits(d.loaded.model, ids, continuation, width)

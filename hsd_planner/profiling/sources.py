@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hsd_runtime.files import MAX_CONFIG_BYTES, read_input, stat_path
 from hsd_runtime.packaged import PACKAGED
-from hsd_runtime.spec import ModelSpec, parse_spec
+from hsd_runtime.spec import BPD, ModelSpec, parse_spec
 
 from ..errors import StoreError
 
@@ -24,7 +24,7 @@ _WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 def _local_path(spec: ModelSpec) -> Path | None:
     if spec.is_ngram or spec.name in PACKAGED:
         return None
-    path = Path(spec.name).expanduser()
+    path = Path(spec.heads_dir if spec.is_bpd else spec.name).expanduser()
     return path if stat_path(path, "model") is not None else None  # a loop or an overlong name is one line
 
 
@@ -38,7 +38,8 @@ def absolute_spec(text: str) -> str:
     path = _local_path(spec)
     if path is None:
         return str(spec)
-    return str(spec.model_copy(update={"name": str(path.resolve())}))
+    name = str(path.resolve())
+    return str(spec.model_copy(update={"name": f"{BPD}:{name}" if spec.is_bpd else name}))
 
 
 def absolute_specs(texts: list[str] | tuple[str, ...]) -> list[str]:
@@ -47,7 +48,8 @@ def absolute_specs(texts: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def source_fingerprint(spec_text: str) -> str | None:
-    """A digest of a local model's config and weight files (None for ngram and packaged aliases)."""
+    """A digest of a local model's (or heads directory's) config and weight files (None for ngram
+    and packaged aliases)."""
     path = _local_path(parse_spec(spec_text))
     if path is None:
         return None

@@ -10,7 +10,7 @@ from ..store import Engine
 from ..store.measurements import save_latency, set_floors, stored_latency
 from ..store.records import LatencyKey, LatencyPoint
 from .config import Candidate, ProfileConfig, ProfileOutcome
-from .timing import SPREAD_LIMIT, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
+from .timing import SPREAD_LIMIT, HeadsTimer, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
 __all__ = ["Sweep"]
 
@@ -60,7 +60,13 @@ class Sweep:
 
     def _timer(self, cand: Candidate, ctx: int) -> Callable[[int], float]:
         if (cand.row_id, ctx) not in self._timers:
-            made = LookupTimer(cand.spec.ngram_order, ctx) if cand.loaded is None else PassTimer(cand.loaded.model, ctx)
+            made: Callable[[int], float]
+            if cand.heads is not None:
+                made = HeadsTimer(cand.heads, ctx)
+            elif cand.loaded is None:
+                made = LookupTimer(cand.spec.ngram_order, ctx)
+            else:
+                made = PassTimer(cand.loaded.model, ctx)
             self._timers[(cand.row_id, ctx)] = made
         return self._timers[(cand.row_id, ctx)]
 

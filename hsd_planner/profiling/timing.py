@@ -18,9 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from hsd_runtime import head_rows, ngram_lookup
+from hsd_runtime import SamplingConfig, head_rows, ngram_lookup
+from hsd_runtime.bpd import BpdDrafter
 
-__all__ = ["SPREAD_LIMIT", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
+__all__ = ["SPREAD_LIMIT", "HeadsTimer", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 
 P = TypeVar("P", bound=Hashable)  # a latency point
 
@@ -111,6 +112,32 @@ class LookupTimer:
         """ms of one proposal of up to ``n`` tokens."""
         t0 = time.perf_counter()
         ngram_lookup(self.context, self.order, n)
+        return 1000.0 * (time.perf_counter() - t0)
+
+
+class HeadsTimer:
+    """Block-draft heads: one draft from one hidden row (the heads, the host's output layer over
+    their rows and any rescoring), after a random context of ``context_len`` tokens that the
+    rescoring's n-gram model has counted (as it has in decoding, where it grows a few tokens a round)."""
+
+    def __init__(self, drafter: BpdDrafter, context_len: int, seed: int = 0) -> None:
+        self.drafter = drafter
+        model = drafter.model
+        param = next(p for p in model.parameters() if p.is_floating_point())
+        gen = torch.Generator().manual_seed(seed)
+        self.hidden = torch.randn(1, drafter.card.hidden_size, generator=gen).to(param.device, param.dtype)  # [1, d]
+        self.context = np.random.default_rng(seed).integers(0, drafter.width, context_len).tolist()
+        self.sampling = SamplingConfig()
+        drafter.prefill(self.context)
+        self(1)  # warm-up; counts the context once
+
+    def __call__(self, n: int) -> float:
+        """ms of one draft of up to ``n`` tokens."""
+        t0 = time.perf_counter()
+        logits = self.drafter.head_logits(self.hidden, 2)[:n]
+        self.drafter.drafts(logits, self.context, self.sampling)
+        if self.hidden.device.type == "cuda":
+            torch.cuda.synchronize(self.hidden.device)
         return 1000.0 * (time.perf_counter() - t0)
 
 

@@ -133,7 +133,7 @@ def _assemble(
         if curve is None:
             continue  # no latency here: not a usable candidate on this hardware
         batches = batch_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram, batch_latency=batches))
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram or spec.is_bpd, batch_latency=batches))
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(

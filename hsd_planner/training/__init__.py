@@ -1,7 +1,7 @@
-"""Training: drafters made for one target. Today DistillSpec students: the run's settings
-(:mod:`.config`), the trainer (:mod:`.distiller`), the student (:mod:`.student`), the
-divergences (:mod:`.divergences`) and the report and model card (:mod:`.card`); the BPD heads and
-SD² steering trainers will live here too, sharing the student and divergence code.
+"""Training: drafters made for one target, on one data engine (:mod:`.data`). DistillSpec
+students: the run's settings (:mod:`.config`), the trainer (:mod:`.distiller`), the student
+(:mod:`.student`), the divergences (:mod:`.divergences`) and the report and model card
+(:mod:`.card`); block-draft heads for a host model (:mod:`.heads`).
 
 Imports the runtime, torch, prompts and :mod:`hsd_planner.profiling.acceptance` (a student's
 acceptance is measured as ``profile`` measures it); only the CLI and benchmarks import it.

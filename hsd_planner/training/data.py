@@ -186,7 +186,9 @@ def continuation_logits(
         return apply_output_layer(model, picked, width).float()  # soft-capped as the model's own forward does
 
 
-def continuation_hidden(model: nn.Module, prompts: Sequence[list[int]], continuations: Sequence[list[int]], grad: bool = False) -> torch.Tensor:
+def continuation_hidden(
+    model: nn.Module, prompts: Sequence[list[int]], continuations: Sequence[list[int]], grad: bool = False
+) -> torch.Tensor:
     """The final hidden states ``[R, d]`` (the output layer's inputs) that predict every
     continuation token, sequence after sequence, from one batched teacher-forced pass (right padding,
     as :func:`continuation_logits`)."""

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -151,7 +151,8 @@ class HeadsTrainer:
         tok = self.host.tokenizer
         self.train_ids = [encode_prompt(tok, p) for p in self.train_set.prompts]
         self.eval_ids = [encode_prompt(tok, p) for p in self.eval_set.prompts]
-        hidden_size = int(self.host.model.config.hidden_size)
+        host_model: Any = self.host.model
+        hidden_size = int(host_model.config.hidden_size)
         torch.manual_seed(config.seed)
         self.heads = BlockHeads(hidden_size, config.heads, config.inner).to(loader.device).train()
         self.optimizer = torch.optim.AdamW(self.heads.parameters(), lr=config.lr, weight_decay=0.0)
