@@ -22,7 +22,7 @@ from torch import nn
 from .errors import ModelSpecError
 from .files import MAX_CONFIG_BYTES, read_input
 
-__all__ = ["HEADS_CARD", "HEADS_FILE", "BlockHeads", "HeadsCard", "apply_output_layer", "load_heads", "save_heads"]
+__all__ = ["HEADS_CARD", "HEADS_FILE", "BlockHeads", "HeadsCard", "apply_output_layer", "load_heads", "read_card", "save_heads"]
 
 HEADS_CARD = "heads.json"
 HEADS_FILE = "heads.safetensors"
