@@ -14,7 +14,11 @@ argmax of each head is the plain draft (greedy mode), and under sampling each he
 drawn from its own warped distribution, which is the q verification divides by. With
 ``rescore=ngram`` every path is scored by its heads' log-probabilities plus ``alpha`` times an
 n-gram model of the context (:mod:`.lattice`), and the best path is the draft; with ``p`` > 1 the
-p best paths are verified together as one tree (their common prefixes merged). A rescored or
+p best paths are verified together as one tree (their common prefixes merged). With
+``rescore=MODEL`` a small language model of the same tokenizer rescores the lattice left to right
+(Kim et al.'s local neural rescoring): at each head, its top-k scores plus ``alpha`` times the small
+model's log-probabilities after the tokens chosen so far, the best taken (one small-model pass per
+token, on its own rolling cache). A rescored or
 p-best draft is a deterministic function of the past, so its q is one-hot: verification stays
 exact (recursive rejection sampling over distinct deterministic siblings, :mod:`.rrs`).
 """
@@ -32,12 +36,13 @@ from .drafters import DraftContext, Proposal
 from .errors import ChainError
 from .heads import BlockHeads, HeadsCard, apply_output_layer, load_heads
 from .lattice import NgramModel, k_best_paths
+from .loading import LoadedModel, ModelLoader, check_same_tokenizer
 from .sampling import SamplingConfig, draw, warp
-from .spec import ModelSpec, parse_spec
+from .spec import RESCORERS, ModelSpec, parse_spec
 from .stats import LevelStats
 from .tree import DraftTree
 
-__all__ = ["RESCORE_ORDER", "BpdDrafter", "check_host"]
+__all__ = ["RESCORE_ORDER", "BpdDrafter", "check_host", "load_bpd"]
 
 RESCORE_ORDER = 2  # the n-gram model's order: a bigram lattice search is exact and fast (O(H k^2))
 
@@ -50,9 +55,12 @@ class BpdDrafter:
         card: their card (the host they were trained on, H).
         spec: the ``bpd:DIR`` spec (k, p, rescore, alpha).
         device: where the heads run (the host's device).
+        rescorer: the small causal LM of ``rescore=MODEL`` (None otherwise).
     """
 
-    def __init__(self, heads: BlockHeads, card: HeadsCard, spec: ModelSpec, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, heads: BlockHeads, card: HeadsCard, spec: ModelSpec, device: torch.device | str = "cpu", rescorer: Any = None
+    ) -> None:
         self.heads = heads.to(device)
         self.card = card
         self.k = int(spec.bpd_option("k"))
@@ -64,12 +72,20 @@ class BpdDrafter:
         self.model: Any = None  # the host's model and logits width, whose output layer the heads share
         self.width = 0
         self._lm: NgramModel | None = None
+        self._rescorer = rescorer
+        self._neural: CachedModel | None = None  # the rescorer's cache, made when bound
 
     @classmethod
-    def load(cls, spec: ModelSpec, device: torch.device | str = "cpu") -> BpdDrafter:
-        """The drafter of a ``bpd:DIR`` spec (its host is attached by the hierarchy)."""
+    def load(cls, spec: ModelSpec, device: torch.device | str = "cpu", rescorer: Any = None) -> BpdDrafter:
+        """The drafter of a ``bpd:DIR`` spec (its host is attached by the hierarchy); ``rescorer``
+        is the model of ``rescore=MODEL``, loaded by the caller."""
         heads, card = load_heads(Path(spec.heads_dir).expanduser(), device)
-        return cls(heads, card, spec, device)
+        return cls(heads, card, spec, device, rescorer)
+
+    @property
+    def neural(self) -> str | None:
+        """The model spec of ``rescore=MODEL`` (None for none and ngram)."""
+        return None if self.rescore in RESCORERS else self.rescore
 
     def reads(self, host: ModelSpec) -> bool:
         """Whether ``host`` is the model the heads were trained on: the same model and depth (its
@@ -105,6 +121,8 @@ class BpdDrafter:
         """Use ``model``'s output layer (sliced to ``width``) without a cache: for timing and
         profiling, which hand the hidden rows in themselves (:meth:`head_logits`, :meth:`drafts`)."""
         self.model, self.width = model, width
+        if self._rescorer is not None:
+            self._neural = CachedModel(self._rescorer, width, LevelStats(model=f"{self.stats.model} rescorer"))
 
     def prefill(self, prompt: list[int]) -> None:
         """A new sequence: the n-gram model of the context starts again."""
@@ -147,6 +165,8 @@ class BpdDrafter:
         head's argmax (no rescoring, one path), else the best paths of the rescored lattice."""
         if self.rescore == "none" and self.paths == 1:
             return [logits.argmax(-1).tolist()]
+        if self._neural is not None:
+            return [self._left_to_right(logits, tokens, sampling)]
         # top-k/p zeros become a large negative score: the lattice search takes finite scores only
         logp = torch.log_softmax(logits, -1) if sampling.greedy else torch.log(warp(logits, sampling)).clamp_min(-1e9)
         scores, ids = logp.topk(min(self.k, logits.shape[-1]), dim=-1)  # [m, k] each
@@ -156,6 +176,20 @@ class BpdDrafter:
             lm = self._lm
         found = k_best_paths(ids, scores.double(), self.paths, lm=lm, history=tokens, alpha=self.alpha if lm else 0.0)
         return [path.tokens for path in found]
+
+    def _left_to_right(self, logits: torch.Tensor, tokens: list[int], sampling: SamplingConfig) -> list[int]:
+        """One path through the top-k lattice of ``logits`` ``[m, V]``, chosen head by head with the
+        small model's log-probabilities after the tokens chosen so far."""
+        assert self._neural is not None
+        seq, out = list(tokens), []
+        for row in logits:
+            logp = torch.log_softmax(row, -1) if sampling.greedy else torch.log(warp(row[None], sampling)[0]).clamp_min(-1e9)
+            scores, ids = logp.topk(min(self.k, row.shape[-1]))  # [k] each
+            r = torch.log_softmax(self._neural.logits(seq, len(seq) - 1)[0].float(), -1)  # [V]: the small model after seq
+            x = int(ids[int((scores + self.alpha * r[ids]).argmax())])
+            out.append(x)
+            seq.append(x)
+        return out
 
     def _account(self, t0: float) -> None:
         elapsed = time.perf_counter() - t0
@@ -213,3 +247,15 @@ def _where(name: str) -> str:
     """A model name as a comparable place: a directory's resolved path, else the alias itself."""
     path = Path(name).expanduser()
     return str(path.resolve()) if path.exists() else name
+
+
+def load_bpd(spec: ModelSpec, loader: ModelLoader, models: list[LoadedModel]) -> BpdDrafter:
+    """The drafter of ``spec`` with, for ``rescore=MODEL``, that small model loaded and checked to
+    share the tokenizer of ``models`` (the chain's)."""
+    rescore = spec.bpd_option("rescore")
+    rescorer = None
+    if rescore not in RESCORERS:
+        small = loader.load(rescore)
+        check_same_tokenizer([*models, small])
+        rescorer = small.model
+    return BpdDrafter.load(spec, loader.device, rescorer)

@@ -17,7 +17,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from .bpd import BpdDrafter, check_host
+from .bpd import BpdDrafter, check_host, load_bpd
 from .cache import CachedModel
 from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
 from .errors import ChainError, PromptError
@@ -178,7 +178,7 @@ def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], l
     members: list[nn.Module | NgramDrafter | BpdDrafter] = []
     for i, (s, m) in enumerate(zip(specs, loaded)):
         if s.is_bpd:
-            drafter = BpdDrafter.load(s, loader.device)
+            drafter = load_bpd(s, loader, models)
             check_host(drafter, s, specs[i + 1] if i + 1 < len(specs) else None)
             members.append(drafter)
         else:

@@ -10,8 +10,9 @@ ranking file lists; see :mod:`.trim`).
 
 ``bpd:DIR`` is a block-draft drafter: the heads trained into DIR, read off the hidden state of the
 model directly above it in the chain (see :mod:`.bpd`), with options ``k=`` (top-k tokens per head
-in the lattice), ``p=`` (paths verified together as a tree), ``rescore=none|ngram`` and ``alpha=``
-(the n-gram rescoring's weight).
+in the lattice), ``p=`` (paths verified together as a tree), ``rescore=none|ngram|MODEL`` (no
+rescoring, a bigram model of the context, or a small language model of the same tokenizer: a
+packaged alias or a directory) and ``alpha=`` (the rescoring's weight).
 
 A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
 valid ``s``: the string round-trips through the profiling database unchanged.
@@ -29,7 +30,7 @@ __all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec"
 
 NGRAM = "ngram"
 BPD = "bpd"
-RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice
+RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = ("int8",)  # weight quantizations a spec may ask for (see hsd_runtime.quantize)
 _INT_OPTIONS = {"layers", "n"}
 _MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
@@ -132,7 +133,9 @@ def parse_spec(text: str) -> ModelSpec:
         raise ModelSpecError(f"model spec {text!r} has no name before the first ':'")
     if name == BPD:
         if not parts or not parts[0] or "=" in parts[0]:
-            raise ModelSpecError(f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram][:alpha=A], DIR a heads directory")
+            raise ModelSpecError(
+                f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram|MODEL][:alpha=A], DIR a heads directory"
+            )
         return _parse_bpd(text, f"{BPD}:{parts[0]}", parts[1:])
     options: list[tuple[str, str]] = []
     for part in parts:
@@ -179,8 +182,6 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
         bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS}
         if key in bounds and not (value.isascii() and value.isdigit() and 1 <= int(value) <= bounds[key]):
             raise ModelSpecError(f"option {key}={value[:40]} in bpd spec {text[:200]!r} must be an integer from 1 to {bounds[key]}")
-        if key == "rescore" and value not in RESCORERS:
-            raise ModelSpecError(f"rescore={value[:40]} in bpd spec {text[:200]!r}; use one of {', '.join(RESCORERS)}")
         if key == "alpha":
             try:
                 alpha = float(value)
@@ -192,6 +193,10 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
     spec = ModelSpec(name=name, options=tuple(options))
     if spec.bpd_option("k") == "1" and int(spec.bpd_option("p")) > 1:
         raise ModelSpecError(f"bpd spec {text[:200]!r}: p={spec.bpd_option('p')} paths need k >= 2 tokens per head")
+    if spec.bpd_option("rescore") not in RESCORERS and int(spec.bpd_option("p")) > 1:
+        raise ModelSpecError(
+            f"bpd spec {text[:200]!r}: a language model rescores one path left to right; p > 1 takes rescore=ngram or none"
+        )
     return spec
 
 

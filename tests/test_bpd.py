@@ -6,7 +6,17 @@ import pytest
 import torch
 
 from hsd_planner.training.heads import HeadsConfig, HeadsTrainer
-from hsd_runtime import ChainError, Hierarchy, ModelLoader, ModelSpecError, SamplingConfig, build_batched, build_hierarchy, parse_spec
+from hsd_runtime import (
+    ChainError,
+    Hierarchy,
+    ModelLoader,
+    ModelSpecError,
+    SamplingConfig,
+    TokenizerMismatchError,
+    build_batched,
+    build_hierarchy,
+    parse_spec,
+)
 from hsd_runtime.bpd import BpdDrafter
 from hsd_runtime.cache import CachedModel
 from hsd_runtime.drafters import DraftContext
@@ -53,7 +63,7 @@ def test_bpd_specs_round_trip_and_bad_ones_are_one_line():
         ("bpd:d:k=0", "k=0"),
         ("bpd:d:k=99", "k=99"),
         ("bpd:d:p=0", "p=0"),
-        ("bpd:d:rescore=lm", "rescore=lm"),
+        ("bpd:d:rescore=lm:p=2", "p > 1 takes rescore=ngram or none"),
         ("bpd:d:alpha=x", "alpha=x"),
         ("bpd:d:layers=2", "unknown option 'layers'"),
         ("bpd:d:k=1:p=2", "k >= 2"),
@@ -170,7 +180,7 @@ def heads_dir(tiny_dirs, tmp_path):
 
 
 def test_a_heads_directory_drafts_through_the_cli_with_check(tiny_dirs, heads_dir):
-    for options in ("", ":k=3:p=3:rescore=ngram"):
+    for options in ("", ":k=3:p=3:rescore=ngram", f":k=3:rescore={tiny_dirs['draft']}:alpha=2"):
         chain = f"bpd:{heads_dir}{options},{tiny_dirs['target']}"
         result = run(
             "generate",
@@ -201,6 +211,8 @@ def test_chains_that_misplace_heads_are_refused(tiny_dirs, heads_dir):
     ]:
         with pytest.raises(ChainError, match=fragment):
             build_hierarchy(chain, [2] * (len(chain) - 1), loader)
+    with pytest.raises(TokenizerMismatchError):
+        build_hierarchy([f"bpd:{heads_dir}:rescore={tiny_dirs['other']}", target], [2], loader)
     with pytest.raises(ChainError, match="one-sequence runtime"):
         build_batched([f"bpd:{heads_dir}", target], [2], loader)
 

@@ -5,8 +5,9 @@ tokens on a 6-token vocabulary and G-tests many seeded runs of a hierarchy again
 covers depth 1, 2 and 3, the n-gram drafter at the bottom, draft trees (alone and under a middle
 level), temperatures 0.5, 1 and 2, top-k, top-p and both, int8 copies as drafters, and trimmed
 heads (a drafter whose q is zero on tokens the target emits) at the bottom and in the middle, and
-block-draft heads on the level above (sampled per head, or the 3 best rescored paths verified as
-a deterministic tree) under the target and under a middle level; every cell
+block-draft heads on the level above (sampled per head, the 3 best rescored paths verified as a
+deterministic tree, or one path rescored by a small model) under the target and under a middle
+level; every cell
 also checks that its runs crossed several rounds with acceptances and rejections at every level.
 
 Each rule the harness covers has a failing control: the same harness, on a cell that passes with
@@ -23,8 +24,8 @@ import torch
 
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, drafters, parse_spec, quantized_copy, trimmed_model, verify
 from hsd_runtime.bpd import BpdDrafter
-from hsd_runtime.heads import BlockHeads, HeadsCard
 from hsd_runtime.cache import CachedModel
+from hsd_runtime.heads import BlockHeads, HeadsCard
 from tests import law
 from tests.law import ALPHA, RUNS, law_check, law_model
 
@@ -48,10 +49,11 @@ def models(temperature: float) -> dict[str, torch.nn.Module]:
     }
 
 
-BPD = {"P": "bpd:law", "P3": "bpd:law:k=3:p=3:rescore=ngram"}  # block-draft heads on the level above: sampled, 3-best rescored
+# block-draft heads on the level above: sampled, 3-best rescored by a bigram, rescored by a small model (B)
+BPD = {"P": "bpd:law", "P3": "bpd:law:k=3:p=3:rescore=ngram", "PN": "bpd:law:k=3:rescore=B"}
 
 
-def _drafter(name: str) -> NgramDrafter | BpdDrafter:
+def _drafter(name: str, zoo: dict[str, torch.nn.Module]) -> NgramDrafter | BpdDrafter:
     """A fresh drafter without a model of its own: the n-gram lookup, or random heads on its host."""
     if name == "ngram":
         return NgramDrafter(n=2)
@@ -61,7 +63,8 @@ def _drafter(name: str) -> NgramDrafter | BpdDrafter:
         for block in heads.blocks:
             block.down.weight.normal_(0, 1.0)  # heads that draft tokens of their own, not head 1's
     card = HeadsCard(host="law", hidden_size=16, heads=4, inner=16, logits_width=law.V)
-    return BpdDrafter(heads.eval(), card, parse_spec(BPD[name]))
+    spec = parse_spec(BPD[name])
+    return BpdDrafter(heads.eval(), card, spec, rescorer=zoo[spec.bpd_option("rescore")] if name == "PN" else None)
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,7 @@ class Cell:
     def build(self) -> tuple[Hierarchy, torch.nn.Module, SamplingConfig]:
         cfg = SamplingConfig(mode="sample", **self.sampling)
         zoo = models(cfg.temperature)
-        members = [_drafter(name) if name in ("ngram", *BPD) else zoo[name] for name in self.chain.split(",")]
+        members = [_drafter(name, zoo) if name in ("ngram", *BPD) else zoo[name] for name in self.chain.split(",")]
         widths = [TreeShape(tuple(int(b) for b in w.split("x"))) if isinstance(w, str) else w for w in self.widths]
         return Hierarchy(members, widths), zoo["T"], cfg
 
@@ -116,6 +119,7 @@ SLOW = {
     "bpd-3best-under-middle": Cell("P3,M,T", (2, 2)),
     "t0.5-bpd-depth1": Cell("P,T", (3,), {"temperature": 0.5}),
     "topk-topp-bpd-3best": Cell("P3,T", (3,), {"top_k": 3, "top_p": 0.9}),
+    "bpd-rescored-by-a-model-under-middle": Cell("PN,M,T", (3, 2)),
 }
 
 

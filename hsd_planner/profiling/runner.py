@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
-from hsd_runtime.bpd import BpdDrafter
+from hsd_runtime.bpd import load_bpd
 
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
@@ -89,7 +89,7 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[Candidate]:
 
 def _bind_heads(cand: Candidate, candidates: list[Candidate], width: int, loader: ModelLoader) -> None:
     """Load a ``bpd:`` candidate's heads and bind them to their host, which must be listed too."""
-    drafter = BpdDrafter.load(cand.spec, loader.device)
+    drafter = load_bpd(cand.spec, loader, [c.loaded for c in candidates if c.loaded is not None])
     if drafter.paths > 1:
         raise ChainError(f"{cand.spec}: the planner prices one drafted path per round; profile it with p=1 (generate runs p > 1)")
     host = next((c for c in candidates if c.loaded is not None and drafter.reads(c.spec)), None)
