@@ -112,20 +112,24 @@ def bpd_acceptance(
     ids = torch.tensor([prompt + continuation], device=device)  # [1, L + m]
     with torch.inference_mode():
         decoder = getattr(model, model.base_model_prefix)
-        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state[
-            0, len(prompt) - 2 : len(prompt) - 2 + m
-        ]  # [m, d]: row t predicted x_{t-1}
+        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state[0]  # [L + m, d]
+        start = len(prompt) - 2  # row t predicted x_{t-1} (x_{-1}: the prompt's last token)
+        if start < 0:  # a one-token prompt: no row predicted it, nothing is drafted at t = 0 (zeros, masked below)
+            hidden = torch.cat([torch.zeros_like(hidden[:1]), hidden])
+            start = 0
+        hidden = hidden[start : start + m]  # [m, d]
         states = drafter.heads(hidden.float())  # [m, H - 1, d]: head i + 2 at row t proposes x_{t+i}
         logits = apply_output_layer(model, states, p_logits.shape[-1]).float()  # [m, H - 1, V]
     out = torch.zeros(m, g_max, dtype=torch.float64)
+    first = 1 if len(prompt) < 2 else 0
     if drafter.rescore == "none" and drafter.paths == 1:
         for i in range(min(heads, g_max, m)):
-            out[: m - i, i] = acceptance_from_logits(logits[: m - i, i], p_logits[i:], sampling)
+            out[first : m - i, i] = acceptance_from_logits(logits[first : m - i, i], p_logits[first + i :], sampling)
         return out
     probs = None if sampling.greedy else warp(p_logits, sampling).cpu()
     argmax = p_logits.argmax(-1).tolist()
     drafter.prefill(prompt)
-    for t in range(m):
+    for t in range(first, m):
         n = min(heads, g_max, m - t)
         block = drafter.drafts(logits[t, :n], prompt + continuation[:t], sampling)[0]
         for i, x in enumerate(block):
