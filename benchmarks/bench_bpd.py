@@ -14,6 +14,7 @@ speed-up            the host's own decoding time over the variant's, the same pr
 Every variant's tokens are checked against the host's own greedy tokens (bf16 near-ties aside).
 
     python -m benchmarks.bench_bpd --spec-bench question.jsonl --heads benchmarks/out/heads/smollm2-h4
+    python -m benchmarks.bench_bpd --spec-bench question.jsonl --heads DIR --rescorer benchmarks/out/students/builtin-l4
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def main() -> None:
     ap.add_argument("--per-category", type=int, default=4, help="Held-out prompts per workload.")
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="Comma-separated names of VARIANTS.")
+    ap.add_argument("--rescorer", default=None, help="Also rescore with this small model of the host's tokenizer (rescore=MODEL).")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/bpd.jsonl"))
     spec_bench_option(ap)
     args = ap.parse_args()
@@ -57,6 +59,9 @@ def main() -> None:
     loader = ModelLoader(device="cpu", dtype=dtype)
     print(f"machine: {machine()}, {cpu_capability()}, dtype {dtype}; host {card.host}, H = {card.heads}", flush=True)
     names = args.variants.split(",")
+    if args.rescorer:
+        VARIANTS[f"rescored by {args.rescorer}"] = f":k=4:rescore={args.rescorer}:alpha=1"
+        names.append(f"rescored by {args.rescorer}")
     alone, tokenizer = build_hierarchy([card.host], [], loader)
     chains: dict[str, Hierarchy] = {"host alone": alone}
     for name in names:
