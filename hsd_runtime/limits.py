@@ -20,7 +20,7 @@ __all__ = [
 DEFAULT_NGRAM_ORDER = 3  # the n of `ngram` when its spec sets none; shorter matches are the fallback
 
 # a `bpd:DIR` drafter's options when its spec sets none: top-k per head, paths verified, rescoring, its weight
-BPD_DEFAULTS = {"k": "4", "p": "1", "rescore": "none", "alpha": "1"}
+BPD_DEFAULTS = {"k": "4", "p": "1", "rescore": "none", "alpha": "1", "vocab": "0"}  # vocab 0: the host's whole output layer
 MAX_BPD_K = 32  # tokens per head in the lattice (the k-best search grows with k squared)
 MAX_BPD_PATHS = 16  # p-best paths verified together as one tree
 

@@ -12,7 +12,8 @@ ranking file lists; see :mod:`.trim`).
 model directly above it in the chain (see :mod:`.bpd`), with options ``k=`` (top-k tokens per head
 in the lattice), ``p=`` (paths verified together as a tree), ``rescore=none|ngram|MODEL`` (no
 rescoring, a bigram model of the context, or a small language model of the same tokenizer: a
-packaged alias or a directory) and ``alpha=`` (the rescoring's weight).
+packaged alias or a directory) and ``alpha=`` (the rescoring's weight), ``vocab=N`` (the heads score the host's first N tokens only, as a
+trimmed drafter head does).
 
 A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
 valid ``s``: the string round-trips through the profiling database unchanged.
@@ -134,7 +135,7 @@ def parse_spec(text: str) -> ModelSpec:
     if name == BPD:
         if not parts or not parts[0] or "=" in parts[0]:
             raise ModelSpecError(
-                f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram|MODEL][:alpha=A], DIR a heads directory"
+                f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram|MODEL][:alpha=A][:vocab=N], DIR a heads directory"
             )
         return _parse_bpd(text, f"{BPD}:{parts[0]}", parts[1:])
     options: list[tuple[str, str]] = []
@@ -179,7 +180,7 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
             raise ModelSpecError(f"unknown option {key!r} in bpd spec {text!r}; known: {', '.join(sorted(_BPD_KNOWN))}")
         if any(k == key for k, _ in options):
             raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
-        bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS}
+        bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS, "vocab": _MAX_INT_OPTION}
         if key in bounds and not (value.isascii() and value.isdigit() and 1 <= int(value) <= bounds[key]):
             raise ModelSpecError(f"option {key}={value[:40]} in bpd spec {text[:200]!r} must be an integer from 1 to {bounds[key]}")
         if key == "alpha":

@@ -27,7 +27,7 @@ from tests.helpers import QUICK_PROFILE, one_line_error, run
 from tests.tiny import tiny_llama
 
 PROMPT = [5, 9, 12, 5, 9, 33, 2, 7]
-SPECS = ["bpd:x", "bpd:x:k=3:p=3", "bpd:x:rescore=ngram", "bpd:x:k=4:p=4:rescore=ngram:alpha=2"]
+SPECS = ["bpd:x", "bpd:x:k=3:p=3", "bpd:x:rescore=ngram", "bpd:x:k=4:p=4:rescore=ngram:alpha=2", "bpd:x:vocab=20"]
 
 
 def random_heads(hidden: int = 32, heads: int = 4, seed: int = 5) -> BlockHeads:
@@ -67,6 +67,7 @@ def test_bpd_specs_round_trip_and_bad_ones_are_one_line():
         ("bpd:d:alpha=x", "alpha=x"),
         ("bpd:d:layers=2", "unknown option 'layers'"),
         ("bpd:d:k=1:p=2", "k >= 2"),
+        ("bpd:d:vocab=x", "vocab=x"),
     ]:
         with pytest.raises(ModelSpecError, match=fragment):
             parse_spec(text)
@@ -161,6 +162,15 @@ def test_p_best_paths_make_one_breadth_first_tree_of_distinct_siblings(models):
     for node in [-1, *range(len(tree))]:
         kids = [tree.tokens[c] for c in tree.children(node)]
         assert len(kids) == len(set(kids))
+
+
+def test_trimmed_heads_propose_kept_tokens_only(models):
+    drafter = BpdDrafter(random_heads(), card(), parse_spec("bpd:x:vocab=10"))
+    result = Hierarchy([drafter, models["T"]], [3]).generate(PROMPT, 30, SamplingConfig(mode="sample", seed=2))
+    assert len(result.tokens) == 30
+    assert drafter.host is not None
+    logits = drafter.head_logits(torch.randn(1, 32), 1)  # [4, 64]
+    assert torch.isinf(logits[:, 10:]).all() and torch.isfinite(logits[:, :10]).all()
 
 
 def test_sampling_with_heads_runs_and_reports_the_heads_q(models):
