@@ -43,6 +43,7 @@ __all__ = [
     "CorpusKey",
     "TeacherRows",
     "build_corpus",
+    "by_length",
     "continuation_hidden",
     "corpus_root",
     "model_digest",
@@ -140,7 +141,7 @@ def sample_batched(
     alone = BatchedHierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
     out: list[list[int]] = [[] for _ in prompts]
     done = 0
-    for batch in _by_length([len(p) for p in prompts], batch_size):
+    for batch in by_length([len(p) for p in prompts], batch_size):
         result = alone.generate([list(prompts[i]) for i in batch], max_new_tokens, sampling, seeds=[seeds[i] for i in batch])
         for i, tokens in zip(batch, result.tokens):
             out[i] = tokens
@@ -150,7 +151,7 @@ def sample_batched(
     return out
 
 
-def _by_length(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+def by_length(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     """Indices 0..n-1 in batches of ``batch_size``, grouped by length (shortest first): a padded
     batch pays for its longest row, so a short prompt never waits on a 1,500-token one."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
@@ -217,7 +218,7 @@ def teacher_signal(
     if not keep:
         raise DistillError("every continuation is empty (the model ended each at once); give other prompts or more --max-new-tokens")
     pieces: dict[int, TeacherRows] = {}  # sequence -> its rows; batches run grouped by length
-    for batch in _by_length([len(prompts[i]) + len(continuations[i]) for i in keep], batch_size):
+    for batch in by_length([len(prompts[i]) + len(continuations[i]) for i in keep], batch_size):
         seqs = [keep[j] for j in batch]
         logits = continuation_logits(model, [prompts[i] for i in seqs], [continuations[i] for i in seqs], width)
         rows = TeacherRows.from_logits(logits, top_k, temperature)

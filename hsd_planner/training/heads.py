@@ -36,7 +36,7 @@ from ..errors import DistillError
 from ..limits import MAX_COUNT, MAX_LENGTH
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt, load_prompts, split
-from .data import Corpus, CorpusKey, build_corpus, continuation_hidden, model_digest
+from .data import Corpus, CorpusKey, build_corpus, by_length, continuation_hidden, model_digest
 from .divergences import sparse_divergence
 from .student import HeldOut
 
@@ -198,19 +198,28 @@ class HeadsTrainer:
             self.tokens = torch.tensor([t for cont in self.corpus.continuations for t in cont])
 
     def _corpus_hidden(self, progress: Callable[[str, int, int], None] | None) -> torch.Tensor:
-        """The host's final hidden state at every corpus row ``[R, d]``, one padded pass per batch."""
-        corpus, b = self.corpus, self.config.gen_batch
+        """The host's final hidden state at every corpus row ``[R, d]``, one padded pass per batch
+        of sequences of similar length (a batch pays for its longest row)."""
+        corpus = self.corpus
         assert corpus is not None
-        parts, done = [], 0
-        for start in range(0, len(corpus.prompts), b):
-            p, x = corpus.prompts[start : start + b], corpus.continuations[start : start + b]
-            keep = [i for i, cont in enumerate(x) if cont]
-            if keep:
-                parts.append(continuation_hidden(self.host.model, [p[i] for i in keep], [x[i] for i in keep]))
-                done += sum(len(x[i]) for i in keep)
+        keep = [i for i, cont in enumerate(corpus.continuations) if cont]
+        out: torch.Tensor | None = None
+        done = 0
+        for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], self.config.gen_batch):
+            seqs = [keep[j] for j in batch]
+            rows = continuation_hidden(self.host.model, [corpus.prompts[i] for i in seqs], [corpus.continuations[i] for i in seqs])
+            if out is None:
+                out = rows.new_empty((corpus.positions, rows.shape[-1]))
+            start = 0
+            for i in seqs:  # corpus rows are sequence after sequence: each sequence's rows at its offset
+                n = len(corpus.continuations[i])
+                out[corpus.offsets[i] : corpus.offsets[i] + n] = rows[start : start + n]
+                start += n
+            done += start
             if progress is not None:
                 progress("host hidden states", done, corpus.positions)
-        return torch.cat(parts)
+        assert out is not None
+        return out
 
     # --- checkpoints -------------------------------------------------------------------------
 
