@@ -296,6 +296,8 @@ def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp
 
     whole, resumed = load_file(tmp_path / "whole" / HEADS_FILE), load_file(tmp_path / "split" / HEADS_FILE)
     assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
+    ce = train(tiny_dirs, prompts, tmp_path / "ce", "--steps", 2, "--loss", "ce", "--json")
+    assert ce.exit_code == 0 and json.loads(ce.output)["config"]["loss"] == "ce", ce.output
     one_line_error(train(tiny_dirs, prompts, tmp_path / "whole", "--steps", 4), "not empty")
     one_line_error(train(tiny_dirs, prompts, tmp_path / "none", "--resume"), "no checkpoint")
     one_line_error(train(tiny_dirs, prompts, tmp_path / "split", "--steps", 6, "--resume", "--lr", "0.5"), "other settings")

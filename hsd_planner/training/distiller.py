@@ -283,7 +283,7 @@ class Distiller:
                 q = continuation_logits(self.student, prompts, continuations, self.target.logits_width, grad=True)  # [R, V]
             loss = sparse_divergence(c.divergence, teacher, q, c.temperature)
             if not torch.isfinite(loss):
-                raise self._diverged(f"the loss is {float(loss)}")
+                raise self._diverged(f"the loss is {float(loss.detach())}")
             loss.backward()
             self.optimizer.step()
             if not all(bool(torch.isfinite(w).all()) for w in self.student.parameters() if w.requires_grad):
