@@ -138,15 +138,8 @@ def parse_spec(text: str) -> ModelSpec:
                 f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram|MODEL][:alpha=A][:vocab=N], DIR a heads directory"
             )
         return _parse_bpd(text, f"{BPD}:{parts[0]}", parts[1:])
-    options: list[tuple[str, str]] = []
-    for part in parts:
-        key, sep, value = part.partition("=")
-        if not sep or not key or not value:
-            raise ModelSpecError(f"option {part!r} in model spec {text!r} is not key=value")
-        if key not in _KNOWN:
-            raise ModelSpecError(f"unknown option {key!r} in model spec {text!r}; known: {', '.join(sorted(_KNOWN))}")
-        if any(k == key for k, _ in options):
-            raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
+    options = _key_values(text, parts, _KNOWN, "model spec")
+    for key, value in options:
         if key in _INT_OPTIONS and not (value.isascii() and value.isdigit() and 1 <= int(value) <= _MAX_INT_OPTION):
             raise ModelSpecError(f"option {key}={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,}")
         if key == "dtype" and value not in DTYPES:
@@ -157,7 +150,6 @@ def parse_spec(text: str) -> ModelSpec:
             )
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
-        options.append((key, value))
     spec = ModelSpec(name=name, options=tuple(options))
     if spec.is_ngram and (spec.layers is not None or spec.dtype is not None or spec.quant is not None or spec.vocab is not None):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the option n=N")
@@ -169,17 +161,25 @@ def parse_spec(text: str) -> ModelSpec:
     return spec
 
 
-def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
-    """The options of a ``bpd:DIR`` spec, each checked."""
+def _key_values(text: str, parts: list[str], known: set[str], what: str) -> list[tuple[str, str]]:
+    """The ``key=value`` parts of spec ``text`` in order, each key one of ``known`` and given once."""
     options: list[tuple[str, str]] = []
     for part in parts:
         key, sep, value = part.partition("=")
         if not sep or not key or not value:
             raise ModelSpecError(f"option {part!r} in model spec {text!r} is not key=value")
-        if key not in _BPD_KNOWN:
-            raise ModelSpecError(f"unknown option {key!r} in bpd spec {text!r}; known: {', '.join(sorted(_BPD_KNOWN))}")
+        if key not in known:
+            raise ModelSpecError(f"unknown option {key!r} in {what} {text!r}; known: {', '.join(sorted(known))}")
         if any(k == key for k, _ in options):
             raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
+        options.append((key, value))
+    return options
+
+
+def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
+    """The options of a ``bpd:DIR`` spec, each checked."""
+    options = _key_values(text, parts, _BPD_KNOWN, "bpd spec")
+    for key, value in options:
         bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS, "vocab": _MAX_INT_OPTION}
         if key in bounds and not (value.isascii() and value.isdigit() and 1 <= int(value) <= bounds[key]):
             raise ModelSpecError(f"option {key}={value[:40]} in bpd spec {text[:200]!r} must be an integer from 1 to {bounds[key]}")
@@ -190,7 +190,6 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
                 alpha = float("nan")
             if not 0 <= alpha <= 100:
                 raise ModelSpecError(f"alpha={value[:40]} in bpd spec {text[:200]!r} must be a number from 0 to 100")
-        options.append((key, value))
     spec = ModelSpec(name=name, options=tuple(options))
     if spec.bpd_option("k") == "1" and int(spec.bpd_option("p")) > 1:
         raise ModelSpecError(f"bpd spec {text[:200]!r}: p={spec.bpd_option('p')} paths need k >= 2 tokens per head")
