@@ -1,4 +1,5 @@
-"""Training: drafters made for one target, on one data engine (:mod:`.data`). DistillSpec
+"""Training: drafters made for one target, on one data engine (:mod:`.data`) and one run folder
+(:mod:`.runs`). DistillSpec
 students: the run's settings (:mod:`.config`), the trainer (:mod:`.distiller`), the student
 (:mod:`.student`), the divergences (:mod:`.divergences`) and the report and model card
 (:mod:`.card`); block-draft heads for a host model (:mod:`.heads`).

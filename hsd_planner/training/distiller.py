@@ -37,16 +37,15 @@ from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt, load_prompts, split
 from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
-from .data import Corpus, CorpusKey, TeacherRows, build_corpus, continuation_logits, model_digest, sample_batched, teacher_signal
+from .data import Corpus, TeacherRows, build_corpus, continuation_logits, sample_batched, teacher_signal
 from .divergences import bucket_log_probs, sparse_divergence
+from .runs import CHECKPOINT, STATE, check_run_folder, corpus_key
 from .student import HeldOut, build_student, own_student
 
 __all__ = ["Distiller", "running_average"]
 
 EVAL_PROMPTS = 8  # held-out prompts the saved student's acceptance is measured on
 EMA_DECAY = 0.9  # of the running loss and acceptance shown while training
-_CHECKPOINT = "checkpoint"
-_STATE = "state.pt"
 # changing these on --resume does not change what the run computes
 _RESUMABLE = {"steps", "checkpoint_every", "gen_batch", "cache"}
 
@@ -93,11 +92,7 @@ class Distiller:
     def __init__(self, config: DistillConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
         self.config = config
         self.out = Path(out)
-        state_file = self.out / _CHECKPOINT / _STATE
-        if resume and not state_file.is_file():
-            raise DistillError(f"no checkpoint in {self.out / _CHECKPOINT} to resume; run without --resume to start")
-        if not resume and self.out.exists() and (not self.out.is_dir() or any(self.out.iterdir())):
-            raise DistillError(f"{self.out} exists and is not empty; choose a new --out, or add --resume to continue its run")
+        state_file = check_run_folder(self.out, resume)
         prompts = load_prompts(config.prompts, config.category)
         self.train_set = split(prompts, "profile", config.max_prompts)
         self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
@@ -151,17 +146,7 @@ class Distiller:
             if self.initial is None:
                 self.initial = self.held_out.acceptance(self.student)
             if self.corpus is None and c.data != "on-policy":
-                key = CorpusKey(
-                    target=c.target,
-                    weights=model_digest(self.target.model),
-                    prompts=self.train_set.name,
-                    prompts_hash=self.train_set.content_hash,
-                    samples_per_prompt=c.samples_per_prompt,
-                    max_new_tokens=c.max_new_tokens,
-                    temperature=c.temperature,
-                    top_k=c.top_k,
-                    seed=c.seed,
-                )
+                key = corpus_key(c.target, self.target.model, self.train_set, c)
                 t0 = time.perf_counter()
                 root = Path(c.cache) if c.cache else None
                 self.corpus, cached = build_corpus(self.target, key, self.train_ids, c.gen_batch, root, progress)
@@ -189,12 +174,12 @@ class Distiller:
         The file is written under a temporary name and renamed over the old one, so a kill
         mid-write leaves the previous checkpoint intact.
         """
-        folder = self.out / _CHECKPOINT
+        folder = self.out / CHECKPOINT
         folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f"{_STATE}.tmp"
+        tmp = folder / f"{STATE}.tmp"
         torch.save(self._state(), tmp)
-        os.replace(tmp, folder / _STATE)
-        return folder / _STATE
+        os.replace(tmp, folder / STATE)
+        return folder / STATE
 
     def _load_checkpoint(self, path: Path) -> None:
         try:

@@ -36,15 +36,14 @@ from ..errors import DistillError
 from ..limits import MAX_COUNT, MAX_LENGTH
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt, load_prompts, split
-from .data import Corpus, CorpusKey, build_corpus, by_length, continuation_hidden, model_digest
+from .data import Corpus, build_corpus, by_length, continuation_hidden
 from .divergences import sparse_divergence
+from .runs import CHECKPOINT, STATE, check_run_folder, corpus_key
 from .student import HeldOut
 
 __all__ = ["HeadsConfig", "HeadsReport", "HeadsTrainer", "head_acceptance"]
 
 EVAL_PROMPTS = 8
-_CHECKPOINT = "checkpoint"
-_STATE = "state.pt"
 _RESUMABLE = {"steps", "checkpoint_every", "gen_batch", "cache"}
 
 
@@ -138,11 +137,7 @@ class HeadsTrainer:
     def __init__(self, config: HeadsConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
         self.config = config
         self.out = Path(out)
-        state_file = self.out / _CHECKPOINT / _STATE
-        if resume and not state_file.is_file():
-            raise DistillError(f"no checkpoint in {self.out / _CHECKPOINT} to resume; run without --resume to start")
-        if not resume and self.out.exists() and (not self.out.is_dir() or any(self.out.iterdir())):
-            raise DistillError(f"{self.out} exists and is not empty; choose a new --out, or add --resume to continue its run")
+        state_file = check_run_folder(self.out, resume)
         prompts = load_prompts(config.prompts, config.category)
         self.train_set = split(prompts, "profile", config.max_prompts)
         self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
@@ -178,17 +173,7 @@ class HeadsTrainer:
             self.initial = head_acceptance(self.heads.eval(), self.host, self.held)
             self.heads.train()
         if self.corpus is None:
-            key = CorpusKey(
-                target=c.model,
-                weights=model_digest(self.host.model),
-                prompts=self.train_set.name,
-                prompts_hash=self.train_set.content_hash,
-                samples_per_prompt=c.samples_per_prompt,
-                max_new_tokens=c.max_new_tokens,
-                temperature=c.temperature,
-                top_k=c.top_k,
-                seed=c.seed,
-            )
+            key = corpus_key(c.model, self.host.model, self.train_set, c)
             t0 = time.perf_counter()
             self.corpus, cached = build_corpus(self.host, key, self.train_ids, c.gen_batch, Path(c.cache) if c.cache else None, progress)
             self.corpus_s = 0.0 if cached else time.perf_counter() - t0
@@ -225,7 +210,7 @@ class HeadsTrainer:
 
     def save_checkpoint(self) -> Path:
         """Write the run's state to ``out/checkpoint/state.pt`` atomically; return its path."""
-        folder = self.out / _CHECKPOINT
+        folder = self.out / CHECKPOINT
         folder.mkdir(parents=True, exist_ok=True)
         state = {
             "config": self.config.model_dump(),
@@ -239,9 +224,9 @@ class HeadsTrainer:
             "positions": self.positions,
             "initial": self.initial,
         }
-        torch.save(state, folder / f"{_STATE}.tmp")
-        os.replace(folder / f"{_STATE}.tmp", folder / _STATE)
-        return folder / _STATE
+        torch.save(state, folder / f"{STATE}.tmp")
+        os.replace(folder / f"{STATE}.tmp", folder / STATE)
+        return folder / STATE
 
     def _load_checkpoint(self, path: Path) -> None:
         try:
