@@ -7,12 +7,11 @@ from pathlib import Path
 import click
 
 from hsd_runtime import ModelLoader
-from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
-from ..limits import MAX_COUNT, MAX_LENGTH
+from ..limits import MAX_COUNT
 from ..training import DistillConfig, Distiller, DistillReport, parse_init, running_average
-from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options
+from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
 from .render import Bars, emit
 
 __all__ = ["distill"]
@@ -56,63 +55,8 @@ def _default(name: str) -> object:
     show_default=True,
     help="Sequences per step (every continuation position of each is trained on).",
 )
-@click.option(
-    "--samples-per-prompt",
-    type=click.IntRange(1, MAX_COUNT),
-    default=_default("samples_per_prompt"),
-    show_default=True,
-    help="Target data: continuations the target samples of each training prompt, once (cached).",
-)
-@click.option(
-    "--top-k",
-    type=click.IntRange(0, MAX_COUNT),
-    default=_default("top_k"),
-    show_default=True,
-    help="Teacher logits kept per position (with the log-partition; the rest is one tail bucket); 0 keeps all.",
-)
-@click.option(
-    "--gen-batch",
-    type=click.IntRange(1, MAX_BATCH),
-    default=_default("gen_batch"),
-    show_default=True,
-    help="Sequences per batched sampling and per teacher pass.",
-)
-@click.option(
-    "--cache",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Folder of cached corpora (target data and its signal) [default: corpora/ in the model cache, $HSD_PLAN_CACHE].",
-)
-@click.option(
-    "--max-new-tokens",
-    type=click.IntRange(1, MAX_LENGTH),
-    default=_default("max_new_tokens"),
-    show_default=True,
-    help="Length of each generated continuation.",
-)
 @click.option("--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
-@click.option(
-    "--temperature",
-    type=FiniteRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
-    default=_default("temperature"),
-    show_default=True,
-    help="Sampling temperature of the continuations and of the divergence.",
-)
-@click.option(
-    "--seed",
-    type=click.IntRange(0, MAX_SEED),
-    default=_default("seed"),
-    show_default=True,
-    help="Seed of the run: the same seed reproduces it.",
-)
-@click.option(
-    "--checkpoint-every",
-    type=click.IntRange(1, MAX_COUNT),
-    default=_default("checkpoint_every"),
-    show_default=True,
-    help="Save a checkpoint every N steps (and at the end).",
-)
-@click.option("--resume", is_flag=True, help="Continue the run checkpointed in --out (same settings; --steps may grow).")
+@training_options(DistillConfig, "target")
 @runtime_options(dtype_help="Dtype of the frozen target; the student always trains in fp32.")
 @json_option
 def distill(
@@ -190,16 +134,8 @@ def distill(
     )
     distiller = Distiller(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
     bars = Bars()
-    stage = {"name": ""}
-
-    def preparing(name: str, done: int, total: int) -> None:
-        if stage["name"] != name:
-            stage["name"] = name
-            bars.start(name, total)
-        bars.step(done - bars.done)
-
     try:
-        distiller.prepare(preparing)
+        distiller.prepare(bars.stages())
     except KeyboardInterrupt:
         bars.close()
         raise click.ClickException(

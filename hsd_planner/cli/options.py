@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from hsd_runtime.choices import DTYPES, MODES
-from hsd_runtime.limits import MAX_SEED, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE
+from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE
 from hsd_runtime.shape import Width, parse_width
 
 from ..choices import ACCEPTANCE_MODELS
@@ -292,3 +292,77 @@ def model_list(text: str, option: str) -> list[str]:
 def split_specs(text: str) -> tuple[str, ...]:
     """``"a,b"`` -> ``("a", "b")``, empty parts dropped."""
     return tuple(x for x in text.split(",") if x)
+
+
+def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
+    """The data engine's and the run's options of a trainer (``distill``, ``heads train``), from
+    ``--samples-per-prompt`` to ``--resume``, defaults read from its config class ``defaults``;
+    ``teacher`` names the model whose continuations and signal the corpus holds."""
+
+    def default(name: str) -> Any:
+        return defaults.model_fields[name].default
+
+    def wrap(f: F) -> F:
+        options = [
+            click.option(
+                "--samples-per-prompt",
+                type=click.IntRange(1, MAX_COUNT),
+                default=default("samples_per_prompt"),
+                show_default=True,
+                help=f"Continuations the {teacher} samples of each training prompt, once (cached).",
+            ),
+            click.option(
+                "--top-k",
+                type=click.IntRange(0, MAX_COUNT),
+                default=default("top_k"),
+                show_default=True,
+                help=f"{teacher.capitalize()} logits kept per position (with the log-partition; the rest is one tail bucket); 0 keeps all.",
+            ),
+            click.option(
+                "--gen-batch",
+                type=click.IntRange(1, MAX_BATCH),
+                default=default("gen_batch"),
+                show_default=True,
+                help=f"Sequences per batched sampling and per {teacher} pass.",
+            ),
+            click.option(
+                "--cache",
+                type=click.Path(file_okay=False),
+                default=None,
+                help="Folder of cached corpora (continuations and their signal) [default: corpora/ in the model cache, $HSD_PLAN_CACHE].",
+            ),
+            click.option(
+                "--max-new-tokens",
+                type=click.IntRange(1, MAX_LENGTH),
+                default=default("max_new_tokens"),
+                show_default=True,
+                help="Length of each generated continuation.",
+            ),
+            click.option(
+                "--temperature",
+                type=FiniteRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
+                default=default("temperature"),
+                show_default=True,
+                help="Sampling temperature of the continuations and of the loss.",
+            ),
+            click.option(
+                "--seed",
+                type=click.IntRange(0, MAX_SEED),
+                default=default("seed"),
+                show_default=True,
+                help="Seed of the run: the same seed reproduces it.",
+            ),
+            click.option(
+                "--checkpoint-every",
+                type=click.IntRange(1, MAX_COUNT),
+                default=default("checkpoint_every"),
+                show_default=True,
+                help="Save a checkpoint every N steps (and at the end).",
+            ),
+            click.option("--resume", is_flag=True, help="Continue the run checkpointed in --out (same settings; --steps may grow)."),
+        ]
+        for option in reversed(options):
+            f = option(f)
+        return f
+
+    return wrap

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -89,6 +89,18 @@ class Bars:
     def postfix(self, **values: str) -> None:
         """Show ``key=value`` pairs after the bar (refreshed with the next step)."""
         self._bar.set_postfix(values, refresh=False)
+
+    def stages(self) -> Callable[[str, int, int], None]:
+        """A ``progress(stage, done, total)`` callback: a new bar for each new stage, advanced to ``done``."""
+        current = {"name": ""}
+
+        def progress(name: str, done: int, total: int) -> None:
+            if current["name"] != name:
+                current["name"] = name
+                self.start(name, total)
+            self.step(done - self.done)
+
+        return progress
 
     def close(self) -> None:
         if self._bar is not None:
