@@ -1,9 +1,11 @@
-"""Helpers shared by the test modules: the CLI run in-process, its one-line refusals, and the
-options that make a profile of the tiny models quick. Tiny models themselves are built by
+"""Helpers shared by the test modules: the CLI run in-process, its one-line refusals, a greedy
+``generate --check``, and the options that make a profile of the tiny models quick. Tiny models themselves are built by
 :mod:`tests.tiny`; shared fixtures (the tiny model directories, a database per test) are in
 ``conftest.py``."""
 
 from __future__ import annotations
+
+import json
 
 from click.testing import CliRunner, Result
 
@@ -29,3 +31,25 @@ def one_line_error(result: Result, fragment: str, exit_code: int | None = None) 
     assert fragment in lines[0], lines[0]
     if exit_code is not None:
         assert result.exit_code == exit_code, (result.exit_code, lines[0])
+
+
+def fp32_check(chain: str, widths: object, max_new_tokens: int, prompt: str = "w1 w2 w3") -> dict:
+    """``hsd-plan generate --check`` of ``chain`` in fp32 on a tiny-model prompt: the check's report
+    (``identical``: the chain's greedy tokens are the target's own); the run must succeed."""
+    result = run(
+        "generate",
+        "--chain",
+        chain,
+        "--widths",
+        widths,
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        max_new_tokens,
+        "--check",
+        "--json",
+        "--dtype",
+        "fp32",
+    )
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["check"]

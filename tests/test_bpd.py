@@ -23,7 +23,7 @@ from hsd_runtime.drafters import DraftContext
 from hsd_runtime.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
 from hsd_runtime.stats import LevelStats
 from hsd_runtime.tree import DraftTree
-from tests.helpers import QUICK_PROFILE, one_line_error, run
+from tests.helpers import QUICK_PROFILE, fp32_check, one_line_error, run
 from tests.tiny import tiny_llama
 
 PROMPT = [5, 9, 12, 5, 9, 33, 2, 7]
@@ -192,23 +192,7 @@ def heads_dir(tiny_dirs, tmp_path):
 def test_a_heads_directory_drafts_through_the_cli_with_check(tiny_dirs, heads_dir):
     for options in ("", ":k=3:p=3:rescore=ngram", f":k=3:rescore={tiny_dirs['draft']}:alpha=2"):
         chain = f"bpd:{heads_dir}{options},{tiny_dirs['target']}"
-        result = run(
-            "generate",
-            "--chain",
-            chain,
-            "--widths",
-            3,
-            "--prompt",
-            "w1 w2 w3",
-            "--max-new-tokens",
-            12,
-            "--check",
-            "--json",
-            "--dtype",
-            "fp32",
-        )
-        assert result.exit_code == 0, result.output
-        assert json.loads(result.output)["check"]["identical"]
+        assert fp32_check(chain, 3, 12)["identical"]
 
 
 def test_chains_that_misplace_heads_are_refused(tiny_dirs, heads_dir):
@@ -280,10 +264,7 @@ def test_training_lowers_the_loss_and_the_heads_draft_for_their_host(tiny_dirs, 
     saved = json.loads((tmp_path / "h" / HEADS_CARD).read_text())
     assert saved["host"] == str(tiny_dirs["target"]) and saved["heads"] == 3 and saved["acceptance"]["held_out"] == report.acceptance
     chain = f"bpd:{tmp_path / 'h'}:p=2:k=2,{tiny_dirs['target']}"
-    result = run(
-        "generate", "--chain", chain, "--widths", 2, "--prompt", "w1 w2 w3", "--max-new-tokens", 10, "--check", "--json", "--dtype", "fp32"
-    )
-    assert result.exit_code == 0 and json.loads(result.output)["check"]["identical"], result.output
+    assert fp32_check(chain, 2, 10)["identical"]
 
 
 def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp_path):

@@ -12,7 +12,7 @@ from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
 from hsd_planner.training.divergences import DIVERGENCES, divergence
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
-from tests.helpers import one_line_error, run
+from tests.helpers import fp32_check, one_line_error, run
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
 
 FAST = ["--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu"]
@@ -160,11 +160,7 @@ def test_cli_reports_and_the_student_drafts_for_its_target(tiny_dirs, prompts, t
     assert card["train_prompts"].endswith(":profile") and "validate" in card["eval_prompts"]
     assert (out / "checkpoint" / "state.pt").is_file() and (out / "tokenizer.json").is_file()
     chain = f"{out},{tiny_dirs['target']}"
-    result = run(
-        "generate", "--chain", chain, "--widths", 2, "--prompt", "w1 w2 w3", "--max-new-tokens", 10, "--check", "--json", "--dtype", "fp32"
-    )
-    assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["check"]["identical"]
+    assert fp32_check(chain, 2, 10)["identical"]
 
 
 def test_a_seed_reproduces_the_run(tiny_dirs, prompts, tmp_path):
