@@ -10,13 +10,32 @@ from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERA
 from ..choices import DistillData, Divergence
 from ..limits import MAX_COUNT, MAX_LENGTH
 
-__all__ = ["DistillConfig"]
+__all__ = ["DistillConfig", "TrainingConfig"]
 
 
-class DistillConfig(BaseModel):
-    """Everything that determines a distillation run; every default lives here."""
+class TrainingConfig(BaseModel):
+    """The settings every trainer shares: its prompts, steps, the data engine's corpus and the run."""
 
     model_config = ConfigDict(extra="forbid")
+
+    prompts: str | None = None  # prompt file; None: the built-in set
+    category: str | None = None
+    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the profiling split
+    steps: int = Field(300, ge=1, le=MAX_COUNT)
+    batch_size: int = Field(16, ge=1, le=MAX_COUNT)  # sequences per step
+    samples_per_prompt: int = Field(4, ge=1, le=MAX_COUNT)  # the teacher's continuations of each prompt (its corpus)
+    top_k: int = Field(64, ge=0, le=MAX_COUNT)  # teacher logits kept per position; 0: all
+    gen_batch: int = Field(16, ge=1, le=MAX_BATCH)  # sequences per batched sampling or teacher pass
+    cache: str | None = None  # where corpora are cached; None: the model cache's corpora/
+    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
+    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
+    dtype: Dtype = "fp32"  # the frozen teacher's; what trains, trains in fp32
+
+
+class DistillConfig(TrainingConfig):
+    """Everything that determines a distillation run; every default lives here."""
 
     target: str = "smollm2-135m"
     # where the student starts: the target's first K decoder layers, or another model of its tokenizer (a spec)
@@ -24,21 +43,7 @@ class DistillConfig(BaseModel):
     init_model: str | None = None
     divergence: Divergence = "fkl"
     data: DistillData = "target"
-    prompts: str | None = None  # prompt file; None: the built-in set
-    category: str | None = None
-    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the profiling split
-    steps: int = Field(300, ge=1, le=MAX_COUNT)
-    batch_size: int = Field(16, ge=1, le=MAX_COUNT)  # sequences per step
-    samples_per_prompt: int = Field(4, ge=1, le=MAX_COUNT)  # the target's continuations of each prompt (target data)
-    top_k: int = Field(64, ge=0, le=MAX_COUNT)  # teacher logits kept per position; 0: all
-    gen_batch: int = Field(16, ge=1, le=MAX_BATCH)  # sequences per batched sampling or teacher pass
-    cache: str | None = None  # where corpora are cached; None: the model cache's corpora/
-    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
     lr: float = Field(1e-4, gt=0, allow_inf_nan=False)
-    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
-    dtype: Dtype = "fp32"  # the frozen target's; the student trains in fp32
 
     @model_validator(mode="after")
     def _one_init(self) -> DistillConfig:

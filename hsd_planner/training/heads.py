@@ -26,16 +26,15 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
 from hsd_runtime.heads import BlockHeads, HeadsCard, apply_output_layer, save_heads
-from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..errors import DistillError
-from ..limits import MAX_COUNT, MAX_LENGTH
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt, load_prompts, split
+from .config import TrainingConfig
 from .data import Corpus, build_corpus, by_length, continuation_hidden
 from .divergences import sparse_divergence
 from .runs import CHECKPOINT, STATE, check_run_folder, corpus_key
@@ -47,30 +46,14 @@ EVAL_PROMPTS = 8
 _RESUMABLE = {"steps", "checkpoint_every", "gen_batch", "cache"}
 
 
-class HeadsConfig(BaseModel):
-    """Everything that determines a heads training run; every default lives here."""
-
-    model_config = ConfigDict(extra="forbid")
+class HeadsConfig(TrainingConfig):
+    """Everything that determines a heads training run; every default lives here (the shared ones in :class:`TrainingConfig`)."""
 
     model: str = "smollm2-135m"  # the host
     heads: int = Field(4, ge=2, le=16)  # H, counting the host's own next-token head
     inner: int | None = Field(None, ge=1, le=1 << 16)  # each block's hidden width (default: the host's)
     loss: Literal["kl", "ce"] = "kl"
-    prompts: str | None = None
-    category: str | None = None
-    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)
-    steps: int = Field(300, ge=1, le=MAX_COUNT)
-    batch_size: int = Field(16, ge=1, le=MAX_COUNT)
-    samples_per_prompt: int = Field(4, ge=1, le=MAX_COUNT)
-    top_k: int = Field(64, ge=0, le=MAX_COUNT)
-    gen_batch: int = Field(16, ge=1, le=MAX_BATCH)
-    cache: str | None = None
-    max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)
     lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
-    temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE, allow_inf_nan=False)
-    seed: int = Field(0, ge=0, le=MAX_SEED)
-    checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
-    dtype: str = "fp32"  # the frozen host's
 
 
 @dataclass(frozen=True)
