@@ -161,14 +161,6 @@ class BpdDrafter:
         self.stats.forward_passes += 1
         return self.head_logits(hidden, first)
 
-    def _proposal(self, ctx: DraftContext, n: int) -> tuple[torch.Tensor | None, list[list[int]]]:
-        """The heads' logits (or None) and up to ``self.paths`` drafts of at most ``n`` tokens."""
-        t0 = time.perf_counter()
-        logits = self._logits(ctx.tokens)
-        drafts = [] if logits is None else self.drafts(logits[:n], ctx.tokens, ctx.sampling)
-        self._account(t0)
-        return None if logits is None else logits[:n], drafts
-
     def drafts(self, logits: torch.Tensor, tokens: list[int], sampling: SamplingConfig) -> list[list[int]]:
         """Up to ``self.paths`` drafts from the heads' logits ``[m, V]`` after ``tokens``: each
         head's argmax (no rescoring, one path), else the best paths of the rescored lattice."""
@@ -176,9 +168,7 @@ class BpdDrafter:
             return [logits.argmax(-1).tolist()]
         if self._neural is not None:
             return [self._left_to_right(logits, tokens, sampling)]
-        # top-k/p zeros become a large negative score: the lattice search takes finite scores only
-        logp = torch.log_softmax(logits, -1) if sampling.greedy else torch.log(warp(logits, sampling)).clamp_min(-1e9)
-        scores, ids = logp.topk(min(self.k, logits.shape[-1]), dim=-1)  # [m, k] each
+        scores, ids = _log_probs(logits, sampling).topk(min(self.k, logits.shape[-1]), dim=-1)  # [m, k] each
         lm = None
         if self._lm is not None:
             self._lm.update(tokens)
@@ -191,9 +181,8 @@ class BpdDrafter:
         small model's log-probabilities after the tokens chosen so far."""
         assert self._neural is not None
         seq, out = list(tokens), []
-        for row in logits:
-            logp = torch.log_softmax(row, -1) if sampling.greedy else torch.log(warp(row[None], sampling)[0]).clamp_min(-1e9)
-            scores, ids = logp.topk(min(self.k, row.shape[-1]))  # [k] each
+        for logp in _log_probs(logits, sampling):  # [V] per head
+            scores, ids = logp.topk(min(self.k, logp.shape[-1]))  # [k] each
             r = torch.log_softmax(self._neural.logits(seq, len(seq) - 1)[0].float(), -1)  # [V]: the small model after seq
             x = int(ids[int((scores + self.alpha * r[ids]).argmax())])
             out.append(x)
@@ -205,19 +194,30 @@ class BpdDrafter:
         self.stats.time_s += elapsed
         self.stats.forward_s += elapsed  # the heads are this level's pass
 
+    def _sampled(self, sampling: SamplingConfig) -> bool:
+        """Whether each head's token is drawn from its own q (sampling, no rescoring, one path)."""
+        return not sampling.greedy and self.rescore == "none" and self.paths == 1
+
     def propose(self, ctx: DraftContext, n: int) -> Proposal:
         """Up to ``n`` tokens (none when the host holds no hidden row along the context)."""
-        logits, drafts = self._proposal(ctx, n)
+        t0 = time.perf_counter()
+        logits = self._logits(ctx.tokens)
         if logits is None:
-            return Proposal([])
-        if ctx.sampling.greedy or self.rescore != "none" or self.paths > 1:
-            return Proposal(drafts[0])  # deterministic: q is one-hot on each token
-        q = warp(logits, ctx.sampling)  # [m, V]: each head's own distribution, drawn from in turn
-        return Proposal([draw(row, ctx.generator) for row in q], q)
+            proposal = Proposal([])
+        elif self._sampled(ctx.sampling):
+            q = warp(logits[:n], ctx.sampling)  # [m, V]: each head's own distribution, drawn from in turn
+            proposal = Proposal([draw(row, ctx.generator) for row in q], q)
+        else:  # deterministic: q is one-hot on each token
+            proposal = Proposal(self.drafts(logits[:n], ctx.tokens, ctx.sampling)[0])
+        self._account(t0)
+        return proposal
 
     def propose_tree(self, ctx: DraftContext, n: int) -> DraftTree:
         """The ``p`` best paths of at most ``n`` tokens merged into one tree (deterministic siblings)."""
-        _, drafts = self._proposal(ctx, n)
+        t0 = time.perf_counter()
+        logits = self._logits(ctx.tokens)
+        drafts = [] if logits is None else self.drafts(logits[:n], ctx.tokens, ctx.sampling)
+        self._account(t0)
         tree = DraftTree()
         for draft in drafts:
             parent = -1
@@ -225,6 +225,12 @@ class BpdDrafter:
                 child = next((c for c in tree.children(parent) if tree.tokens[c] == token), None)
                 parent = tree.add(token, parent) if child is None else child
         return _breadth_first(tree)
+
+
+def _log_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """The scores ``[..., V]`` a lattice is searched on: log-probabilities, warped when sampling
+    (top-k/p zeros become -1e9: the lattice search takes finite scores only)."""
+    return torch.log_softmax(logits, -1) if sampling.greedy else torch.log(warp(logits, sampling)).clamp_min(-1e9)
 
 
 def _breadth_first(tree: DraftTree) -> DraftTree:

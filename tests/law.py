@@ -377,7 +377,7 @@ def no_rollback(self: CachedModel, keep: int) -> None:
 def argmax_with_q(self, ctx: DraftContext, n: int) -> Proposal:
     """A block-draft drafter that proposes each head's argmax but reports the heads' warped q, as
     if it had drawn from them (BpdDrafter.propose with the draw left out)."""
-    logits, _ = self._proposal(ctx, n)
+    logits = self._logits(ctx.tokens)
     if logits is None:
         return Proposal([])
-    return Proposal(logits.argmax(-1).tolist(), warp(logits, ctx.sampling))
+    return Proposal(logits[:n].argmax(-1).tolist(), warp(logits[:n], ctx.sampling))
