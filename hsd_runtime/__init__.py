@@ -8,7 +8,8 @@ decoding modes) and the bounds and defaults of numbers (:mod:`.limits`); devices
 (:mod:`.loading`, :mod:`.packaged`, :mod:`.quantize`, :mod:`.trim`, :mod:`.packing`); the decoding itself (:mod:`.cache`,
 :mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, :mod:`.hierarchy`,
 :mod:`.stats`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`); block-draft heads on the
-level above (:mod:`.heads`, :mod:`.bpd`, :mod:`.lattice`).
+level above (:mod:`.heads`, :mod:`.bpd`, :mod:`.lattice`); steering a drafter with the hidden
+states of the level above (:mod:`.steering`); trained weights with their card (:mod:`.trained`).
 
 Names are imported on first use (PEP 562), so that the torch-free parts - :mod:`.errors`,
 :mod:`.spec`, :mod:`.shape`, :mod:`.choices` and :mod:`.limits` - can be imported where torch
@@ -59,6 +60,9 @@ _EXPORTS = {
     "NgramDrafter": "ngram",
     "BpdDrafter": "bpd",
     "BlockHeads": "heads",
+    "SteeredDrafter": "steering",
+    "Steerer": "steering",
+    "SteeringCard": "steering",
     "ngram_lookup": "ngram",
     "SamplingConfig": "sampling",
     "warp": "sampling",
@@ -121,6 +125,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from .shape import TreeShape, Width, parse_width
     from .spec import DTYPES, QUANTS, Dtype, ModelSpec, parse_chain, parse_spec
     from .stats import GenerationResult, LevelStats
+    from .steering import SteeredDrafter, Steerer, SteeringCard
     from .tree import DraftTree
     from .trim import TrimmedHead
     from .verify import verify_greedy, verify_sample

@@ -387,6 +387,8 @@ def build_batched(chain: Sequence[str | ModelSpec], widths: Sequence[Width], loa
         raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
     if any(s.is_bpd for s in specs):
         raise ChainError("bpd drafters run in the one-sequence runtime only; decode without --batch-size for a chain with bpd:")
+    if any(s.steer for s in specs):
+        raise ChainError("steered drafters run in the one-sequence runtime only; decode without --batch-size for a chain with steer=")
     loaded = loader.load_chain(specs)
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)

@@ -40,7 +40,7 @@ from .heads import BlockHeads, HeadsCard, apply_output_layer, load_heads
 from .lattice import NgramModel, k_best_paths
 from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows, trimmed_model
 from .sampling import SamplingConfig, draw, warp
-from .spec import RESCORERS, ModelSpec, parse_spec
+from .spec import RESCORERS, ModelSpec, parse_spec, same_model
 from .stats import LevelStats
 from .tree import DraftTree
 from .trim import kept_tokens
@@ -94,8 +94,7 @@ class BpdDrafter:
     def reads(self, host: ModelSpec) -> bool:
         """Whether ``host`` is the model the heads were trained on: the same model and depth (its
         dtype, quantization or head may differ)."""
-        trained = parse_spec(self.card.host)
-        return host.is_model and (_where(host.name), host.layers) == (_where(trained.name), trained.layers)
+        return same_model(parse_spec(self.card.host), host)
 
     @property
     def drafts_tree(self) -> bool:
@@ -109,7 +108,7 @@ class BpdDrafter:
 
     def attach(self, host: CachedModel) -> None:
         """Read the heads off ``host``'s hidden rows (it must keep them)."""
-        if not host.keep_hidden:
+        if not host.keep_hidden or host.layers:
             raise ChainError(f"{self.stats.model}: its host does not keep its hidden states")
         model: Any = host.model
         size = int(model.config.hidden_size)
@@ -256,12 +255,6 @@ def check_host(drafter: BpdDrafter, spec: ModelSpec, host: ModelSpec | None) -> 
         raise ChainError(f"{spec} must be directly below its host {trained} in the chain (a model, not {host or 'nothing'})")
     if not drafter.reads(host):
         raise ChainError(f"{spec} holds heads for {trained}, not for {host}: put it directly below {trained}, or train heads for {host}")
-
-
-def _where(name: str) -> str:
-    """A model name as a comparable place: a directory's resolved path, else the alias itself."""
-    path = Path(name).expanduser()
-    return str(path.resolve()) if path.exists() else name
 
 
 def load_bpd(spec: ModelSpec, loader: ModelLoader, models: list[LoadedModel]) -> BpdDrafter:

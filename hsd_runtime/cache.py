@@ -43,13 +43,20 @@ class CachedModel:
         stats: counters to update with each forward pass.
         keep_hidden: also keep the final hidden state (the output layer's input) of every row it
             computes logits for, so that block-draft heads can read them (:meth:`hidden_at`).
+        layers: with ``keep_hidden``, keep instead the inputs of these decoder layers at every such
+            row, side by side (``[len(layers) d]`` per row): what steers the drafter below.
     """
 
-    def __init__(self, model: nn.Module, logits_width: int, stats: LevelStats, keep_hidden: bool = False) -> None:
+    def __init__(
+        self, model: nn.Module, logits_width: int, stats: LevelStats, keep_hidden: bool = False, layers: tuple[int, ...] = ()
+    ) -> None:
+        if layers and not keep_hidden:
+            raise ValueError("layers are kept only with keep_hidden")
         self.model = model
         self.width = logits_width
         self.stats = stats
         self.keep_hidden = keep_hidden
+        self.layers = tuple(layers)
         self.device = next(model.parameters()).device
         # the activations' dtype, for the additive tree mask (an int8 copy computes in fp32 like its embeddings)
         self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
@@ -147,8 +154,10 @@ class CachedModel:
         ids = torch.tensor([new], device=self.device)  # [1, new tokens]
         if self.keep_hidden:  # the decoder, then the output layer on the rows kept: the hidden rows stay
             decoder: Any = getattr(self.model, str(self.model.base_model_prefix))
-            hidden = decoder(input_ids=ids, past_key_values=self._cache, use_cache=True, **extra).last_hidden_state[0, -keep:]
-            self._captured = hidden  # [keep, d]
+            out = decoder(input_ids=ids, past_key_values=self._cache, use_cache=True, output_hidden_states=bool(self.layers), **extra)
+            hidden = out.last_hidden_state[0, -keep:]  # [keep, d]
+            # hidden_states[l] is the input of layer l (hidden_states[0] the embeddings): [keep, len(layers) d]
+            self._captured = torch.cat([out.hidden_states[i][0, -keep:] for i in self.layers], -1) if self.layers else hidden
             logits = apply_output_layer(self.model, hidden, self.width)
         else:
             out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep, **extra)
@@ -159,8 +168,9 @@ class CachedModel:
         return logits
 
     def hidden_at(self, seq: list[int]) -> tuple[torch.Tensor, int] | None:
-        """The final hidden state ``[1, d]`` after ``seq[: j + 1]`` for the largest j whose row
-        the last pass kept (``keep_hidden``), and j; None when no kept row lies along ``seq``.
+        """The final hidden state ``[1, d]`` (or the kept layers' inputs, ``[1, len(layers) d]``)
+        after ``seq[: j + 1]`` for the largest j whose row the last pass kept (``keep_hidden``),
+        and j; None when no kept row lies along ``seq``.
 
         A row is valid for ``seq`` only where ``seq`` agrees with the tokens it was computed over:
         the cached text up to that position, and down a hanging tree, the path to a fed node.

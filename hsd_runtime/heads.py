@@ -11,22 +11,22 @@ head 1's prediction. A heads directory holds the blocks (``heads.safetensors``) 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from .errors import ModelSpecError
-from .files import MAX_CONFIG_BYTES, read_input
+from .trained import load_weights, read_card_file, save_trained
 
 __all__ = ["HEADS_CARD", "HEADS_FILE", "BlockHeads", "HeadsCard", "apply_output_layer", "load_heads", "read_card", "save_heads"]
 
 HEADS_CARD = "heads.json"
 HEADS_FILE = "heads.safetensors"
 FORMAT = 1  # of a heads directory; another format is refused
+_REMEDY = "hsd-plan heads train"
 MAX_HEADS = 16  # blocks of more than 16 tokens from one hidden state agree with nothing
 
 
@@ -97,42 +97,17 @@ def _dtype(model: Any) -> torch.dtype:
 
 def save_heads(folder: Path, heads: BlockHeads, card: HeadsCard) -> None:
     """Write ``heads`` and ``card`` into ``folder`` (created), each file replaced atomically."""
-    from safetensors.torch import save_file
-
-    folder.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().float().contiguous().cpu() for k, v in heads.state_dict().items()}
-    save_file(tensors, str(folder / (HEADS_FILE + ".tmp")))
-    (folder / (HEADS_FILE + ".tmp")).replace(folder / HEADS_FILE)
-    (folder / (HEADS_CARD + ".tmp")).write_text(card.model_dump_json(indent=1))
-    (folder / (HEADS_CARD + ".tmp")).replace(folder / HEADS_CARD)
+    save_trained(folder, HEADS_FILE, heads, HEADS_CARD, card)
 
 
 def read_card(folder: Path) -> HeadsCard:
     """The card of a heads directory; a missing, unreadable or foreign one is one line."""
-    path = folder / HEADS_CARD
-    if not path.is_file():
-        raise ModelSpecError(f"{folder} is not a heads directory (no {HEADS_CARD}); make one with hsd-plan heads train")
-    try:
-        card = HeadsCard.model_validate(json.loads(read_input(path, f"heads card {path}", MAX_CONFIG_BYTES)))
-    except (ValueError, ValidationError) as exc:
-        raise ModelSpecError(f"{path} is not a valid heads card ({type(exc).__name__}); train the heads again") from None
-    if card.format != FORMAT:
-        raise ModelSpecError(f"{path} has format {card.format}, this hsd-plan reads {FORMAT}; train the heads again")
-    return card
+    return read_card_file(folder, HEADS_CARD, HeadsCard, FORMAT, "a heads directory", _REMEDY)
 
 
 def load_heads(folder: Path, device: torch.device | str = "cpu") -> tuple[BlockHeads, HeadsCard]:
     """The heads of ``folder`` (fp32, eval mode, on ``device``) and their card; one line when damaged."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     card = read_card(folder)
     heads = BlockHeads(card.hidden_size, card.heads, card.inner)
-    try:
-        state = load_file(str(folder / HEADS_FILE))
-        heads.load_state_dict(state)
-    except (OSError, SafetensorError, RuntimeError) as exc:
-        raise ModelSpecError(
-            f"{folder / HEADS_FILE} cannot be read as the heads its card describes ({type(exc).__name__}); train them again"
-        ) from None
+    load_weights(folder / HEADS_FILE, heads, _REMEDY)
     return heads.to(device).eval().requires_grad_(False), card

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -28,6 +28,7 @@ from .sampling import SamplingConfig
 from .shape import TreeShape, Width
 from .spec import ModelSpec, parse_spec
 from .stats import GenerationResult, LevelStats
+from .steering import SteeredDrafter, Steerer, check_verifier, steer_model
 
 __all__ = ["Hierarchy", "build_hierarchy"]
 
@@ -37,7 +38,9 @@ class Hierarchy:
 
     Args:
         members: level 0 first, target last; each an ``nn.Module`` causal LM, or at level 0 only
-            an :class:`NgramDrafter` or a :class:`BpdDrafter` (whose host is level 1).
+            an :class:`NgramDrafter` or a :class:`BpdDrafter` (whose host is level 1). A model
+            below the target may be steered (:func:`~hsd_runtime.steering.steered_model`): the
+            level above it then keeps the inputs of the layers its steering reads.
         widths: T_k for every level below the target (``len(members) - 1`` values, each >= 1);
             the first may be a :class:`TreeShape` when level 0 is a model.
         names: one label per level for the stats (defaults to the class names).
@@ -87,20 +90,33 @@ class Hierarchy:
 
         self.levels: list[Drafter] = []
         last = len(members) - 1
+        if getattr(members[last], "steerer", None) is not None:
+            raise ChainError(f"{names[last]} is steered by the model above it; the target has none")
         for k, member in enumerate(members):
             if isinstance(member, (NgramDrafter, BpdDrafter)):
                 member.stats = LevelStats(model=names[k])
                 self.levels.append(member)
                 continue
-            carries = k == 1 and isinstance(members[0], BpdDrafter)  # the host keeps its hidden rows for the heads
-            cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=carries)
+            below = members[k - 1] if k else None
+            carries = isinstance(below, BpdDrafter)  # the host keeps its hidden rows for the heads
+            steerer: Steerer | None = getattr(below, "steerer", None)  # or the inputs of the layers that steer the level below
+            taps = tuple(steerer.card.taps) if steerer is not None else ()
+            cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=carries or bool(taps), layers=taps)
             if carries:
-                cast(BpdDrafter, members[0]).attach(cached)
+                cast(BpdDrafter, below).attach(cached)
+            level: Drafter
             if k == 0 and k < last:
-                self.levels.append(ModelDrafter(cached))
+                level = ModelDrafter(cached)
             else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
                 # a lenience in the sampling config relaxes the target's test only
-                self.levels.append(VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0, lenient=k == last))
+                level = VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0, lenient=k == last)
+            if taps:
+                cast(SteeredDrafter, self.levels[-1]).attach(cached)
+            own: Steerer | None = getattr(member, "steerer", None)
+            if own is not None:  # a steered model: its vectors are set before each of its proposals
+                assert isinstance(level, (ModelDrafter, VerifierLevel))
+                level = SteeredDrafter(level, own)
+            self.levels.append(level)
         top = self.levels[-1]
         assert isinstance(top, VerifierLevel)  # the last member is a model (checked above)
         self.top = top
@@ -172,7 +188,7 @@ def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], l
     specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
     if not specs or not specs[-1].is_model:
         raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
-    loaded = loader.load_chain(specs)
+    loaded = [None if m is None else steer_model(m) for m in loader.load_chain(specs)]
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)
     members: list[nn.Module | NgramDrafter | BpdDrafter] = []
@@ -182,6 +198,9 @@ def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], l
             check_host(drafter, s, specs[i + 1] if i + 1 < len(specs) else None)
             members.append(drafter)
         else:
+            if s.steer is not None and m is not None:
+                steered: Any = m.model
+                check_verifier(s, steered.steerer, specs[i + 1] if i + 1 < len(specs) else None)
             members.append(NgramDrafter(n=s.ngram_order, name=str(s)) if m is None else m.model)
     target = models[-1]
     hierarchy = Hierarchy(members, widths, names=[str(s) for s in specs], logits_width=width, eos_token_ids=target.eos_token_ids)

@@ -38,7 +38,9 @@ __all__ = [
     "LoadedModel",
     "ModelLoader",
     "check_same_tokenizer",
+    "decoder_of",
     "head_rows",
+    "shallow_module",
     "trimmed_model",
     "truncated_config",
     "truncated_view",
@@ -80,7 +82,8 @@ def head_rows(model: Any) -> int:
     return int(model.get_output_embeddings().out_features)
 
 
-def _decoder(model: Any) -> Any:
+def decoder_of(model: Any) -> Any:
+    """The decoder body of a transformers causal LM (its layers and final norm, without the head)."""
     return getattr(model, model.base_model_prefix)
 
 
@@ -100,10 +103,10 @@ def truncated_view(model: Any, k: int) -> Any:
     generation config), so changing the view touches neither the parent nor its parameters.
     """
     cfg = truncated_config(model.config, k)
-    inner = _shallow(_decoder(model))
-    inner.layers = nn.ModuleList(list(_decoder(model).layers)[:k])
+    inner = shallow_module(decoder_of(model))
+    inner.layers = nn.ModuleList(list(decoder_of(model).layers)[:k])
     inner.config = cfg
-    outer = _shallow(model)
+    outer = shallow_module(model)
     setattr(outer, model.base_model_prefix, inner)
     outer.config = cfg
     if getattr(model, "generation_config", None) is not None:
@@ -131,12 +134,12 @@ def trimmed_model(model: Any, keep: torch.Tensor) -> Any:
         trimmed.rows = PackedLinear(dense)
     elif isinstance(head, Int8Linear):
         trimmed.rows = Int8Linear(dense)
-    outer = _shallow(model)
+    outer = shallow_module(model)
     outer.set_output_embeddings(trimmed)
     return outer
 
 
-def _shallow(module: Any) -> Any:
+def shallow_module(module: Any) -> Any:
     """A copy of ``module`` sharing its parameters but not its dicts of children, hooks, buffers."""
     clone = copy.copy(module)
     for name, value in vars(module).items():

@@ -6,7 +6,8 @@ NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5
 ``quant=int8`` (a copy whose Linear layers hold int8 weights; it computes in fp32, so it takes no
 ``dtype`` other than fp32), ``n=N`` (n-gram order, ``ngram`` only), ``vocab=N`` or ``vocab=FILE``
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
-ranking file lists; see :mod:`.trim`).
+ranking file lists; see :mod:`.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
+the model directly above it, with the projection trained into DIR; see :mod:`.steering`).
 
 ``bpd:DIR`` is a block-draft drafter: the heads trained into DIR, read off the hidden state of the
 model directly above it in the chain (see :mod:`.bpd`), with options ``k=`` (top-k tokens per head
@@ -21,13 +22,15 @@ valid ``s``: the string round-trips through the profiling database unchanged.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict
 
 from .choices import DTYPES, Dtype
 from .errors import ModelSpecError
 from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS, MAX_SPEC_CHARS
 
-__all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "parse_chain", "parse_spec"]
+__all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "parse_chain", "parse_spec", "same_model"]
 
 NGRAM = "ngram"
 BPD = "bpd"
@@ -35,7 +38,7 @@ RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides
 QUANTS = ("int8",)  # weight quantizations a spec may ask for (see hsd_runtime.quantize)
 _INT_OPTIONS = {"layers", "n"}
 _MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
-_KNOWN = {"layers", "dtype", "n", "quant", "vocab"}
+_KNOWN = {"layers", "dtype", "n", "quant", "vocab", "steer"}
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
 
@@ -87,6 +90,11 @@ class ModelSpec(BaseModel):
         return int(value) if value.isascii() and value.isdigit() else value
 
     @property
+    def steer(self) -> str | None:
+        """The steering directory of ``steer=DIR``, None when the model is not steered."""
+        return self.get("steer")
+
+    @property
     def is_ngram(self) -> bool:
         return self.name == NGRAM
 
@@ -111,8 +119,8 @@ class ModelSpec(BaseModel):
 
     @property
     def base(self) -> ModelSpec:
-        """The spec of the full model this one is a view of (``layers`` and ``vocab`` dropped)."""
-        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab")))
+        """The spec of the full model this one is a view of (``layers``, ``vocab`` and ``steer`` dropped)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab", "steer")))
 
     def __str__(self) -> str:
         return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
@@ -151,7 +159,7 @@ def parse_spec(text: str) -> ModelSpec:
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
     spec = ModelSpec(name=name, options=tuple(options))
-    if spec.is_ngram and (spec.layers is not None or spec.dtype is not None or spec.quant is not None or spec.vocab is not None):
+    if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer)):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the option n=N")
     if not spec.is_ngram and spec.get("n") is not None:
         raise ModelSpecError(f"model spec {text!r}: option n=N applies to ngram only")
@@ -198,6 +206,18 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
             f"bpd spec {text[:200]!r}: a language model rescores one path left to right; p > 1 takes rescore=ngram or none"
         )
     return spec
+
+
+def _where(name: str) -> str:
+    """A model name as a comparable place: a directory's resolved path, else the alias itself."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
+def same_model(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether two specs name the same model and depth (their dtype, quantization, head or
+    steering may differ): what trained heads and steering are checked against."""
+    return a.is_model and b.is_model and (_where(a.name), a.layers) == (_where(b.name), b.layers)
 
 
 def parse_chain(text: str) -> list[ModelSpec]:

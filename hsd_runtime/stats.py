@@ -22,6 +22,8 @@ class LevelStats:
     ``cache_s`` (prefix matching, rollback, logits bookkeeping). ``draft_s`` is choosing drafted
     tokens from a level-0 model's logits (argmax or sampling) and ``verify_s`` the verification rule this
     level applies to the batch from below (warping included); neither is part of ``time_s``.
+    A steered level counts in ``steers`` the steering vectors it computed (one per proposal) and
+    in ``steer_s`` the time of their projection (its passes, steered, are in ``time_s``).
     """
 
     model: str
@@ -36,6 +38,8 @@ class LevelStats:
     cache_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    steers: int = 0
+    steer_s: float = 0.0
     prefill_tokens: int = 0
     prefill_s: float = 0.0
 

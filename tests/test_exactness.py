@@ -4,10 +4,11 @@ The harness (``tests/law.py``) enumerates the target's exact joint law of the fi
 tokens on a 6-token vocabulary and G-tests many seeded runs of a hierarchy against it. The matrix
 covers depth 1, 2 and 3, the n-gram drafter at the bottom, draft trees (alone and under a middle
 level), temperatures 0.5, 1 and 2, top-k, top-p and both, int8 copies as drafters, and trimmed
-heads (a drafter whose q is zero on tokens the target emits) at the bottom and in the middle, and
+heads (a drafter whose q is zero on tokens the target emits) at the bottom and in the middle,
 block-draft heads on the level above (sampled per head, the 3 best rescored paths verified as a
 deterministic tree, or one path rescored by a small model) under the target and under a middle
-level; every cell
+level, and drafters steered by the level above (at the bottom, in the middle, drafting trees);
+every cell
 also checks that its runs crossed several rounds with acceptances and rejections at every level.
 
 Each rule the harness covers has a failing control: the same harness, on a cell that passes with
@@ -26,6 +27,7 @@ from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, draf
 from hsd_runtime.bpd import BpdDrafter
 from hsd_runtime.cache import CachedModel
 from hsd_runtime.heads import BlockHeads, HeadsCard
+from hsd_runtime.steering import Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
 from tests import law
 from tests.law import ALPHA, RUNS, law_check, law_model
 
@@ -67,6 +69,25 @@ def _drafter(name: str, zoo: dict[str, torch.nn.Module]) -> NgramDrafter | BpdDr
     return BpdDrafter(heads.eval(), card, spec, rescorer=zoo[spec.bpd_option("rescore")] if name == "PN" else None)
 
 
+# steered drafters: B steered by T, M steered by T (a middle level), B steered by M
+STEERED = {"G": ("B", "T"), "H": ("M", "T"), "G2": ("B", "M")}
+
+
+def _steered(name: str, zoo: dict[str, torch.nn.Module]) -> torch.nn.Module:
+    """A fresh steered copy (its own vectors) with random W_g, strong enough to move the drafter's law."""
+    drafter, verifier = (zoo[n] for n in STEERED[name])
+    layers = verifier.config.num_hidden_layers
+    card = SteeringCard(
+        drafter=name, verifier=STEERED[name][1], taps=default_taps(layers), verifier_hidden=16,
+        drafter_layers=drafter.config.num_hidden_layers, width=32, form="lowrank", rank=4,
+    )  # fmt: skip
+    torch.manual_seed(8)
+    projection = SteeringProjection(card)
+    with torch.no_grad():
+        projection.up.weight.normal_(0, 2.0)
+    return steered_model(drafter, Steerer(projection.eval(), card))
+
+
 @dataclass(frozen=True)
 class Cell:
     """One shape of the matrix: members by name (``ngram`` or a key of :func:`models`), widths, sampling."""
@@ -78,7 +99,10 @@ class Cell:
     def build(self) -> tuple[Hierarchy, torch.nn.Module, SamplingConfig]:
         cfg = SamplingConfig(mode="sample", **self.sampling)
         zoo = models(cfg.temperature)
-        members = [_drafter(name, zoo) if name in ("ngram", *BPD) else zoo[name] for name in self.chain.split(",")]
+        members = [
+            _drafter(name, zoo) if name in ("ngram", *BPD) else _steered(name, zoo) if name in STEERED else zoo[name]
+            for name in self.chain.split(",")
+        ]
         widths = [TreeShape(tuple(int(b) for b in w.split("x"))) if isinstance(w, str) else w for w in self.widths]
         return Hierarchy(members, widths), zoo["T"], cfg
 
@@ -92,6 +116,7 @@ FAST = {
     "trimmed-depth1": Cell("R,T", (2,)),
     "bpd-depth1": Cell("P,T", (3,)),
     "bpd-3best-tree": Cell("P3,T", (3,)),
+    "steered-depth1": Cell("G,T", (2,)),
 }
 SLOW = {
     "depth3": Cell("W,B,M,T", (1, 2, 2)),
@@ -120,6 +145,10 @@ SLOW = {
     "t0.5-bpd-depth1": Cell("P,T", (3,), {"temperature": 0.5}),
     "topk-topp-bpd-3best": Cell("P3,T", (3,), {"top_k": 3, "top_p": 0.9}),
     "bpd-rescored-by-a-model-under-middle": Cell("PN,M,T", (3, 2)),
+    "steered-middle": Cell("B,H,T", (1, 2)),
+    "steered-under-middle": Cell("G2,M,T", (2, 2)),
+    "steered-tree-2x2": Cell("G,T", ("2x2",)),
+    "t0.5-topk-steered-depth1": Cell("G,T", (3,), {"temperature": 0.5, "top_k": 4}),
 }
 
 

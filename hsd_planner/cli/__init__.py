@@ -1,6 +1,6 @@
 """The ``hsd-plan`` command line: thin click wrappers over the library, one module per command
 (``generate``, ``profile``, ``profiles``, ``solve``, ``export``, ``validate``, ``demo``,
-``distill``, ``heads``, ``vocab``), one :mod:`.render` for output, shared options declared once in :mod:`.options`,
+``distill``, ``heads``, ``steer``, ``vocab``), one :mod:`.render` for output, shared options declared once in :mod:`.options`,
 and :mod:`.docs`, the README's generated command reference.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
@@ -25,6 +25,7 @@ from .heads import heads
 from .profile import profile
 from .profiles import profiles
 from .solve import solve_command
+from .steer import steer
 from .validate import validate
 from .vocab import vocab
 
@@ -81,5 +82,5 @@ def cli() -> None:
     """
 
 
-for _command in (generate, profile, profiles, solve_command, export_command, validate, demo, distill, heads, vocab):
+for _command in (generate, profile, profiles, solve_command, export_command, validate, demo, distill, heads, steer, vocab):
     cli.add_command(_command)

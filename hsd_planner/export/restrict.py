@@ -26,6 +26,8 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
     spec = parse_spec(name)
     if spec.is_bpd:  # the stacks' own heads (Medusa, EAGLE, MTP) are trained their way, not loaded from hsd-plan's
         return f"it cannot load hsd-plan's block-draft heads {name}"
+    if spec.steer is not None:  # no stack adds vectors from the verifier into a drafter's layers
+        return f"it cannot steer the drafter {name}"
     if lookup:
         return None if stack.ngram else f"it has no n-gram drafter ({name})"
     if spec.layers is not None and not stack.early_exit:

@@ -16,6 +16,10 @@ Block-draft heads (``bpd:``) draft from t with the host's hidden state that pred
 (the row a verification leaves for the round that starts at t): head i + 2 proposes token t + i,
 sampled from its own q (c_t[i] = sum_x min(p, q) at t + i) or, rescored, one deterministic path
 (like the n-gram block); past the last head, c_t[i] = 0.
+A steered drafter (``steer=DIR``) drafts token t + i with the vectors its verifier's taps gave at
+the position before t, i + 1 positions back: c_t[i] = a^{(i+1)}_{t+i}, a^{(o)} its acceptance
+from one teacher-forced pass in which every position is steered from o positions back (offsets
+past ``STALE_MAX`` read ``STALE_MAX``'s pass).
 S_t(g) = prod_{i<g} c_t[i] is the chance that the first g tokens drafted from t are accepted.
 
 Acceptance is bursty, so two run-length distributions are kept, as sums that combine exactly
@@ -31,6 +35,8 @@ across prompts:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import nn
@@ -38,6 +44,7 @@ from torch import nn
 from hsd_runtime import SamplingConfig, ngram_lookup, warp
 from hsd_runtime.bpd import BpdDrafter
 from hsd_runtime.heads import apply_output_layer
+from hsd_runtime.steering import layer_inputs, stale_sources, steering_delta
 
 __all__ = [
     "G_MAX",
@@ -47,11 +54,13 @@ __all__ = [
     "ngram_acceptance",
     "run_length_sums",
     "start_survival",
+    "steered_acceptance",
     "teacher_forced_logits",
     "visited_run_sums",
 ]
 
 G_MAX = 64
+STALE_MAX = 8  # steering offsets measured one pass each; a draft further from its verification reads offset 8's
 VISIT_MAX = 32  # widths b for which the visited distribution is kept
 
 
@@ -134,6 +143,47 @@ def bpd_acceptance(
         block = drafter.drafts(logits[t, :n], prompt + continuation[:t], sampling)[0]
         for i, x in enumerate(block):
             out[t, i] = float(x == argmax[t + i]) if probs is None else min(1.0, float(probs[t + i, x]) / sampling.lenience)
+    return out
+
+
+def steered_acceptance(
+    drafter: nn.Module,
+    verifier: nn.Module,
+    prompt: list[int],
+    continuation: list[int],
+    p_logits: torch.Tensor,
+    sampling: SamplingConfig,
+    g_max: int = G_MAX,
+) -> torch.Tensor:
+    """c_t[i] ``[m, g_max]`` of a steered ``drafter`` (``drafter.steerer``) under its ``verifier``.
+
+    One verifier pass gives its taps along the continuation; then one drafter pass per staleness
+    offset o = 1..min(g_max, STALE_MAX), every continuation row steered from o rows back
+    (:func:`~hsd_runtime.steering.stale_sources`).
+    """
+    steerer: Any = drafter.steerer
+    m, width = len(continuation), p_logits.shape[-1]
+    start = len(prompt) - 1  # the position of continuation row 0
+    device = next(verifier.parameters()).device
+    with torch.inference_mode():
+        taps = layer_inputs(verifier, torch.tensor([prompt + continuation], device=device), steerer.card.taps)[0, start : start + m]
+    dtype = steerer.projection.up.weight.dtype
+    a = []
+    try:
+        for offset in range(1, min(g_max, STALE_MAX) + 1):
+            sources = stale_sources(m, offset)
+            steered = torch.nonzero(sources >= 0)[:, 0]  # [N] the rows steered
+            with torch.inference_mode():
+                steerer.delta = steering_delta(
+                    steerer.projection, taps[sources[steered]].to(dtype), (torch.zeros_like(steered), start + steered), (1, start + m + 1)
+                )
+            q = teacher_forced_logits(drafter, prompt, continuation, width)
+            a.append(acceptance_from_logits(q, p_logits, sampling))
+    finally:
+        steerer.clear()
+    out = torch.zeros(m, g_max, dtype=torch.float64)
+    for i in range(min(g_max, m)):
+        out[: m - i, i] = a[min(i, len(a) - 1)][i:]  # drafted i + 1 positions after the verification
     return out
 
 

@@ -90,8 +90,9 @@ class BatchLookupTimer:
 
 def batch_points(config: ProfileConfig, candidates: list[Candidate], contexts: list[int]) -> list[tuple[Candidate, int, int]]:
     """Every (candidate, context, batch size) group a batch profile measures, b > 1 (block-draft
-    heads run one sequence at a time: none for them)."""
-    return [(c, ctx, b) for c in candidates if c.heads is None for ctx in contexts for b in sorted(set(config.batch_sizes)) if b > 1]
+    heads and steered drafters run one sequence at a time: none for them)."""
+    single = [c for c in candidates if c.heads is None and c.spec.steer is None]
+    return [(c, ctx, b) for c in single for ctx in contexts for b in sorted(set(config.batch_sizes)) if b > 1]
 
 
 def measure_batches(

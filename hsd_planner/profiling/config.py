@@ -69,14 +69,14 @@ class ProfileOutcome:
 
 @dataclass
 class Candidate:
-    """A model a profile measures: its spec, the model loaded (None for ngram and bpd), the
-    block-draft drafter of a ``bpd:`` spec (bound to its host) and its row id."""
+    """A model a profile measures: its spec, the model loaded (None for ngram and bpd; steered
+    for a ``steer=`` spec), the block-draft drafter of a ``bpd:`` spec (bound to its host) and its row id."""
 
     spec: ModelSpec
     loaded: LoadedModel | None  # None for ngram and bpd
     row_id: int = 0
     heads: BpdDrafter | None = None
-    host: str | None = None  # a bpd candidate's host, as listed
+    host: str | None = None  # the one verifier of a bpd candidate (its host) or of a steered one, as listed
 
     @property
     def facts(self) -> ModelFacts | None:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
 from hsd_runtime.bpd import load_bpd
+from hsd_runtime.spec import same_model
+from hsd_runtime.steering import steer_model
 
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
@@ -25,6 +27,7 @@ from .acceptance import (
     ngram_acceptance,
     run_length_sums,
     start_survival,
+    steered_acceptance,
     teacher_forced_logits,
     visited_run_sums,
 )
@@ -83,8 +86,24 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[Candidate]:
     for c in candidates:
         if c.spec.is_bpd:
             _bind_heads(c, candidates, width, loader)
+        elif c.spec.steer is not None:
+            _bind_steering(c, candidates)
     # stable sort: cheapest first, ties keep the order given
-    return sorted(candidates, key=lambda c: c.cost_rank)
+    out = sorted(candidates, key=lambda c: c.cost_rank)
+    if out[-1].spec.steer is not None:
+        raise ChainError(f"{out[-1].spec} is steered by a larger model, and the largest candidate is the target; list its verifier")
+    return out
+
+
+def _bind_steering(cand: Candidate, candidates: list[Candidate]) -> None:
+    """Load a steered candidate's steering; its verifier must be listed too."""
+    assert cand.loaded is not None
+    cand.loaded = steer_model(cand.loaded)
+    trained = parse_spec(cand.loaded.model.steerer.card.verifier)
+    verifier = next((c for c in candidates if c.loaded is not None and c.spec.steer is None and same_model(trained, c.spec)), None)
+    if verifier is None:
+        raise ChainError(f"{cand.spec} is steered by {trained}; list that model in --models too")
+    cand.host = str(verifier.spec)
 
 
 def _bind_heads(cand: Candidate, candidates: list[Candidate], width: int, loader: ModelLoader) -> None:
@@ -166,7 +185,10 @@ def run_profile(
     out = ProfileOutcome(hardware_id=keys.hardware_id, workload_id=keys.workload_id, setting_id=keys.setting_id)
     for c, row_id in zip(candidates, ids):
         c.row_id = out.model_ids[str(c.spec)] = row_id
-    verifiers = [j for j, c in enumerate(candidates) if c.loaded is not None and j > 0] if config.acceptance else []
+    # a steered model's own distribution depends on the level above it: it verifies nothing here
+    verifiers = (
+        [j for j, c in enumerate(candidates) if c.loaded is not None and c.spec.steer is None and j > 0] if config.acceptance else []
+    )
     # every cheaper candidate drafts for a verifier, block-draft heads for their own host only
     below = {j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec))] for j in verifiers}
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
@@ -235,8 +257,8 @@ def _acceptance_for_verifier(
             out.skipped += 1 + len(drafters)
             step(1 + len(drafters))
             continue
-        # heads draft under their own host only, and never the continuation (the assistant is a plain chain)
-        assistants = [d for d in drafters if d.heads is None]
+        # heads and steered drafters draft under their own verifier only, never the continuation (a plain chain)
+        assistants = [d for d in drafters if d.heads is None and d.spec.steer is None]
         continuation, generated = verifier_continuation(engine, config, out, verifier, k, ids, assist.choose(assistants, verifier))
         out.measured += generated
         out.skipped += not generated
@@ -248,6 +270,9 @@ def _acceptance_for_verifier(
             siblings: tuple[list[float] | None, int | None] = (None, None)  # the n-gram drafter drafts chains only
             if d.heads is not None:
                 c = bpd_acceptance(d.heads, ids, continuation, p_logits, sampling)
+            elif d.spec.steer is not None:  # chains only: the tree pricing has no staleness in it
+                assert d.loaded is not None
+                c = steered_acceptance(d.loaded.model, verifier.loaded.model, ids, continuation, p_logits, sampling)
             elif d.loaded is None:
                 c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling)
             else:

@@ -29,12 +29,15 @@ def _local_path(spec: ModelSpec) -> Path | None:
 
 
 def absolute_spec(text: str) -> str:
-    """``text`` with a local model path made absolute (other specs unchanged).
+    """``text`` with a local model path, and a steering directory, made absolute (other specs unchanged).
 
     >>> absolute_spec("ngram:n=4")
     'ngram:n=4'
     """
     spec = parse_spec(text)
+    if spec.steer is not None:
+        steer = str(Path(spec.steer).expanduser().resolve())
+        spec = spec.model_copy(update={"options": tuple((k, steer if k == "steer" else v) for k, v in spec.options)})
     path = _local_path(spec)
     if path is None:
         return str(spec)
@@ -48,18 +51,22 @@ def absolute_specs(texts: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def source_fingerprint(spec_text: str) -> str | None:
-    """A digest of a local model's (or heads directory's) config and weight files (None for ngram
-    and packaged aliases)."""
-    path = _local_path(parse_spec(spec_text))
-    if path is None:
+    """A digest of a local model's (or heads directory's) config and weight files, and of a
+    steering directory's (None for ngram and packaged aliases without steering)."""
+    spec = parse_spec(spec_text)
+    steer = Path(spec.steer).expanduser() if spec.steer else None
+    paths = [p for p in (_local_path(spec), steer if steer is not None and steer.is_dir() else None) if p is not None]
+    if not paths:
         return None
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(f for pattern in _WEIGHTS for f in path.glob(pattern))
-    if path.is_dir() and (path / "config.json").is_file():
-        digest.update(read_input(path / "config.json", f"{spec_text}:", MAX_CONFIG_BYTES))
-    for f in files:
-        st = f.stat()
-        digest.update(f"{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
+    for path in paths:
+        files = [path] if path.is_file() else sorted(f for pattern in _WEIGHTS for f in path.glob(pattern))
+        for config in ("config.json", "steering.json"):
+            if path.is_dir() and (path / config).is_file():
+                digest.update(read_input(path / config, f"{spec_text}:", MAX_CONFIG_BYTES))
+        for f in files:
+            st = f.stat()
+            digest.update(f"{f.name}|{st.st_size}|{st.st_mtime_ns}".encode())
     return digest.hexdigest()[:32]
 
 
@@ -68,7 +75,7 @@ def check_source(spec_text: str, stored: str | None) -> None:
     if stored is None:
         return
     spec = parse_spec(spec_text)
-    if _local_path(spec) is None:
+    if _local_path(spec) is None and not (spec.steer and Path(spec.steer).expanduser().is_dir()):
         raise StoreError(f"model {spec.name} was profiled but no longer exists; profile the model you mean again")
     if source_fingerprint(spec_text) != stored:
         raise StoreError(f"model {spec.name} changed on disk since it was profiled (config or weights); profile it again")

@@ -63,7 +63,10 @@ class PassTimer:
     """One model with ``context_len`` tokens cached: times single passes of n new tokens.
 
     The context is prefilled once; every pass feeds n tokens and crops them off again, so each
-    sees the same cache length. The first pass of each n is a warm-up and is not timed.
+    sees the same cache length. The first pass of each n is a warm-up and is not timed. A steered
+    model (``steer=``) is timed steered, each pass with its vectors computed anew from random taps:
+    the projection runs once per proposal in decoding, so charging it to every pass bounds its
+    cost from above.
     """
 
     def __init__(self, model: nn.Module, context_len: int, seed: int = 0) -> None:
@@ -77,6 +80,10 @@ class PassTimer:
         self._vocab = vocab
         self._cache: Any = DynamicCache()
         self._new: dict[int, torch.Tensor] = {}
+        self._steerer: Any = getattr(model, "steerer", None)
+        if self._steerer is not None:
+            card = self._steerer.card
+            self._taps = torch.randn(1, len(card.taps) * card.verifier_hidden, generator=self._gen).to(self.device)
         with torch.inference_mode():
             model(input_ids=context, past_key_values=self._cache, use_cache=True, logits_to_keep=1)
 
@@ -86,6 +93,8 @@ class PassTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
+        if self._steerer is not None:
+            self._steerer.steer(self._taps)
         self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=n)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -35,6 +35,7 @@ from hsd_runtime import LoadedModel, SamplingConfig
 from hsd_runtime.batched import BatchedHierarchy
 from hsd_runtime.heads import apply_output_layer
 from hsd_runtime.packaged import cache_dir
+from hsd_runtime.steering import layer_inputs
 
 from ..errors import DistillError
 
@@ -188,17 +189,25 @@ def continuation_logits(
 
 
 def continuation_hidden(
-    model: nn.Module, prompts: Sequence[list[int]], continuations: Sequence[list[int]], grad: bool = False
+    model: nn.Module,
+    prompts: Sequence[list[int]],
+    continuations: Sequence[list[int]],
+    grad: bool = False,
+    layers: Sequence[int] = (),
 ) -> torch.Tensor:
     """The final hidden states ``[R, d]`` (the output layer's inputs) that predict every
     continuation token, sequence after sequence, from one batched teacher-forced pass (right padding,
-    as :func:`continuation_logits`)."""
+    as :func:`continuation_logits`); with ``layers``, the inputs of those decoder layers at the
+    same positions instead, side by side (``[R, len(layers) d]``: a verifier's steering taps)."""
     device = next(model.parameters()).device
     ids, mask = _padded(prompts, continuations, device)
     length = ids.shape[1]
     rows = torch.cat([i * length + torch.arange(len(p) - 1, len(p) - 1 + len(c)) for i, (p, c) in enumerate(zip(prompts, continuations))])
     with torch.inference_mode(not grad):
-        hidden = getattr(model, model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+        if layers:
+            hidden = layer_inputs(model, ids, list(layers), mask)
+        else:
+            hidden = getattr(model, model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
         return hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.to(device))  # [R, d]
 
 
