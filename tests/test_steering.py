@@ -334,8 +334,28 @@ def test_profiled_acceptance_of_untrained_steering_is_the_plain_drafters(models)
     for mode in ("greedy", "sample"):
         sampling = SamplingConfig(mode=mode)
         plain = model_conditionals(acceptance_from_logits(teacher_forced_logits(models["D"], PROMPT, continuation, 64), p, sampling), 6)
-        zero = steered_acceptance(steered(models["D"], card(), 0.0), models["T"], PROMPT, continuation, p, sampling, 6)
+        zero = steered_acceptance(steered(models["D"], card(), 0.0), models["T"], PROMPT, continuation, p, sampling, 6)[0]
         assert torch.equal(zero, plain)
-        moved = steered_acceptance(steered(models["D"], card(), 1.0), models["T"], PROMPT, continuation, p, sampling, 6)
+        moved = steered_acceptance(steered(models["D"], card(), 1.0), models["T"], PROMPT, continuation, p, sampling, 6)[0]
         assert torch.equal(moved[:1, 0], plain[:1, 0])  # the first row is read with the prompt, unsteered
         assert mode == "greedy" or not torch.equal(moved, plain)
+
+
+def test_a_steered_spec_is_stored_absolute_and_its_steering_fingerprinted(tiny_dirs, steer_dir, monkeypatch, tmp_path):
+    import os
+
+    from hsd_planner.errors import StoreError
+    from hsd_planner.profiling.sources import absolute_spec, check_source, source_fingerprint
+
+    monkeypatch.chdir(steer_dir.parent)
+    text = f"smollm2-135m:layers=4:steer={steer_dir.name}"
+    assert absolute_spec(text) == f"smollm2-135m:layers=4:steer={steer_dir.resolve()}"
+    before = source_fingerprint(text)
+    assert before is not None and source_fingerprint("smollm2-135m:layers=4") is None
+    check_source(text, before)
+    weights = steer_dir / STEER_FILE
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    with pytest.raises(StoreError, match="changed on disk"):
+        check_source(text, before)
+    with pytest.raises(StoreError, match="no longer exists"):
+        check_source("smollm2-135m:steer=gone", before)

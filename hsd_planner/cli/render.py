@@ -117,20 +117,22 @@ def format_generate(report: GenerateReport) -> str:
         f"{'level':<34} {'passes':>7} {'tok/pass':>8} {'proposed':>9} {'accepted':>9} {'alpha':>6} {'ms':>9}"
         f" {'forward':>8} {'cache':>6} {'draft':>6} {'verify':>6}",
     ]
-    trees = []
+    trees, steering = [], []
     for lv in r.levels:
         alpha = f"{lv.acceptance:.2f}" if lv.acceptance is not None else "-"
         if lv.trees:
             trees.append(f"{lv.model}: {lv.trees} trees, {lv.proposed} nodes drafted, mean accepted depth {lv.accepted_depth:.2f}")
         elif lv.nodes_verified:
             trees.append(f"{lv.model}: {lv.nodes_verified} tree nodes verified")
+        if lv.steers:
+            steering.append(f"{lv.model}: {lv.steers} steering vectors set, {1000 * lv.steer_s:.1f} ms in all")
         split = "".join(f" {1000 * v:>{w}.1f}" for v, w in ((lv.forward_s, 8), (lv.cache_s, 6), (lv.draft_s, 6), (lv.verify_s, 6)))
         lines.append(
             f"{lv.model:<34} {lv.forward_passes:>7} {lv.tokens_per_pass:>8.2f} {lv.proposed:>9} {lv.accepted:>9} {alpha:>6} "
             f"{1000 * lv.time_s:>9.1f}{split}"
         )
-    lines += [f"tree: {line}" for line in trees]
-    other = r.decode_s - sum(lv.time_s + lv.draft_s + lv.verify_s for lv in r.levels)
+    lines += [f"tree: {line}" for line in trees] + [f"steering: {line}" for line in steering]
+    other = r.decode_s - sum(lv.time_s + lv.draft_s + lv.verify_s + lv.steer_s for lv in r.levels)
     lines.append(
         f"{len(r.tokens)} tokens in {r.decode_s:.2f} s: {r.ms_per_token:.1f} ms/token ({r.tokens_per_s:.1f} tok/s), "
         f"mean accepted length {r.mean_accepted_length:.2f}; {1000 * other:.0f} ms outside the levels; "

@@ -19,7 +19,8 @@ sampled from its own q (c_t[i] = sum_x min(p, q) at t + i) or, rescored, one det
 A steered drafter (``steer=DIR``) drafts token t + i with the vectors its verifier's taps gave at
 the position before t, i + 1 positions back: c_t[i] = a^{(i+1)}_{t+i}, a^{(o)} its acceptance
 from one teacher-forced pass in which every position is steered from o positions back (offsets
-past ``STALE_MAX`` read ``STALE_MAX``'s pass).
+past ``STALE_MAX`` read ``STALE_MAX``'s pass). Its sibling acceptance (what a draft tree is worth)
+is measured from the pass of offset 1, every depth alike.
 S_t(g) = prod_{i<g} c_t[i] is the chance that the first g tokens drafted from t are accepted.
 
 Acceptance is bursty, so two run-length distributions are kept, as sums that combine exactly
@@ -35,6 +36,7 @@ across prompts:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -55,6 +57,7 @@ __all__ = [
     "run_length_sums",
     "start_survival",
     "steered_acceptance",
+    "steered_logits",
     "teacher_forced_logits",
     "visited_run_sums",
 ]
@@ -146,6 +149,35 @@ def bpd_acceptance(
     return out
 
 
+def steered_logits(
+    drafter: nn.Module, verifier: nn.Module, prompt: list[int], continuation: list[int], width: int
+) -> Iterator[torch.Tensor]:
+    """A steered ``drafter``'s logits ``[m, width]`` along the continuation (its ``steerer``, under
+    its ``verifier``) for staleness offsets 1, 2, ...: each row steered from that many rows back
+    (:func:`~hsd_runtime.steering.stale_sources`). One verifier pass gives its taps first; each
+    offset is one drafter pass, made when it is asked for."""
+    steerer: Any = drafter.steerer
+    m = len(continuation)
+    start = len(prompt) - 1  # the position of continuation row 0
+    device = next(verifier.parameters()).device
+    with torch.inference_mode():
+        taps = layer_inputs(verifier, torch.tensor([prompt + continuation], device=device), steerer.card.taps)[0, start : start + m]
+    dtype = steerer.projection.up.weight.dtype
+    offset = 0
+    try:
+        while True:
+            offset += 1
+            sources = stale_sources(m, offset)
+            steered = torch.nonzero(sources >= 0)[:, 0]  # [N] the rows steered
+            with torch.inference_mode():
+                steerer.delta = steering_delta(
+                    steerer.projection, taps[sources[steered]].to(dtype), (torch.zeros_like(steered), start + steered), (1, start + m + 1)
+                )
+            yield teacher_forced_logits(drafter, prompt, continuation, width)
+    finally:
+        steerer.clear()
+
+
 def steered_acceptance(
     drafter: nn.Module,
     verifier: nn.Module,
@@ -154,37 +186,24 @@ def steered_acceptance(
     p_logits: torch.Tensor,
     sampling: SamplingConfig,
     g_max: int = G_MAX,
-) -> torch.Tensor:
-    """c_t[i] ``[m, g_max]`` of a steered ``drafter`` (``drafter.steerer``) under its ``verifier``.
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """c_t[i] ``[m, g_max]`` of a steered ``drafter`` (``drafter.steerer``) under its ``verifier``,
+    and the drafter's logits ``[m, V]`` at offset 1 (what a draft tree's first depth reads).
 
-    One verifier pass gives its taps along the continuation; then one drafter pass per staleness
-    offset o = 1..min(g_max, STALE_MAX), every continuation row steered from o rows back
-    (:func:`~hsd_runtime.steering.stale_sources`).
+    One drafter pass per staleness offset o = 1..min(g_max, STALE_MAX) (:func:`steered_logits`).
     """
-    steerer: Any = drafter.steerer
-    m, width = len(continuation), p_logits.shape[-1]
-    start = len(prompt) - 1  # the position of continuation row 0
-    device = next(verifier.parameters()).device
-    with torch.inference_mode():
-        taps = layer_inputs(verifier, torch.tensor([prompt + continuation], device=device), steerer.card.taps)[0, start : start + m]
-    dtype = steerer.projection.up.weight.dtype
-    a = []
-    try:
-        for offset in range(1, min(g_max, STALE_MAX) + 1):
-            sources = stale_sources(m, offset)
-            steered = torch.nonzero(sources >= 0)[:, 0]  # [N] the rows steered
-            with torch.inference_mode():
-                steerer.delta = steering_delta(
-                    steerer.projection, taps[sources[steered]].to(dtype), (torch.zeros_like(steered), start + steered), (1, start + m + 1)
-                )
-            q = teacher_forced_logits(drafter, prompt, continuation, width)
-            a.append(acceptance_from_logits(q, p_logits, sampling))
-    finally:
-        steerer.clear()
+    m = len(continuation)
+    a, first = [], None
+    passes = steered_logits(drafter, verifier, prompt, continuation, p_logits.shape[-1])
+    for _, q in zip(range(min(g_max, STALE_MAX)), passes):
+        first = q if first is None else first
+        a.append(acceptance_from_logits(q, p_logits, sampling))
+    passes.close()  # the drafter's vectors are cleared
+    assert first is not None
     out = torch.zeros(m, g_max, dtype=torch.float64)
     for i in range(min(g_max, m)):
         out[: m - i, i] = a[min(i, len(a) - 1)][i:]  # drafted i + 1 positions after the verification
-    return out
+    return out, first
 
 
 def model_conditionals(a: torch.Tensor, g_max: int = G_MAX) -> torch.Tensor:

@@ -270,9 +270,11 @@ def _acceptance_for_verifier(
             siblings: tuple[list[float] | None, int | None] = (None, None)  # the n-gram drafter drafts chains only
             if d.heads is not None:
                 c = bpd_acceptance(d.heads, ids, continuation, p_logits, sampling)
-            elif d.spec.steer is not None:  # chains only: the tree pricing has no staleness in it
+            elif d.spec.steer is not None:
                 assert d.loaded is not None
-                c = steered_acceptance(d.loaded.model, verifier.loaded.model, ids, continuation, p_logits, sampling)
+                c, q_logits = steered_acceptance(d.loaded.model, verifier.loaded.model, ids, continuation, p_logits, sampling)
+                if not sampling.lossy:  # siblings from the first depth's staleness, every depth alike
+                    siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
             elif d.loaded is None:
                 c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling)
             else:

@@ -117,7 +117,7 @@ def block_acceptance(drafter: Any, verifier: LoadedModel, held: HeldOut, k: int)
             if not cont:
                 continue
             plain = model_conditionals(acceptance_from_logits(teacher_forced_logits(drafter, ids, cont, p.shape[-1]), p, sampling), k)
-            steer = steered_acceptance(drafter, verifier.model, ids, cont, p, sampling, k)
+            steer = steered_acceptance(drafter, verifier.model, ids, cont, p, sampling, k)[0]
             for name, c in (("steered", steer), ("unsteered", plain)):
                 total, count = _per_block(c, k)
                 sums[name][0] += total
