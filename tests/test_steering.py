@@ -341,7 +341,7 @@ def test_profiled_acceptance_of_untrained_steering_is_the_plain_drafters(models)
         assert mode == "greedy" or not torch.equal(moved, plain)
 
 
-def test_a_steered_spec_is_stored_absolute_and_its_steering_fingerprinted(tiny_dirs, steer_dir, monkeypatch, tmp_path):
+def test_a_steered_spec_is_stored_absolute_and_its_steering_fingerprinted(steer_dir, monkeypatch):
     import os
 
     from hsd_planner.errors import StoreError
