@@ -211,6 +211,36 @@ def continuation_hidden(
         return hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.to(device))  # [R, d]
 
 
+def corpus_hidden(
+    model: nn.Module,
+    corpus: Corpus,
+    batch_size: int,
+    layers: Sequence[int] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> torch.Tensor:
+    """:func:`continuation_hidden` at every row of ``corpus`` ``[R, d]`` (or ``[R, len(layers) d]``),
+    in corpus order, one padded pass per batch of sequences of similar length (a batch pays for its
+    longest row); ``progress(done, total)`` after each pass."""
+    keep = [i for i, cont in enumerate(corpus.continuations) if cont]
+    out: torch.Tensor | None = None
+    done = 0
+    for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], batch_size):
+        seqs = [keep[j] for j in batch]
+        rows = continuation_hidden(model, [corpus.prompts[i] for i in seqs], [corpus.continuations[i] for i in seqs], layers=layers)
+        if out is None:
+            out = rows.new_empty((corpus.positions, rows.shape[-1]))
+        start = 0
+        for i in seqs:  # corpus rows are sequence after sequence: each sequence's rows at its offset
+            n = len(corpus.continuations[i])
+            out[corpus.offsets[i] : corpus.offsets[i] + n] = rows[start : start + n]
+            start += n
+        done += start
+        if progress is not None:
+            progress(done, corpus.positions)
+    assert out is not None
+    return out
+
+
 def teacher_signal(
     model: nn.Module,
     prompts: Sequence[list[int]],

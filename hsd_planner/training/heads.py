@@ -35,7 +35,7 @@ from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt, load_prompts, split
 from .config import TrainingConfig
-from .data import Corpus, build_corpus, by_length, continuation_hidden
+from .data import Corpus, build_corpus, continuation_hidden, corpus_hidden
 from .divergences import sparse_divergence
 from .runs import CHECKPOINT, STATE, check_run_folder, corpus_key
 from .student import HeldOut
@@ -166,28 +166,10 @@ class HeadsTrainer:
             self.tokens = torch.tensor([t for cont in self.corpus.continuations for t in cont])
 
     def _corpus_hidden(self, progress: Callable[[str, int, int], None] | None) -> torch.Tensor:
-        """The host's final hidden state at every corpus row ``[R, d]``, one padded pass per batch
-        of sequences of similar length (a batch pays for its longest row)."""
-        corpus = self.corpus
-        assert corpus is not None
-        keep = [i for i, cont in enumerate(corpus.continuations) if cont]
-        out: torch.Tensor | None = None
-        done = 0
-        for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], self.config.gen_batch):
-            seqs = [keep[j] for j in batch]
-            rows = continuation_hidden(self.host.model, [corpus.prompts[i] for i in seqs], [corpus.continuations[i] for i in seqs])
-            if out is None:
-                out = rows.new_empty((corpus.positions, rows.shape[-1]))
-            start = 0
-            for i in seqs:  # corpus rows are sequence after sequence: each sequence's rows at its offset
-                n = len(corpus.continuations[i])
-                out[corpus.offsets[i] : corpus.offsets[i] + n] = rows[start : start + n]
-                start += n
-            done += start
-            if progress is not None:
-                progress("host hidden states", done, corpus.positions)
-        assert out is not None
-        return out
+        """The host's final hidden state at every corpus row ``[R, d]``."""
+        assert self.corpus is not None
+        step = None if progress is None else (lambda done, total: progress("host hidden states", done, total))
+        return corpus_hidden(self.host.model, self.corpus, self.config.gen_batch, progress=step)
 
     # --- checkpoints -------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, model_conditionals, start_survival, steered_acceptance, teacher_forced_logits
 from ..prompts import encode_prompt, load_prompts, split
 from .config import TrainingConfig
-from .data import Corpus, build_corpus, by_length, continuation_hidden, continuation_logits
+from .data import Corpus, build_corpus, continuation_logits, corpus_hidden
 from .divergences import sparse_divergence
 from .runs import CHECKPOINT, STATE, check_run_folder, corpus_key
 from .student import HeldOut, own_student
@@ -205,30 +205,10 @@ class SteerTrainer:
             self.taps = self._corpus_taps(progress)
 
     def _corpus_taps(self, progress: Callable[[str, int, int], None] | None) -> torch.Tensor:
-        """The verifier's taps at every corpus row ``[R, len(taps) d]``, one padded pass per batch of
-        sequences of similar length."""
-        corpus = self.corpus
-        assert corpus is not None
-        keep = [i for i, cont in enumerate(corpus.continuations) if cont]
-        out: torch.Tensor | None = None
-        done = 0
-        for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], self.config.gen_batch):
-            seqs = [keep[j] for j in batch]
-            rows = continuation_hidden(
-                self.verifier.model, [corpus.prompts[i] for i in seqs], [corpus.continuations[i] for i in seqs], layers=self.card.taps
-            )
-            if out is None:
-                out = rows.new_empty((corpus.positions, rows.shape[-1]))
-            start = 0
-            for i in seqs:
-                n = len(corpus.continuations[i])
-                out[corpus.offsets[i] : corpus.offsets[i] + n] = rows[start : start + n]
-                start += n
-            done += start
-            if progress is not None:
-                progress("verifier taps", done, corpus.positions)
-        assert out is not None
-        return out
+        """The verifier's taps at every corpus row ``[R, len(taps) d]``."""
+        assert self.corpus is not None
+        step = None if progress is None else (lambda done, total: progress("verifier taps", done, total))
+        return corpus_hidden(self.verifier.model, self.corpus, self.config.gen_batch, self.card.taps, step)
 
     # --- checkpoints -------------------------------------------------------------------------
 
