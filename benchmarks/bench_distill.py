@@ -76,6 +76,7 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=None, help="train each student for this long instead")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--train-tokens", type=int, default=64)
+    ap.add_argument("--max-context", type=int, default=256, help="prompt tokens the student reads in training (0: all)")
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--eval-per-category", type=int, default=2)
     ap.add_argument("--eval-tokens", type=int, default=48)
@@ -126,6 +127,7 @@ def main() -> None:
                 top_k=args.top_k,
                 gen_batch=args.gen_batch,
                 max_new_tokens=args.train_tokens,
+                max_context=args.max_context,
                 lr=args.lr,
                 dtype="bf16",
                 checkpoint_every=10**6,

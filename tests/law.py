@@ -381,3 +381,22 @@ def argmax_with_q(self, ctx: DraftContext, n: int) -> Proposal:
     if logits is None:
         return Proposal([])
     return Proposal(logits[:n].argmax(-1).tolist(), warp(logits[:n], ctx.sampling))
+
+
+def steered_draw_unsteered_q(base: torch.nn.Module) -> Callable:
+    """Wrong: a steered drafter that draws its tokens from the steered law but reports ``base``'s
+    (its unsteered model's) warped q for them, as if the vector were added after q was read."""
+    from hsd_runtime.steering import SteeredDrafter
+
+    steered_propose = SteeredDrafter.propose
+
+    def propose(self: SteeredDrafter, ctx: DraftContext, n: int) -> Proposal:
+        proposal = steered_propose(self, ctx, n)
+        if proposal.probs is None or not proposal.tokens:
+            return proposal
+        seq = torch.tensor([list(ctx.tokens) + proposal.tokens])
+        with torch.inference_mode():
+            logits = base(input_ids=seq).logits[0, len(ctx.tokens) - 1 : -1]  # [n, V]: the rows that drew each token
+        return Proposal(proposal.tokens, warp(logits, ctx.sampling))
+
+    return propose

@@ -10,6 +10,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
+from hsd_planner.training import distiller as distiller_module
+from hsd_planner.training.data import TeacherRows
 from hsd_planner.training.divergences import DIVERGENCES, divergence
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 from tests.helpers import fp32_check, one_line_error, run
@@ -133,6 +135,48 @@ def test_distillation_lowers_the_divergence_and_raises_acceptance(learnable, tmp
     first, last = distiller.log[:10], distiller.log[-10:]
     assert sum(e.loss for e in last) < 0.5 * sum(e.loss for e in first)
     assert sum(e.sampled for e in last) > sum(e.sampled for e in first)
+
+
+def test_grouped_student_passes_give_the_one_pass_gradient(tiny_dirs, prompts, tmp_path, monkeypatch):
+    """A step's student passes run in groups of similar length; their gradients add up to the one
+    padded pass's, and the student reads only the last max_context tokens of each prompt."""
+    config = DistillConfig(target=str(tiny_dirs["target"]), layers=2, prompts=str(prompts), max_new_tokens=4, max_context=3)
+    distiller = Distiller(config, tmp_path / "out", ModelLoader(device="cpu"))
+    distiller.prepare()
+    corpus = distiller.corpus
+    seqs = [i for i in range(12) if corpus.continuations[i]]
+    cut = [corpus.prompts[i][-(1 + i % 3) :] for i in seqs]  # prompts of 1..3 tokens: groups of several lengths
+    conts = [corpus.continuations[i] for i in seqs]
+    teacher = TeacherRows.cat([corpus.teacher(i) for i in seqs])
+
+    def gradient(group):
+        monkeypatch.setattr(distiller_module, "STUDENT_GROUP", group)
+        distiller.optimizer.zero_grad(set_to_none=True)
+        q, rows, loss = distiller._backward(cut, conts, teacher)
+        assert q.shape[0] == len(rows.ids) == sum(map(len, conts))  # every position once, the teacher's rows beside
+        return loss, {n: p.grad.clone() for n, p in distiller.trainable}
+
+    one_loss, one_grad = gradient(100)
+    grouped_loss, grouped_grad = gradient(1)
+    assert grouped_loss == pytest.approx(one_loss, rel=1e-5)
+    assert all(torch.allclose(grouped_grad[n], one_grad[n], rtol=1e-4, atol=1e-6) for n in one_grad)
+
+    read = []
+    logits = distiller_module.continuation_logits
+    monkeypatch.setattr(distiller_module, "continuation_logits", lambda model, p, *a, **k: read.extend(map(len, p)) or logits(model, p, *a, **k))
+    distiller.train_step()
+    assert read and max(read) <= 3 and max(len(p) for p in corpus.prompts) > 3
+
+
+def test_a_checkpoint_from_before_max_context_resumes_as_reading_whole_prompts(tiny_dirs, prompts, tmp_path):
+    assert distill(tiny_dirs["target"], tmp_path / "out", prompts, "--steps", 1, "--max-context", 0).exit_code == 0
+    path = tmp_path / "out" / "checkpoint" / "state.pt"
+    state = torch.load(path, weights_only=True)
+    del state["config"]["max_context"]  # as a run made before the option wrote it
+    torch.save(state, path)
+    result = distill(tiny_dirs["target"], tmp_path / "out", prompts, "--steps", 2, "--resume")
+    assert result.exit_code == 1 and "other settings (max_context 0)" in result.output
+    assert distill(tiny_dirs["target"], tmp_path / "out", prompts, "--steps", 2, "--resume", "--max-context", 0).exit_code == 0
 
 
 def test_saved_student_loads_as_a_model_spec_with_identical_logits(tiny_dirs, prompts, tmp_path):

@@ -27,7 +27,7 @@ from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, draf
 from hsd_runtime.bpd import BpdDrafter
 from hsd_runtime.cache import CachedModel
 from hsd_runtime.heads import BlockHeads, HeadsCard
-from hsd_runtime.steering import Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
+from hsd_runtime.steering import SteeredDrafter, Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
 from tests import law
 from tests.law import ALPHA, RUNS, law_check, law_model
 
@@ -74,7 +74,9 @@ STEERED = {"G": ("B", "T"), "H": ("M", "T"), "G2": ("B", "M")}
 
 
 def _steered(name: str, zoo: dict[str, torch.nn.Module]) -> torch.nn.Module:
-    """A fresh steered copy (its own vectors) with random W_g, strong enough to move the drafter's law."""
+    """A fresh steered copy (its own vectors) with random W_g, strong enough to move the drafter's
+    law: the steered and unsteered q of B are 0.12-0.23 apart in total variation (0.02-0.05 at a
+    scale of 2, too close for the harness to tell a q reported unsteered from the right one)."""
     drafter, verifier = (zoo[n] for n in STEERED[name])
     layers = verifier.config.num_hidden_layers
     card = SteeringCard(
@@ -84,7 +86,7 @@ def _steered(name: str, zoo: dict[str, torch.nn.Module]) -> torch.nn.Module:
     torch.manual_seed(8)
     projection = SteeringProjection(card)
     with torch.no_grad():
-        projection.up.weight.normal_(0, 2.0)
+        projection.up.weight.normal_(0, 20.0)
     return steered_model(drafter, Steerer(projection.eval(), card))
 
 
@@ -231,6 +233,8 @@ CONTROLS = {
     "warp-verifier-not-drafter": ("topk-topp-depth1", _attr(drafters, "_choose", law.unwarped_draw)),
     "cache-not-rolled-back": ("depth1", _attr(CachedModel, "_rollback", law.no_rollback)),
     "heads-draw-argmax-report-q": ("bpd-depth1", _attr(BpdDrafter, "propose", law.argmax_with_q)),
+    # the drafter B steered by T: tokens from the steered law, q of B unsteered
+    "steered-draw-unsteered-q": ("steered-depth1", _attr(SteeredDrafter, "propose", law.steered_draw_unsteered_q(models(1.0)["B"]))),
 }
 
 

@@ -10,9 +10,10 @@ from hsd_runtime import ModelLoader
 
 from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
 from ..limits import MAX_COUNT
-from ..training import DistillConfig, Distiller, DistillReport, parse_init, running_average
-from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
-from .render import Bars, emit
+from ..training import DistillConfig, Distiller, DistillReport, StepLog, parse_init, running_average
+from .options import FiniteRange, json_option, max_context_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
+from .render import emit
+from .training_run import run_training
 
 __all__ = ["distill"]
 
@@ -56,6 +57,7 @@ def _default(name: str) -> object:
     help="Sequences per step (every continuation position of each is trained on).",
 )
 @click.option("--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
+@max_context_option(DistillConfig, "student")
 @training_options(DistillConfig, "target")
 @runtime_options(dtype_help="Dtype of the frozen target; the student always trains in fp32.")
 @json_option
@@ -76,6 +78,7 @@ def distill(
     cache: str | None,
     max_new_tokens: int,
     lr: float,
+    max_context: int,
     temperature: float,
     seed: int,
     checkpoint_every: int,
@@ -93,8 +96,8 @@ def distill(
     trained on) sampled from the student (on-policy), from the target (target data:
     --samples-per-prompt per prompt, sampled once with the target's top-k distribution at every
     position and cached for every later run), or either (mixed) - and minimises the divergence
-    between the target's and the student's next-token distributions at every position of them,
-    in one batched pass. DistillSpec (Zhou et al. 2023) found forward KL and total variation best for greedy
+    between the target's and the student's next-token distributions at every position of them
+    (the student reads the last --max-context prompt tokens; its passes are grouped by length). DistillSpec (Zhou et al. 2023) found forward KL and total variation best for greedy
     decoding. A checkpoint is saved in --out/checkpoint every --checkpoint-every steps and on
     Ctrl-C; --resume continues it. The student is saved in --out as a Hugging Face model
     directory with a card (README.md, distill.json) holding its acceptance on held-out prompts;
@@ -127,36 +130,19 @@ def distill(
         cache=cache,
         max_new_tokens=max_new_tokens,
         lr=lr,
+        max_context=max_context,
         temperature=temperature,
         seed=seed,
         checkpoint_every=checkpoint_every,
         dtype=dtype,
     )
     distiller = Distiller(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
-    bars = Bars()
-    try:
-        distiller.prepare(bars.stages())
-    except KeyboardInterrupt:
-        bars.close()
-        raise click.ClickException(
-            "interrupted while preparing the data; nothing was trained, the finished corpus parts are not kept"
-        ) from None
-    bars.start("distilling", config.steps)
-    bars.step(distiller.step)
 
-    def progress(_: object) -> None:
+    def postfix(_: StepLog) -> dict[str, str]:
         avg = running_average(distiller.log)
-        bars.postfix(loss=f"{avg.loss:.4f}", greedy=f"{avg.greedy:.3f}", sampled=f"{avg.sampled:.3f}")
-        bars.step(1)
+        return {"loss": f"{avg.loss:.4f}", "greedy": f"{avg.greedy:.3f}", "sampled": f"{avg.sampled:.3f}"}
 
-    try:
-        distiller.train(progress=progress)
-        bars.close()
-        report = distiller.finish()
-    except KeyboardInterrupt:
-        bars.close()
-        distiller.save_checkpoint()
-        raise click.ClickException(f"interrupted at step {distiller.step}; rerun with --resume to continue") from None
+    report = run_training(distiller, "distilling", postfix)
     emit(report, as_json, _format)
 
 

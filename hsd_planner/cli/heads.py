@@ -11,7 +11,8 @@ from hsd_runtime import ModelLoader
 from ..limits import MAX_COUNT
 from ..training.heads import HeadsConfig, HeadsReport, HeadsTrainer
 from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
-from .render import Bars, emit
+from .render import emit
+from .training_run import run_training
 
 __all__ = ["heads"]
 
@@ -125,27 +126,7 @@ def train(
         dtype=dtype,
     )
     trainer = HeadsTrainer(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
-    bars = Bars()
-    try:
-        trainer.prepare(bars.stages())
-    except KeyboardInterrupt:
-        bars.close()
-        raise click.ClickException("interrupted while preparing the data; nothing was trained") from None
-    bars.start("training heads", config.steps)
-    bars.step(trainer.step)
-
-    def progress(value: float) -> None:
-        bars.postfix(loss=f"{value:.4f}")
-        bars.step(1)
-
-    try:
-        trainer.train(progress=progress)
-        bars.close()
-        report = trainer.finish()
-    except KeyboardInterrupt:
-        bars.close()
-        trainer.save_checkpoint()
-        raise click.ClickException(f"interrupted at step {trainer.step}; rerun with --resume to continue") from None
+    report = run_training(trainer, "training heads", lambda loss: {"loss": f"{loss:.4f}"})
     emit(report, as_json, _format)
 
 

@@ -294,6 +294,17 @@ def split_specs(text: str) -> tuple[str, ...]:
     return tuple(x for x in text.split(",") if x)
 
 
+def max_context_option(defaults: Any, drafter: str) -> Callable[[F], F]:
+    """``--max-context``: the prompt tokens the trained ``drafter`` reads (the teacher reads all)."""
+    return click.option(
+        "--max-context",
+        type=click.IntRange(0, MAX_LENGTH),
+        default=defaults.model_fields["max_context"].default,
+        show_default=True,
+        help=f"Prompt tokens the {drafter} reads in training, the last ones (0: all); the teacher's signal covers the whole prompt.",
+    )
+
+
 def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
     """The data engine's and the run's options of a trainer (``distill``, ``heads train``), from
     ``--samples-per-prompt`` to ``--resume``, defaults read from its config class ``defaults``;

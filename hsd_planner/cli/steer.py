@@ -11,8 +11,9 @@ from hsd_runtime import ModelLoader
 from ..choices import DIVERGENCE_NAMES
 from ..limits import MAX_COUNT
 from ..training.steer import SteerConfig, SteerReport, SteerTrainer
-from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
-from .render import Bars, emit
+from .options import FiniteRange, json_option, max_context_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
+from .render import emit
+from .training_run import run_training
 
 __all__ = ["steer"]
 
@@ -77,13 +78,7 @@ def steer() -> None:
     show_default=True,
     help="AdamW learning rate of the drafter (--finetune full).",
 )
-@click.option(
-    "--max-context",
-    type=click.IntRange(0, 1 << 20),
-    default=_default("max_context"),
-    show_default=True,
-    help="Prompt tokens the drafter reads in training (the last ones; 0: all).",
-)
+@max_context_option(SteerConfig, "drafter")
 @training_options(SteerConfig, "verifier")
 @runtime_options(dtype_help="Dtype of the frozen verifier (and a frozen drafter); the steering always trains in fp32.")
 @json_option
@@ -162,27 +157,7 @@ def train(
         dtype=dtype,
     )
     trainer = SteerTrainer(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
-    bars = Bars()
-    try:
-        trainer.prepare(bars.stages())
-    except KeyboardInterrupt:
-        bars.close()
-        raise click.ClickException("interrupted while preparing the data; nothing was trained") from None
-    bars.start("training steering", config.steps)
-    bars.step(trainer.step)
-
-    def progress(value: float) -> None:
-        bars.postfix(loss=f"{value:.4f}")
-        bars.step(1)
-
-    try:
-        trainer.train(progress=progress)
-        bars.close()
-        report = trainer.finish()
-    except KeyboardInterrupt:
-        bars.close()
-        trainer.save_checkpoint()
-        raise click.ClickException(f"interrupted at step {trainer.step}; rerun with --resume to continue") from None
+    report = run_training(trainer, "training steering", lambda loss: {"loss": f"{loss:.4f}"})
     emit(report, as_json, _format)
 
 

@@ -95,6 +95,7 @@ def model_card(report: DistillReport) -> str:
         ("data", f"{c.data} ({report.train_prompts}, validation split excluded)"),
         ("target data", _corpus(report)),
         ("steps x batch size", f"{report.steps} x {c.batch_size} sequences, up to {c.max_new_tokens} new tokens each"),
+        ("prompt tokens the student read", f"the last {c.max_context}" if c.max_context else "all"),
         ("positions trained on", f"{report.positions:,} ({report.positions_per_s:,.0f} per second of training)"),
         ("optimizer", f"AdamW, lr {c.lr:g}"),
         ("temperature", f"{c.temperature:g}"),

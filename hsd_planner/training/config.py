@@ -10,7 +10,7 @@ from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERA
 from ..choices import DistillData, Divergence
 from ..limits import MAX_COUNT, MAX_LENGTH
 
-__all__ = ["DistillConfig", "TrainingConfig"]
+__all__ = ["DistillConfig", "DrafterTrainingConfig", "TrainingConfig"]
 
 
 class TrainingConfig(BaseModel):
@@ -34,7 +34,16 @@ class TrainingConfig(BaseModel):
     dtype: Dtype = "fp32"  # the frozen teacher's; what trains, trains in fp32
 
 
-class DistillConfig(TrainingConfig):
+class DrafterTrainingConfig(TrainingConfig):
+    """The settings of a trainer whose drafter reads the corpus's prompts itself (``distill``, ``steer train``)."""
+
+    # prompt tokens the drafter reads in training, the last ones (0: all); the teacher's signal was
+    # computed over the whole prompt. A 1,500-token prompt costs a 4-layer student's step 6x the
+    # time of its last 256 tokens, and a drafter's next-token law depends mostly on the nearest text
+    max_context: int = Field(256, ge=0, le=MAX_LENGTH)
+
+
+class DistillConfig(DrafterTrainingConfig):
     """Everything that determines a distillation run; every default lives here."""
 
     target: str = "smollm2-135m"

@@ -47,6 +47,7 @@ __all__ = [
     "by_length",
     "continuation_hidden",
     "corpus_root",
+    "last_tokens",
     "model_digest",
     "sample_batched",
     "teacher_signal",
@@ -157,6 +158,11 @@ def by_length(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
     batch pays for its longest row, so a short prompt never waits on a 1,500-token one."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def last_tokens(prompt: list[int], n: int) -> list[int]:
+    """The last ``n`` tokens of ``prompt`` (all of it when ``n`` is 0): what a drafter reads in training."""
+    return prompt[-n:] if n else prompt
 
 
 def _padded(prompts: Sequence[list[int]], continuations: Sequence[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,7 +17,6 @@ heads draft every block under the host).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,17 +32,14 @@ from hsd_runtime.heads import BlockHeads, HeadsCard, apply_output_layer, save_he
 
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits
-from ..prompts import encode_prompt, load_prompts, split
+from ..prompts import encode_prompt
 from .config import TrainingConfig
 from .data import Corpus, build_corpus, continuation_hidden, corpus_hidden
 from .divergences import sparse_divergence
-from .runs import CHECKPOINT, STATE, check_run_folder, corpus_key
+from .runs import TrainingRun, corpus_key
 from .student import HeldOut
 
 __all__ = ["HeadsConfig", "HeadsReport", "HeadsTrainer", "head_acceptance"]
-
-EVAL_PROMPTS = 8
-_RESUMABLE = {"steps", "checkpoint_every", "gen_batch", "cache"}
 
 
 class HeadsConfig(TrainingConfig):
@@ -114,16 +110,13 @@ def head_acceptance(heads: BlockHeads, host: LoadedModel, held: HeldOut) -> dict
     return out
 
 
-class HeadsTrainer:
+class HeadsTrainer(TrainingRun[float, HeadsReport]):
     """One heads run into ``out``: build or resume, :meth:`train`, then :meth:`finish`."""
 
+    config: HeadsConfig
+
     def __init__(self, config: HeadsConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
-        self.config = config
-        self.out = Path(out)
-        state_file = check_run_folder(self.out, resume)
-        prompts = load_prompts(config.prompts, config.category)
-        self.train_set = split(prompts, "profile", config.max_prompts)
-        self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
+        super().__init__(config, out, resume)
         # the frozen output layer is back-propagated through: plain kernels
         self.host = loader.with_kernels("plain").load(config.model)
         tok = self.host.tokenizer
@@ -134,8 +127,6 @@ class HeadsTrainer:
         torch.manual_seed(config.seed)
         self.heads = BlockHeads(hidden_size, config.heads, config.inner).to(loader.device).train()
         self.optimizer = torch.optim.AdamW(self.heads.parameters(), lr=config.lr, weight_decay=0.0)
-        self.rng = np.random.default_rng(config.seed)
-        self.step, self.wall_s, self.positions = 0, 0.0, 0
         self.losses: list[float] = []
         self.corpus: Corpus | None = None
         self.corpus_s = 0.0
@@ -143,8 +134,7 @@ class HeadsTrainer:
         self.tokens: torch.Tensor | None = None  # [R]: the token each corpus row predicts
         self.held: HeldOut | None = None
         self.initial: dict | None = None
-        if resume:
-            self._load_checkpoint(state_file)
+        self.resume()
 
     def prepare(self, progress: Callable[[str, int, int], None] | None = None) -> None:
         """The corpus (or its cache), the host's hidden state at every row of it, the held-out
@@ -173,48 +163,12 @@ class HeadsTrainer:
 
     # --- checkpoints -------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> Path:
-        """Write the run's state to ``out/checkpoint/state.pt`` atomically; return its path."""
-        folder = self.out / CHECKPOINT
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {
-            "config": self.config.model_dump(),
-            "prompts_hash": self.train_set.content_hash,
-            "step": self.step,
-            "heads": {k: v.detach().cpu() for k, v in self.heads.state_dict().items()},
-            "optimizer": self.optimizer.state_dict(),
-            "rng": self.rng.bit_generator.state,
-            "losses": self.losses,
-            "wall_s": self.wall_s,
-            "positions": self.positions,
-            "initial": self.initial,
-        }
-        torch.save(state, folder / f"{STATE}.tmp")
-        os.replace(folder / f"{STATE}.tmp", folder / STATE)
-        return folder / STATE
+    def _own_state(self) -> dict[str, Any]:
+        return {"heads": {k: v.detach().cpu() for k, v in self.heads.state_dict().items()}, "losses": self.losses, "initial": self.initial}
 
-    def _load_checkpoint(self, path: Path) -> None:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            old = HeadsConfig(**state["config"])
-        except Exception as exc:  # a truncated or foreign file fails in pickle, zip or key lookups alike
-            raise DistillError(f"the checkpoint {path} cannot be read ({type(exc).__name__}); delete {path.parent} to start over") from None
-        differ = [
-            f"{k} {getattr(old, k)!r}"
-            for k in HeadsConfig.model_fields
-            if k not in _RESUMABLE and getattr(old, k) != getattr(self.config, k)
-        ]
-        if state["prompts_hash"] != self.train_set.content_hash:
-            differ.append("other prompts")
-        if differ:
-            raise DistillError(
-                f"the checkpoint in {path.parent} was made with other settings ({', '.join(differ)}); rerun with those, or choose a new --out"
-            )
+    def _load_own_state(self, state: dict[str, Any]) -> None:
         self.heads.load_state_dict(state["heads"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.rng.bit_generator.state = state["rng"]
-        self.step, self.losses, self.wall_s, self.positions = state["step"], state["losses"], state["wall_s"], state["positions"]
-        self.initial = state["initial"]
+        self.losses, self.initial = state["losses"], state["initial"]
 
     # --- training ----------------------------------------------------------------------------
 
@@ -259,19 +213,6 @@ class HeadsTrainer:
         self.positions += count
         self.losses.append(float(total.detach()))
         return self.losses[-1]
-
-    def train(self, progress: Callable[[float], None] | None = None) -> None:
-        """Run steps until ``config.steps``, checkpointing every ``checkpoint_every`` and at the end."""
-        self.prepare()
-        while self.step < self.config.steps:
-            t0 = time.perf_counter()
-            loss = self.train_step()
-            self.wall_s += time.perf_counter() - t0
-            if progress is not None:
-                progress(loss)
-            if self.step % self.config.checkpoint_every == 0 and self.step < self.config.steps:
-                self.save_checkpoint()
-        self.save_checkpoint()
 
     def finish(self) -> HeadsReport:
         """Measure the heads on the held-out prompts, save them and their card into ``out``."""

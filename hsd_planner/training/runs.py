@@ -1,21 +1,35 @@
-"""What every trainer's run shares: its folder (new, or a checkpoint to resume) and the key of the
-data engine's corpus it trains on."""
+"""What every trainer's run shares: its folder (new, or a checkpoint to resume), its prompt splits,
+the key of the data engine's corpus it trains on, and the step loop with its checkpoints
+(:class:`TrainingRun`, the base of the distiller, the heads trainer and the steering trainer)."""
 
 from __future__ import annotations
 
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import numpy as np
+import torch
 from torch import nn
 
 from ..errors import DistillError
-from ..prompts import PromptSet
+from ..prompts import PromptSet, load_prompts, split
+from .config import TrainingConfig
 from .data import CorpusKey, model_digest
 
-__all__ = ["CHECKPOINT", "STATE", "check_run_folder", "corpus_key"]
+__all__ = ["CHECKPOINT", "EVAL_PROMPTS", "STATE", "TrainingRun", "check_run_folder", "corpus_key"]
 
 CHECKPOINT = "checkpoint"  # the folder of a run's checkpoint, inside its --out
 STATE = "state.pt"
+EVAL_PROMPTS = 8  # held-out prompts (of the validation split) a run's result is measured on
+# changing these on --resume does not change what the run computes
+RESUMABLE = frozenset({"steps", "checkpoint_every", "gen_batch", "cache"})
+StepT = TypeVar("StepT")
+ReportT = TypeVar("ReportT")
 
 
 def check_run_folder(out: Path, resume: bool) -> Path:
@@ -43,3 +57,128 @@ def corpus_key(spec: str, model: nn.Module, prompts: PromptSet, config: Any) -> 
         top_k=config.top_k,
         seed=config.seed,
     )
+
+
+class TrainingRun(ABC, Generic[StepT, ReportT]):
+    """One training run into ``out``: build or resume, :meth:`train`, then :meth:`finish`.
+
+    The base keeps what every trainer shares: the run folder (checked before anything is written),
+    the profiling split to train on and the validation split to measure on, the seeded RNG every
+    draw comes from, the step count, training time and positions trained on, the step loop with a
+    checkpoint every ``checkpoint_every`` steps and at the end, and resuming from it (refused with
+    one line when the checkpoint is unreadable or was made with other settings). A trainer sets
+    ``optimizer``, implements :meth:`train_step`, :meth:`prepare` :meth:`finish` and its part of the
+    checkpoint, and calls :meth:`resume` at the end of its constructor.
+    """
+
+    optimizer: torch.optim.Optimizer
+
+    def __init__(self, config: TrainingConfig, out: Path, resume: bool) -> None:
+        self.config = config
+        self.out = Path(out)
+        state_file = check_run_folder(self.out, resume)
+        self._resume_from = state_file if resume else None
+        prompts = load_prompts(config.prompts, config.category)
+        self.train_set = split(prompts, "profile", config.max_prompts)
+        self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
+        self.rng = np.random.default_rng(config.seed)
+        self.step = 0
+        self.wall_s = 0.0  # training time, summed over resumed runs
+        self.positions = 0  # positions trained on, summed over resumed runs
+
+    # --- what a trainer adds -----------------------------------------------------------------
+
+    @abstractmethod
+    def prepare(self, progress: Callable[[str, int, int], None] | None = None) -> None:
+        """Make (or read from the cache) what the steps train on; nothing is done twice."""
+
+    @abstractmethod
+    def train_step(self) -> StepT:
+        """One optimizer step; what it returns is passed to :meth:`train`'s ``progress``."""
+
+    @abstractmethod
+    def finish(self) -> ReportT:
+        """After :meth:`train`: measure the result on the held-out prompts, save it into ``out``, report."""
+
+    @abstractmethod
+    def _own_state(self) -> dict[str, Any]:
+        """The trainer's part of a checkpoint: its trained weights and its log."""
+
+    @abstractmethod
+    def _load_own_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`_own_state`'s part of ``state``."""
+
+    def _read_config(self, saved: dict[str, Any]) -> TrainingConfig:
+        """The settings a checkpoint was made with (a trainer fills in fields older runs lacked)."""
+        return type(self.config)(**saved)
+
+    def _guard(self) -> AbstractContextManager[None]:
+        """Around the step loop: a trainer turns its failures (out of memory) into one-line errors."""
+        return nullcontext()
+
+    # --- shared ------------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path:
+        """Write the run's state to ``out/checkpoint/state.pt`` atomically; return its path.
+
+        The file is written under a temporary name and renamed over the old one, so a kill
+        mid-write leaves the previous checkpoint intact.
+        """
+        folder = self.out / CHECKPOINT
+        folder.mkdir(parents=True, exist_ok=True)
+        state = {
+            "config": self.config.model_dump(),
+            "prompts_hash": self.train_set.content_hash,
+            "step": self.step,
+            "optimizer": self.optimizer.state_dict(),
+            "rng": self.rng.bit_generator.state,
+            "wall_s": self.wall_s,
+            "positions": self.positions,
+        } | self._own_state()
+        torch.save(state, folder / f"{STATE}.tmp")
+        os.replace(folder / f"{STATE}.tmp", folder / STATE)
+        return folder / STATE
+
+    def resume(self) -> None:
+        """Continue from the checkpoint when the run was opened with ``resume`` (else nothing)."""
+        path = self._resume_from
+        if path is None:
+            return
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            old = self._read_config(state["config"])
+        except Exception as exc:  # a truncated or foreign file fails in pickle, zip or key lookups alike
+            raise DistillError(
+                f"the checkpoint {path} cannot be read ({type(exc).__name__}); delete {path.parent} to start over, or choose a new --out"
+            ) from None
+        fields = type(self.config).model_fields
+        differ = [f"{k} {getattr(old, k)!r}" for k in fields if k not in RESUMABLE and getattr(old, k) != getattr(self.config, k)]
+        if state["prompts_hash"] != self.train_set.content_hash:
+            differ.append("other prompts")
+        if differ:
+            raise DistillError(
+                f"the checkpoint in {path.parent} was made with other settings ({', '.join(differ)}); rerun with those, or choose a new --out"
+            )
+        self._load_own_state(state)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["rng"]
+        self.step, self.wall_s, self.positions = state["step"], state["wall_s"], state.get("positions", 0)
+
+    def train(self, progress: Callable[[StepT], None] | None = None) -> None:
+        """Run steps until ``config.steps``, checkpointing every ``checkpoint_every`` steps and at the end.
+
+        ``progress`` is called after every step with what the step returned. On KeyboardInterrupt
+        the caller may :meth:`save_checkpoint`: the state is that of the last finished step,
+        unless the interrupt hit the optimizer's update itself.
+        """
+        self.prepare()
+        with self._guard():
+            while self.step < self.config.steps:
+                t0 = time.perf_counter()
+                entry = self.train_step()
+                self.wall_s += time.perf_counter() - t0
+                if progress is not None:
+                    progress(entry)
+                if self.step % self.config.checkpoint_every == 0 and self.step < self.config.steps:
+                    self.save_checkpoint()
+        self.save_checkpoint()

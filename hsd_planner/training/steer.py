@@ -19,7 +19,6 @@ steered from i + 1 positions back.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,22 +45,20 @@ from hsd_runtime.steering import (
 from ..choices import Divergence
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, model_conditionals, start_survival, steered_acceptance, teacher_forced_logits
-from ..prompts import encode_prompt, load_prompts, split
-from .config import TrainingConfig
-from .data import Corpus, build_corpus, continuation_logits, corpus_hidden
+from ..prompts import encode_prompt
+from .config import DrafterTrainingConfig
+from .data import Corpus, build_corpus, continuation_logits, corpus_hidden, last_tokens
 from .divergences import sparse_divergence
-from .runs import CHECKPOINT, STATE, check_run_folder, corpus_key
+from .runs import TrainingRun, corpus_key
 from .student import HeldOut, own_student
 
 __all__ = ["SteerConfig", "SteerReport", "SteerTrainer", "block_acceptance"]
 
-EVAL_PROMPTS = 8
 DRAFTER_DIR = "drafter"  # where a fine-tuned drafter is saved, inside --out
-_RESUMABLE = {"steps", "checkpoint_every", "gen_batch", "cache"}
 
 
-class SteerConfig(TrainingConfig):
-    """Everything that determines a steering run; every default lives here (the shared ones in :class:`TrainingConfig`)."""
+class SteerConfig(DrafterTrainingConfig):
+    """Everything that determines a steering run; every default lives here (the shared ones in :class:`DrafterTrainingConfig`)."""
 
     drafter: str  # the model steered (a spec)
     verifier: str = "smollm2-135m"  # the model whose hidden states steer it
@@ -72,7 +69,6 @@ class SteerConfig(TrainingConfig):
     finetune: Literal["none", "full"] = "none"
     lr: float = Field(1e-3, gt=0, allow_inf_nan=False)  # the projection's
     drafter_lr: float = Field(1e-5, gt=0, allow_inf_nan=False)  # the drafter's, with finetune=full
-    max_context: int = Field(256, ge=0, le=1 << 20)  # prompt tokens the drafter reads in training (0: all)
 
 
 @dataclass(frozen=True)
@@ -130,18 +126,15 @@ def block_acceptance(drafter: Any, verifier: LoadedModel, held: HeldOut, k: int)
     return out
 
 
-class SteerTrainer:
+class SteerTrainer(TrainingRun[float, SteerReport]):
     """One steering run into ``out``: build or resume, :meth:`train`, then :meth:`finish`."""
 
+    config: SteerConfig
+
     def __init__(self, config: SteerConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
-        self.config = config
-        self.out = Path(out)
-        state_file = check_run_folder(self.out, resume)
         if parse_spec(config.drafter).steer or parse_spec(config.verifier).steer:
             raise DistillError("give the drafter and the verifier without steer=: this run makes the steering")
-        prompts = load_prompts(config.prompts, config.category)
-        self.train_set = split(prompts, "profile", config.max_prompts)
-        self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
+        super().__init__(config, out, resume)
         plain = loader.with_kernels("plain")  # back-propagated through: plain kernels
         self.verifier = plain.load(config.verifier)
         drafter = plain.load(config.drafter)
@@ -162,15 +155,12 @@ class SteerTrainer:
         if config.finetune == "full":
             groups.append({"params": [p for p in base.parameters() if p.requires_grad], "lr": config.drafter_lr})
         self.optimizer = torch.optim.AdamW(groups, weight_decay=0.0)
-        self.rng = np.random.default_rng(config.seed)
-        self.step, self.wall_s, self.positions = 0, 0.0, 0
         self.losses: list[float] = []
         self.corpus: Corpus | None = None
         self.corpus_s = 0.0
         self.taps: torch.Tensor | None = None  # [R, len(taps) d]: the verifier's taps at every corpus row
         self.held: HeldOut | None = None
-        if resume:
-            self._load_checkpoint(state_file)
+        self.resume()
 
     def _card(self, drafter: Any) -> SteeringCard:
         c = self.config
@@ -212,49 +202,18 @@ class SteerTrainer:
 
     # --- checkpoints -------------------------------------------------------------------------
 
-    def save_checkpoint(self) -> Path:
-        """Write the run's state to ``out/checkpoint/state.pt`` atomically; return its path."""
-        folder = self.out / CHECKPOINT
-        folder.mkdir(parents=True, exist_ok=True)
-        state = {
-            "config": self.config.model_dump(),
-            "prompts_hash": self.train_set.content_hash,
-            "step": self.step,
+    def _own_state(self) -> dict[str, Any]:
+        return {
             "projection": {k: v.detach().cpu() for k, v in self.projection.state_dict().items()},
             "drafter": {k: v.detach().cpu() for k, v in self.base.state_dict().items()} if self.config.finetune == "full" else None,
-            "optimizer": self.optimizer.state_dict(),
-            "rng": self.rng.bit_generator.state,
             "losses": self.losses,
-            "wall_s": self.wall_s,
-            "positions": self.positions,
         }
-        torch.save(state, folder / f"{STATE}.tmp")
-        os.replace(folder / f"{STATE}.tmp", folder / STATE)
-        return folder / STATE
 
-    def _load_checkpoint(self, path: Path) -> None:
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            old = SteerConfig(**state["config"])
-        except Exception as exc:  # a truncated or foreign file fails in pickle, zip or key lookups alike
-            raise DistillError(f"the checkpoint {path} cannot be read ({type(exc).__name__}); delete {path.parent} to start over") from None
-        differ = [
-            f"{k} {getattr(old, k)!r}"
-            for k in SteerConfig.model_fields
-            if k not in _RESUMABLE and getattr(old, k) != getattr(self.config, k)
-        ]
-        if state["prompts_hash"] != self.train_set.content_hash:
-            differ.append("other prompts")
-        if differ:
-            raise DistillError(
-                f"the checkpoint in {path.parent} was made with other settings ({', '.join(differ)}); rerun with those, or choose a new --out"
-            )
+    def _load_own_state(self, state: dict[str, Any]) -> None:
         self.projection.load_state_dict(state["projection"])
         if state["drafter"] is not None:
             self.base.load_state_dict(state["drafter"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.rng.bit_generator.state = state["rng"]
-        self.step, self.losses, self.wall_s, self.positions = state["step"], state["losses"], state["wall_s"], state["positions"]
+        self.losses = state["losses"]
 
     # --- training ----------------------------------------------------------------------------
 
@@ -269,7 +228,7 @@ class SteerTrainer:
             self.step += 1
             self.losses.append(float("nan"))
             return float("nan")
-        prompts = [corpus.prompts[s][-c.max_context :] if c.max_context else corpus.prompts[s] for s in seqs]
+        prompts = [last_tokens(corpus.prompts[s], c.max_context) for s in seqs]
         conts = [corpus.continuations[s] for s in seqs]
         sources, where_seq, where_pos, rows = [], [], [], []
         for b, (s, p, cont) in enumerate(zip(seqs, prompts, conts)):
@@ -299,19 +258,6 @@ class SteerTrainer:
         self.positions += q.shape[0]
         self.losses.append(float(loss.detach()))
         return self.losses[-1]
-
-    def train(self, progress: Callable[[float], None] | None = None) -> None:
-        """Run steps until ``config.steps``, checkpointing every ``checkpoint_every`` and at the end."""
-        self.prepare()
-        while self.step < self.config.steps:
-            t0 = time.perf_counter()
-            loss = self.train_step()
-            self.wall_s += time.perf_counter() - t0
-            if progress is not None:
-                progress(loss)
-            if self.step % self.config.checkpoint_every == 0 and self.step < self.config.steps:
-                self.save_checkpoint()
-        self.save_checkpoint()
 
     def finish(self) -> SteerReport:
         """Measure the steering on the held-out prompts, save it (and a fine-tuned drafter) and its card into ``out``."""
