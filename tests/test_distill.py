@@ -163,7 +163,9 @@ def test_grouped_student_passes_give_the_one_pass_gradient(tiny_dirs, prompts, t
 
     read = []
     logits = distiller_module.continuation_logits
-    monkeypatch.setattr(distiller_module, "continuation_logits", lambda model, p, *a, **k: read.extend(map(len, p)) or logits(model, p, *a, **k))
+    monkeypatch.setattr(
+        distiller_module, "continuation_logits", lambda model, p, *a, **k: read.extend(map(len, p)) or logits(model, p, *a, **k)
+    )
     distiller.train_step()
     assert read and max(read) <= 3 and max(len(p) for p in corpus.prompts) > 3
 
