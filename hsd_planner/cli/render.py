@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import unicodedata
 from collections.abc import Callable, Mapping
@@ -265,21 +266,29 @@ def format_summary(summary: ProfileSummary) -> str:
         f"[{hw.device_name} ({hw.capability}), {hw.threads} threads, {hw.kernels} kernels; workload {summary.workload.name} "
         f"({summary.workload.count} prompts); {st.mode}, dtype {st.dtype}]",
         "",
-        f"{'model':<36}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + f"{'c(1)/floor':>12}   context",
     ]
+    name = max([36, *(len(m) + 2 for m in summary.models)])  # a student's directory can be a long path
+    lines.append(f"{'model':<{name}}" + "".join(f"{f'c({n}) ms':>11}" for n in SUMMARY_N) + f"{'c(1)/floor':>12}   context")
     for row in summary.latency:
         cells = "".join(f"{v:>11.2f}" if v is not None else f"{'-':>11}" for v in row.ms)
         floor = f"{row.floor_ratio:>12.2f}" if row.floor_ratio is not None else f"{'-':>12}"
-        lines.append(f"{row.model:<36}{cells}{floor}   {row.context_len}")
+        lines.append(f"{row.model:<{name}}{cells}{floor}   {row.context_len}")
     if summary.acceptance:
         alpha = {(a.drafter, a.verifier): a.alpha for a in summary.acceptance}
         verifiers = [m for m in summary.models if any(v == m for _, v in alpha)]
-        lines += ["", "acceptance alpha (rows: drafter, columns: verifier)", f"{'':<36}" + "".join(f"{v[-14:]:>16}" for v in verifiers)]
+        labels = [_without_folders(v) for v in verifiers]
+        width = max([16, *(len(label) + 2 for label in labels)])
+        lines += ["", "acceptance alpha (rows: drafter, columns: verifier)", f"{'':<{name}}" + "".join(f"{label:>{width}}" for label in labels)]
         for d in summary.models:
             if any(dd == d for dd, _ in alpha):
-                cells = "".join(f"{alpha[(d, v)]:>16.3f}" if (d, v) in alpha else f"{'':>16}" for v in verifiers)
-                lines.append(f"{d:<36}{cells}")
+                cells = "".join(f"{alpha[(d, v)]:>{width}.3f}" if (d, v) in alpha else f"{'':>{width}}" for v in verifiers)
+                lines.append(f"{d:<{name}}{cells}")
     return "\n".join(lines)
+
+
+def _without_folders(spec: str) -> str:
+    """``spec`` with the folders of every path in it left out (a column header, not an address)."""
+    return re.sub(r"[^:=,]*/", "", spec)
 
 
 def format_validation(report: ValidationReport) -> str:

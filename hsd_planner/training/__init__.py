@@ -1,8 +1,9 @@
-"""Training: drafters made for one target, on one data engine (:mod:`.data`) and one run folder
-(:mod:`.runs`). DistillSpec
-students: the run's settings (:mod:`.config`), the trainer (:mod:`.distiller`), the student
+"""Training: drafters made for one target, on one data engine (:mod:`.data`) and one kind of run
+(:mod:`.runs`: the run folder, the step loop, checkpoints and resuming). DistillSpec students:
+the run's settings (:mod:`.config`), the trainer (:mod:`.distiller`), the student
 (:mod:`.student`), the divergences (:mod:`.divergences`) and the report and model card
-(:mod:`.card`); block-draft heads for a host model (:mod:`.heads`).
+(:mod:`.card`); block-draft heads for a host model (:mod:`.heads`); the steering of a drafter by
+its verifier (:mod:`.steer`).
 
 Imports the runtime, torch, prompts and :mod:`hsd_planner.profiling.acceptance` (a student's
 acceptance is measured as ``profile`` measures it); only the CLI and benchmarks import it.
