@@ -278,7 +278,11 @@ def format_summary(summary: ProfileSummary) -> str:
         verifiers = [m for m in summary.models if any(v == m for _, v in alpha)]
         labels = [_without_folders(v) for v in verifiers]
         width = max([16, *(len(label) + 2 for label in labels)])
-        lines += ["", "acceptance alpha (rows: drafter, columns: verifier)", f"{'':<{name}}" + "".join(f"{label:>{width}}" for label in labels)]
+        lines += [
+            "",
+            "acceptance alpha (rows: drafter, columns: verifier)",
+            f"{'':<{name}}" + "".join(f"{label:>{width}}" for label in labels),
+        ]
         for d in summary.models:
             if any(dd == d for dd, _ in alpha):
                 cells = "".join(f"{alpha[(d, v)]:>{width}.3f}" if (d, v) in alpha else f"{'':>{width}}" for v in verifiers)
