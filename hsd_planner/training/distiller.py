@@ -4,7 +4,7 @@ The student is a real copy of the target's first K decoder layers, final norm an
 (``num_hidden_layers = K``); the embeddings and the output head stay frozen, the decoder layers
 and the final norm are trained in fp32. Each step takes ``batch_size`` sequences and minimises
 the divergence between the target's and the student's next-token distributions at every
-continuation position of them, in one batched student pass:
+continuation position of them:
 
 - target data: sequences of the corpus of the data engine (:mod:`.data`) - ``samples_per_prompt``
   continuations of every prompt of the profiling split (the validation split is never trained
@@ -49,8 +49,8 @@ __all__ = ["Distiller", "running_average"]
 
 EMA_DECAY = 0.9  # of the running loss and acceptance shown while training
 # sequences per student pass within a step, grouped by length; measured on Spec-Bench (16
-# sequences, prompts cut to 256 tokens, 4-layer SmolLM2 student): 3.1 s a step in one padded
-# pass, 2.2 s in groups of 8, 2.1 s in groups of 4
+# sequences, prompts cut to 256 tokens, 4-layer SmolLM2 student), the step's forward and backward
+# passes: 3.1 s in one padded pass, 2.2 s in groups of 8, 2.1 s in groups of 4
 STUDENT_GROUP = 4
 
 
