@@ -31,6 +31,9 @@ def main() -> None:
     ap.add_argument("--samples-per-prompt", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument(
+        "--vocab", type=int, default=None, help="Train through the output layer trimmed to N tokens (hsd-plan heads train --vocab)."
+    )
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
@@ -44,6 +47,7 @@ def main() -> None:
         samples_per_prompt=args.samples_per_prompt,
         max_new_tokens=args.max_new_tokens,
         lr=args.lr,
+        vocab=args.vocab,
         dtype=args.dtype,
         checkpoint_every=10**6,
     )

@@ -23,6 +23,8 @@ p-best draft is a deterministic function of the past, so its q is one-hot: verif
 exact (recursive rejection sampling over distinct deterministic siblings, :mod:`.rrs`).
 ``vocab=N`` trims the output layer the heads read to N tokens (:mod:`.trim`): for a large
 vocabulary it is most of a draft's cost, and what the heads propose is never the host's output.
+Heads trained through a trimmed layer (``hsd-plan heads train --vocab N``, on their card) draft
+through the same one unless ``vocab=`` says otherwise.
 """
 
 from __future__ import annotations
@@ -38,12 +40,11 @@ from .drafters import DraftContext, Proposal
 from .errors import ChainError
 from .heads import BlockHeads, HeadsCard, apply_output_layer, load_heads
 from .lattice import NgramModel, k_best_paths
-from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows, trimmed_model
+from .loading import LoadedModel, ModelLoader, check_same_tokenizer, trimmed_by_id
 from .sampling import SamplingConfig, draw, warp
 from .spec import RESCORERS, ModelSpec, parse_spec, same_model
 from .stats import LevelStats
 from .tree import DraftTree
-from .trim import kept_tokens
 
 __all__ = ["RESCORE_ORDER", "BpdDrafter", "check_host", "load_bpd"]
 
@@ -124,11 +125,9 @@ class BpdDrafter:
         """Use ``model``'s output layer (sliced to ``width``) without a cache: for timing and
         profiling, which hand the hidden rows in themselves (:meth:`head_logits`, :meth:`drafts`)."""
         self.model, self.width = model, width
-        vocab = int(self.spec.bpd_option("vocab"))
+        vocab = int(self.spec.bpd_option("vocab")) or self.card.vocab  # heads trained through a trimmed layer draft through it
         if vocab:  # the heads score N tokens only (end-of-sequence first): proposals, so exactness is untouched
-            eos = getattr(model.config, "eos_token_id", None)
-            eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-            self.model = trimmed_model(model, kept_tokens(range(head_rows(model)), vocab, eos_ids, head_rows(model)))
+            self.model = trimmed_by_id(model, vocab)
         if self._rescorer is not None:
             self._neural = CachedModel(self._rescorer, width, LevelStats(model=f"{self.stats.model} rescorer"))
 

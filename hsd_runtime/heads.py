@@ -32,7 +32,7 @@ MAX_HEADS = 16  # blocks of more than 16 tokens from one hidden state agree with
 
 class HeadsCard(BaseModel):
     """What a heads directory was trained for, and how well it did (``training`` and
-    ``acceptance`` are for people and the planner; the runtime reads the first five fields)."""
+    ``acceptance`` are for people and the planner; the runtime reads the others)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -42,6 +42,7 @@ class HeadsCard(BaseModel):
     heads: int  # H: head 1 (the host's own) and H - 1 trained blocks
     inner: int  # width of each block's hidden layer
     logits_width: int
+    vocab: int = 0  # N when the heads were trained through the host's output layer trimmed to N tokens (0: the full layer)
     training: dict[str, Any] = {}
     acceptance: dict[str, Any] = {}
 

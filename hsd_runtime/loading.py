@@ -41,6 +41,7 @@ __all__ = [
     "decoder_of",
     "head_rows",
     "shallow_module",
+    "trimmed_by_id",
     "trimmed_model",
     "truncated_config",
     "truncated_view",
@@ -137,6 +138,16 @@ def trimmed_model(model: Any, keep: torch.Tensor) -> Any:
     outer = shallow_module(model)
     outer.set_output_embeddings(trimmed)
     return outer
+
+
+def trimmed_by_id(model: Any, n: int) -> Any:
+    """``model`` with its output layer trimmed to its ``n`` lowest token ids, the end-of-sequence
+    ids of its config first (:func:`trimmed_model`): the layer that ``vocab=N`` of block-draft
+    heads reads, at training and at drafting alike."""
+    eos = getattr(model.config, "eos_token_id", None)
+    eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    rows = head_rows(model)
+    return trimmed_model(model, kept_tokens(range(rows), n, eos_ids, rows))
 
 
 def shallow_module(module: Any) -> Any:

@@ -284,6 +284,23 @@ def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp
     one_line_error(train(tiny_dirs, prompts, tmp_path / "split", "--steps", 6, "--resume", "--lr", "0.5"), "other settings")
 
 
+def test_heads_trained_through_a_trimmed_layer_draft_through_it(tiny_dirs, prompts, tmp_path):
+    for loss in ("kl", "ce"):
+        out = tmp_path / loss
+        result = train(tiny_dirs, prompts, out, "--steps", 3, "--vocab", 20, "--top-k", 8, "--loss", loss, "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads((out / HEADS_CARD).read_text())["vocab"] == 20
+        assert "trimmed to its 20 lowest token ids" in (out / "README.md").read_text()
+    loader = ModelLoader(device="cpu", dtype="fp32")
+    chain, _ = build_hierarchy([f"bpd:{tmp_path / 'kl'}", str(tiny_dirs["target"])], [3], loader)
+    drafter = chain.levels[0]
+    assert isinstance(drafter, BpdDrafter)
+    logits = drafter.head_logits(torch.randn(1, 32), 1)  # [H, V]: the card's trim, no vocab= in the spec
+    assert torch.isinf(logits[:, 20:]).all() and torch.isfinite(logits[:, :20]).all()
+    assert fp32_check(f"bpd:{tmp_path / 'kl'},{tiny_dirs['target']}", 3, 10)["identical"]
+    one_line_error(train(tiny_dirs, prompts, tmp_path / "few", "--vocab", 8, "--top-k", 8), "must keep more tokens than top_k")
+
+
 # --- the planner -------------------------------------------------------------------------------
 
 

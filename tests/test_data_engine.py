@@ -81,6 +81,26 @@ def test_top_k_signal_gives_the_full_divergence_exactly_at_k_v_and_a_lower_bound
         q.grad = None
 
 
+@pytest.mark.parametrize("name", sorted(DIVERGENCES))
+def test_a_trimmed_students_divergence_is_taken_against_p_on_its_support(name):
+    """A student that scores N tokens only (logits -inf elsewhere) is compared with p restricted to
+    those N and renormalized: exactly the full divergence over the kept columns when the rows are
+    complete, finite with top-k rows, and no gradient reaches the tokens it cannot propose."""
+    torch.manual_seed(2)
+    width, kept = 40, torch.tensor([0, 1, 2, 5, 8, 13, 21, 30, 34, 39])
+    p = torch.randn(24, width) * 3
+    q_kept = (torch.randn(24, len(kept)) * 3).requires_grad_()
+    for temperature in (1.0, 0.7):
+        q = torch.full((24, width), float("-inf")).index_copy(-1, kept, q_kept)  # [24, 40]: what a trimmed head returns
+        got = sparse_divergence(name, TeacherRows.from_logits(p, 0, temperature), q, temperature)
+        torch.testing.assert_close(got, divergence(name, p[:, kept], q_kept, temperature), atol=1e-6, rtol=1e-5)
+        topk = sparse_divergence(name, TeacherRows.from_logits(p, 8, temperature), q, temperature)
+        assert torch.isfinite(topk)
+        topk.backward()
+        assert q_kept.grad is not None and torch.isfinite(q_kept.grad).all() and q_kept.grad.abs().sum() > 0
+        q_kept.grad = None
+
+
 def test_top_k_signal_approaches_the_full_kl_as_k_grows(target):
     """The stated tolerance: at k = 16 of 64 tokens, forward KL within 10 % of the full value on a sharp teacher."""
     torch.manual_seed(1)

@@ -209,6 +209,27 @@ def test_cli_reports_and_the_student_drafts_for_its_target(tiny_dirs, prompts, t
     assert fp32_check(chain, 2, 10)["identical"]
 
 
+def test_a_student_trained_through_a_trimmed_head_drafts_through_it(tiny_dirs, prompts, tmp_path):
+    """--vocab N: the student learns (target data and its own samples) through its head's N lowest
+    token ids; its frozen head is saved whole, and DIR:vocab=N drafts through the same rows."""
+    out = tmp_path / "trimmed"
+    result = distill(tiny_dirs["target"], out, prompts, "--steps", 3, "--vocab", 20, "--top-k", 8, "--data", "mixed", "--json")
+    assert result.exit_code == 0, result.output
+    card = json.loads(result.output)
+    assert card["vocab"] == 20 and all(math.isfinite(entry["loss"]) for entry in card["log"])
+    assert f"{out}:vocab=20" in (out / "README.md").read_text()
+    target = ModelLoader(device="cpu", dtype="fp32").load(str(tiny_dirs["target"]))
+    saved = weights(out)
+    head = next(k for k in saved if k.endswith("embed_tokens.weight"))  # tied: the head's rows, frozen
+    assert torch.equal(saved[head], target.model.get_input_embeddings().weight)
+    drafter = ModelLoader(device="cpu", dtype="fp32").load(f"{out}:vocab=20").model
+    with torch.no_grad():
+        logits = drafter(torch.tensor([[3, 4, 5]])).logits[0]  # [3, V]
+    assert torch.isinf(logits[:, 20:]).all() and torch.isfinite(logits[:, :20]).all()
+    assert fp32_check(f"{out}:vocab=20,{tiny_dirs['target']}", 2, 10)["identical"]
+    one_line_error(distill(tiny_dirs["target"], tmp_path / "few", prompts, "--vocab", 8, "--top-k", 8), "must keep more tokens than top_k")
+
+
 def test_a_seed_reproduces_the_run(tiny_dirs, prompts, tmp_path):
     for name in ("a", "b"):
         assert distill(tiny_dirs["target"], tmp_path / name, prompts, "--steps", 3).exit_code == 0

@@ -11,7 +11,16 @@ from hsd_runtime import ModelLoader
 from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
 from ..limits import MAX_COUNT
 from ..training import DistillConfig, Distiller, DistillReport, StepLog, parse_init, running_average
-from .options import FiniteRange, json_option, max_context_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
+from .options import (
+    FiniteRange,
+    json_option,
+    max_context_option,
+    prompt_options,
+    resolve_dtype_choice,
+    runtime_options,
+    training_options,
+    vocab_option,
+)
 from .render import emit
 from .training_run import run_training
 
@@ -58,6 +67,7 @@ def _default(name: str) -> object:
 )
 @click.option("--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
 @max_context_option(DistillConfig, "student")
+@vocab_option("student", "DIR:vocab=N")
 @training_options(DistillConfig, "target")
 @runtime_options(dtype_help="Dtype of the frozen target; the student always trains in fp32.")
 @json_option
@@ -79,6 +89,7 @@ def distill(
     max_new_tokens: int,
     lr: float,
     max_context: int,
+    vocab: int | None,
     temperature: float,
     seed: int,
     checkpoint_every: int,
@@ -131,6 +142,7 @@ def distill(
         max_new_tokens=max_new_tokens,
         lr=lr,
         max_context=max_context,
+        vocab=vocab,
         temperature=temperature,
         seed=seed,
         checkpoint_every=checkpoint_every,

@@ -10,7 +10,7 @@ from hsd_runtime import ModelLoader
 
 from ..limits import MAX_COUNT
 from ..training.heads import HeadsConfig, HeadsReport, HeadsTrainer
-from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
+from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options, training_options, vocab_option
 from .render import emit
 from .training_run import run_training
 
@@ -52,6 +52,7 @@ def heads() -> None:
 @click.option(
     "--inner", type=click.IntRange(1, 1 << 16), default=None, help="Width of each head's hidden layer [default: the host's hidden size]."
 )
+@vocab_option("heads", "bpd:DIR (by default; its card names N)")
 @prompt_options
 @click.option("--steps", type=click.IntRange(1, MAX_COUNT), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
 @click.option(
@@ -67,6 +68,7 @@ def train(
     out: str,
     loss: str,
     inner: int | None,
+    vocab: int | None,
     prompts_file: str | None,
     category: str | None,
     max_prompts: int | None,
@@ -102,12 +104,15 @@ def train(
         hsd-plan heads train --model smollm2-135m --heads 4 --out heads/smollm2
 
         hsd-plan generate --chain bpd:heads/smollm2:k=4:p=2:rescore=ngram,smollm2-135m --widths 3 --prompt "Explain tides." --check
+
+        hsd-plan heads train --model qwen2.5-coder-0.5b --vocab 16384 --prompts humaneval --out heads/qwen05
     """
     dtype = resolve_dtype_choice(dtype, device)
     config = HeadsConfig(
         model=model,
         heads=n_heads,
         inner=inner,
+        vocab=vocab,
         loss=loss,
         prompts=prompts_file,
         category=category,

@@ -305,6 +305,19 @@ def max_context_option(defaults: Any, drafter: str) -> Callable[[F], F]:
     )
 
 
+def vocab_option(drafter: str, draft_as: str) -> Callable[[F], F]:
+    """``--vocab N``: train the ``drafter`` through its output layer trimmed to N tokens, as it
+    will draft (``draft_as``, the spec that drafts through the same layer)."""
+    return click.option(
+        "--vocab",
+        type=click.IntRange(1, MAX_COUNT),
+        default=None,
+        help=f"Train the {drafter} through the output layer trimmed to its N lowest token ids (end-of-sequence kept), "
+        f"as {draft_as} drafts, toward the teacher's law on those N tokens. For a large vocabulary that layer is most "
+        "of a small drafter's work [default: the whole layer].",
+    )
+
+
 def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
     """The data engine's and the run's options of a trainer (``distill``, ``heads train``), from
     ``--samples-per-prompt`` to ``--resume``, defaults read from its config class ``defaults``;

@@ -96,6 +96,7 @@ def model_card(report: DistillReport) -> str:
         ("target data", _corpus(report)),
         ("steps x batch size", f"{report.steps} x {c.batch_size} sequences, up to {c.max_new_tokens} new tokens each"),
         ("prompt tokens the student read", f"the last {c.max_context}" if c.max_context else "all"),
+        ("output layer", f"trimmed to {c.vocab:,} tokens (draft with `{report.out}:vocab={c.vocab}`)" if c.vocab else "whole"),
         ("positions trained on", f"{report.positions:,} ({report.positions_per_s:,.0f} per second of training)"),
         ("optimizer", f"AdamW, lr {c.lr:g}"),
         ("temperature", f"{c.temperature:g}"),
@@ -115,5 +116,5 @@ def model_card(report: DistillReport) -> str:
         "at the temperature, the mean of 1 - TV(p, q).\n\n"
         f"| setting | value |\n|---|---|\n{table}\n\n"
         "Use it as a model spec, e.g.\n\n"
-        f'```\nhsd-plan generate --chain {report.out},{c.target} --widths 4 --prompt "..." --check\n```\n'
+        f'```\nhsd-plan generate --chain {report.out}{f":vocab={c.vocab}" if c.vocab else ""},{c.target} --widths 4 --prompt "..." --check\n```\n'
     )

@@ -10,7 +10,7 @@ from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERA
 from ..choices import DistillData, Divergence
 from ..limits import MAX_COUNT, MAX_LENGTH
 
-__all__ = ["DistillConfig", "DrafterTrainingConfig", "TrainingConfig"]
+__all__ = ["DistillConfig", "DrafterTrainingConfig", "TrainingConfig", "TrimmedOutputConfig"]
 
 
 class TrainingConfig(BaseModel):
@@ -43,7 +43,23 @@ class DrafterTrainingConfig(TrainingConfig):
     max_context: int = Field(256, ge=0, le=MAX_LENGTH)
 
 
-class DistillConfig(DrafterTrainingConfig):
+class TrimmedOutputConfig(BaseModel):
+    """The setting of a trainer whose drafter can score N tokens only (a trimmed output layer)."""
+
+    # train through the output layer trimmed to its N lowest token ids, end-of-sequence kept
+    # (``vocab=N``); the drafter is compared with the teacher's law on those N (divergences)
+    vocab: int | None = Field(None, ge=1, le=MAX_COUNT)
+
+    @model_validator(mode="after")
+    def _vocab_past_top_k(self) -> TrimmedOutputConfig:
+        top_k = int(getattr(self, "top_k", 0))
+        if self.vocab is not None and top_k > 0 and self.vocab <= top_k:
+            # the teacher's tail bucket must hold a kept token, or the drafter's share of it is log 0
+            raise ValueError(f"vocab ({self.vocab}) must keep more tokens than top_k ({top_k})")
+        return self
+
+
+class DistillConfig(DrafterTrainingConfig, TrimmedOutputConfig):
     """Everything that determines a distillation run; every default lives here."""
 
     target: str = "smollm2-135m"

@@ -33,8 +33,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
 from hsd_runtime import ModelLoader, ModelNotFoundError, ModelSpecError, SamplingConfig, check_same_tokenizer, parse_spec
+from hsd_runtime.loading import trimmed_model
+from hsd_runtime.trim import kept_tokens
 
 from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt
@@ -118,6 +121,12 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
             else:
                 assert config.layers is not None  # one of the two (DistillConfig checks)
                 self.student = build_student(source.model, config.layers)
+        # what drafts: the student, or a view of it whose output layer scores the vocab lowest
+        # token ids (the frozen head's rows; the decoder is shared, so training it trains the student)
+        self.drafting: nn.Module = self.student
+        if config.vocab:
+            width = self.target.logits_width
+            self.drafting = trimmed_model(self.student, kept_tokens(range(width), config.vocab, self.target.eos_token_ids, width))
         tokenizer = self.target.tokenizer
         self.train_ids = [encode_prompt(tokenizer, p) for p in self.train_set.prompts]
         self.eval_ids = [encode_prompt(tokenizer, p) for p in self.eval_set.prompts]
@@ -140,7 +149,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
             if self.held_out is None:
                 self.held_out = HeldOut.make(self.target, self.eval_ids, c.max_new_tokens, c.temperature, c.seed)
             if self.initial is None:
-                self.initial = self.held_out.acceptance(self.student)
+                self.initial = self.held_out.acceptance(self.drafting)
             if self.corpus is None and c.data != "on-policy":
                 key = corpus_key(c.target, self.target.model, self.train_set, c)
                 t0 = time.perf_counter()
@@ -181,7 +190,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         sampling = SamplingConfig(mode="sample", temperature=c.temperature)
         read = [last_tokens(p, c.max_context) for p in prompts]  # what the student reads
         try:
-            continuations = sample_batched(self.student, self.target, read, c.max_new_tokens, sampling, seeds, c.gen_batch)
+            continuations = sample_batched(self.drafting, self.target, read, c.max_new_tokens, sampling, seeds, c.gen_batch)
         except ModelOutputError:  # the last update overflowed the student's activations
             raise self._diverged("the student's probabilities are no longer finite") from None
         kept = [(p, x) for p, x in zip(prompts, continuations) if x]
@@ -228,7 +237,8 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
             with torch.no_grad():
                 # on the step's own positions: argmax agreement, and sum of min(p, q) over the
                 # teacher's top-k tokens and the tail bucket (1 - TV of the bucketed laws, an upper
-                # bound of the acceptance at the temperature; equal to it when top_k is 0)
+                # bound of the acceptance at the temperature; equal to it when top_k is 0 and the
+                # head is whole: a trimmed head is compared with p renormalized on its tokens)
                 log_p, log_q = bucket_log_probs(teacher, q, c.temperature)
                 greedy = float((q.argmax(-1) == teacher.ids[:, 0]).double().mean())
                 sampled = float(torch.minimum(log_p.exp(), log_q.exp()).sum(-1).clamp(0, 1).mean())
@@ -255,7 +265,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
             # optimizer and the loss stay fp32): about twice the matmul rate where bf16 is native
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.dtype == "bf16"):
                 q = continuation_logits(
-                    self.student, [prompts[i] for i in group], [continuations[i] for i in group], self.target.logits_width, grad=True
+                    self.drafting, [prompts[i] for i in group], [continuations[i] for i in group], self.target.logits_width, grad=True
                 )  # [r, V]
             part = sparse_divergence(c.divergence, rows, q, c.temperature) * (q.shape[0] / total)
             if not torch.isfinite(part):
@@ -281,7 +291,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         self.prepare()
         assert self.held_out is not None and self.initial is not None
         with _out_of_memory_as_error(c):
-            greedy, sampled = self.held_out.acceptance(self.student)
+            greedy, sampled = self.held_out.acceptance(self.drafting)
         self.student.save_pretrained(self.out)
         self.target.tokenizer.save_pretrained(self.out)
         report = DistillReport(

@@ -37,6 +37,9 @@ __all__ = [
 ]
 
 
+_LOG_ZERO = -1e4  # a log-probability whose exp is exactly 0 in fp32; finite, so 0 * (a - b) stays 0
+
+
 def _log_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return F.log_softmax(logits.float() / temperature, dim=-1)  # [N, V]
 
@@ -120,13 +123,32 @@ def bucket_log_probs(teacher: TeacherRows, q_logits: torch.Tensor, temperature: 
     """The teacher's and the student's log-probabilities over the teacher's top-k tokens and one
     bucket for the rest of the vocabulary, ``[N, k + 1]`` each (``[N, V]`` when the rows are
     complete); the student's ``q_logits`` are ``[N, V]``. Each tail is summed over the tokens
-    outside the top k, never taken as 1 minus the top k (rounding would swallow a small tail)."""
+    outside the top k, never taken as 1 minus the top k (rounding would swallow a small tail).
+    Where the student's logits are ``-inf`` (a trimmed head), p is taken on its support (:func:`_on_support`)."""
     log_q_all = _log_probs(q_logits, temperature)
     log_p, log_q = teacher.log_probs(temperature), log_q_all.gather(-1, teacher.ids)
-    if teacher.complete:
+    if not teacher.complete:
+        log_q_tail = torch.logsumexp(log_q_all.scatter(-1, teacher.ids, float("-inf")), dim=-1, keepdim=True)  # [N, 1]
+        log_p, log_q = torch.cat([log_p, teacher.log_tail[:, None]], -1), torch.cat([log_q, log_q_tail], -1)
+    return _on_support(log_p, log_q)
+
+
+def _on_support(log_p: torch.Tensor, log_q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """p conditioned on the student's support, where the student cannot propose some tokens.
+
+    A trimmed head (``vocab=N``) gives q = 0 (log q = -inf) outside its N tokens: any divergence
+    that charges p's mass there would be infinite, and no student of that head can reach it.
+    The best such student, for acceptance sum_x min(p(x), q(x)) as for every divergence here, is
+    p restricted to its N tokens and renormalized, so that is what it is compared with. Columns
+    outside the support become ``_LOG_ZERO`` in both (exp underflows to exactly 0, and the two
+    are equal), so they add nothing and carry no gradient. Unchanged where q is positive everywhere.
+    """
+    outside = torch.isneginf(log_q)  # [N, C]
+    if not bool(outside.any()):
         return log_p, log_q
-    log_q_tail = torch.logsumexp(log_q_all.scatter(-1, teacher.ids, float("-inf")), dim=-1, keepdim=True)  # [N, 1]
-    return torch.cat([log_p, teacher.log_tail[:, None]], -1), torch.cat([log_q, log_q_tail], -1)
+    log_p = log_p.masked_fill(outside, float("-inf"))
+    log_p = log_p - torch.logsumexp(log_p, dim=-1, keepdim=True)
+    return log_p.masked_fill(outside, _LOG_ZERO), log_q.masked_fill(outside, _LOG_ZERO)
 
 
 def sparse_divergence(name: Divergence, teacher: TeacherRows, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

@@ -29,11 +29,12 @@ from pydantic import Field
 
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
 from hsd_runtime.heads import BlockHeads, HeadsCard, apply_output_layer, save_heads
+from hsd_runtime.loading import trimmed_by_id
 
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt
-from .config import TrainingConfig
+from .config import TrainingConfig, TrimmedOutputConfig
 from .data import Corpus, build_corpus, continuation_hidden, corpus_hidden
 from .divergences import sparse_divergence
 from .runs import TrainingRun, corpus_key
@@ -42,7 +43,7 @@ from .student import HeldOut
 __all__ = ["HeadsConfig", "HeadsReport", "HeadsTrainer", "head_acceptance"]
 
 
-class HeadsConfig(TrainingConfig):
+class HeadsConfig(TrainingConfig, TrimmedOutputConfig):
     """Everything that determines a heads training run; every default lives here (the shared ones in :class:`TrainingConfig`)."""
 
     model: str = "smollm2-135m"  # the host
@@ -73,8 +74,10 @@ class HeadsReport:
         return {k: v for k, v in self.__dict__.items() if k != "config"} | {"config": self.config.model_dump()}
 
 
-def head_acceptance(heads: BlockHeads, host: LoadedModel, held: HeldOut) -> dict:
-    """Held-out acceptance of heads 2..H against the host's own continuations (module docstring)."""
+def head_acceptance(heads: BlockHeads, host: LoadedModel, held: HeldOut, output: Any = None) -> dict:
+    """Held-out acceptance of heads 2..H against the host's own continuations (module docstring),
+    the heads reading ``output``'s output layer (a trimmed copy of the host's; default the host's)."""
+    output = host.model if output is None else output
     out: dict = {}
     blocks: list[float] = []
     for mode in ("greedy", "sample"):
@@ -93,7 +96,7 @@ def head_acceptance(heads: BlockHeads, host: LoadedModel, held: HeldOut) -> dict
                     agree.append(torch.zeros(0))
                     continue
                 with torch.inference_mode():
-                    q = apply_output_layer(host.model, states[:n, i - 2], p.shape[-1]).float()  # [n, V]
+                    q = apply_output_layer(output, states[:n, i - 2], p.shape[-1]).float()  # [n, V]
                 a = acceptance_from_logits(q, p[i - 1 : i - 1 + n], sampling)  # [n]
                 totals[i - 2] += float(a.sum())
                 counts[i - 2] += n
@@ -119,6 +122,8 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
         super().__init__(config, out, resume)
         # the frozen output layer is back-propagated through: plain kernels
         self.host = loader.with_kernels("plain").load(config.model)
+        # the layer the heads read: the host's, or a copy of it trimmed to vocab tokens (q = 0 elsewhere)
+        self.output: Any = trimmed_by_id(self.host.model, config.vocab) if config.vocab else self.host.model
         tok = self.host.tokenizer
         self.train_ids = [encode_prompt(tok, p) for p in self.train_set.prompts]
         self.eval_ids = [encode_prompt(tok, p) for p in self.eval_set.prompts]
@@ -143,7 +148,7 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
         if self.held is None:
             self.held = HeldOut.make(self.host, self.eval_ids, c.max_new_tokens, c.temperature, c.seed)
         if self.initial is None:
-            self.initial = head_acceptance(self.heads.eval(), self.host, self.held)
+            self.initial = head_acceptance(self.heads.eval(), self.host, self.held, self.output)
             self.heads.train()
         if self.corpus is None:
             key = corpus_key(c.model, self.host.model, self.train_set, c)
@@ -190,13 +195,18 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
             if not bool(ok.any()):
                 continue
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.dtype == "bf16"):
-                q = apply_output_layer(self.host.model, states[ok, i - 2], width).float()  # [n, V]
+                q = apply_output_layer(self.output, states[ok, i - 2], width).float()  # [n, V]; -inf off a trimmed layer
             later = base[ok] + (i - 1)  # the corpus row that predicts token t + i - 1
-            if c.loss == "kl":
+            if c.loss == "kl":  # against the host's law on the tokens the layer keeps (all, untrimmed)
                 loss = sparse_divergence("fkl", corpus.signal.take(later), q, c.temperature)
             else:
                 assert self.tokens is not None
-                loss = torch.nn.functional.cross_entropy(q, self.tokens[later].to(q.device))
+                token = self.tokens[later].to(q.device)  # [n]
+                kept = torch.isfinite(q.gather(-1, token[:, None]))[:, 0]  # a trimmed layer cannot learn the others
+                q, token = q[kept], token[kept]
+                if not q.shape[0]:
+                    continue
+                loss = torch.nn.functional.cross_entropy(q, token)
             losses.append(loss * q.shape[0])
             count += q.shape[0]
         if not losses:
@@ -218,7 +228,7 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
         """Measure the heads on the held-out prompts, save them and their card into ``out``."""
         self.prepare()
         assert self.held is not None and self.initial is not None
-        acceptance = head_acceptance(self.heads.eval(), self.host, self.held)
+        acceptance = head_acceptance(self.heads.eval(), self.host, self.held, self.output)
         finite = [x for x in self.losses[-20:] if x == x]
         report = HeadsReport(
             out=str(self.out),
@@ -239,6 +249,7 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
             heads=self.heads.heads,
             inner=self.heads.inner,
             logits_width=self.host.logits_width,
+            vocab=self.config.vocab or 0,
             training={k: v for k, v in report.to_dict().items() if k not in ("acceptance", "initial", "out")},
             acceptance={"held_out": acceptance, "untrained": self.initial, "prompts": report.eval_prompts},
         )
@@ -256,10 +267,11 @@ def heads_card_text(r: HeadsReport) -> str:
             range(2, c.heads + 1), r.initial["greedy"], r.acceptance["greedy"], r.initial["sample"], r.acceptance["sample"]
         )
     )
+    trimmed = f", trimmed to its {c.vocab:,} lowest token ids (the heads draft through it)" if c.vocab else ""
     return f"""# Block-draft heads for {c.model}
 
 {c.heads - 1} heads (2..{c.heads}; head 1 is the model's own), each a residual feed-forward block
-on the final hidden state into the model's frozen output layer. Use as `bpd:{r.out}` directly below
+on the final hidden state into the model's frozen output layer{trimmed}. Use as `bpd:{r.out}` directly below
 `{c.model}` in a chain.
 
 Trained {r.steps} steps ({r.positions:,} head positions, {r.train_wall_s:.0f} s) with {c.loss} on
