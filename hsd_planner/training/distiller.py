@@ -261,9 +261,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         qs, parts, loss = [], [], 0.0
         for group in by_length([len(p) + len(x) for p, x in zip(prompts, continuations)], STUDENT_GROUP):
             rows = teacher.take(torch.cat([torch.arange(starts[i], starts[i + 1]) for i in group]))
-            # with a bf16 target the student's passes run under bf16 autocast (its weights, the
-            # optimizer and the loss stay fp32): about twice the matmul rate where bf16 is native
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.dtype == "bf16"):
+            with self.mixed_precision(device):  # with a bf16 target
                 q = continuation_logits(
                     self.drafting, [prompts[i] for i in group], [continuations[i] for i in group], self.target.logits_width, grad=True
                 )  # [r, V]

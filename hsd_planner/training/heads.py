@@ -194,7 +194,7 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
             ok = position + (i - 1) < length  # the token t + i - 1 of the same continuation exists
             if not bool(ok.any()):
                 continue
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=c.dtype == "bf16"):
+            with self.mixed_precision(device):
                 q = apply_output_layer(self.output, states[ok, i - 2], width).float()  # [n, V]; -inf off a trimmed layer
             later = base[ok] + (i - 1)  # the corpus row that predicts token t + i - 1
             if c.loss == "kl":  # against the host's law on the tokens the layer keeps (all, untrimmed)

@@ -112,6 +112,12 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         """The settings a checkpoint was made with (a trainer fills in fields older runs lacked)."""
         return type(self.config)(**saved)
 
+    def mixed_precision(self, device: torch.device, when: bool = True) -> torch.autocast:
+        """bf16 autocast around the passes of what trains (its weights, the optimizer and the loss
+        stay fp32) when the frozen model runs in bf16 (``--dtype``) and ``when``: about twice the
+        matmul rate where bf16 is native."""
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=when and self.config.dtype == "bf16")
+
     def _guard(self) -> AbstractContextManager[None]:
         """Around the step loop: a trainer turns its failures (out of memory) into one-line errors."""
         return nullcontext()

@@ -244,11 +244,9 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
         steerer.delta = steering_delta(
             self.projection, taps[torch.cat(sources)].to(device).float(), (torch.cat(where_seq), torch.cat(where_pos)), (len(seqs), length)
         )
-        # a fine-tuned drafter is an fp32 copy: with a bf16 verifier its passes run under bf16
-        # autocast, as a distilled student's do (a frozen drafter runs in its own dtype)
-        autocast = c.finetune == "full" and c.dtype == "bf16"
         try:
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            # a fine-tuned drafter is an fp32 copy, run as a distilled student is; a frozen one runs in its own dtype
+            with self.mixed_precision(device, when=c.finetune == "full"):
                 q = continuation_logits(self.drafter, prompts, conts, self.verifier.logits_width, grad=True)  # [R, V]
         finally:
             steerer.clear()
