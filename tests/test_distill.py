@@ -150,7 +150,7 @@ def test_grouped_student_passes_give_the_one_pass_gradient(tiny_dirs, prompts, t
     teacher = TeacherRows.cat([corpus.teacher(i) for i in seqs])
 
     def gradient(group):
-        monkeypatch.setattr(distiller_module, "STUDENT_GROUP", group)
+        monkeypatch.setattr(distiller_module, "PASS_GROUP", group)
         distiller.optimizer.zero_grad(set_to_none=True)
         q, rows, loss = distiller._backward(cut, conts, teacher)
         assert q.shape[0] == len(rows.ids) == sum(map(len, conts))  # every position once, the teacher's rows beside

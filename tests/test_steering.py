@@ -270,6 +270,38 @@ def test_training_lowers_the_loss_and_the_steering_runs_under_its_verifier(tiny_
     assert fp32_check(f"{drafter}:steer={out},{tiny_dirs['target']}", 3, 12)["identical"]
 
 
+def test_grouped_drafter_passes_give_the_one_pass_gradient(tiny_dirs, tmp_path, monkeypatch):
+    """A step's drafter passes run in groups of similar length; their gradients add up to the one
+    padded pass's (prompts of 1..6 words, so the groups differ in length)."""
+    from hsd_planner.training import steer as steer_module
+    from hsd_planner.training.steer import SteerConfig, SteerTrainer
+
+    path = tmp_path / "p.txt"
+    path.write_text("\n".join(" ".join(f"w{(i * 7 + j) % 60}" for j in range(1 + i % 6)) for i in range(40)))
+    config = SteerConfig(
+        drafter=str(tiny_dirs["draft"]), verifier=str(tiny_dirs["target"]), rank=8, prompts=str(path), batch_size=12, max_new_tokens=6
+    )
+    trainer = SteerTrainer(config, tmp_path / "s", ModelLoader(device="cpu"))
+    trainer.prepare()
+    with torch.no_grad():  # a projection that steers, so every part of the gradient is nonzero
+        for weight in trainer.projection.parameters():
+            weight.normal_(0, 0.05)
+    monkeypatch.setattr(trainer.optimizer, "step", lambda: None)
+    state = trainer.rng.bit_generator.state
+
+    def gradient(group):
+        monkeypatch.setattr(steer_module, "PASS_GROUP", group)
+        trainer.rng.bit_generator.state = state
+        loss = trainer.train_step()
+        return loss, {n: w.grad.clone() for n, w in trainer.projection.named_parameters()}
+
+    one_loss, one_grad = gradient(100)
+    grouped_loss, grouped_grad = gradient(1)
+    assert grouped_loss == pytest.approx(one_loss, rel=1e-5)
+    assert all(torch.allclose(grouped_grad[n], one_grad[n], rtol=1e-4, atol=1e-7) for n in one_grad)
+    assert any(g.abs().sum() > 0 for g in one_grad.values())
+
+
 def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp_path):
     assert train(tiny_dirs, prompts, tmp_path / "whole", "--steps", 4).exit_code == 0
     assert train(tiny_dirs, prompts, tmp_path / "split", "--steps", 2).exit_code == 0

@@ -16,7 +16,7 @@ continuation position of them:
 
 The step's loss is the mean over all its continuation positions. The student reads the last
 ``max_context`` tokens of each prompt (the target's signal was computed over all of it), and its
-step runs in groups of ``STUDENT_GROUP`` sequences of similar length whose gradients add up to
+step runs in groups of ``PASS_GROUP`` sequences of similar length whose gradients add up to
 the step's: a padded pass pays for its longest row.
 """
 
@@ -45,16 +45,12 @@ from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
 from .data import Corpus, TeacherRows, build_corpus, by_length, continuation_logits, last_tokens, sample_batched, teacher_signal
 from .divergences import bucket_log_probs, sparse_divergence
-from .runs import TrainingRun, corpus_key
+from .runs import PASS_GROUP, TrainingRun, corpus_key
 from .student import HeldOut, build_student, own_student
 
 __all__ = ["Distiller", "running_average"]
 
 EMA_DECAY = 0.9  # of the running loss and acceptance shown while training
-# sequences per student pass within a step, grouped by length; measured on Spec-Bench (16
-# sequences, prompts cut to 256 tokens, 4-layer SmolLM2 student), the step's forward and backward
-# passes: 3.1 s in one padded pass, 2.2 s in groups of 8, 2.1 s in groups of 4
-STUDENT_GROUP = 4
 
 
 def running_average(log: list[StepLog], decay: float = EMA_DECAY) -> StepLog:
@@ -259,7 +255,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         starts = np.cumsum([0] + [len(x) for x in continuations])  # the teacher's rows are sequence after sequence
         total = int(starts[-1])
         qs, parts, loss = [], [], 0.0
-        for group in by_length([len(p) + len(x) for p, x in zip(prompts, continuations)], STUDENT_GROUP):
+        for group in by_length([len(p) + len(x) for p, x in zip(prompts, continuations)], PASS_GROUP):
             rows = teacher.take(torch.cat([torch.arange(starts[i], starts[i + 1]) for i in group]))
             with self.mixed_precision(device):  # with a bf16 target
                 q = continuation_logits(

@@ -47,9 +47,9 @@ from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, model_conditionals, start_survival, steered_acceptance, teacher_forced_logits
 from ..prompts import encode_prompt
 from .config import DrafterTrainingConfig
-from .data import Corpus, build_corpus, continuation_logits, corpus_hidden, last_tokens
+from .data import Corpus, build_corpus, by_length, continuation_logits, corpus_hidden, last_tokens
 from .divergences import sparse_divergence
-from .runs import TrainingRun, corpus_key
+from .runs import PASS_GROUP, TrainingRun, corpus_key
 from .student import HeldOut, own_student
 
 __all__ = ["SteerConfig", "SteerReport", "SteerTrainer", "block_acceptance"]
@@ -218,9 +218,10 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
     # --- training ----------------------------------------------------------------------------
 
     def train_step(self) -> float:
-        """One step over ``batch_size`` corpus sequences, all steered from one random offset back."""
-        c, corpus, taps = self.config, self.corpus, self.taps
-        assert corpus is not None and taps is not None
+        """One step over ``batch_size`` corpus sequences, all steered from one random offset back
+        (drafter passes grouped by length; the groups' gradients add up to the step's)."""
+        c, corpus = self.config, self.corpus
+        assert corpus is not None
         seqs = self.rng.choice(len(corpus.prompts), size=c.batch_size, replace=len(corpus.prompts) < c.batch_size).tolist()
         offset = int(self.rng.integers(1, c.stale + 1))
         seqs = [s for s in seqs if corpus.continuations[s]]
@@ -229,6 +230,28 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
             self.losses.append(float("nan"))
             return float("nan")
         prompts = [last_tokens(corpus.prompts[s], c.max_context) for s in seqs]
+        total = sum(len(corpus.continuations[s]) for s in seqs)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = 0.0
+        for group in by_length([len(p) + len(corpus.continuations[s]) for s, p in zip(seqs, prompts)], PASS_GROUP):
+            part, positions = self._group_loss([seqs[i] for i in group], [prompts[i] for i in group], offset)
+            part = part * (positions / total)  # the step's loss is the mean over all its positions
+            if not torch.isfinite(part):
+                raise DistillError(f"step {self.step + 1}: the loss is {float(part.detach())} (--lr {c.lr:g}); lower --lr and start again")
+            part.backward()
+            loss += float(part.detach())
+        self.optimizer.step()
+        self.step += 1
+        self.positions += total
+        self.losses.append(loss)
+        return loss
+
+    def _group_loss(self, seqs: list[int], prompts: list[list[int]], offset: int) -> tuple[torch.Tensor, int]:
+        """The mean divergence over the continuation positions of corpus sequences ``seqs`` (their
+        prompts cut to ``prompts``), each position t steered by the taps of t - ``offset``; and the
+        number of positions."""
+        c, corpus, taps = self.config, self.corpus, self.taps
+        assert corpus is not None and taps is not None
         conts = [corpus.continuations[s] for s in seqs]
         sources, where_seq, where_pos, rows = [], [], [], []
         for b, (s, p, cont) in enumerate(zip(seqs, prompts, conts)):
@@ -250,16 +273,7 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
                 q = continuation_logits(self.drafter, prompts, conts, self.verifier.logits_width, grad=True)  # [R, V]
         finally:
             steerer.clear()
-        loss = sparse_divergence(c.divergence, corpus.signal.take(torch.cat(rows)), q, c.temperature)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-        if not torch.isfinite(loss):
-            raise DistillError(f"step {self.step + 1}: the loss is {float(loss)} (--lr {c.lr:g}); lower --lr and start again")
-        self.step += 1
-        self.positions += q.shape[0]
-        self.losses.append(float(loss.detach()))
-        return self.losses[-1]
+        return sparse_divergence(c.divergence, corpus.signal.take(torch.cat(rows)), q, c.temperature), q.shape[0]
 
     def finish(self) -> SteerReport:
         """Measure the steering on the held-out prompts, save it (and a fine-tuned drafter) and its card into ``out``."""
