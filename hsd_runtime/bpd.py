@@ -13,7 +13,8 @@ How a block is chosen (Kim et al. 2024): each head's top-k tokens form an H x k 
 argmax of each head is the plain draft (greedy mode), and under sampling each head's token is
 drawn from its own warped distribution, which is the q verification divides by. With
 ``rescore=ngram`` every path is scored by its heads' log-probabilities plus ``alpha`` times an
-n-gram model of the context (:mod:`.lattice`), and the best path is the draft; with ``p`` > 1 the
+n-gram model of the context (:mod:`.lattice`; with ``corpus=FILE`` also of that text, tokenized
+by the chain's tokenizer), and the best path is the draft; with ``p`` > 1 the
 p best paths are verified together as one tree (their common prefixes merged). With
 ``rescore=MODEL`` a small language model of the same tokenizer rescores the lattice left to right
 (Kim et al.'s local neural rescoring): at each head, its top-k scores plus ``alpha`` times the small
@@ -30,6 +31,7 @@ through the same one unless ``vocab=`` says otherwise.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +39,11 @@ import torch
 
 from .cache import CachedModel
 from .drafters import DraftContext, Proposal
-from .errors import ChainError
+from .errors import ChainError, ModelSpecError
+from .files import read_input
 from .heads import BlockHeads, HeadsCard, apply_output_layer, load_heads
 from .lattice import NgramModel, k_best_paths
+from .limits import MAX_CORPUS_BYTES
 from .loading import LoadedModel, ModelLoader, check_same_tokenizer, trimmed_by_id
 from .sampling import SamplingConfig, draw, warp
 from .spec import RESCORERS, ModelSpec, parse_spec, same_model
@@ -60,10 +64,18 @@ class BpdDrafter:
         spec: the ``bpd:DIR`` spec (k, p, rescore, alpha).
         device: where the heads run (the host's device).
         rescorer: the small causal LM of ``rescore=MODEL`` (None otherwise).
+        corpus: the token ids of ``corpus=FILE``, whose n-grams ``rescore=ngram`` counts beside
+            the context's (empty: the context alone).
     """
 
     def __init__(
-        self, heads: BlockHeads, card: HeadsCard, spec: ModelSpec, device: torch.device | str = "cpu", rescorer: Any = None
+        self,
+        heads: BlockHeads,
+        card: HeadsCard,
+        spec: ModelSpec,
+        device: torch.device | str = "cpu",
+        rescorer: Any = None,
+        corpus: Sequence[int] = (),
     ) -> None:
         self.heads = heads.to(device)
         self.card = card
@@ -78,14 +90,16 @@ class BpdDrafter:
         self.width = 0
         self._lm: NgramModel | None = None
         self._rescorer = rescorer
+        self._corpus = corpus
         self._neural: CachedModel | None = None  # the rescorer's cache, made when bound
 
     @classmethod
-    def load(cls, spec: ModelSpec, device: torch.device | str = "cpu", rescorer: Any = None) -> BpdDrafter:
+    def load(cls, spec: ModelSpec, device: torch.device | str = "cpu", rescorer: Any = None, corpus: Sequence[int] = ()) -> BpdDrafter:
         """The drafter of a ``bpd:DIR`` spec (its host is attached by the hierarchy); ``rescorer``
-        is the model of ``rescore=MODEL``, loaded by the caller."""
+        is the model of ``rescore=MODEL`` and ``corpus`` the tokens of ``corpus=FILE``, both
+        read by the caller."""
         heads, card = load_heads(Path(spec.heads_dir).expanduser(), device)
-        return cls(heads, card, spec, device, rescorer)
+        return cls(heads, card, spec, device, rescorer, corpus)
 
     @property
     def neural(self) -> str | None:
@@ -130,12 +144,15 @@ class BpdDrafter:
             self.model = trimmed_by_id(model, vocab)
         if self._rescorer is not None:
             self._neural = CachedModel(self._rescorer, width, LevelStats(model=f"{self.stats.model} rescorer"))
+        if self.rescore == "ngram":  # the corpus is counted once; each sequence replaces the last one's counts
+            self._lm = NgramModel(RESCORE_ORDER, width)
+            if self._corpus:
+                self._lm.add_corpus([t for t in self._corpus if t < width])
 
     def prefill(self, prompt: list[int]) -> None:
-        """A new sequence: the n-gram model of the context starts again."""
-        if self.rescore == "ngram":
-            assert self.model is not None, "a bpd drafter runs under a host"
-            self._lm = NgramModel(RESCORE_ORDER, self.width)
+        """A new sequence: the n-gram model forgets the last sequence's context (not the corpus)."""
+        if self._lm is not None:
+            self._lm.update([])
 
     @torch.inference_mode()
     def head_logits(self, hidden: torch.Tensor, first: int) -> torch.Tensor:
@@ -265,4 +282,11 @@ def load_bpd(spec: ModelSpec, loader: ModelLoader, models: list[LoadedModel]) ->
         small = loader.load(rescore)
         check_same_tokenizer([*models, small])
         rescorer = small.model
-    return BpdDrafter.load(spec, loader.device, rescorer)
+    corpus: list[int] = []
+    if spec.bpd_option("corpus"):
+        text = read_input(Path(spec.bpd_option("corpus")).expanduser(), "bpd n-gram corpus", MAX_CORPUS_BYTES)
+        try:
+            corpus = list(models[-1].tokenizer.encode(text.decode("utf-8"), add_special_tokens=False))  # type: ignore[attr-defined]
+        except UnicodeDecodeError:
+            raise ModelSpecError(f"{spec}: the corpus file is not UTF-8 text") from None
+    return BpdDrafter.load(spec, loader.device, rescorer, corpus)

@@ -9,6 +9,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_BPD_K",
     "MAX_BPD_PATHS",
+    "MAX_CORPUS_BYTES",
     "MAX_SEED",
     "MAX_SPEC_CHARS",
     "MAX_TEMPERATURE",
@@ -20,7 +21,9 @@ __all__ = [
 DEFAULT_NGRAM_ORDER = 3  # the n of `ngram` when its spec sets none; shorter matches are the fallback
 
 # a `bpd:DIR` drafter's options when its spec sets none: top-k per head, paths verified, rescoring, its weight
-BPD_DEFAULTS = {"k": "4", "p": "1", "rescore": "none", "alpha": "1", "vocab": "0"}  # vocab 0: the host's whole output layer
+# vocab 0: the host's whole output layer (or the one the heads were trained through); corpus "": the context alone
+BPD_DEFAULTS = {"k": "4", "p": "1", "rescore": "none", "alpha": "1", "vocab": "0", "corpus": ""}
+MAX_CORPUS_BYTES = 64 << 20  # an n-gram corpus file for bpd rescoring: tens of millions of tokens
 MAX_BPD_K = 32  # tokens per head in the lattice (the k-best search grows with k squared)
 MAX_BPD_PATHS = 16  # p-best paths verified together as one tree
 

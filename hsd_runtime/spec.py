@@ -14,7 +14,8 @@ model directly above it in the chain (see :mod:`.bpd`), with options ``k=`` (top
 in the lattice), ``p=`` (paths verified together as a tree), ``rescore=none|ngram|MODEL`` (no
 rescoring, a bigram model of the context, or a small language model of the same tokenizer: a
 packaged alias or a directory) and ``alpha=`` (the rescoring's weight), ``vocab=N`` (the heads score the host's first N tokens only, as a
-trimmed drafter head does).
+trimmed drafter head does) and ``corpus=FILE`` (a text file whose bigram counts ``rescore=ngram``
+adds to the context's).
 
 A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
 valid ``s``: the string round-trips through the profiling database unchanged.
@@ -143,7 +144,8 @@ def parse_spec(text: str) -> ModelSpec:
     if name == BPD:
         if not parts or not parts[0] or "=" in parts[0]:
             raise ModelSpecError(
-                f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram|MODEL][:alpha=A][:vocab=N], DIR a heads directory"
+                f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram|MODEL][:alpha=A][:vocab=N][:corpus=FILE], "
+                "DIR a heads directory"
             )
         return _parse_bpd(text, f"{BPD}:{parts[0]}", parts[1:])
     options = _key_values(text, parts, _KNOWN, "model spec")
@@ -201,6 +203,8 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
     spec = ModelSpec(name=name, options=tuple(options))
     if spec.bpd_option("k") == "1" and int(spec.bpd_option("p")) > 1:
         raise ModelSpecError(f"bpd spec {text[:200]!r}: p={spec.bpd_option('p')} paths need k >= 2 tokens per head")
+    if spec.bpd_option("corpus") and spec.bpd_option("rescore") != "ngram":
+        raise ModelSpecError(f"bpd spec {text[:200]!r}: corpus= holds n-gram counts; it takes rescore=ngram")
     if spec.bpd_option("rescore") not in RESCORERS and int(spec.bpd_option("p")) > 1:
         raise ModelSpecError(
             f"bpd spec {text[:200]!r}: a language model rescores one path left to right; p > 1 takes rescore=ngram or none"

@@ -53,7 +53,7 @@ def models():
 
 
 def test_bpd_specs_round_trip_and_bad_ones_are_one_line():
-    for text in ["bpd:heads/a", "bpd:/abs/dir:k=8:p=2:rescore=ngram:alpha=0.5"]:
+    for text in ["bpd:heads/a", "bpd:/abs/dir:k=8:p=2:rescore=ngram:alpha=0.5", "bpd:d:rescore=ngram:corpus=c.txt"]:
         spec = parse_spec(text)
         assert str(spec) == text and spec.is_bpd and not spec.is_model
     assert parse_spec("bpd:d").bpd_option("k") == "4" and parse_spec("bpd:d").heads_dir == "d"
@@ -68,6 +68,7 @@ def test_bpd_specs_round_trip_and_bad_ones_are_one_line():
         ("bpd:d:layers=2", "unknown option 'layers'"),
         ("bpd:d:k=1:p=2", "k >= 2"),
         ("bpd:d:vocab=x", "vocab=x"),
+        ("bpd:d:corpus=c.txt", "takes rescore=ngram"),
     ]:
         with pytest.raises(ModelSpecError, match=fragment):
             parse_spec(text)
@@ -209,6 +210,37 @@ def test_chains_that_misplace_heads_are_refused(tiny_dirs, heads_dir):
         build_hierarchy([f"bpd:{heads_dir}:rescore={tiny_dirs['other']}", target], [2], loader)
     with pytest.raises(ChainError, match="one-sequence runtime"):
         build_batched([f"bpd:{heads_dir}", target], [2], loader)
+
+
+def test_an_ngram_corpus_file_counts_beside_the_context_and_is_stored_absolute(tiny_dirs, heads_dir, tmp_path, monkeypatch):
+    from hsd_planner.profiling.sources import absolute_spec, source_fingerprint
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("w1 w2 w3 " * 20)
+    target = str(tiny_dirs["target"])
+    loader = ModelLoader(device="cpu", dtype="fp32")
+    chains = {
+        name: build_hierarchy([f"bpd:{heads_dir}:rescore=ngram{extra}", target], [3], loader)
+        for name, extra in (("plain", ""), ("corpus", f":corpus={corpus}"))
+    }
+    w1, w2 = chains["corpus"][1].encode("w1 w2", add_special_tokens=False)
+    bigram = {}
+    for name, (chain, _) in chains.items():
+        drafter = chain.levels[0]
+        assert isinstance(drafter, BpdDrafter) and drafter._lm is not None
+        drafter.prefill(PROMPT)  # a new sequence forgets the last one's context, never the corpus
+        bigram[name] = drafter._lm.log_prob([w1], w2)
+    assert bigram["corpus"] > bigram["plain"] + 1.0
+    chain = f"bpd:{heads_dir}:k=3:rescore=ngram:corpus={corpus},{target}"
+    assert fp32_check(chain, 3, 12)["identical"]
+    monkeypatch.chdir(tmp_path)
+    relative = f"bpd:{heads_dir}:rescore=ngram:corpus=corpus.txt"
+    assert absolute_spec(relative).endswith(f"corpus={corpus}")
+    before = source_fingerprint(absolute_spec(relative))
+    corpus.write_text("w4 w5 " * 30)
+    assert source_fingerprint(absolute_spec(relative)) != before  # a changed corpus is a changed candidate
+    missing = run("generate", "--chain", f"bpd:{heads_dir}:rescore=ngram:corpus=nope.txt,{target}", "--widths", 2, "--prompt", "w1")
+    one_line_error(missing, "nope.txt")
 
 
 @pytest.mark.parametrize("damage", ["no card", "bad card", "old format", "no weights", "bad weights", "wrong shape"])

@@ -28,16 +28,29 @@ def _local_path(spec: ModelSpec) -> Path | None:
     return path if stat_path(path, "model") is not None else None  # a loop or an overlong name is one line
 
 
+def _option_files(spec: ModelSpec) -> dict[str, Path]:
+    """The options of ``spec`` that name files it reads: a steering directory, a vocab ranking,
+    an n-gram corpus (by key; only those that exist)."""
+    out = {}
+    for key, value in spec.options:
+        if key in ("steer", "corpus") or (key == "vocab" and not (value.isascii() and value.isdigit())):
+            path = Path(value).expanduser()
+            if stat_path(path, key) is not None:
+                out[key] = path
+    return out
+
+
 def absolute_spec(text: str) -> str:
-    """``text`` with a local model path, and a steering directory, made absolute (other specs unchanged).
+    """``text`` with a local model path and the files its options name (steering directory, vocab
+    ranking, n-gram corpus) made absolute (other specs unchanged).
 
     >>> absolute_spec("ngram:n=4")
     'ngram:n=4'
     """
     spec = parse_spec(text)
-    if spec.steer is not None:
-        steer = str(Path(spec.steer).expanduser().resolve())
-        spec = spec.model_copy(update={"options": tuple((k, steer if k == "steer" else v) for k, v in spec.options)})
+    files = {key: str(path.resolve()) for key, path in _option_files(spec).items()}
+    if files:
+        spec = spec.model_copy(update={"options": tuple((k, files.get(k, v)) for k, v in spec.options)})
     path = _local_path(spec)
     if path is None:
         return str(spec)
@@ -51,17 +64,16 @@ def absolute_specs(texts: list[str] | tuple[str, ...]) -> list[str]:
 
 
 def source_fingerprint(spec_text: str) -> str | None:
-    """A digest of a local model's (or heads directory's) config and weight files, and of a
-    steering directory's (None for ngram and packaged aliases without steering)."""
+    """A digest of a local model's (or heads directory's) config and weight files, and of the files
+    its options name (None for ngram and packaged aliases that name none)."""
     spec = parse_spec(spec_text)
-    steer = Path(spec.steer).expanduser() if spec.steer else None
-    paths = [p for p in (_local_path(spec), steer if steer is not None and steer.is_dir() else None) if p is not None]
+    paths = [p for p in (_local_path(spec), *_option_files(spec).values()) if p is not None]
     if not paths:
         return None
     digest = hashlib.sha256()
     for path in paths:
         files = [path] if path.is_file() else sorted(f for pattern in _WEIGHTS for f in path.glob(pattern))
-        for config in ("config.json", "steering.json"):
+        for config in ("config.json", "steering.json", "heads.json"):
             if path.is_dir() and (path / config).is_file():
                 digest.update(read_input(path / config, f"{spec_text}:", MAX_CONFIG_BYTES))
         for f in files:
@@ -75,7 +87,7 @@ def check_source(spec_text: str, stored: str | None) -> None:
     if stored is None:
         return
     spec = parse_spec(spec_text)
-    if _local_path(spec) is None and not (spec.steer and Path(spec.steer).expanduser().is_dir()):
+    if _local_path(spec) is None and not _option_files(spec):
         raise StoreError(f"model {spec.name} was profiled but no longer exists; profile the model you mean again")
     if source_fingerprint(spec_text) != stored:
         raise StoreError(f"model {spec.name} changed on disk since it was profiled (config or weights); profile it again")
