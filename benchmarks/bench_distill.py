@@ -11,6 +11,10 @@ shared by every student), greedy argmax agreement and 1 - TV(p, q) at T = 1.
     python -m benchmarks.bench_distill --spec-bench question.jsonl --steps 20                       # the grid
     python -m benchmarks.bench_distill --spec-bench question.jsonl --layers 4 --divergences fkl --minutes 30 --tag goal
     python -m benchmarks.bench_distill --spec-bench question.jsonl --engine-check 32 --layers 4 --divergences fkl --steps 1
+
+With ``--vocab N`` the students train through their output layer trimmed to N tokens
+(``hsd-plan distill --vocab``), and every row - the early exits, the students and any ``--also``
+student directory - is measured through the same trimmed layer, as ``DIR:vocab=N`` drafts.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_file, spec_bench_option, spec_bench_set
 from hsd_planner.profiling.acceptance import teacher_forced_logits
@@ -28,6 +33,8 @@ from hsd_planner.training import DistillConfig, Distiller
 from hsd_planner.training.data import sample_batched, teacher_signal
 from hsd_planner.training.student import HeldOut, sample
 from hsd_runtime import ModelLoader, SamplingConfig
+from hsd_runtime.loading import trimmed_model
+from hsd_runtime.trim import kept_tokens
 
 TARGET = "smollm2-135m"
 
@@ -80,6 +87,8 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--eval-per-category", type=int, default=2)
     ap.add_argument("--eval-tokens", type=int, default=48)
+    ap.add_argument("--vocab", type=int, default=None, help="train and measure through the output layer trimmed to N tokens")
+    ap.add_argument("--also", action="append", default=[], help="a student directory measured beside the new ones (repeatable)")
     ap.add_argument("--tag", default="grid")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/students"))
     spec_bench_option(ap)
@@ -95,7 +104,19 @@ def main() -> None:
         print(f"teacher-signal positions/s: {json.dumps(rates)}", flush=True)
     held = held_out(loader, spec_bench, args.eval_per_category, args.eval_tokens)
     print(f"held-out: {len(held.prompts)} prompts x (greedy, T = 1) continuations of {args.eval_tokens} tokens", flush=True)
+    target = loader.load(TARGET)
+    width = target.logits_width
+
+    def drafting(model: Any) -> Any:
+        """The model as it drafts: through the trimmed output layer with --vocab."""
+        return trimmed_model(model, kept_tokens(range(width), args.vocab, target.eos_token_ids, width)) if args.vocab else model
+
     rows = []
+    for folder in args.also:
+        student = ModelLoader(device="cpu", dtype="fp32", prepack=False).load(folder).model
+        rows.append({"student": folder, "layers": "-", "divergence": "-", "steps": 0, "train_s": 0.0})
+        rows[-1] |= dict(zip(("greedy", "sample"), held.acceptance(drafting(student))))
+        print(json.dumps(rows[-1]), flush=True)
     shared: dict[int, Distiller] = {}  # per K, the first student's run: its held-out set and initial acceptance are every K's
     for k in [int(x) for x in args.layers.split(",")]:
         exit_ = loader.load(f"{TARGET}:layers={k}").model
@@ -106,7 +127,7 @@ def main() -> None:
                 "divergence": "-",
                 "steps": 0,
                 "train_s": 0.0,
-                **dict(zip(("greedy", "sample"), held.acceptance(exit_))),
+                **dict(zip(("greedy", "sample"), held.acceptance(drafting(exit_)))),
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -129,6 +150,7 @@ def main() -> None:
                 max_new_tokens=args.train_tokens,
                 max_context=args.max_context,
                 lr=args.lr,
+                vocab=args.vocab,
                 dtype="bf16",
                 checkpoint_every=10**6,
             )
@@ -161,7 +183,7 @@ def main() -> None:
                     "corpus_s": corpus_s,
                     "positions": d.positions,
                     "final_loss": d.log[-1].loss,
-                    **dict(zip(("greedy", "sample"), held.acceptance(d.student))),
+                    **dict(zip(("greedy", "sample"), held.acceptance(d.drafting))),
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
