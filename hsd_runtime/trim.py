@@ -58,6 +58,7 @@ class TrimmedHead(nn.Module):
             rows.weight.copy_(weight[keep])  # [N, d]
             if bias is not None:
                 rows.bias.copy_(bias.detach()[keep])
+        rows.requires_grad_(False)  # a copy of a head: nothing trains it (a trainer reads through it, frozen)
         self.rows: nn.Module = rows  # the kept rows; packed or int8 where the full head was (loading.trimmed_model)
         self.keep: torch.Tensor
         self.register_buffer("keep", keep, persistent=False)

@@ -96,6 +96,11 @@ def test_a_trimmed_students_divergence_is_taken_against_p_on_its_support(name):
         torch.testing.assert_close(got, divergence(name, p[:, kept], q_kept, temperature), atol=1e-6, rtol=1e-5)
         topk = sparse_divergence(name, TeacherRows.from_logits(p, 8, temperature), q, temperature)
         assert torch.isfinite(topk)
+        # the kept columns alone ([24, 10] over their token ids) give the same, complete or top-k
+        for k in (0, 8):
+            rows = TeacherRows.from_logits(p, k, temperature)
+            narrow = sparse_divergence(name, rows, q_kept, temperature, kept)
+            torch.testing.assert_close(narrow, sparse_divergence(name, rows, q, temperature), atol=1e-6, rtol=1e-5)
         topk.backward()
         assert q_kept.grad is not None and torch.isfinite(q_kept.grad).all() and q_kept.grad.abs().sum() > 0
         q_kept.grad = None

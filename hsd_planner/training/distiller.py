@@ -36,7 +36,7 @@ import torch
 from torch import nn
 
 from hsd_runtime import ModelLoader, ModelNotFoundError, ModelSpecError, SamplingConfig, check_same_tokenizer, parse_spec
-from hsd_runtime.loading import trimmed_model
+from hsd_runtime.loading import shallow_module, trimmed_model
 from hsd_runtime.trim import kept_tokens
 
 from ..errors import DistillError, ModelOutputError
@@ -119,10 +119,18 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
                 self.student = build_student(source.model, config.layers)
         # what drafts: the student, or a view of it whose output layer scores the vocab lowest
         # token ids (the frozen head's rows; the decoder is shared, so training it trains the student)
-        self.drafting: nn.Module = self.student
+        self.drafting: Any = self.student
+        # what training passes run: the same, but a trimmed head scores its kept rows alone, [R, N]
+        # over the token ids ``columns`` (never spread over the whole vocabulary)
+        self.narrow: Any = self.student
+        self.columns: torch.Tensor | None = None
         if config.vocab:
             width = self.target.logits_width
             self.drafting = trimmed_model(self.student, kept_tokens(range(width), config.vocab, self.target.eos_token_ids, width))
+            head: Any = self.drafting.get_output_embeddings()
+            self.columns = head.keep
+            self.narrow = shallow_module(self.student)
+            self.narrow.set_output_embeddings(head.rows)
         tokenizer = self.target.tokenizer
         self.train_ids = [encode_prompt(tokenizer, p) for p in self.train_set.prompts]
         self.eval_ids = [encode_prompt(tokenizer, p) for p in self.eval_set.prompts]
@@ -235,8 +243,9 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
                 # teacher's top-k tokens and the tail bucket (1 - TV of the bucketed laws, an upper
                 # bound of the acceptance at the temperature; equal to it when top_k is 0 and the
                 # head is whole: a trimmed head is compared with p renormalized on its tokens)
-                log_p, log_q = bucket_log_probs(teacher, q, c.temperature)
-                greedy = float((q.argmax(-1) == teacher.ids[:, 0]).double().mean())
+                log_p, log_q = bucket_log_probs(teacher, q, c.temperature, self.columns)
+                choice = q.argmax(-1) if self.columns is None else self.columns[q.argmax(-1)]
+                greedy = float((choice == teacher.ids[:, 0]).double().mean())
                 sampled = float(torch.minimum(log_p.exp(), log_q.exp()).sum(-1).clamp(0, 1).mean())
             self.positions += q.shape[0]
             entry = StepLog(self.step + 1, loss, greedy, sampled)
@@ -248,10 +257,12 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         self, prompts: list[list[int]], continuations: list[list[int]], teacher: TeacherRows
     ) -> tuple[torch.Tensor, TeacherRows, float]:
         """The divergence's gradient over the step's sequences, in groups of similar length: the
-        student's logits ``[R, V]`` (detached) and the teacher's rows in the groups' order, and
-        the step's loss (the mean over all R positions: each group's mean weighted by its share)."""
+        student's logits ``[R, V]`` (``[R, N]`` over ``columns`` when trimmed; detached) and the
+        teacher's rows in the groups' order, and the step's loss (the mean over all R positions:
+        each group's mean weighted by its share)."""
         c = self.config
         device = next(self.student.parameters()).device
+        width = self.target.logits_width if self.columns is None else len(self.columns)
         starts = np.cumsum([0] + [len(x) for x in continuations])  # the teacher's rows are sequence after sequence
         total = int(starts[-1])
         qs, parts, loss = [], [], 0.0
@@ -259,9 +270,9 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
             rows = teacher.take(torch.cat([torch.arange(starts[i], starts[i + 1]) for i in group]))
             with self.mixed_precision(device):  # with a bf16 target
                 q = continuation_logits(
-                    self.drafting, [prompts[i] for i in group], [continuations[i] for i in group], self.target.logits_width, grad=True
-                )  # [r, V]
-            part = sparse_divergence(c.divergence, rows, q, c.temperature) * (q.shape[0] / total)
+                    self.narrow, [prompts[i] for i in group], [continuations[i] for i in group], width, grad=True
+                )  # [r, V], or [r, N] over the kept columns
+            part = sparse_divergence(c.divergence, rows, q, c.temperature, self.columns) * (q.shape[0] / total)
             if not torch.isfinite(part):
                 raise self._diverged(f"the loss is {float(part.detach())}")
             part.backward()

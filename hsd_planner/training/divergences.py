@@ -119,16 +119,26 @@ def divergence(name: Divergence, p_logits: torch.Tensor, q_logits: torch.Tensor,
     return DIVERGENCES[name](p_logits, q_logits, temperature)
 
 
-def bucket_log_probs(teacher: TeacherRows, q_logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+def bucket_log_probs(
+    teacher: TeacherRows, q_logits: torch.Tensor, temperature: float, columns: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The teacher's and the student's log-probabilities over the teacher's top-k tokens and one
     bucket for the rest of the vocabulary, ``[N, k + 1]`` each (``[N, V]`` when the rows are
-    complete); the student's ``q_logits`` are ``[N, V]``. Each tail is summed over the tokens
-    outside the top k, never taken as 1 minus the top k (rounding would swallow a small tail).
-    Where the student's logits are ``-inf`` (a trimmed head), p is taken on its support (:func:`_on_support`)."""
-    log_q_all = _log_probs(q_logits, temperature)
-    log_p, log_q = teacher.log_probs(temperature), log_q_all.gather(-1, teacher.ids)
+    complete). The student's ``q_logits`` are ``[N, V]``, or ``[N, C]`` over the token ids
+    ``columns`` ``[C]`` alone (a trimmed head, q = 0 elsewhere: its logits need not be spread
+    over the whole vocabulary). Each tail is summed over the tokens outside the top k, never
+    taken as 1 minus the top k (rounding would swallow a small tail). Where the student cannot
+    propose a token (a trimmed head), p is taken on its support (:func:`_on_support`)."""
+    log_q_all = _log_probs(q_logits, temperature)  # [N, V] or [N, C]
+    at = teacher.ids  # [N, k]: where each top-k token sits in log_q_all
+    if columns is not None:  # a column of -inf stands for every token the head cannot propose
+        log_q_all = torch.cat([log_q_all, log_q_all.new_full((log_q_all.shape[0], 1), float("-inf"))], -1)
+        where = torch.full((teacher.width,), len(columns), dtype=torch.long, device=at.device)
+        where[columns.to(at.device)] = torch.arange(len(columns), device=at.device)
+        at = where[at]
+    log_p, log_q = teacher.log_probs(temperature), log_q_all.gather(-1, at)
     if not teacher.complete:
-        log_q_tail = torch.logsumexp(log_q_all.scatter(-1, teacher.ids, float("-inf")), dim=-1, keepdim=True)  # [N, 1]
+        log_q_tail = torch.logsumexp(log_q_all.scatter(-1, at, float("-inf")), dim=-1, keepdim=True)  # [N, 1]
         log_p, log_q = torch.cat([log_p, teacher.log_tail[:, None]], -1), torch.cat([log_q, log_q_tail], -1)
     return _on_support(log_p, log_q)
 
@@ -151,12 +161,15 @@ def _on_support(log_p: torch.Tensor, log_q: torch.Tensor) -> tuple[torch.Tensor,
     return log_p.masked_fill(outside, _LOG_ZERO), log_q.masked_fill(outside, _LOG_ZERO)
 
 
-def sparse_divergence(name: Divergence, teacher: TeacherRows, q_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """The divergence ``name`` between the teacher's top-k rows and the student's logits ``[N, V]``,
-    computed over the top-k tokens and the tail bucket.
+def sparse_divergence(
+    name: Divergence, teacher: TeacherRows, q_logits: torch.Tensor, temperature: float = 1.0, columns: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The divergence ``name`` between the teacher's top-k rows and the student's logits ``[N, V]``
+    (or ``[N, C]`` over the token ids ``columns``: :func:`bucket_log_probs`), computed over the
+    top-k tokens and the tail bucket.
 
     Merging the tail into one bucket can only lower a divergence (data processing), by at most
     what the tail carries: for KL the tail mass times the KL within the tail. With complete rows
     (k = V) it equals :func:`divergence` on the full logits.
     """
-    return _FROM_LOGS[name](*bucket_log_probs(teacher, q_logits, temperature))
+    return _FROM_LOGS[name](*bucket_log_probs(teacher, q_logits, temperature, columns))

@@ -123,7 +123,12 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
         # the frozen output layer is back-propagated through: plain kernels
         self.host = loader.with_kernels("plain").load(config.model)
         # the layer the heads read: the host's, or a copy of it trimmed to vocab tokens (q = 0 elsewhere)
-        self.output: Any = trimmed_by_id(self.host.model, config.vocab) if config.vocab else self.host.model
+        self.output: Any = self.host.model
+        # trimmed: training scores the kept rows alone, [n, N] over these token ids, never the whole vocabulary
+        self.columns: torch.Tensor | None = None
+        if config.vocab:
+            self.output = trimmed_by_id(self.host.model, config.vocab)
+            self.columns = self.output.get_output_embeddings().keep
         tok = self.host.tokenizer
         self.train_ids = [encode_prompt(tok, p) for p in self.train_set.prompts]
         self.eval_ids = [encode_prompt(tok, p) for p in self.eval_set.prompts]
@@ -195,15 +200,18 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
             if not bool(ok.any()):
                 continue
             with self.mixed_precision(device):
-                q = apply_output_layer(self.output, states[ok, i - 2], width).float()  # [n, V]; -inf off a trimmed layer
+                q = self._logits(states[ok, i - 2], width)  # [n, V], or [n, N] over the kept columns
             later = base[ok] + (i - 1)  # the corpus row that predicts token t + i - 1
             if c.loss == "kl":  # against the host's law on the tokens the layer keeps (all, untrimmed)
-                loss = sparse_divergence("fkl", corpus.signal.take(later), q, c.temperature)
+                loss = sparse_divergence("fkl", corpus.signal.take(later), q, c.temperature, self.columns)
             else:
                 assert self.tokens is not None
                 token = self.tokens[later].to(q.device)  # [n]
-                kept = torch.isfinite(q.gather(-1, token[:, None]))[:, 0]  # a trimmed layer cannot learn the others
-                q, token = q[kept], token[kept]
+                if self.columns is not None:  # a trimmed layer cannot learn the tokens it lacks
+                    column = torch.full((width,), -1, dtype=torch.long, device=q.device)
+                    column[self.columns.to(q.device)] = torch.arange(len(self.columns), device=q.device)
+                    kept = column[token] >= 0
+                    q, token = q[kept], column[token[kept]]
                 if not q.shape[0]:
                     continue
                 loss = torch.nn.functional.cross_entropy(q, token)
@@ -223,6 +231,14 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
         self.positions += count
         self.losses.append(float(total.detach()))
         return self.losses[-1]
+
+    def _logits(self, states: torch.Tensor, width: int) -> torch.Tensor:
+        """The heads' logits (fp32) for inputs ``[n, d]`` of the output layer: ``[n, width]``, or
+        ``[n, N]`` over :attr:`columns` for a trimmed layer (the kept rows alone)."""
+        if self.columns is None:
+            return apply_output_layer(self.output, states, width).float()
+        rows = self.output.get_output_embeddings().rows
+        return rows(states.to(rows.weight.dtype)).float()
 
     def finish(self) -> HeadsReport:
         """Measure the heads on the held-out prompts, save them and their card into ``out``."""
