@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
 from hsd_runtime import ModelLoader, ModelNotFoundError, ModelSpecError, SamplingConfig, check_same_tokenizer, parse_spec
 from hsd_runtime.loading import shallow_module, trimmed_model
