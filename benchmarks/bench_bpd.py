@@ -15,6 +15,11 @@ Every variant's tokens are checked against the host's own greedy tokens (bf16 ne
 
     python -m benchmarks.bench_bpd --spec-bench question.jsonl --heads benchmarks/out/heads/smollm2-h4
     python -m benchmarks.bench_bpd --spec-bench question.jsonl --heads DIR --rescorer benchmarks/out/students/builtin-l4
+    python -m benchmarks.bench_bpd --spec-bench question.jsonl --heads DIR --host-corpus benchmarks/out/host-corpus.txt
+
+``--host-corpus PATH`` writes the host's own continuations of the Spec-Bench profiling split (the
+data engine's cached corpus the heads trained on, decoded to text) to PATH and adds a
+``+ corpus`` twin of every ``rescore=ngram`` variant that counts its bigrams (``corpus=PATH``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,10 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import SPEC_CATEGORIES, machine, mt_bench_set, spec_bench_file, spec_bench_option, spec_bench_set
-from hsd_planner.prompts import encode_prompt, split
+from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.training.data import build_corpus
+from hsd_planner.training.heads import HeadsConfig
+from hsd_planner.training.runs import corpus_key
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig, build_hierarchy
 from hsd_runtime.device import auto_dtype, cpu_capability
 from hsd_runtime.heads import read_card
@@ -43,6 +51,24 @@ VARIANTS = {  # label -> the bpd: options (top-4 lattice, bigram rescoring of we
 }
 
 
+def write_host_corpus(host: str, spec_bench: Path, out: Path) -> None:
+    """Decode the host's cached continuations of the Spec-Bench profiling split (the data engine's
+    corpus for ``hsd-plan heads train`` / ``distill`` defaults, bf16) into the text file ``out``."""
+    config = HeadsConfig(model=host, prompts=str(spec_bench), dtype="bf16")
+    model = ModelLoader(device="cpu", dtype="bf16").with_kernels("plain").load(host)
+    train = split(load_prompts(spec_bench), "profile")
+
+    def refuse(stage: str, done: int, total: int) -> None:
+        if stage.startswith("sampling"):
+            raise SystemExit(f"no cached corpus of {host} on {train.name}: run hsd-plan heads train first")
+
+    ids = [encode_prompt(model.tokenizer, p) for p in train.prompts]
+    corpus, _ = build_corpus(model, corpus_key(host, model.model, train, config), ids, 16, None, refuse)
+    texts = [model.tokenizer.decode(c, skip_special_tokens=True) for c in corpus.continuations]  # type: ignore[attr-defined]
+    out.write_text("\n\n".join(texts))
+    print(f"host corpus: {len(texts)} continuations, {sum(map(len, corpus.continuations)):,} tokens -> {out}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--heads", type=Path, required=True, help="A heads directory (hsd-plan heads train --out).")
@@ -50,6 +76,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--variants", default=",".join(VARIANTS), help="Comma-separated names of VARIANTS.")
     ap.add_argument("--rescorer", default=None, help="Also rescore with this small model of the host's tokenizer (rescore=MODEL).")
+    ap.add_argument("--host-corpus", type=Path, default=None, help="Write the host's cached continuations here; add corpus= twins.")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/out/bpd.jsonl"))
     spec_bench_option(ap)
     args = ap.parse_args()
@@ -62,6 +89,12 @@ def main() -> None:
     if args.rescorer:
         VARIANTS[f"rescored by {args.rescorer}"] = f":k=4:rescore={args.rescorer}:alpha=1"
         names.append(f"rescored by {args.rescorer}")
+    if args.host_corpus:
+        write_host_corpus(card.host, path, args.host_corpus)
+        for name in list(names):
+            if "rescore=ngram" in VARIANTS[name]:
+                VARIANTS[f"{name} + corpus"] = f"{VARIANTS[name]}:corpus={args.host_corpus}"
+                names.append(f"{name} + corpus")
     alone, tokenizer = build_hierarchy([card.host], [], loader)
     chains: dict[str, Hierarchy] = {"host alone": alone}
     for name in names:
