@@ -28,7 +28,7 @@ from torch import nn
 from .errors import ModelSpecError
 from .files import read_input
 
-__all__ = ["MAX_RANKING_BYTES", "TrimmedHead", "kept_tokens", "read_ranking"]
+__all__ = ["MAX_RANKING_BYTES", "TrimmedHead", "column_of", "kept_tokens", "read_ranking"]
 
 MAX_RANKING_BYTES = 16 << 20  # a ranking of every token of a 262k vocabulary is about 2 MB of JSON
 
@@ -71,6 +71,14 @@ class TrimmedHead(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, kept={len(self.keep)}, out_features={self.out_features}"
+
+
+def column_of(keep: torch.Tensor, width: int, missing: int) -> torch.Tensor:
+    """``[width]`` (int64, on ``keep``'s device): each token id's column among the kept ``keep``
+    ``[N]``, ``missing`` for a token left out; maps token ids into a trimmed head's N logits."""
+    out = torch.full((width,), missing, dtype=torch.long, device=keep.device)
+    out[keep] = torch.arange(len(keep), device=keep.device)
+    return out
 
 
 def read_ranking(path: Path) -> tuple[list[int], str | None]:

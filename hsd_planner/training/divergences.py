@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from hsd_runtime.trim import column_of
+
 from ..choices import Divergence
 from .data import TeacherRows
 
@@ -133,9 +135,7 @@ def bucket_log_probs(
     at = teacher.ids  # [N, k]: where each top-k token sits in log_q_all
     if columns is not None:  # a column of -inf stands for every token the head cannot propose
         log_q_all = torch.cat([log_q_all, log_q_all.new_full((log_q_all.shape[0], 1), float("-inf"))], -1)
-        where = torch.full((teacher.width,), len(columns), dtype=torch.long, device=at.device)
-        where[columns.to(at.device)] = torch.arange(len(columns), device=at.device)
-        at = where[at]
+        at = column_of(columns.to(at.device), teacher.width, len(columns))[at]
     log_p, log_q = teacher.log_probs(temperature), log_q_all.gather(-1, at)
     if not teacher.complete:
         log_q_tail = torch.logsumexp(log_q_all.scatter(-1, at, float("-inf")), dim=-1, keepdim=True)  # [N, 1]

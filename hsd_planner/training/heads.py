@@ -30,6 +30,7 @@ from pydantic import Field
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
 from hsd_runtime.heads import BlockHeads, HeadsCard, apply_output_layer, save_heads
 from hsd_runtime.loading import trimmed_by_id
+from hsd_runtime.trim import column_of
 
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits
@@ -126,9 +127,11 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
         self.output: Any = self.host.model
         # trimmed: training scores the kept rows alone, [n, N] over these token ids, never the whole vocabulary
         self.columns: torch.Tensor | None = None
+        self.column: torch.Tensor | None = None  # [V]: each token's column among them (-1: not kept), for --loss ce
         if config.vocab:
             self.output = trimmed_by_id(self.host.model, config.vocab)
             self.columns = self.output.get_output_embeddings().keep
+            self.column = column_of(self.columns, self.host.logits_width, -1)
         tok = self.host.tokenizer
         self.train_ids = [encode_prompt(tok, p) for p in self.train_set.prompts]
         self.eval_ids = [encode_prompt(tok, p) for p in self.eval_set.prompts]
@@ -207,11 +210,10 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
             else:
                 assert self.tokens is not None
                 token = self.tokens[later].to(q.device)  # [n]
-                if self.columns is not None:  # a trimmed layer cannot learn the tokens it lacks
-                    column = torch.full((width,), -1, dtype=torch.long, device=q.device)
-                    column[self.columns.to(q.device)] = torch.arange(len(self.columns), device=q.device)
-                    kept = column[token] >= 0
-                    q, token = q[kept], column[token[kept]]
+                if self.column is not None:  # a trimmed layer cannot learn the tokens it lacks
+                    column = self.column.to(q.device)[token]  # [n]
+                    kept = column >= 0
+                    q, token = q[kept], column[kept]
                 if not q.shape[0]:
                     continue
                 loss = torch.nn.functional.cross_entropy(q, token)
