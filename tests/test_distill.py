@@ -9,12 +9,13 @@ from safetensors.torch import load_file
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hsd_planner.profiling.acceptance import teacher_forced_logits
+from hsd_planner.prompts import TRAINED_PROMPTS, load_prompts, prompt_digest, split
 from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
 from hsd_planner.training import distiller as distiller_module
 from hsd_planner.training.data import TeacherRows
 from hsd_planner.training.divergences import DIVERGENCES, divergence
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
-from tests.helpers import fp32_check, one_line_error, run
+from tests.helpers import QUICK_PROFILE, fp32_check, one_line_error, run
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
 
 FAST = ["--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu"]
@@ -181,6 +182,24 @@ def test_a_checkpoint_from_before_max_context_resumes_as_reading_whole_prompts(t
     assert distill(tiny_dirs["target"], tmp_path / "out", prompts, "--steps", 2, "--resume", "--max-context", 0).exit_code == 0
 
 
+def test_trainers_leave_the_first_profiling_prompts_to_profile_which_names_an_overlap(tiny_dirs, prompts, tmp_path):
+    out = tmp_path / "student"
+    assert distill(tiny_dirs["target"], out, prompts, "--steps", 1, "--reserve", 5).exit_code == 0
+    every = load_prompts(str(prompts))
+    profiled, trained = split(every, "profile"), split(every, "train", reserve=5)
+    assert trained.prompts == tuple(p for p in profiled.prompts[5:] if p not in profiled.prompts[:5])
+    record = set(json.loads((out / TRAINED_PROMPTS).read_text())["digests"])
+    assert record == {prompt_digest(p) for p in trained.prompts}
+    chain = f"{out},{tiny_dirs['target']}"
+    for n, warning in ((5, ""), (8, f"{out} was trained on 3 of these 8 profiling prompts")):
+        result = run("profile", "--models", chain, "--db", tmp_path / f"{n}.db", "--prompts", prompts, "--max-prompts", n, *QUICK_PROFILE)
+        assert result.exit_code == 0, result.output
+        assert (warning in result.stderr) if warning else "trained on" not in result.stderr, result.stderr
+    few = tmp_path / "few.txt"
+    few.write_text("\n".join(f"w{i} w{i + 1}" for i in range(12)))
+    one_line_error(distill(tiny_dirs["target"], tmp_path / "none", few, "--steps", 1), "lower --reserve")
+
+
 def test_saved_student_loads_as_a_model_spec_with_identical_logits(tiny_dirs, prompts, tmp_path):
     config = DistillConfig(target=str(tiny_dirs["target"]), layers=2, prompts=str(prompts), steps=2, max_new_tokens=4, batch_size=2)
     distiller = Distiller(config, tmp_path / "out", ModelLoader(device="cpu"))
@@ -203,7 +222,7 @@ def test_cli_reports_and_the_student_drafts_for_its_target(tiny_dirs, prompts, t
     card = json.loads(result.output)
     assert card["steps"] == 3 and card["layers"] == 1 and card["divergence"] == "tvd" and card["data"] == "mixed"
     assert 0 <= card["acceptance_greedy"] <= 1 and 0 <= card["acceptance_sampled"] <= 1 and len(card["log"]) == 3
-    assert card["train_prompts"].endswith(":profile") and "validate" in card["eval_prompts"]
+    assert card["train_prompts"].endswith(":train") and "validate" in card["eval_prompts"]
     assert (out / "checkpoint" / "state.pt").is_file() and (out / "tokenizer.json").is_file()
     chain = f"{out},{tiny_dirs['target']}"
     assert fp32_check(chain, 2, 10)["identical"]

@@ -80,6 +80,7 @@ def distill(
     prompts_file: str | None,
     category: str | None,
     max_prompts: int | None,
+    reserve: int,
     steps: int,
     batch_size: int,
     samples_per_prompt: int,
@@ -103,7 +104,8 @@ def distill(
     The student is a copy of the target's first K decoder layers, final norm and embeddings
     (--init layers=K), or of another model of the target's tokenizer (--init SPEC, e.g. the 0.5B
     toward the 1.5B); embeddings and head stay frozen, the rest trains in fp32. Each step takes --batch-size
-    sequences - continuations of prompts of the profiling split (the validation split is never
+    sequences - continuations of prompts of the profiling split less the first --reserve, which profile
+    measures on (the validation split is never
     trained on) sampled from the student (on-policy), from the target (target data:
     --samples-per-prompt per prompt, sampled once with the target's top-k distribution at every
     position and cached for every later run), or either (mixed) - and minimises the divergence
@@ -133,6 +135,7 @@ def distill(
         prompts=prompts_file,
         category=category,
         max_prompts=max_prompts,
+        reserve=reserve,
         steps=steps,
         batch_size=batch_size,
         samples_per_prompt=samples_per_prompt,

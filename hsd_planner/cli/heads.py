@@ -72,6 +72,7 @@ def train(
     prompts_file: str | None,
     category: str | None,
     max_prompts: int | None,
+    reserve: int,
     steps: int,
     batch_size: int,
     samples_per_prompt: int,
@@ -92,8 +93,8 @@ def train(
 
     Head i reads the model's final hidden state after position t and predicts token t + i: a
     residual feed-forward block into the model's frozen output layer. The data are the model's
-    own continuations of the profiling split's prompts (the validation split is never trained
-    on), sampled once with its top-k distribution at every position and cached; one pass per
+    own continuations of the profiling split's prompts less the first --reserve (left to profile;
+    the validation split is never trained on), sampled once with its top-k distribution at every position and cached; one pass per
     batch gives its hidden states. A checkpoint is saved in --out/checkpoint every
     --checkpoint-every steps and on Ctrl-C; --resume continues it. --out gets the heads
     (heads.safetensors), their card (heads.json, README.md) with each head's held-out acceptance
@@ -117,6 +118,7 @@ def train(
         prompts=prompts_file,
         category=category,
         max_prompts=max_prompts,
+        reserve=reserve,
         steps=steps,
         batch_size=batch_size,
         samples_per_prompt=samples_per_prompt,

@@ -329,6 +329,14 @@ def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
     def wrap(f: F) -> F:
         options = [
             click.option(
+                "--reserve",
+                type=click.IntRange(0, MAX_COUNT),
+                default=default("reserve"),
+                show_default=True,
+                help="The first N profiling prompts, of the set and of each category, are not trained on: "
+                "profile --max-prompts N measures the result on prompts it never saw.",
+            ),
+            click.option(
                 "--samples-per-prompt",
                 type=click.IntRange(1, MAX_COUNT),
                 default=default("samples_per_prompt"),

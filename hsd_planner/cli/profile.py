@@ -7,7 +7,7 @@ import click
 from ..errors import StoreError
 from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
-from ..profiling.sources import absolute_specs
+from ..profiling.sources import absolute_specs, trained_overlaps
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
 from ..store.server import LOST, describe_lost
@@ -97,8 +97,10 @@ def profile(
     Latency: one cached forward pass of n new tokens after each context length. Acceptance: for
     every pair (cheaper drafter, dearer verifier), the verifier's own continuation of each
     prompt, with each drafter teacher-forced over it. Profiling uses the profiling split of the
-    prompts (a quarter is held out for validation). Each measurement is committed as it is taken:
-    rerun an interrupted command to resume it.
+    prompts (a quarter is held out for validation); a trained drafter (a distilled student, heads,
+    steering) whose training record lists any of them is named in a warning, as its acceptance
+    there is its training acceptance. Each measurement is committed as it is taken: rerun an
+    interrupted command to resume it.
 
     Example:
 
@@ -124,6 +126,13 @@ def profile(
         force=force,
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
+    for spec, n in trained_overlaps(config.models, prompts):
+        click.echo(
+            f"warning: {spec} was trained on {n} of these {len(prompts.prompts)} profiling prompts: its acceptance here is "
+            f"its training acceptance and plans with it will be predicted too fast; profile with --max-prompts at most the "
+            f"trainer's --reserve, or on other prompts",
+            err=True,
+        )
     check_db(db)  # a bad --db fails before the models load
     loader = make_loader(device, dtype, prepack)
     prepared = prepare_profile(config, prompts, loader)  # every refusal before the database is created or written

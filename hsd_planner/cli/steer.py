@@ -94,6 +94,7 @@ def train(
     prompts_file: str | None,
     category: str | None,
     max_prompts: int | None,
+    reserve: int,
     steps: int,
     batch_size: int,
     lr: float,
@@ -117,8 +118,8 @@ def train(
     After every verification, the verifier's hidden states entering three of its layers (3, L/2,
     L - 3) at the last position it computed are projected into one vector per drafter layer,
     added inside the drafter's SwiGLU until the next verification. The data are the verifier's
-    own continuations of the profiling split's prompts (cached; the validation split is never
-    trained on); one more pass gives its hidden states. A checkpoint is saved in
+    own continuations of the profiling split's prompts less the first --reserve (left to profile;
+    cached; the validation split is never trained on); one more pass gives its hidden states. A checkpoint is saved in
     --out/checkpoint every --checkpoint-every steps and on Ctrl-C; --resume continues it. --out
     gets the projection (steering.safetensors), its card (steering.json, README.md) with the
     held-out accepted tokens per block, steered and unsteered.
@@ -141,6 +142,7 @@ def train(
         prompts=prompts_file,
         category=category,
         max_prompts=max_prompts,
+        reserve=reserve,
         steps=steps,
         batch_size=batch_size,
         lr=lr,

@@ -15,8 +15,9 @@ from hsd_runtime.packaged import PACKAGED
 from hsd_runtime.spec import BPD, ModelSpec, parse_spec
 
 from ..errors import StoreError
+from ..prompts import PromptSet, trained_on
 
-__all__ = ["absolute_spec", "absolute_specs", "check_source", "source_fingerprint"]
+__all__ = ["absolute_spec", "absolute_specs", "check_source", "source_fingerprint", "trained_overlaps"]
 
 _WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 
@@ -37,6 +38,19 @@ def _option_files(spec: ModelSpec) -> dict[str, Path]:
             path = Path(value).expanduser()
             if stat_path(path, key) is not None:
                 out[key] = path
+    return out
+
+
+def trained_overlaps(specs: list[str], prompts: PromptSet) -> list[tuple[str, int]]:
+    """(spec, n) for each of ``specs`` that reads a trained folder (a student, heads or steering
+    directory) whose record lists ``n`` > 0 of ``prompts`` as trained on."""
+    out = []
+    for text in specs:
+        spec = parse_spec(text)
+        folders = [p for p in (_local_path(spec), *_option_files(spec).values()) if p is not None and p.is_dir()]
+        n = max((trained_on(p, prompts) for p in folders), default=0)
+        if n:
+            out.append((text, n))
     return out
 
 

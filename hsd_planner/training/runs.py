@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import DistillError
-from ..prompts import PromptSet, load_prompts, split
+from ..prompts import PromptSet, load_prompts, split, write_trained_prompts
 from .config import TrainingConfig
 from .data import CorpusKey, model_digest
 
@@ -68,7 +68,7 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
     """One training run into ``out``: build or resume, :meth:`train`, then :meth:`finish`.
 
     The base keeps what every trainer shares: the run folder (checked before anything is written),
-    the profiling split to train on and the validation split to measure on, the seeded RNG every
+    the training split (the profiling split less the prompts left to ``profile``) and the validation split to measure on, the seeded RNG every
     draw comes from, the step count, training time and positions trained on, the step loop with a
     checkpoint every ``checkpoint_every`` steps and at the end, and resuming from it (refused with
     one line when the checkpoint is unreadable or was made with other settings). A trainer sets
@@ -84,7 +84,8 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         state_file = check_run_folder(self.out, resume)
         self._resume_from = state_file if resume else None
         prompts = load_prompts(config.prompts, config.category)
-        self.train_set = split(prompts, "profile", config.max_prompts)
+        # the profiling split less what `profile --max-prompts reserve` reads (prompts.split)
+        self.train_set = split(prompts, "train", config.max_prompts, config.reserve)
         self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
         self.rng = np.random.default_rng(config.seed)
         self.step = 0
@@ -114,8 +115,9 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         """Restore :meth:`_own_state`'s part of ``state``."""
 
     def _read_config(self, saved: dict[str, Any]) -> TrainingConfig:
-        """The settings a checkpoint was made with (a trainer fills in fields older runs lacked)."""
-        return type(self.config)(**saved)
+        """The settings a checkpoint was made with (a trainer fills in fields older runs lacked:
+        runs from before the reserve trained on the whole profiling split)."""
+        return type(self.config)(**{"reserve": 0, **saved})
 
     def mixed_precision(self, device: torch.device, when: bool = True) -> torch.autocast:
         """bf16 autocast around the passes of what trains (its weights, the optimizer and the loss
@@ -193,3 +195,4 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
                 if self.step % self.config.checkpoint_every == 0 and self.step < self.config.steps:
                     self.save_checkpoint()
         self.save_checkpoint()
+        write_trained_prompts(self.out, self.train_set, self.config.reserve)

@@ -1,0 +1,40 @@
+"""Which prompts a trained drafter was trained on: a record written beside it, read by ``profile``.
+
+A drafter's acceptance measured on prompts it was trained on is its training acceptance, and the
+plans it is in would be predicted faster than they run on new prompts. The trainers write the
+digests of their training prompts into ``trained_prompts.json`` in their output folder (a student,
+a heads or a steering directory); ``profile`` counts how many of its prompts a candidate's folders
+list and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hsd_runtime.files import read_input
+
+from .sets import PromptSet, prompt_digest
+
+__all__ = ["TRAINED_PROMPTS", "trained_on", "write_trained_prompts"]
+
+TRAINED_PROMPTS = "trained_prompts.json"
+MAX_RECORD_BYTES = 1 << 24  # 16 hex digits a prompt: a million prompts
+
+
+def write_trained_prompts(folder: Path, prompts: PromptSet, reserve: int) -> None:
+    """Record in ``folder`` the digests of ``prompts`` (a trainer's training split) and the reserve it left."""
+    record = {"prompts": prompts.name, "reserve": reserve, "digests": sorted({prompt_digest(p) for p in prompts.prompts})}
+    (folder / TRAINED_PROMPTS).write_text(json.dumps(record))
+
+
+def trained_on(folder: Path, prompts: PromptSet) -> int:
+    """How many of ``prompts`` the drafter in ``folder`` was trained on (0 without a readable record)."""
+    path = folder / TRAINED_PROMPTS
+    if not path.is_file():
+        return 0
+    try:
+        digests = set(json.loads(read_input(path, "trained-prompts record", MAX_RECORD_BYTES))["digests"])
+    except (ValueError, KeyError, TypeError):
+        return 0  # a damaged record says nothing; the drafter itself is checked where it is loaded
+    return sum(prompt_digest(p) in digests for p in prompts.prompts)
