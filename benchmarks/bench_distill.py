@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_file, spec_bench_option, spec_bench_set
 from hsd_planner.profiling.acceptance import teacher_forced_logits
-from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.prompts import encode_prompt, load_prompts, split, write_trained_prompts
 from hsd_planner.training import DistillConfig, Distiller
 from hsd_planner.training.data import sample_batched, teacher_signal
 from hsd_planner.training.student import HeldOut, sample
@@ -173,6 +173,7 @@ def main() -> None:
             d.config = config.model_copy(update={"steps": d.step})
             d.student.save_pretrained(out)  # usable as a model spec; the card's own acceptance is skipped (measured below)
             loader.load(TARGET).tokenizer.save_pretrained(out)
+            write_trained_prompts(out, d.train_set, config.reserve)  # what profile checks its prompts against
             rows.append(
                 {
                     "student": str(out),

@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--verifier", default="smollm2-135m")
     ap.add_argument("--drafter", action="append", required=True, help="NAME=SPEC[@MINUTES], once per drafter (trained one after another).")
     ap.add_argument("--prompts", default=None, help="What hsd-plan steer train --prompts takes (default: the built-in set).")
+    ap.add_argument("--category", default=None, help="Train and measure on this category of a JSONL prompt file only.")
     ap.add_argument("--minutes", type=float, default=20.0, help="Training budget per drafter.")
     ap.add_argument("--form", default="lowrank")
     ap.add_argument("--rank", type=int, default=64)
@@ -61,6 +62,7 @@ def main() -> None:
             stale=args.stale,
             divergence=args.divergence,
             prompts=args.prompts,
+            category=args.category,
             steps=10**6,
             batch_size=args.batch_size,
             samples_per_prompt=args.samples_per_prompt,

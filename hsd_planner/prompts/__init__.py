@@ -5,7 +5,7 @@ and how a prompt becomes token ids (the chat template).
 Used by profiling, validation and training alike; imports no torch and no database.
 """
 
-from .record import TRAINED_PROMPTS, trained_on, write_trained_prompts
+from .record import TRAINED_PROMPTS, trained_digests, trained_on, write_trained_prompts
 from .sets import BUILTIN, TRAIN_RESERVE, PromptSet, encode_prompt, load_prompts, prompt_digest, split
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "load_prompts",
     "prompt_digest",
     "split",
+    "trained_digests",
     "trained_on",
     "write_trained_prompts",
 ]

@@ -16,7 +16,7 @@ from hsd_runtime.files import read_input
 
 from .sets import PromptSet, prompt_digest
 
-__all__ = ["TRAINED_PROMPTS", "trained_on", "write_trained_prompts"]
+__all__ = ["TRAINED_PROMPTS", "trained_digests", "trained_on", "write_trained_prompts"]
 
 TRAINED_PROMPTS = "trained_prompts.json"
 MAX_RECORD_BYTES = 1 << 24  # 16 hex digits a prompt: a million prompts
@@ -28,13 +28,18 @@ def write_trained_prompts(folder: Path, prompts: PromptSet, reserve: int) -> Non
     (folder / TRAINED_PROMPTS).write_text(json.dumps(record))
 
 
-def trained_on(folder: Path, prompts: PromptSet) -> int:
-    """How many of ``prompts`` the drafter in ``folder`` was trained on (0 without a readable record)."""
+def trained_digests(folder: Path) -> set[str]:
+    """The digests of the prompts the drafter in ``folder`` was trained on (empty without a readable record)."""
     path = folder / TRAINED_PROMPTS
     if not path.is_file():
-        return 0
+        return set()
     try:
-        digests = set(json.loads(read_input(path, "trained-prompts record", MAX_RECORD_BYTES))["digests"])
+        return {str(d) for d in json.loads(read_input(path, "trained-prompts record", MAX_RECORD_BYTES))["digests"]}
     except (ValueError, KeyError, TypeError):
-        return 0  # a damaged record says nothing; the drafter itself is checked where it is loaded
-    return sum(prompt_digest(p) in digests for p in prompts.prompts)
+        return set()  # a damaged record says nothing; the drafter itself is checked where it is loaded
+
+
+def trained_on(folder: Path, prompts: PromptSet) -> int:
+    """How many of ``prompts`` the drafter in ``folder`` was trained on (0 without a readable record)."""
+    digests = trained_digests(folder)
+    return sum(prompt_digest(p) in digests for p in prompts.prompts) if digests else 0

@@ -132,7 +132,8 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
     # --- shared ------------------------------------------------------------------------------
 
     def save_checkpoint(self) -> Path:
-        """Write the run's state to ``out/checkpoint/state.pt`` atomically; return its path.
+        """Write the run's state to ``out/checkpoint/state.pt`` atomically, and the record of its
+        training prompts to ``out/trained_prompts.json``; return the state's path.
 
         The file is written under a temporary name and renamed over the old one, so a kill
         mid-write leaves the previous checkpoint intact.
@@ -150,6 +151,7 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         } | self._own_state()
         torch.save(state, folder / f"{STATE}.tmp")
         os.replace(folder / f"{STATE}.tmp", folder / STATE)
+        write_trained_prompts(self.out, self.train_set, self.config.reserve)  # what profile checks its prompts against
         return folder / STATE
 
     def resume(self) -> None:
@@ -195,4 +197,3 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
                 if self.step % self.config.checkpoint_every == 0 and self.step < self.config.steps:
                     self.save_checkpoint()
         self.save_checkpoint()
-        write_trained_prompts(self.out, self.train_set, self.config.reserve)
