@@ -101,20 +101,20 @@ def distill(
 ) -> None:
     """Train a student drafter toward a target by knowledge distillation (DistillSpec).
 
-    The student is a copy of the target's first K decoder layers, final norm and embeddings
-    (--init layers=K), or of another model of the target's tokenizer (--init SPEC, e.g. the 0.5B
-    toward the 1.5B); embeddings and head stay frozen, the rest trains in fp32. Each step takes --batch-size
-    sequences - continuations of prompts of the profiling split less the first --reserve, which profile
-    measures on (the validation split is never
-    trained on) sampled from the student (on-policy), from the target (target data:
-    --samples-per-prompt per prompt, sampled once with the target's top-k distribution at every
-    position and cached for every later run), or either (mixed) - and minimises the divergence
-    between the target's and the student's next-token distributions at every position of them
-    (the student reads the last --max-context prompt tokens; its passes are grouped by length). DistillSpec (Zhou et al. 2023) found forward KL and total variation best for greedy
-    decoding. A checkpoint is saved in --out/checkpoint every --checkpoint-every steps and on
-    Ctrl-C; --resume continues it. The student is saved in --out as a Hugging Face model
-    directory with a card (README.md, distill.json) holding its acceptance on held-out prompts;
-    use --out as a model spec in profile, solve, validate and generate.
+    The student is a copy of the target's first K decoder layers, final norm and embeddings (--init
+    layers=K), or of another model of the target's tokenizer (--init SPEC, e.g. the 0.5B toward the
+    1.5B); embeddings and head stay frozen, the rest trains in fp32. Each step takes --batch-size
+    sequences - continuations of prompts of the profiling split less the first --reserve, which
+    profile measures on (the validation split is never trained on) - sampled from the student
+    (on-policy), from the target (target data: --samples-per-prompt per prompt, sampled once with
+    the target's top-k distribution at every position and cached for every later run), or either
+    (mixed) - and minimises the divergence between the target's and the student's next-token
+    distributions at every position of them (the student reads the last --max-context prompt tokens;
+    its passes are grouped by length). DistillSpec (Zhou et al. 2023) found forward KL and total
+    variation best for greedy decoding. A checkpoint is saved in --out/checkpoint every
+    --checkpoint-every steps and on Ctrl-C; --resume continues it. The student is saved in --out as
+    a Hugging Face model directory with a card (README.md, distill.json) holding its acceptance on
+    held-out prompts; use --out as a model spec in profile, solve, validate and generate.
 
     Example:
 

@@ -333,8 +333,8 @@ def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
                 type=click.IntRange(0, MAX_COUNT),
                 default=default("reserve"),
                 show_default=True,
-                help="The first N profiling prompts, of the set and of each category, are not trained on: "
-                "profile --max-prompts N measures the result on prompts it never saw.",
+                help="The first N profiling prompts of the set are not trained on: "
+                "profile --max-prompts N on the same prompts measures the result on prompts it never saw.",
             ),
             click.option(
                 "--samples-per-prompt",

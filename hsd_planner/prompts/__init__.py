@@ -1,6 +1,6 @@
-"""Prompt sets: prompt files, the built-in set (package data), the profiling/validation/training split, the record of
-what a trained drafter trained on,
-and how a prompt becomes token ids (the chat template).
+"""Prompt sets: prompt files, the built-in set (package data), the profiling/validation/training
+split, the record of what a trained drafter trained on, and how a prompt becomes token ids (the
+chat template).
 
 Used by profiling, validation and training alike; imports no torch and no database.
 """

@@ -42,4 +42,4 @@ def trained_digests(folder: Path) -> set[str]:
 def trained_on(folder: Path, prompts: PromptSet) -> int:
     """How many of ``prompts`` the drafter in ``folder`` was trained on (0 without a readable record)."""
     digests = trained_digests(folder)
-    return sum(prompt_digest(p) in digests for p in prompts.prompts) if digests else 0
+    return sum(prompt_digest(p) in digests for p in prompts.prompts)

@@ -62,11 +62,11 @@ def split(prompts: PromptSet, part: str, limit: int | None = None, reserve: int 
         raise ValueError(part)
     keep = tuple(p for p in prompts.prompts if _held_out(p) == (part == "validate"))
     if part == "train":  # a prompt repeated in the file is left out with its first occurrence
-        left = set(keep[:reserve])
-        keep = tuple(p for p in keep[reserve:] if p not in left)
+        reserved = set(keep[:reserve])
+        keep = tuple(p for p in keep[reserve:] if p not in reserved)
     if not keep:
-        left = f" after the first {reserve}, left to profile (lower --reserve)" if part == "train" else ""
-        raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty{left}; give more prompts")
+        why = f" after the first {reserve}, left to profile (lower --reserve)" if part == "train" else ""
+        raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty{why}; give more prompts")
     return PromptSet(f"{prompts.name}:{part}", keep[:limit])
 
 

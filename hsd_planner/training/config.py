@@ -22,7 +22,7 @@ class TrainingConfig(BaseModel):
     prompts: str | None = None  # prompt file; None: the built-in set
     category: str | None = None
     max_prompts: int | None = Field(None, ge=1, le=MAX_COUNT)  # train on at most this many prompts of the training split
-    # the first prompts of the profiling split (and of each category's) never trained on, left to `profile`
+    # the first prompts of the profiling split, never trained on: left to `profile --max-prompts`
     reserve: int = Field(TRAIN_RESERVE, ge=0, le=MAX_COUNT)
     steps: int = Field(300, ge=1, le=MAX_COUNT)
     batch_size: int = Field(16, ge=1, le=MAX_COUNT)  # sequences per step

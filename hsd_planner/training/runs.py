@@ -68,12 +68,13 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
     """One training run into ``out``: build or resume, :meth:`train`, then :meth:`finish`.
 
     The base keeps what every trainer shares: the run folder (checked before anything is written),
-    the training split (the profiling split less the prompts left to ``profile``) and the validation split to measure on, the seeded RNG every
-    draw comes from, the step count, training time and positions trained on, the step loop with a
-    checkpoint every ``checkpoint_every`` steps and at the end, and resuming from it (refused with
-    one line when the checkpoint is unreadable or was made with other settings). A trainer sets
-    ``optimizer``, implements :meth:`train_step`, :meth:`prepare` :meth:`finish` and its part of the
-    checkpoint, and calls :meth:`resume` at the end of its constructor.
+    the training split (the profiling split less the prompts left to ``profile``) and the validation
+    split to measure on, the seeded RNG every draw comes from, the step count, training time and
+    positions trained on, the step loop with a checkpoint every ``checkpoint_every`` steps and at
+    the end, and resuming from it (refused with one line when the checkpoint is unreadable or was
+    made with other settings). A trainer sets ``optimizer``, implements :meth:`train_step`,
+    :meth:`prepare` :meth:`finish` and its part of the checkpoint, and calls :meth:`resume` at the
+    end of its constructor.
     """
 
     optimizer: torch.optim.Optimizer
