@@ -3,6 +3,7 @@ solver per batch size against brute force, and a schedule whose optimum is known
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 import statistics
@@ -77,10 +78,14 @@ def _levels(rng: random.Random, depth: int) -> tuple[list[Level], list[int]]:
 def test_the_batch_model_at_batch_one_is_the_plain_model(seed):
     rng = random.Random(seed)
     levels, widths = _levels(rng, rng.randint(1, 3))
+    steered = [dataclasses.replace(level, proposal=0.5 * (k + 1)) for k, level in enumerate(levels[:-1])] + levels[
+        -1:
+    ]  # proposal costs too
     for horizon in (None, 24):
-        plain = hierarchy_latency(levels, widths, horizon)
-        batched = batch_latency(levels, widths, 1, horizon)
-        assert batched.ms_per_token == pytest.approx(plain.ms_per_token, rel=1e-12)
+        for case in (levels, steered):
+            plain = hierarchy_latency(case, widths, horizon)
+            batched = batch_latency(case, widths, 1, horizon)
+            assert batched.ms_per_token == pytest.approx(plain.ms_per_token, rel=1e-12)
 
 
 def test_a_middle_level_waits_for_the_slowest_sequence():

@@ -1,5 +1,6 @@
 """The latency model, its Monte Carlo cross-check, and the exact solver against brute force."""
 
+import dataclasses
 import itertools
 import random
 
@@ -22,6 +23,9 @@ def test_single_drafter_equals_leviathan_closed_form():
         got = hierarchy_latency([Level(affine(c0, 0)), Level(affine(c1, 0), RunLengths.iid(a))], [t]).ms_per_token
         expected = (t * c0 + c1) * (1 - a) / (1 - a ** (t + 1))
         assert got == pytest.approx(expected, rel=1e-12)
+        # a proposal's own cost p (a steered drafter's projection) is paid once a round, not once a token
+        steered = hierarchy_latency([Level(affine(c0, 0), proposal=0.7), Level(affine(c1, 0), RunLengths.iid(a))], [t]).ms_per_token
+        assert steered == pytest.approx((t * c0 + 0.7 + c1) * (1 - a) / (1 - a ** (t + 1)), rel=1e-12)
 
 
 def test_expected_rounds_by_hand():
@@ -53,19 +57,27 @@ def test_width_tables_are_read_per_width():
     assert expected_run_tokens(runs, 5) == pytest.approx(1.7 + 0.05 + 0.025)  # widest table, geometric tail
 
 
-def _random_levels(rng, depth, empirical):
-    levels = [Level(affine(rng.uniform(0.05, 3), rng.uniform(0, 0.2)), lookup=rng.random() < 0.3)]
+def _proposal(rng: random.Random) -> float:
+    """A proposal's own cost for some models (a steered drafter's projection), none for the rest."""
+    return rng.uniform(0.1, 4.0) if rng.random() < 0.4 else 0.0
+
+
+def _random_levels(rng, depth, empirical, proposals: random.Random | None = None):
+    """Random levels; with ``proposals``, some drafters get a proposal cost drawn from it."""
+    costs = [_proposal(proposals) if proposals else 0.0 for _ in range(depth)] + [0.0]
+    levels = [Level(affine(rng.uniform(0.05, 3), rng.uniform(0, 0.2)), lookup=rng.random() < 0.3, proposal=costs[0])]
     for k in range(1, depth + 1):
-        levels.append(Level(affine(rng.uniform(3, 40) * k, rng.uniform(0, 1)), _random_runs(rng, empirical)))
+        levels.append(Level(affine(rng.uniform(3, 40) * k, rng.uniform(0, 1)), _random_runs(rng, empirical), proposal=costs[k]))
     return levels
 
 
+@pytest.mark.parametrize("proposals", [False, True], ids=["passes", "with-proposal-costs"])
 @pytest.mark.parametrize("empirical", [False, True], ids=["iid", "empirical"])
-def test_formula_agrees_with_monte_carlo(empirical):
+def test_formula_agrees_with_monte_carlo(empirical, proposals):
     rng = random.Random(7 if empirical else 3)
     for case in range(6):
         depth = rng.randint(1, 3)
-        levels = _random_levels(rng, depth, empirical)
+        levels = _random_levels(rng, depth, empirical, random.Random(case) if proposals else None)
         widths = [rng.randint(1, 6) for _ in range(depth)]
         predicted = hierarchy_latency(levels, widths)
         ms, tokens = simulate(levels, widths, rounds=40_000, seed=case)
@@ -73,10 +85,13 @@ def test_formula_agrees_with_monte_carlo(empirical):
         assert tokens == pytest.approx(predicted.mean_accepted_length, rel=0.01)
 
 
-def _instance(rng: random.Random, n: int, empirical: bool):
+def _instance(rng: random.Random, n: int, empirical: bool, proposals: random.Random | None = None):
+    """Random candidates, target and acceptance; with ``proposals``, some candidates get a proposal cost."""
     cands = [
         Candidate(f"m{i}", affine(rng.uniform(0.05, 20), rng.uniform(0, 0.5)), lookup=(i == 0 and rng.random() < 0.5)) for i in range(n)
     ]
+    if proposals is not None:
+        cands = [dataclasses.replace(c, proposal=_proposal(proposals)) for c in cands]
     target = Candidate("target", affine(rng.uniform(25, 40), rng.uniform(0, 1)))
     acc = {}
     names = [c.name for c in cands] + ["target"]
@@ -98,8 +113,8 @@ def _brute_force(cands, target, acc, t_max, max_depth=None, require=()):
             pairs = list(zip(names, names[1:]))
             if any(p not in acc for p in pairs):
                 continue
-            levels = [Level(subset[0].cost, lookup=subset[0].lookup)]
-            levels += [Level(c.cost, acc[p]) for c, p in zip([*subset[1:], target], pairs)]
+            levels = [Level(subset[0].cost, lookup=subset[0].lookup, proposal=subset[0].proposal)]
+            levels += [Level(c.cost, acc[p], proposal=c.proposal) for c, p in zip([*subset[1:], target], pairs)]
             for widths in itertools.product(range(1, t_max + 1), repeat=r):
                 ms = hierarchy_latency(levels, list(widths)).ms_per_token
                 if ms < best[0] - 1e-12:
@@ -113,7 +128,7 @@ def test_solver_equals_brute_force(seed):
         rng = random.Random(seed + offset)
         n = rng.randint(1, 5 if offset % 5 == 0 else 4)
         t_max = rng.randint(1, 6 if offset % 5 == 0 else 4)
-        cands, target, acc = _instance(rng, n, empirical=bool(offset % 2))
+        cands, target, acc = _instance(rng, n, empirical=bool(offset % 2), proposals=random.Random(offset) if offset % 3 == 0 else None)
         sol = solve_graph(cands, target, acc, SolveConfig(t_max=t_max, top_k=3))
         ms, chain, widths = _brute_force(cands, target, acc, t_max)
         assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)

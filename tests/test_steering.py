@@ -6,6 +6,8 @@ import json
 import pytest
 import torch
 
+from hsd_planner.store import open_engine
+from hsd_planner.store.profiles import load_profile
 from hsd_runtime import ChainError, Hierarchy, ModelLoader, ModelSpecError, SamplingConfig, build_batched, build_hierarchy, parse_spec
 from hsd_runtime.cache import CachedModel
 from hsd_runtime.stats import LevelStats
@@ -336,6 +338,11 @@ def test_a_steered_drafter_is_one_more_candidate_profiled_under_its_verifier_onl
         pairs = {(a["drafter"], a["verifier"]) for a in report["acceptance"]}
         name = f"{draft}:steer={steer_dir.resolve()}"
         assert (name, target) in pairs and not any(name in (d, v) for d, v in pairs - {(name, target)})
+        # its projection is timed apart (n = 0), to be charged once per proposal; no other model has one
+        proposals = {row["model"]: (row["proposal_ms"], row["context_len"]) for row in report["latency"]}
+        assert proposals[name][0] > 0 and all(ms is None for m, (ms, _) in proposals.items() if m != name)
+        profile, _ = load_profile(open_engine(str(db)), mode=mode)
+        assert profile.proposal(name, proposals[name][1]) == pytest.approx(proposals[name][0]) and profile.proposal(draft, 64) == 0.0
         solved = run("solve", "--db", db, "--mode", mode, "--top", "30", "--json")
         assert solved.exit_code == 0, solved.output
         chains = [plan["chain"] for plan in json.loads(solved.output)["plans"]]

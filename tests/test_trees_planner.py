@@ -181,8 +181,8 @@ def _enumerate(cands, target, acc, sib, t_max, budget):
             firsts: list = list(range(1, t_max + 1)) if pairs[0] in acc else []
             if not subset[0].lookup and pairs[0] in sib:
                 firsts += shapes
-            levels = [Level(subset[0].cost, lookup=subset[0].lookup)]
-            levels += [Level(c.cost, acc.get(p), siblings=sib.get(p)) for c, p in zip([*subset[1:], target], pairs)]
+            levels = [Level(subset[0].cost, lookup=subset[0].lookup, proposal=subset[0].proposal)]
+            levels += [Level(c.cost, acc.get(p), siblings=sib.get(p), proposal=c.proposal) for c, p in zip([*subset[1:], target], pairs)]
             for first in firsts:
                 for rest in itertools.product(range(1, t_max + 1), repeat=r - 1):
                     widths = (first, *rest)

@@ -252,6 +252,8 @@ def _cost_text(points: list) -> str:
         text += f" ({ratio:.2f}x floor)"
     if 8 in at:
         text += f", c(8)/c(1) = {at[8].median_ms / c1.median_ms:.2f}"
+    if 0 in at:
+        text += f", its projection {at[0].median_ms:.2f} ms a proposal"
     return text + f" at context {ctx}"
 
 
@@ -273,6 +275,11 @@ def format_summary(summary: ProfileSummary) -> str:
         cells = "".join(f"{v:>11.2f}" if v is not None else f"{'-':>11}" for v in row.ms)
         floor = f"{row.floor_ratio:>12.2f}" if row.floor_ratio is not None else f"{'-':>12}"
         lines.append(f"{row.model:<{name}}{cells}{floor}   {row.context_len}")
+    lines += [
+        f"{row.model}: steered; its projection costs {row.proposal_ms:.2f} ms once a proposal, beside its passes"
+        for row in summary.latency
+        if row.proposal_ms is not None
+    ]
     if summary.acceptance:
         alpha = {(a.drafter, a.verifier): a.alpha for a in summary.acceptance}
         verifiers = [m for m in summary.models if any(v == m for _, v in alpha)]

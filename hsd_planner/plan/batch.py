@@ -138,10 +138,10 @@ def batch_latency(levels: Sequence[Level], widths: Sequence[Width], batch: int, 
     for k in range(1, len(widths)):
         t = widths[k]
         assert isinstance(t, int)
-        law_k, verify = round_law(levels[k], widths[k - 1]), levels[k].cost(verify_size(widths[k - 1]))
+        law_k, verify = round_law(levels[k], widths[k - 1]), levels[k - 1].proposal + levels[k].cost(verify_size(widths[k - 1]))
         weights = [active_rounds(law_k, t, a) for a in range(1, batch + 1)]
         cost = [0.0] + [sum(w[m] * (cost[m] + verify) for m in range(1, a + 1)) for a, w in enumerate(weights, start=1)]
-    law, verify = round_law(target, widths[-1]), target.cost(verify_size(widths[-1]))
+    law, verify = round_law(target, widths[-1]), levels[-2].proposal + target.cost(verify_size(widths[-1]))
     if horizon is None:
         ms = (cost[batch] + verify) / law.mean
     else:  # sequences that hold their N tokens stop drafting: the rounds with m still going cost the levels below at m
@@ -166,7 +166,9 @@ def _levels(
             runs = pairs.get((chain[k - 1], name))
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
-        levels.append(Level(batch_cost(profile, name, contexts, batch), runs, profile.model(name).lookup))
+        levels.append(
+            Level(batch_cost(profile, name, contexts, batch), runs, profile.model(name).lookup, proposal=profile.proposal(name, contexts))
+        )
     return levels
 
 
@@ -203,7 +205,9 @@ def solve_batch(
     pairs = profile.pairs(acceptance)
     names = [m.name for m in profile.models if m.name != profile.target and m.name not in exclude]
     usable = [n for n in names if any(d == n for d, _ in pairs)]
-    candidates = [Candidate(n, batch_cost(profile, n, context_len, batch), profile.model(n).lookup) for n in usable]
+    candidates = [
+        Candidate(n, batch_cost(profile, n, context_len, batch), profile.model(n).lookup, profile.proposal(n, context_len)) for n in usable
+    ]
     config = SolveConfig(t_max=t_max, top_k=top_k, max_depth=max_depth, require=tuple(require), trees=False)
     return solve_graph(candidates, target, pairs, config, batch_size=batch)
 

@@ -21,8 +21,11 @@ nodes and the root, the last committed token).
 - Level 0: C_0 = T_0 c_0(1) for a model, c_0(T_0) for the n-gram lookup (one call), and
   sum_{l=1..L} c_0(F_{l-1}) for a tree (one pass per depth over the frontier).
 - Level 0 < k < K: E[R_k] = m(T_k), m(t) = 1 + sum_x P(X = x) m(t - x), m(t <= 0) = 0, X the
-  tokens of one round over level k-1's batch; E[C_k] = E[R_k] (E[C_{k-1}] + c_k(n_{k-1})).
-- Target: L = (E[C_{K-1}] + c_K(n_{K-1})) / E[X_K], E[X_K] = sum_{g>=0} P(A_K >= g).
+  tokens of one round over level k-1's batch; E[C_k] = E[R_k] (E[C_{k-1}] + p_{k-1} + c_k(n_{k-1})).
+- Target: L = (E[C_{K-1}] + p_{K-1} + c_K(n_{K-1})) / E[X_K], E[X_K] = sum_{g>=0} P(A_K >= g).
+
+p_k is what a proposal of level k costs beside its passes, once per round of the level above it:
+a steered drafter's projection of its verifier's taps (0 for every other model).
 
 With one drafter this is Leviathan et al.'s L = (T c_0 + c_1)(1 - a) / (1 - a^{T+1}).
 """
@@ -63,13 +66,16 @@ class Level:
 
     ``runs`` is the acceptance of the level below by this level (None for level 0);
     ``siblings`` the same for a draft tree below (needed only when the level below drafts one);
-    ``lookup`` marks a drafter that proposes all its tokens in one call (the n-gram drafter).
+    ``lookup`` marks a drafter that proposes all its tokens in one call (the n-gram drafter);
+    ``proposal`` is p, the ms each of its proposals costs beside its passes (a steered drafter's
+    projection, once per round of the level above it).
     """
 
     cost: CostCurve
     runs: RunLengths | None = None
     lookup: bool = False
     siblings: SiblingCurve | None = None
+    proposal: float = 0.0
 
     def run_lengths(self) -> RunLengths:
         """The acceptance of the level below by this level; every level above level 0 has one."""
@@ -149,7 +155,7 @@ def level_cost(levels: Sequence[Level], widths: Sequence[Width]) -> float:
     for k in range(1, len(widths)):
         t = _tokens(widths[k], k)
         rounds = round_law(levels[k], widths[k - 1]).rounds(t)[t]
-        cost = rounds * (cost + levels[k].cost(verify_size(widths[k - 1])))
+        cost = rounds * (cost + levels[k - 1].proposal + levels[k].cost(verify_size(widths[k - 1])))
     return cost
 
 
@@ -180,5 +186,5 @@ def hierarchy_latency(levels: Sequence[Level], widths: Sequence[Width], horizon:
     else:
         law = round_law(target, widths[-1])
         tokens = law.mean if horizon is None else horizon / law.rounds(horizon)[horizon]
-        ms = (level_cost(levels[:-1], widths) + target.cost(verify_size(widths[-1]))) / tokens
+        ms = (level_cost(levels[:-1], widths) + levels[-2].proposal + target.cost(verify_size(widths[-1]))) / tokens
     return Prediction(ms, tokens, target.cost(1) / ms)

@@ -42,7 +42,7 @@ def solve(profile: Profile, config: SolveConfig = _D, contexts: int | Sequence[i
     names = [m.name for m in profile.models if m.name != profile.target and m.name not in config.exclude]
     pairs = profile.pairs(config.acceptance)
     usable = [n for n in names if any(d == n for d, _ in pairs)]
-    candidates = [Candidate(n, profile.cost(n, at), profile.model(n).lookup) for n in usable]
+    candidates = [Candidate(n, profile.cost(n, at), profile.model(n).lookup, profile.proposal(n, at)) for n in usable]
     require = tuple(r for r in config.require if r != profile.target)  # the target is in every hierarchy
     return solve_graph(candidates, target, pairs, config.model_copy(update={"require": require}), siblings=profile.siblings_curves())
 
@@ -88,7 +88,7 @@ def predict(
             runs = pairs.get((chain[k - 1], name))
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
-        levels.append(Level(cost, runs, lookup, curve))
+        levels.append(Level(cost, runs, lookup, curve, profile.proposal(name, context_len)))
     return hierarchy_latency(levels, widths, max_new_tokens)
 
 

@@ -62,19 +62,38 @@ def _interp(xs: list[int], ys: list[float], x: float) -> float:
 
 
 class LatencyCurve(BaseModel):
-    """Median ms of one forward pass: ``points[context_len][n]``."""
+    """Median ms of one forward pass: ``points[context_len][n]``.
+
+    ``n`` = 0, where present, is not a pass: it is what the model costs once per proposal beside
+    its passes (a steered drafter's projection of its verifier's taps, :meth:`proposal`).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     points: dict[int, dict[int, float]] = Field(min_length=1)
 
     def __call__(self, n: int, context_len: int) -> float:
-        """Interpolated ms of a pass of ``n`` tokens after ``context_len`` cached ones."""
-        contexts = sorted(self.points)
-        at = [_interp(sorted(self.points[c]), [self.points[c][k] for k in sorted(self.points[c])], n) for c in contexts]
-        if context_len <= contexts[0]:
-            return at[0]
-        # past the longest measured context, attention keeps growing: extend linearly, not flat
-        return max(at[-1], _interp(contexts, at, context_len)) if context_len > contexts[-1] else _interp(contexts, at, context_len)
+        """Interpolated ms of a pass of ``n`` >= 1 tokens after ``context_len`` cached ones."""
+        passes = {c: {k: ms for k, ms in row.items() if k >= 1} for c, row in self.points.items()}
+        return _over_contexts({c: _interp(sorted(row), [row[k] for k in sorted(row)], n) for c, row in passes.items() if row}, context_len)
+
+    def proposal(self, context_len: int) -> float:
+        """ms a proposal costs beside its passes (``n`` = 0; 0.0 where none was measured).
+
+        >>> LatencyCurve(points={64: {0: 0.5, 1: 4.0}}).proposal(128), LatencyCurve(points={64: {1: 4.0}}).proposal(64)
+        (0.5, 0.0)
+        """
+        at = {c: row[0] for c, row in self.points.items() if 0 in row}
+        return _over_contexts(at, context_len) if at else 0.0
+
+
+def _over_contexts(at: dict[int, float], context_len: int) -> float:
+    """``at[context]`` interpolated at ``context_len``: flat before the shortest context, extended
+    linearly past the longest (attention keeps growing), never below the longest's value."""
+    contexts = sorted(at)
+    values = [at[c] for c in contexts]
+    if context_len <= contexts[0]:
+        return values[0]
+    return max(values[-1], _interp(contexts, values, context_len)) if context_len > contexts[-1] else _interp(contexts, values, context_len)
 
 
 class ModelProfile(BaseModel):
@@ -148,6 +167,13 @@ class Profile(BaseModel):
         if not contexts:
             raise SolverError("no context length to read the cost curves at")
         return lambda n: sum(curve(n, c) for c in contexts) / len(contexts)
+
+    def proposal(self, name: str, context_len: int | Sequence[int]) -> float:
+        """ms model ``name`` costs once per proposal beside its passes, at ``context_len`` (or the
+        mean over several): a steered drafter's projection; 0.0 for every other model."""
+        curve = self.model(name).latency
+        contexts = [context_len] if isinstance(context_len, int) else list(context_len)
+        return sum(curve.proposal(c) for c in contexts) / len(contexts) if contexts else 0.0
 
     def pairs(self, model: AcceptanceModel) -> dict[tuple[str, str], RunLengths]:
         """``(drafter, verifier) -> RunLengths`` for every measured pair."""

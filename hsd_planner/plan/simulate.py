@@ -4,7 +4,7 @@ It shares nothing with :mod:`hsd_planner.plan.latency` but the inputs (and level
 it draws accepted run lengths round by round - or, over a draft tree, accepts depth after depth
 with probability A(b_l) until one fails - and plays exact-size semantics out (a middle level
 repeats rounds until it holds T_k tokens, then hands up exactly T_k), adding up the cost of every
-pass.
+pass and of every proposal beside its passes.
 """
 
 from __future__ import annotations
@@ -63,10 +63,10 @@ def simulate(
         return levels[k].cost(below + 1), _draw_tokens(levels[k].run_lengths(), below, rng)
 
     def deliver(k: int) -> float:
-        """Time for level k < K to hand up its T_k tokens."""
+        """Time for level k < K to hand up its T_k tokens (its proposal's own cost included)."""
         if k == 0:
-            return draft_cost(levels[0].cost, levels[0].lookup, widths[0])
-        held, time = 0, 0.0
+            return levels[0].proposal + draft_cost(levels[0].cost, levels[0].lookup, widths[0])
+        held, time = 0, levels[k].proposal
         while held < wanted[k]:
             below = deliver(k - 1)  # the batch is drafted before it is verified
             ms, tokens = verify(k)

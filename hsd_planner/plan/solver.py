@@ -8,16 +8,19 @@ D(v) = g (D(u) + w):
 - source -> (j, T): w = T c_j(1) (c_j(T) for the n-gram lookup), g = 1;
 - source -> (j, b): w = sum_l c_j(F_{l-1}), one pass per depth over the frontier, g = 1 (a tree
   is only ever drafted by level 0, so a tree node has no other way in);
-- (j, T') -> (i, T), c_j(1) < c_i(1): w = c_i(T' + 1), g = m(T) expected rounds under the
-  run-length law of (j, i) over batches of T'; from (j, b): w = c_i(N + 1), g = m(T) under the
-  tree law of (j, i) (its sibling curve; see :class:`RoundLaw`);
-- (j, T') -> target: w = c_K(T' + 1), g = 1 / E[X] - the label becomes ms per token; from
-  (j, b): w = c_K(N + 1), g = 1 / E[X] under the tree law;
+- (j, T') -> (i, T), c_j(1) < c_i(1): w = p_j + c_i(T' + 1), g = m(T) expected rounds under the
+  run-length law of (j, i) over batches of T'; from (j, b): w = p_j + c_i(N + 1), g = m(T) under
+  the tree law of (j, i) (its sibling curve; see :class:`RoundLaw`);
+- (j, T') -> target: w = p_j + c_K(T' + 1), g = 1 / E[X] - the label becomes ms per token; from
+  (j, b): w = p_j + c_K(N + 1), g = 1 / E[X] under the tree law;
 - source -> target: plain autoregressive decoding, c_K(1).
 
 Every map is increasing in D, and the graph is acyclic, so keeping the k smallest labels per node
 in one pass in topological order gives the exact top-k hierarchies: O(N^2 (t_max + S) t_max)
 edges for S tree shapes.
+
+p_j is what a proposal of j costs beside its passes, once a round (a steered drafter's projection;
+0 for every other model).
 """
 
 from __future__ import annotations
@@ -48,11 +51,13 @@ MAX_BRANCHING = 4
 
 @dataclass(frozen=True)
 class Candidate:
-    """A model for the solver: a name, a cost curve c(n) in ms, and whether it is a lookup drafter."""
+    """A model for the solver: a name, a cost curve c(n) in ms, whether it is a lookup drafter, and
+    the ms each of its proposals costs beside its passes (``proposal``: a steered drafter's projection)."""
 
     name: str
     cost: CostCurve
     lookup: bool = False
+    proposal: float = 0.0
 
 
 def tree_shapes(max_depth: int, budget: int) -> list[TreeShape]:
@@ -205,13 +210,13 @@ def _graph(
             graph.add_edge(SOURCE, (c.name, t), w=draft_cost(c.cost, c.lookup, t), g=1.0)
     for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
         for b, law in _batches(lo, hi.name, acceptance, curves, widths, shapes):
-            w = hi.cost(verify_size(b))
+            w = lo.proposal + hi.cost(verify_size(b))
             rounds = law.rounds(t_max) if batch_size == 1 else max_rounds_table(law, t_max, batch_size)
             for t in widths:
                 graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
     for c in order:
         for b, law in _batches(c, target.name, acceptance, curves, widths, shapes):
-            graph.add_edge((c.name, b), TARGET, w=target.cost(verify_size(b)), g=1.0 / law.mean, law=law)
+            graph.add_edge((c.name, b), TARGET, w=c.proposal + target.cost(verify_size(b)), g=1.0 / law.mean, law=law)
     # a tree only ever enters from the source; its node exists when some verifier can take it
     for c in order:
         for shape in shapes:

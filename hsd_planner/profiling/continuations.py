@@ -58,7 +58,9 @@ class Assistant:
         best, best_ms = None, target.cost(1)
         for d in drafters:
             draft, alpha = self.curves[d.row_id], min(self._acceptance(d.row_id, verifier.row_id), 0.99)
-            drafter = Level(lambda n, draft=draft: draft(n, ctx), lookup=d.loaded is None)  # a lookup proposes all w at once
+            drafter = Level(
+                lambda n, draft=draft: draft(n, ctx), lookup=d.loaded is None, proposal=draft.proposal(ctx)
+            )  # a lookup proposes all w at once
             ms = hierarchy_latency([drafter, replace(target, runs=RunLengths.iid(alpha))], [ASSIST_WIDTH]).ms_per_token
             if ms < best_ms:
                 best, best_ms = d, ms

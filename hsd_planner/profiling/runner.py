@@ -192,6 +192,8 @@ def run_profile(
     # every cheaper candidate drafts for a verifier, block-draft heads for their own host only
     below = {j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec))] for j in verifiers}
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
+    # n = 0: a steered model's projection, which it runs once per proposal, beside its passes
+    points += [(c, ctx, 0) for c in candidates if c.spec.steer is not None for ctx in contexts]
     batched = len(batch_points(config, candidates, contexts)) * len(set(config.latency_grid))
     if total:
         total((len(points) + batched) * config.repeats + sum(len(prompts.prompts) * (1 + len(below[j])) for j in verifiers))
@@ -219,12 +221,13 @@ def run_profile(
 def _floors(
     engine: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[Candidate], loader: ModelLoader
 ) -> Callable[[Candidate, int, int], float | None]:
-    """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None: ngram)."""
+    """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None:
+    ngram, and a steered model's projection, n = 0)."""
     models = [c for c in candidates if c.loaded is not None]
     probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
     record_floor_probe(engine, out.hardware_id, probe)
     traffic = {c.row_id: pass_traffic(c.loaded.model) for c in models}
-    return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic else None
+    return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic and n else None
 
 
 def _acceptance_for_verifier(

@@ -25,10 +25,17 @@ class LatencyRow:
     context_len: int
     ms: tuple[float | None, ...]  # aligned with SUMMARY_N
     floor_ratio: float | None = None  # c(1) / the machine's floor for that pass (None: ngram, or no probe)
+    proposal_ms: float | None = None  # a steered model's projection, once per proposal beside its passes (n = 0)
 
     def to_dict(self) -> dict:
         cells = {f"c{n}_ms": v for n, v in zip(SUMMARY_N, self.ms)}
-        return {"model": self.model, "context_len": self.context_len, **cells, "c1_over_floor": self.floor_ratio}
+        return {
+            "model": self.model,
+            "context_len": self.context_len,
+            **cells,
+            "c1_over_floor": self.floor_ratio,
+            "proposal_ms": self.proposal_ms,
+        }
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,8 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
             continue
         ctx, at = shortest_context(rows)
         curve = {n: r.median_ms for n, r in at.items()}
-        latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N), floor_ratio(at.get(1))))
+        proposal = at[0].median_ms if 0 in at else None
+        latency.append(LatencyRow(spec, ctx, tuple(_at(curve, n) for n in SUMMARY_N), floor_ratio(at.get(1)), proposal))
     names = {mid: spec for spec, mid in ids.items()}
     acceptance = [
         AcceptanceRow(names[a.drafter_id], names[a.verifier_id], a.alpha, a.positions, a.run_lengths, a.siblings)

@@ -109,5 +109,6 @@ def _inversions(samples: dict[tuple[int, int, int], list[float]]) -> list[tuple[
     """Inverted neighbouring points (see :func:`.timing.inversions`) of every (model, context) curve."""
     curves: dict[tuple[int, int], dict[int, list[float]]] = {}
     for (model, ctx, n), values in samples.items():
-        curves.setdefault((model, ctx), {})[n] = values
+        if n:  # n = 0 is a steered model's projection, not a pass
+            curves.setdefault((model, ctx), {})[n] = values
     return [((m, c, n), (m, c, k)) for (m, c), curve in curves.items() for n, k in inversions(curve)]

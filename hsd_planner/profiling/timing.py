@@ -64,9 +64,9 @@ class PassTimer:
 
     The context is prefilled once; every pass feeds n tokens and crops them off again, so each
     sees the same cache length. The first pass of each n is a warm-up and is not timed. A steered
-    model (``steer=``) is timed steered, each pass with its vectors computed anew from random taps:
-    the projection runs once per proposal in decoding, so charging it to every pass bounds its
-    cost from above.
+    model (``steer=``) is timed steered: its passes add vectors set once from random taps, and
+    ``n`` = 0 times the projection alone (taps to vectors), which decoding runs once per proposal,
+    not once per pass.
     """
 
     def __init__(self, model: nn.Module, context_len: int, seed: int = 0) -> None:
@@ -84,6 +84,7 @@ class PassTimer:
         if self._steerer is not None:
             card = self._steerer.card
             self._taps = torch.randn(1, len(card.taps) * card.verifier_hidden, generator=self._gen).to(self.device)
+            self._steerer.steer(self._taps)
         with torch.inference_mode():
             model(input_ids=context, past_key_values=self._cache, use_cache=True, logits_to_keep=1)
 
@@ -93,17 +94,21 @@ class PassTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        if self._steerer is not None:
+        if n == 0:  # the projection of a steered model's proposal
             self._steerer.steer(self._taps)
-        self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=n)
+        else:
+            self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=n)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - t0
-        self._cache.crop(-n)
+        if n:
+            self._cache.crop(-n)
         return elapsed
 
     def __call__(self, n: int) -> float:
-        """ms of one pass of ``n`` new tokens."""
+        """ms of one pass of ``n`` new tokens; for a steered model, ``n`` = 0: its projection."""
+        if n == 0 and self._steerer is None:
+            raise ValueError("n = 0 times a steered model's projection; this model is not steered")
         if n not in self._new:
             self._new[n] = torch.randint(0, self._vocab, (1, n), generator=self._gen).to(self.device)
             self._pass(n)  # warm-up

@@ -128,7 +128,7 @@ class LatencyOut(_Row):
     model: Spec
     hardware: Text
     dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
-    n_tokens: Small
+    n_tokens: Annotated[int, Field(ge=0, le=10**7)]  # 0: a steered model's projection, once per proposal
     context_len: Annotated[int, Field(ge=0, le=10**7)]
     median_ms: Ms
     p10_ms: Ms

@@ -115,7 +115,10 @@ class Setting(Base):
 
 class Latency(Base):
     """Median wall time of one cached forward pass of ``n_tokens`` after ``context_len`` tokens,
-    for each of ``batch_size`` sequences at once (1: a pass over one sequence)."""
+    for each of ``batch_size`` sequences at once (1: a pass over one sequence).
+
+    ``n_tokens`` = 0 is no pass: a steered model's projection of its verifier's taps into its
+    steering vectors, which it runs once per proposal beside its passes."""
 
     __tablename__ = "latency"
     __table_args__ = (UniqueConstraint("model_id", "hardware_id", "dtype", "n_tokens", "context_len", "batch_size"),)
