@@ -22,11 +22,6 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-# transformers 5.24 deprecates the ``past_key_values`` argument every cached pass here passes (it
-# still honours it until 5.40, below the bound in pyproject.toml); the notice is about this
-# package's calls, not the user's, and would otherwise print on every command
-warnings.filterwarnings("ignore", message=r"`past_key_values` is deprecated", category=FutureWarning)
-
 # public name -> the module that defines it
 _EXPORTS = {
     "DraftContext": "drafters",

@@ -12,6 +12,8 @@ the other branches dropped.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +25,18 @@ from .heads import apply_output_layer
 from .stats import LevelStats
 from .tree import DraftTree, tree_mask, tree_positions
 
-__all__ = ["CachedModel"]
+__all__ = ["CachedModel", "cache_argument"]
+
+
+@functools.cache
+def _cache_name(forward: Callable[..., Any]) -> str:
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def cache_argument(module: nn.Module, cache: Any) -> dict[str, Any]:
+    """The keyword that hands ``module`` (a transformers causal LM or its decoder) its KV cache:
+    ``cache`` where its forward takes it (transformers 5.24 on), else ``past_key_values``."""
+    return {_cache_name(type(module).forward): cache}
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -154,13 +167,15 @@ class CachedModel:
         ids = torch.tensor([new], device=self.device)  # [1, new tokens]
         if self.keep_hidden:  # the decoder, then the output layer on the rows kept: the hidden rows stay
             decoder: Any = getattr(self.model, str(self.model.base_model_prefix))
-            out = decoder(input_ids=ids, past_key_values=self._cache, use_cache=True, output_hidden_states=bool(self.layers), **extra)
+            out = decoder(
+                input_ids=ids, **cache_argument(decoder, self._cache), use_cache=True, output_hidden_states=bool(self.layers), **extra
+            )
             hidden = out.last_hidden_state[0, -keep:]  # [keep, d]
             # hidden_states[l] is the input of layer l (hidden_states[0] the embeddings): [keep, len(layers) d]
             self._captured = torch.cat([out.hidden_states[i][0, -keep:] for i in self.layers], -1) if self.layers else hidden
             logits = apply_output_layer(self.model, hidden, self.width)
         else:
-            out = self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=keep, **extra)
+            out = self.model(input_ids=ids, **cache_argument(self.model, self._cache), use_cache=True, logits_to_keep=keep, **extra)
             logits = out.logits[0, :, : self.width]  # [keep, V]
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)

@@ -24,6 +24,7 @@ from torch import nn
 from transformers import Cache
 from transformers.cache_utils import DynamicLayer
 
+from .cache import cache_argument
 from .stats import LevelStats
 
 __all__ = ["BatchedCache"]
@@ -206,7 +207,12 @@ class BatchedCache:
         allowed = torch.arange(kv, device=dev)[None, None] <= last[:, :, None]  # [b, n, kv]
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=dev).masked_fill_(~allowed, torch.finfo(self.dtype).min)
         out = self.model(
-            input_ids=ids, position_ids=last, attention_mask=mask[:, None], past_key_values=self._cache, use_cache=True, logits_to_keep=keep
+            input_ids=ids,
+            position_ids=last,
+            attention_mask=mask[:, None],
+            use_cache=True,
+            logits_to_keep=keep,
+            **cache_argument(self.model, self._cache),
         )
         logits = out.logits[:, :, : self.width]  # [b, keep, V]
         if logits.device.type == "cuda":

@@ -20,6 +20,7 @@ from torch import nn
 
 from hsd_runtime import SamplingConfig, head_rows, ngram_lookup
 from hsd_runtime.bpd import BpdDrafter
+from hsd_runtime.cache import cache_argument
 
 __all__ = ["SPREAD_LIMIT", "HeadsTimer", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 
@@ -86,7 +87,7 @@ class PassTimer:
             self._taps = torch.randn(1, len(card.taps) * card.verifier_hidden, generator=self._gen).to(self.device)
             self._steerer.steer(self._taps)
         with torch.inference_mode():
-            model(input_ids=context, past_key_values=self._cache, use_cache=True, logits_to_keep=1)
+            model(input_ids=context, **cache_argument(model, self._cache), use_cache=True, logits_to_keep=1)
 
     @torch.inference_mode()
     def _pass(self, n: int) -> float:
@@ -97,7 +98,7 @@ class PassTimer:
         if n == 0:  # the projection of a steered model's proposal
             self._steerer.steer(self._taps)
         else:
-            self.model(input_ids=ids, past_key_values=self._cache, use_cache=True, logits_to_keep=n)
+            self.model(input_ids=ids, **cache_argument(self.model, self._cache), use_cache=True, logits_to_keep=n)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - t0
