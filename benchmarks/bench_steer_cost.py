@@ -5,7 +5,8 @@ For each verifier -> drafter pair, the projection of every form (``full``: W_g w
 size) is built at the pair's real shapes with random weights and timed (median of ``--repeats``
 calls, in the models' dtype), next to the passes one round of width k makes: the verifier's pass
 over k + 1 tokens and k drafter passes of one token (the drafter steered, its vectors set), all
-in one run and interleaved. ``share`` = projection / (verifier pass + k drafter passes).
+in one run and interleaved (the projection as ``profile`` times it, n = 0 of the steered drafter's
+curve). ``share`` = projection / (verifier pass + k drafter passes).
 
     python -m benchmarks.bench_steer_cost --pair smollm2-135m:benchmarks/out/students/goal-all-l4-tvd \\
         --pair qwen2.5-coder-1.5b:qwen2.5-coder-0.5b
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import time
 
 import torch
 
@@ -47,7 +47,6 @@ def main() -> None:
         verifier, drafter = loader.load(verifier_spec), loader.load(drafter_spec)
         vcfg, dcfg = verifier.model.config, drafter.model.config
         taps = default_taps(int(vcfg.num_hidden_layers))
-        x = torch.randn(1, len(taps) * int(vcfg.hidden_size), dtype=verifier.model.dtype)
         timers = {"verifier": (PassTimer(verifier.model, args.context), args.width + 1)}
         weights = {}
         for form in FORMS:
@@ -67,20 +66,15 @@ def main() -> None:
                 projection.up.weight.normal_(0, 0.01)  # nonzero, so the drafter adds real vectors
             steerer = Steerer(projection.to(dtype=verifier.model.dtype).eval().requires_grad_(False), card)
             weights[form] = sum(w.numel() for m in (projection.up, projection.down) if m is not None for w in m.parameters())
-            timers[form] = (PassTimer(steered_model(drafter.model, steerer), args.context), 1)
-            timers[f"{form} projection"] = (steerer, 0)
+            timer = PassTimer(steered_model(drafter.model, steerer), args.context)
+            timers[form], timers[f"{form} projection"] = (timer, 1), (timer, 0)  # n = 0: the projection alone
         samples: dict[str, list[float]] = {name: [] for name in timers}
         for r in range(args.repeats):
             order = list(timers)
             random.Random(r).shuffle(order)
             for name in order:
                 timer, n = timers[name]
-                if isinstance(timer, Steerer):
-                    t0 = time.perf_counter()
-                    timer.steer(x)
-                    samples[name].append(1000 * (time.perf_counter() - t0))
-                else:
-                    samples[name].append(timer(n))
+                samples[name].append(timer(n))
         ms = {name: statistics.median(s) for name, s in samples.items()}
         for form in FORMS:
             round_ms = ms["verifier"] + args.width * ms[form]

@@ -31,6 +31,8 @@ class LevelResult:
     cache_s: float = 0.0  # of time_s: prefix matching, rollback, logits bookkeeping
     draft_s: float = 0.0  # choosing drafted tokens from a level-0 model's logits
     verify_s: float = 0.0  # the verification rule over the batch from below
+    steers: int = 0  # a steered level: the projections it ran (one per proposal)
+    steer_s: float = 0.0  # ... and their time
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -282,7 +282,10 @@ def _levels(profile: Profile, chain: list[str], widths: list[Width], results: li
                 accepted=sum(x.accepted for x in stats),
                 measured_tokens_per_round=measured,
                 predicted_tokens_per_round=predicted_rounds[k],
-                **{key: sum(getattr(x, key) for x in stats) for key in ("time_s", "forward_s", "cache_s", "draft_s", "verify_s")},
+                **{
+                    key: sum(getattr(x, key) for x in stats)
+                    for key in ("time_s", "forward_s", "cache_s", "draft_s", "verify_s", "steers", "steer_s")
+                },
             )
         )
     return out
