@@ -97,3 +97,26 @@ def test_a_prepacked_model_keeps_no_view_of_its_memory_mapped_checkpoint(tmp_pat
     out = subprocess.run([sys.executable, "-c", script, str(model_dir)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-1] == str(mapped)
+
+
+def test_the_kv_cache_goes_by_the_name_the_models_forward_takes():
+    """``cache`` where the forward takes it (transformers 5.24 on), else ``past_key_values``:
+    whatever the installed transformers, the name passed is one the model's forward declares, so
+    no cached pass leans on a deprecated argument."""
+    import inspect
+
+    from torch import nn
+
+    from hsd_runtime.cache import cache_argument
+    from tests.tiny import tiny_llama
+
+    model = tiny_llama(0)
+    for module in (model, model.model):
+        (name,) = cache_argument(module, "kv")
+        assert name in inspect.signature(type(module).forward).parameters
+
+    class Older(nn.Module):
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            return input_ids
+
+    assert cache_argument(Older(), "kv") == {"past_key_values": "kv"}
