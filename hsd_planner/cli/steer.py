@@ -120,9 +120,9 @@ def train(
     added inside the drafter's SwiGLU until the next verification. The data are the verifier's
     own continuations of the profiling split's prompts less the first --reserve (left to profile;
     cached; the validation split is never trained on); one more pass gives its hidden states. A
-    checkpoint is saved in --out/checkpoint every --checkpoint-every steps and on Ctrl-C; --resume continues it. --out
-    gets the projection (steering.safetensors), its card (steering.json, README.md) with the
-    held-out accepted tokens per block, steered and unsteered.
+    checkpoint is saved in --out/checkpoint every --checkpoint-every steps and on Ctrl-C; --resume
+    continues it. --out gets the projection (steering.safetensors), its card (steering.json,
+    README.md) with the held-out accepted tokens per block, steered and unsteered.
 
     Example:
 

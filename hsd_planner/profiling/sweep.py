@@ -43,11 +43,12 @@ class Sweep:
         self._timers: dict[tuple[int, int], Callable[[int], float]] = {}
         keys = [LatencyKey(c.row_id, out.hardware_id, c.spec.run_dtype(config.dtype), n, ctx) for c, ctx, n in points]
         stored = stored_latency(engine, keys)
-        backfill: dict[LatencyKey, float | None] = {}  # points measured before the floor probe existed
+        backfill: dict[LatencyKey, float] = {}  # points measured before the floor probe existed
         for (cand, ctx, n), key in zip(points, keys):
             row = stored.get(key)
-            if row is not None and row.floor_ms is None:
-                backfill[key] = floor(cand, ctx, n)
+            # a point with no floor (the lookup, a projection) stays without one: nothing to write
+            if row is not None and row.floor_ms is None and (value := floor(cand, ctx, n)) is not None:
+                backfill[key] = value
             have = [] if row is None or config.force else list(row.samples_ms)
             if row is not None and not config.force and len(have) >= config.repeats:
                 out.skipped += 1

@@ -85,8 +85,9 @@ class PassTimer:
         if self._steerer is not None:
             card = self._steerer.card
             self._taps = torch.randn(1, len(card.taps) * card.verifier_hidden, generator=self._gen).to(self.device)
-            self._steerer.steer(self._taps)
         with torch.inference_mode():
+            if self._steerer is not None:
+                self._steerer.steer(self._taps)  # the passes add these vectors; n = 0 times computing them
             model(input_ids=context, **cache_argument(model, self._cache), use_cache=True, logits_to_keep=1)
 
     @torch.inference_mode()
