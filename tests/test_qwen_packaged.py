@@ -142,13 +142,6 @@ needs_qwen = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def qwen_loader():
-    from hsd_runtime import ModelLoader
-
-    return ModelLoader(device="cpu", dtype="fp32")
-
-
 @pytest.mark.slow
 @pytest.mark.xdist_group("qwen")  # under pytest -n, one worker holds the Qwen models
 @needs_qwen

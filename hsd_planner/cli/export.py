@@ -37,7 +37,7 @@ def export_command(
 
     Formats: hf (transformers generate() keyword arguments and GenerationConfig), vllm
     (speculative_config and the vllm serve line), sglang (server arguments), llamacpp
-    (llama-server flags and the per-request speculative.n_max), trtllm (TensorRT-LLM
+    (llama-server start-up flags), trtllm (TensorRT-LLM
     speculative_config YAML), json (the versioned plan document, with per stack the best plan
     it can express). Every output names the stack and the version its mapping was read from.
 

@@ -164,20 +164,21 @@ def _sglang(s: Served) -> Rendered:
 
 
 def _llamacpp(draft_max: str, draft_min: str, spec_type: bool) -> Callable[[Served], Rendered]:
+    """llama-server's start-up flags for a plan: every speculative setting is fixed when the server
+    starts (its per-request ``speculative.*`` fields are compiled out), so a plan is flags alone."""
+
     def render(s: Served) -> Rendered:
         args: list[str] = []
         if s.drafter is not None and s.lookup and spec_type:
             args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
+        elif s.drafter is not None and spec_type:
+            # -md alone loads the drafter and drafts nothing: draft-simple must be named. n_min 0
+            # and p_min 0 keep it drafting k tokens every round, as the plan was predicted
+            args = ["--spec-type", "draft-simple", "-md", s.drafter, draft_max, str(s.k), draft_min, "0", "--spec-draft-p-min", "0"]
         elif s.drafter is not None:
-            # the --spec-* builds draft only with the types named (default none)
-            args = (["--spec-type", "draft-simple"] if spec_type else []) + ["-md", s.drafter, draft_max, str(s.k), draft_min, "0"]
-        # per-request keys bound the draft model's tokens (the n-gram drafter's are its m-gram size)
-        request = {"speculative.n_max": s.k, "speculative.n_min": 0} if s.drafter is not None and not s.lookup else {}
+            args = ["-md", s.drafter, draft_max, str(s.k), draft_min, "0"]
         command = ["llama-server", "-m", s.target, *args]
-        lines = [shlex.join(command)]
-        if request:
-            lines.append(f"# per request (POST /completion): {json.dumps(request)}")
-        return Rendered({"model": s.target, "server_args": args, "request": request, "command": shlex.join(command)}, lines)
+        return Rendered({"model": s.target, "server_args": args, "command": shlex.join(command)}, [shlex.join(command)])
 
     return render
 
@@ -220,9 +221,13 @@ STACKS: dict[str, list[Stack]] = {
     "vllm": [Stack("vllm", "vLLM", "0.31", _vllm, batch_schedule=True)],
     "sglang": [Stack("sglang", "SGLang", "0.5.21", _sglang)],
     "llamacpp": [
-        # builds since the --spec-* flags (spring 2026): --spec-draft-n-max, --spec-type
-        Stack("llamacpp", "llama.cpp server", "2026-05", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True)),
-        # builds before them: --draft-max; their n-gram drafter (early 2026 only) is not mapped
+        # read from llama.cpp's source of 2026-10-01 (the tree llama-cpp-python 0.3.36 vendors):
+        # --spec-type names what drafts (a list enables types; their priority is fixed in code, the
+        # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens, and
+        # --draft-max/--draft-min are removed (the server exits on them)
+        Stack("llamacpp", "llama.cpp server", "2026-10", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True)),
+        # builds before the --spec-* flags (spring 2026): --draft-max; their n-gram drafter (early
+        # 2026 only) is not mapped
         Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False),
     ],
     # the draft_len_schedule of the 1.3 pre-releases (keys are the largest batch of each k); 1.2

@@ -1,0 +1,33 @@
+"""The AVX2 view for Python subprocesses that the tests start (the CLI run as a program).
+
+``tests/conftest.py`` puts this folder first on ``PYTHONPATH`` when ``HSD_PLAN_TEST_CPU=avx2``, so
+every Python process a test starts imports it at start-up and answers the capability probes as an
+AVX2-only CPU does, like the test process itself: ``--dtype auto`` is fp32 there too, and a
+profile stored by a subprocess keys the same machine as one stored in-process. oneDNN already
+refuses to pack bf16 in such a process (``ONEDNN_MAX_CPU_ISA=AVX2`` is inherited). Any other
+``sitecustomize`` on the path still runs after this one.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+if os.environ.get("HSD_PLAN_TEST_CPU") == "avx2":
+    try:
+        import torch
+    except ImportError:  # a Python without torch (pip, say) has nothing to answer
+        pass
+    else:
+        for _probe in ("_is_amx_tile_supported", "_is_avx512_bf16_supported", "_is_vnni_supported"):
+            setattr(torch.cpu, _probe, lambda: False)
+
+_here = str(Path(__file__).resolve().parent)
+_rest = [p for p in sys.path if p and str(Path(p).resolve()) != _here]
+_spec = importlib.machinery.PathFinder.find_spec("sitecustomize", _rest)
+if _spec is not None and _spec.loader is not None:  # the machine's own sitecustomize, shadowed by this one
+    _module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
