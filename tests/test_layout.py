@@ -2,10 +2,13 @@
 
 import importlib
 import json
+import os
 import pkgutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import hsd_planner
 from hsd_planner.plan import Plan, Prediction
@@ -71,3 +74,15 @@ def test_every_subpackage_is_in_the_wheel():
         ".".join(p.parent.relative_to(ROOT).parts) for top in ("hsd_planner", "hsd_runtime") for p in (ROOT / top).rglob("__init__.py")
     }
     assert on_disk <= listed, f"missing from pyproject's packages: {sorted(on_disk - listed)}"
+
+
+def test_the_qwen_tests_run_as_one_group_on_one_worker(request):
+    """Under the test command's ``--dist loadgroup`` every test marked ``xdist_group("qwen")`` is one
+    scheduling unit (its id carries ``@qwen``), so one worker holds the Qwen models. Some pytest and
+    pytest-xdist pairs drop the option on the workers: both workers then load the models at once."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or "loadgroup" not in " ".join(request.config.getini("addopts")):
+        pytest.skip("not a pytest-xdist worker of the test command (-n 2 --dist loadgroup)")
+    grouped = [item for item in request.session.items if any(True for _ in item.iter_markers("xdist_group"))]
+    if not grouped:
+        pytest.skip("no test of the group was selected")
+    assert all(item.nodeid.endswith("@qwen") for item in grouped), [item.nodeid for item in grouped[:3]]
