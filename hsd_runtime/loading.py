@@ -294,6 +294,11 @@ class ModelLoader:
             return self
         return ModelLoader(str(self.device), self.default_dtype, prepack=kernels == "prepacked")
 
+    def release(self) -> None:
+        """Forget every model this loader holds; their memory is freed once nothing else refers to them."""
+        self._full.clear()
+        self._quantized.clear()
+
     def load(self, spec: ModelSpec | str) -> LoadedModel:
         """Load one model spec (not ``ngram``)."""
         spec = parse_spec(spec) if isinstance(spec, str) else spec

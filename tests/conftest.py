@@ -81,8 +81,12 @@ def qwen_loader():
     kept for the whole session held 12.5 GiB while the worker went on with other tests."""
     from hsd_runtime import ModelLoader
 
-    yield ModelLoader(device="cpu", dtype="fp32")
-    gc.collect()  # the models sit in reference cycles (hierarchies, views): free them before the next module
+    loader = ModelLoader(device="cpu", dtype="fp32")
+    yield loader
+    # free them before the next module loads its own: pytest still holds the fixture's value here, and
+    # the models sit in reference cycles
+    loader.release()
+    gc.collect()
 
 
 @pytest.fixture(autouse=True)

@@ -62,8 +62,11 @@ def test_exported_flags_start_the_server_and_draft(gguf):
     with LlamaServer(gguf, _served(gguf, "ngram", True, 4), threads=1) as server:
         looked_up = server.complete(PROMPT, NEW)
     assert looked_up.draft_n > 0  # the function name repeats: the lookup finds it
-    # the same model drafting for itself and the lookup change which passes run, not what greedy picks
-    assert drafted.tokens == plain.tokens and looked_up.tokens == plain.tokens
+    # the same model drafting for itself and the lookup change which passes run, not what greedy
+    # picks; llama.cpp's batched passes may round apart from its one-token passes (other kernels),
+    # so a near-tie late in the text may flip: the first 8 tokens must agree (all 24 did here)
+    for other in (drafted, looked_up):
+        assert other.tokens[:8] == plain.tokens[:8], (other.tokens, plain.tokens)
 
 
 def test_removed_and_incomplete_flags(gguf):
