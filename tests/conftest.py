@@ -76,15 +76,15 @@ def memory_log(request):
 @pytest.fixture(scope="module")
 def qwen_loader():
     """One fp32 loader for a module's Qwen tests: the 0.5B, the 1.5B and their int8 copies load once
-    per module and are freed when it ends. The tests that use it are one xdist group (``big``), so
-    one worker holds them and runs nothing else meanwhile: 13.6 GiB at its peak, where a loader
-    kept for the whole session held 12.5 GiB while the worker went on with other tests."""
+    per module and are freed when it ends. The tests that use it are one xdist group (``qwen``), so
+    one worker holds them; a loader kept for the whole session held 12.5 GiB while that worker went
+    on with other tests."""
     from hsd_runtime import ModelLoader
 
     loader = ModelLoader(device="cpu", dtype="fp32")
     yield loader
-    # free them before the next module loads its own: pytest still holds the fixture's value here, and
-    # the models sit in reference cycles
+    # free them before the next module loads its own: pytest still holds the fixture's value here,
+    # so collecting alone would free nothing
     loader.release()
     gc.collect()
 
