@@ -1,7 +1,7 @@
 """llama-server's own speculative configurations, side by side on one workload.
 
     python -m benchmarks.bench_llama_server                                   # Qwen 1.5B, HumanEval held out
-    python -m benchmarks.bench_llama_server --spec-bench ../shared/workloads/spec_bench.jsonl --category qa
+    python -m benchmarks.bench_llama_server --spec-bench question.jsonl --category qa
 
 The server built by ``scripts/install_llamacpp.sh`` runs the packaged Q4_K_M GGUFs (target
 ``--target``, draft model ``--drafter``) with ``-t``/``-tb`` = ``--threads`` and one slot, in each
