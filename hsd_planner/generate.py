@@ -21,7 +21,7 @@ class CheckResult:
     identical: bool
     first_divergence: int | None  # index of the first differing new token
     agreement: float  # fraction of positions, over the longer output, holding the same token
-    exact: bool  # fp32 target: identity is guaranteed, so a difference is a failure
+    exact: bool  # fp32 target on torch: identity is guaranteed, so a difference is a failure
 
 
 def compare_tokens(spec: list[int], ref: list[int], exact: bool) -> CheckResult:
@@ -48,6 +48,7 @@ class GenerateReport:
     result: GenerationResult
     dtype: str
     device: str
+    engine: str = "torch"
     check: CheckResult | None = None
     lenience: float = 1.0  # below 1 the output was verified by the lossy rule
 
@@ -59,6 +60,7 @@ class GenerateReport:
             "text": self.text,
             "dtype": self.dtype,
             "device": self.device,
+            "engine": self.engine,
             **self.result.to_dict(),
             "check": asdict(self.check) if self.check else None,
         }
@@ -88,7 +90,7 @@ def generate_text(
     if warmup:
         hierarchy.generate(ids, min(4, max_new_tokens), sampling)
     result = hierarchy.generate(ids, max_new_tokens, sampling)
-    target_dtype = specs[-1].run_dtype(loader.default_dtype)
+    target_dtype = loader.run_dtype(specs[-1])
     report = GenerateReport(
         chain=[str(s) for s in specs],
         widths=list(widths),
@@ -96,6 +98,7 @@ def generate_text(
         result=result,
         dtype=target_dtype,
         device=str(loader.device),
+        engine=specs[-1].engine or loader.engine,
         lenience=sampling.lenience,
     )
     if check:

@@ -7,7 +7,8 @@ decoding modes) and the bounds and defaults of numbers (:mod:`.limits`); devices
 (:mod:`.device`); loading, packaged models, int8 copies, trimmed heads and prepacked weights
 (:mod:`.loading`, :mod:`.packaged`, :mod:`.quantize`, :mod:`.trim`, :mod:`.packing`); the decoding itself (:mod:`.cache`,
 :mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, :mod:`.hierarchy`,
-:mod:`.stats`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`); block-draft heads on the
+:mod:`.stats`); the engines a model runs on, torch and llama.cpp, behind one seam
+(:mod:`.engines`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`); block-draft heads on the
 level above (:mod:`.heads`, :mod:`.bpd`, :mod:`.lattice`); steering a drafter with the hidden
 states of the level above (:mod:`.steering`); trained weights with their card (:mod:`.trained`).
 
@@ -41,6 +42,7 @@ _EXPORTS = {
     "BatchResult": "batched",
     "BatchedHierarchy": "batched",
     "build_batched": "batched",
+    "GgufModel": "engines.llamacpp",
     "Hierarchy": "hierarchy",
     "build_hierarchy": "hierarchy",
     "LoadedModel": "loading",
@@ -105,6 +107,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from .batched import BatchedHierarchy, BatchResult, build_batched
     from .device import auto_dtype, cpu_capability, resolve_device
     from .drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
+    from .engines.llamacpp import GgufModel
     from .errors import (
         ChainError,
         HSDError,

@@ -27,7 +27,7 @@ from torch import nn
 from .drafters import Proposal
 from .errors import ChainError, PromptError
 from .limits import MAX_BATCH, MAX_WIDTH
-from .loading import ModelLoader, check_same_tokenizer, head_rows
+from .loading import ModelLoader, check_same_tokenizer, context_limit, head_rows
 from .ngram import NgramDrafter, ngram_lookup
 from .ragged import BatchedCache
 from .sampling import SamplingConfig, draw, warp
@@ -276,7 +276,7 @@ class BatchedHierarchy:
         self.widths = chain_widths
         self.eos_token_ids = frozenset(eos_token_ids)
         self.device = next(models[-1].parameters()).device
-        limits = [getattr(getattr(m, "config", None), "max_position_embeddings", None) for m in models]
+        limits = [context_limit(m) for m in models]
         self.context_limit: int | None = min((x for x in limits if isinstance(x, int)), default=None)
 
         levels: list[BatchedModelDrafter | BatchedNgram | BatchedVerifier] = []

@@ -8,38 +8,28 @@ A draft tree can hang after the sequence (:meth:`CachedModel.tree_logits`: nodes
 tree attention mask). The next call over a sequence settles it: the nodes along the path that
 sequence took through the tree are kept (their keys and values gathered into sequence order),
 the other branches dropped.
+
+This bookkeeping is the same on every engine; the engine (:mod:`.engines`) only feeds tokens,
+crops and keeps a tree's path.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch import nn
 
-from .heads import apply_output_layer
+from .engines import EngineCache, TreeFeed
 from .stats import LevelStats
-from .tree import DraftTree, tree_mask, tree_positions
+from .tree import DraftTree
 
-__all__ = ["CachedModel", "cache_argument"]
-
-
-@functools.cache
-def _cache_name(forward: Callable[..., Any]) -> str:
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+__all__ = ["CachedModel", "common_prefix", "engine_cache"]
 
 
-def cache_argument(module: nn.Module, cache: Any) -> dict[str, Any]:
-    """The keyword that hands ``module`` (a transformers causal LM or its decoder) its KV cache:
-    ``cache`` where its forward takes it (transformers 5.24 on), else ``past_key_values``."""
-    return {_cache_name(type(module).forward): cache}
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -47,39 +37,51 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
+def engine_cache(model: Any, width: int, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> EngineCache:
+    """A fresh KV cache for ``model`` on its engine: a transformers ``nn.Module`` (torch) or a
+    model that opens its own caches (``open_cache``, as a llama.cpp GGUF does)."""
+    opener = getattr(model, "open_cache", None)
+    if opener is not None:
+        if keep_hidden:
+            from .errors import ChainError
+
+            raise ChainError(f"{model}: block-draft heads and steering read hidden states, which the torch engine alone keeps")
+        return opener(width)
+    from .engines.torch_engine import TorchCache
+
+    return TorchCache(model, width, keep_hidden, layers)
+
+
 class CachedModel:
     """A causal LM with a rolling KV cache and its counters.
 
     Args:
-        model: a transformers causal LM (or a truncated view of one).
+        model: a transformers causal LM (or a truncated view of one), or a model of another
+            engine (see :func:`engine_cache`).
         logits_width: logits are sliced to this many columns (the chain's shared vocabulary).
         stats: counters to update with each forward pass.
         keep_hidden: also keep the final hidden state (the output layer's input) of every row it
             computes logits for, so that block-draft heads can read them (:meth:`hidden_at`).
+            Torch engine only.
         layers: with ``keep_hidden``, keep instead the inputs of these decoder layers at every such
             row, side by side (``[len(layers) d]`` per row): what steers the drafter below.
     """
 
-    def __init__(
-        self, model: nn.Module, logits_width: int, stats: LevelStats, keep_hidden: bool = False, layers: tuple[int, ...] = ()
-    ) -> None:
+    def __init__(self, model: Any, logits_width: int, stats: LevelStats, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> None:
         if layers and not keep_hidden:
             raise ValueError("layers are kept only with keep_hidden")
         self.model = model
+        self.engine = engine_cache(model, logits_width, keep_hidden, tuple(layers))
         self.width = logits_width
         self.stats = stats
         self.keep_hidden = keep_hidden
         self.layers = tuple(layers)
-        self.device = next(model.parameters()).device
-        # the activations' dtype, for the additive tree mask (an int8 copy computes in fp32 like its embeddings)
-        self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        self.device = self.engine.device
         self.reset()
 
     def reset(self) -> None:
         """Forget the cached sequence (a new prompt)."""
-        from transformers import DynamicCache
-
-        self._cache = DynamicCache()
+        self.engine.clear()
         self._cached: list[int] = []
         self._last: torch.Tensor | None = None  # [1, V] logits after the last cached token
         # keep_hidden: the hidden rows [R, d] of the last linear pass, at positions _hid_first..,
@@ -87,7 +89,6 @@ class CachedModel:
         self._hid: torch.Tensor | None = None
         self._hid_first = 0
         self._last_hid: torch.Tensor | None = None
-        self._captured: torch.Tensor | None = None  # [keep, d] of the latest _run
         self._tree_hid: torch.Tensor | None = None  # [_tree_fed, d], beside _tree_rows
         self._forward_s = 0.0  # time inside the model since the last logits()/prefill() call
         # a draft tree whose first `_tree_fed` nodes follow `_cached` in the cache, in order, and
@@ -106,19 +107,13 @@ class CachedModel:
         if seq[:held] == self._cached:
             # nodes are breadth-first, so the fed ones (a prefix) along a path form a prefix of it
             path = [i for i in tree.follow(seq[held:]) if i < self._tree_fed]
-        layers = getattr(self._cache, "layers", None)
-        if path and layers is not None and all(type(layer).__name__ == "DynamicLayer" for layer in layers):
-            keep = torch.cat([torch.arange(held), held + torch.tensor(path)]).to(self.device)
-            for layer in layers:
-                if getattr(layer, "keys", None) is not None and layer.keys.numel():
-                    layer.keys = layer.keys.index_select(-2, keep)
-                    layer.values = layer.values.index_select(-2, keep)
+        if path and self.engine.keep_path(held, path, self._tree_fed):
             assert self._tree_rows is not None
             self._cached = self._cached + [tree.tokens[i] for i in path]
             self._last = self._tree_rows[path[-1] : path[-1] + 1]
             self._last_hid = None if self._tree_hid is None else self._tree_hid[path[-1] : path[-1] + 1]
-        elif self._tree_fed:  # no path kept (or a cache layout without plain layers): drop the nodes
-            self._cache.crop(-self._tree_fed)
+        elif self._tree_fed:  # no path kept (or an engine that cannot keep one): drop the nodes
+            self.engine.drop_tree(self._tree_fed)
         self._tree, self._tree_fed, self._tree_rows, self._tree_hid = None, 0, None, None
         self._hid = None
 
@@ -127,16 +122,14 @@ class CachedModel:
         if keep == 0:
             self.reset()
         elif keep < len(self._cached):
-            # a negative count removes that many positions in every transformers version
-            self._cache.crop(keep - len(self._cached))
+            self.engine.crop(keep, len(self._cached))
             self._cached = self._cached[:keep]
             self._last = self._last_hid = None
 
-    @torch.inference_mode()
     def _forward(self, seq: list[int], first: int) -> tuple[torch.Tensor, int]:
         """Logits rows ``first..len(seq)-1`` and the number of tokens fed to get them."""
         self._settle(seq)
-        common = _common_prefix(self._cached, seq)
+        common = common_prefix(self._cached, seq)
         held = len(self._cached)
         hid: list[torch.Tensor | None] = []
         if self._last is not None and common == held and first == held - 1:
@@ -145,14 +138,14 @@ class CachedModel:
             rows = [self._last]
             hid.append(self._last_hid)
             if new:
-                rows.append(self._run(new, len(new)))
-                hid.append(self._captured)
+                rows.append(self._run(new, held, len(new)))
+                hid.append(self._captured())
         else:
             start = min(common, first)
             self._rollback(start)
             new = seq[start:]
-            rows = [self._run(new, len(seq) - first)]
-            hid.append(self._captured)
+            rows = [self._run(new, start, len(seq) - first)]
+            hid.append(self._captured())
         self._cached = list(seq)
         logits = torch.cat(rows) if len(rows) > 1 else rows[0]  # [len(seq) - first, V]
         self._last = logits[-1:]
@@ -162,23 +155,13 @@ class CachedModel:
             self._last_hid = None if self._hid is None else self._hid[-1:]
         return logits, len(new)
 
-    def _run(self, new: list[int], keep: int, **extra: torch.Tensor) -> torch.Tensor:
+    def _captured(self) -> torch.Tensor | None:
+        """The hidden rows the engine kept in its latest pass (``keep_hidden``), else None."""
+        return getattr(self.engine, "captured", None) if self.keep_hidden else None
+
+    def _run(self, new: list[int], start: int, keep: int, tree: TreeFeed | None = None) -> torch.Tensor:
         t0 = time.perf_counter()
-        ids = torch.tensor([new], device=self.device)  # [1, new tokens]
-        if self.keep_hidden:  # the decoder, then the output layer on the rows kept: the hidden rows stay
-            decoder: Any = getattr(self.model, str(self.model.base_model_prefix))
-            out = decoder(
-                input_ids=ids, **cache_argument(decoder, self._cache), use_cache=True, output_hidden_states=bool(self.layers), **extra
-            )
-            hidden = out.last_hidden_state[0, -keep:]  # [keep, d]
-            # hidden_states[l] is the input of layer l (hidden_states[0] the embeddings): [keep, len(layers) d]
-            self._captured = torch.cat([out.hidden_states[i][0, -keep:] for i in self.layers], -1) if self.layers else hidden
-            logits = apply_output_layer(self.model, hidden, self.width)
-        else:
-            out = self.model(input_ids=ids, **cache_argument(self.model, self._cache), use_cache=True, logits_to_keep=keep, **extra)
-            logits = out.logits[0, :, : self.width]  # [keep, V]
-        if logits.device.type == "cuda":
-            torch.cuda.synchronize(logits.device)
+        logits = self.engine.feed(new, start, keep, tree)  # [keep, V]; a CUDA device is synchronized
         self._forward_s += time.perf_counter() - t0
         return logits
 
@@ -200,7 +183,7 @@ class CachedModel:
             return None if self._last_hid is None else (self._last_hid, held - 1)
         if self._hid is None:
             return None
-        j = _common_prefix(self._cached, seq) - 1  # rows up to j were computed over seq's own tokens
+        j = common_prefix(self._cached, seq) - 1  # rows up to j were computed over seq's own tokens
         if j < self._hid_first:
             return None
         return self._hid[j - self._hid_first : j - self._hid_first + 1], j
@@ -227,12 +210,11 @@ class CachedModel:
         self.stats.cache_s += elapsed - self._forward_s
         return logits
 
-    @torch.inference_mode()
     def _tree_forward(self, seq: list[int], tree: DraftTree) -> tuple[torch.Tensor, int]:
         """Feed what is missing of ``seq`` and ``tree``; return rows ``[1 + N, V]`` and tokens fed."""
         if self._tree is not tree or self._cached != seq:
             self._settle(seq)
-            common = _common_prefix(self._cached, seq)
+            common = common_prefix(self._cached, seq)
             if not (self._last is not None and common == len(self._cached) == len(seq)):
                 start = min(common, len(seq) - 1)
                 self._rollback(start)
@@ -242,18 +224,17 @@ class CachedModel:
         new = tail + tree.tokens[first:]  # [tail + M]: the rest of the text, then the new nodes
         if new:
             linear = len(seq)
-            positions = list(range(linear - len(tail), linear)) + tree_positions(tree, linear)[first:]
-            mask = tree_mask(tree, linear, len(tail), first, self.dtype, self.device)
-            rows = self._run(new, len(new), attention_mask=mask, position_ids=torch.tensor([positions], device=self.device))
+            rows = self._run(new, linear - len(tail), len(new), TreeFeed(tree, first, linear))
             if tail:
                 self._last = rows[len(tail) - 1 : len(tail)]
             fresh = rows[len(tail) :]
             self._tree_rows = fresh if self._tree_rows is None or not first else torch.cat([self._tree_rows, fresh])
             if self.keep_hidden:
-                assert self._captured is not None
+                captured = self._captured()
+                assert captured is not None
                 if tail:
-                    self._last_hid = self._captured[len(tail) - 1 : len(tail)]
-                nodes = self._captured[len(tail) :]
+                    self._last_hid = captured[len(tail) - 1 : len(tail)]
+                nodes = captured[len(tail) :]
                 self._tree_hid = nodes if self._tree_hid is None or not first else torch.cat([self._tree_hid, nodes])
         self._cached, self._tree, self._tree_fed = list(seq), tree, len(tree)
         assert self._last is not None and self._tree_rows is not None

@@ -20,9 +20,10 @@ from torch import nn
 from .bpd import BpdDrafter, check_host, load_bpd
 from .cache import CachedModel
 from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
+from .engines.llamacpp import GgufModel
 from .errors import ChainError, PromptError
 from .limits import MAX_WIDTH
-from .loading import ModelLoader, check_same_tokenizer, head_rows
+from .loading import ModelLoader, check_same_tokenizer, context_limit, head_rows
 from .ngram import NgramDrafter
 from .sampling import SamplingConfig
 from .shape import TreeShape, Width
@@ -37,7 +38,8 @@ class Hierarchy:
     """A runnable chain of drafters over a target.
 
     Args:
-        members: level 0 first, target last; each an ``nn.Module`` causal LM, or at level 0 only
+        members: level 0 first, target last; each an ``nn.Module`` causal LM or a model of another
+            engine (a :class:`~hsd_runtime.engines.llamacpp.GgufModel`), or at level 0 only
             an :class:`NgramDrafter` or a :class:`BpdDrafter` (whose host is level 1). A model
             below the target may be steered (:func:`~hsd_runtime.steering.steered_model`): the
             level above it then keeps the inputs of the layers its steering reads.
@@ -50,7 +52,7 @@ class Hierarchy:
 
     def __init__(
         self,
-        members: Sequence[nn.Module | NgramDrafter | BpdDrafter],
+        members: Sequence[nn.Module | GgufModel | NgramDrafter | BpdDrafter],
         widths: Sequence[Width],
         names: Sequence[str] | None = None,
         logits_width: int | None = None,
@@ -78,15 +80,15 @@ class Hierarchy:
         if widths and isinstance(widths[0], TreeShape) and isinstance(members[0], BpdDrafter):
             raise ChainError(f"widths {text}: a bpd drafter's width is its block length; its tree comes from p= paths")
         names = list(names) if names is not None else [type(m).__name__ for m in members]
-        models = [m for m in members if isinstance(m, nn.Module)]
+        models = [m for m in members if not isinstance(m, (NgramDrafter, BpdDrafter))]
         width = logits_width or min(head_rows(m) for m in models)
         self.names = names
         self.widths = list(widths)
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.device = next(models[-1].parameters()).device
+        top_model = models[-1]
+        self.device = torch.device("cpu") if isinstance(top_model, GgufModel) else next(top_model.parameters()).device
         # the shortest context any level can attend over (None: no model declares one)
-        limits = [getattr(getattr(m, "config", None), "max_position_embeddings", None) for m in models]
-        self.context_limit: int | None = min((x for x in limits if isinstance(x, int)), default=None)
+        self.context_limit: int | None = min((x for x in map(context_limit, models) if x is not None), default=None)
 
         self.levels: list[Drafter] = []
         last = len(members) - 1
@@ -191,7 +193,7 @@ def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], l
     loaded = [None if m is None else steer_model(m) for m in loader.load_chain(specs)]
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)
-    members: list[nn.Module | NgramDrafter | BpdDrafter] = []
+    members: list[nn.Module | GgufModel | NgramDrafter | BpdDrafter] = []
     for i, (s, m) in enumerate(zip(specs, loaded)):
         if s.is_bpd:
             drafter = load_bpd(s, loader, models)

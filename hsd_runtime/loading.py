@@ -26,18 +26,21 @@ import torch
 from torch import nn
 
 from .device import resolve_device, resolve_dtype
+from .engines import ENGINES, LLAMA_CPP_PYTHON
+from .engines.llamacpp import GgufModel
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
 from .files import MAX_CONFIG_BYTES, read_input, stat_input, stat_path
-from .packaged import PACKAGED, cache_lock, converted_dir, packaged_gguf, shareable
+from .packaged import PACKAGED, cache_folder, cache_lock, converted_dir, packaged_gguf, shareable
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
-from .spec import ModelSpec, parse_spec
+from .spec import ModelSpec, check_engine, parse_spec
 from .trim import TrimmedHead, kept_tokens, read_ranking
 
 __all__ = [
     "LoadedModel",
     "ModelLoader",
     "check_same_tokenizer",
+    "context_limit",
     "decoder_of",
     "head_rows",
     "shallow_module",
@@ -53,7 +56,7 @@ class LoadedModel:
     """A model ready to run, with what a chain needs to know about it."""
 
     spec: ModelSpec
-    model: nn.Module  # a transformers *ForCausalLM in eval mode
+    model: Any  # a transformers *ForCausalLM in eval mode, or a GgufModel on the llama.cpp engine
     tokenizer: object  # transformers PreTrainedTokenizerBase
     num_layers: int
     logits_width: int  # lm_head rows; may exceed the tokenizer's size by padding
@@ -63,6 +66,8 @@ class LoadedModel:
     @property
     def num_parameters(self) -> int:
         """Weights of the model; the int8 layers of a quantized copy count (it has its parent's)."""
+        if not isinstance(self.model, nn.Module):  # a GGUF on llama.cpp
+            return int(self.model.n_params)
         dense = sum(p.numel() for p in self.model.parameters())
         return dense + sum(m.num_weights for m in self.model.modules() if isinstance(m, (Int8Linear, PackedLinear)))
 
@@ -79,8 +84,20 @@ def head_rows(model: Any) -> int:
     """Rows of the output layer: the logits width, which may exceed the tokenizer by padding.
 
     Read from the layer's shape, never its weight: a packed or int8 head has no dense weight to read.
+    A GGUF on llama.cpp scores its vocabulary.
     """
+    if isinstance(model, GgufModel):
+        return model.n_vocab
     return int(model.get_output_embeddings().out_features)
+
+
+def context_limit(model: Any) -> int | None:
+    """The positions ``model`` attends over: its config's ``max_position_embeddings``, a llama.cpp
+    GGUF's context cells; None where it declares none."""
+    if isinstance(model, GgufModel):
+        return model.n_ctx
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return limit if isinstance(limit, int) else None
 
 
 def decoder_of(model: Any) -> Any:
@@ -232,6 +249,47 @@ def _convert_into(gguf: Path, out: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _gguf_file(spec: ModelSpec) -> Path:
+    """The GGUF file a llama.cpp level runs: a packaged alias's, or a ``.gguf`` path."""
+    if spec.name in PACKAGED:
+        return packaged_gguf(spec.name)
+    path = Path(spec.name).expanduser()
+    st = stat_path(path, "model")
+    if path.suffix != ".gguf" or st is None or not stat.S_ISREG(st.st_mode):
+        what = "does not exist" if st is None else "is not a .gguf file"
+        raise ModelNotFoundError(f"{spec.name!r} {what}; the llama.cpp engine runs a packaged alias or a .gguf file")
+    stat_input(path, "GGUF file", MAX_GGUF_BYTES)
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"GGUF":
+            raise ModelNotFoundError(f"{path} is not a GGUF file (no GGUF magic bytes)")
+    return path
+
+
+def gguf_tokenizer(gguf: Path) -> Any:
+    """The transformers tokenizer a GGUF file holds, read once and kept in the cache (reading it
+    out of a GGUF's metadata takes seconds; loading the saved one, a fraction of that)."""
+    from transformers import AutoTokenizer
+
+    _silence_transformers()
+    out = converted_dir(gguf).with_name(converted_dir(gguf).name + "-tokenizer")
+    if not (out / "tokenizer_config.json").is_file():
+        cache_folder(out.parent)
+        with cache_lock(out):
+            if not (out / "tokenizer_config.json").is_file():
+                try:
+                    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+                except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
+                    raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
+                tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
+                try:
+                    tokenizer.save_pretrained(tmp)
+                    shareable(tmp)
+                    os.replace(tmp, out)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
+    return AutoTokenizer.from_pretrained(str(out))
+
+
 def _source_dir(spec: ModelSpec) -> Path:
     """The Hugging Face directory that holds the weights named by ``spec``."""
     name = spec.name
@@ -262,23 +320,35 @@ class ModelLoader:
             torch's default kernels. Ignored on other devices.
     """
 
-    def __init__(self, device: str | None = None, dtype: str = "fp32", prepack: bool = True) -> None:
+    def __init__(
+        self, device: str | None = None, dtype: str = "fp32", prepack: bool = True, engine: str = "torch", threads: int | None = None
+    ) -> None:
+        if engine not in ENGINES:
+            raise ModelSpecError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
         self.device = resolve_device(device)
         self.default_dtype = dtype
         self.prepack = prepack
+        self.engine = engine
+        self.threads = threads or torch.get_num_threads()
         resolve_dtype(dtype)
+        if engine == "llamacpp" and self.device.type != "cpu":
+            raise ModelSpecError(f"the llama.cpp engine runs on the CPU here; drop --device {self.device} or use --engine torch")
         self._full: dict[tuple[str, str], LoadedModel] = {}
         self._quantized: dict[tuple[str, str, str], LoadedModel] = {}
+        self._gguf: dict[tuple[str, str], LoadedModel] = {}
 
     @property
     def kernels(self) -> str:
-        """``prepacked`` or ``plain``: which kernels this loader's models run (part of a profile's hardware key).
+        """``prepacked``, ``plain`` or ``llamacpp-VERSION``: which kernels this loader's models run (part of a profile's hardware key).
 
         Prepacked only where asked for, on the CPU, and where this CPU packs the loader's dtype
         (an AVX2-only CPU packs fp32 but not bf16: bf16 models then run the plain kernels, and a
         profile taken with them is stored as plain). A model whose own ``dtype=`` cannot be packed
-        runs plain inside a prepacked loader.
+        runs plain inside a prepacked loader. A loader whose engine is llama.cpp runs llama.cpp's
+        kernels: ``llamacpp-VERSION``, the binding's version.
         """
+        if self.engine == "llamacpp":
+            return f"llamacpp-{LLAMA_CPP_PYTHON}"
         return "prepacked" if self.prepack and self.device.type == "cpu" and self.prepack_refusal is None else "plain"
 
     @property
@@ -292,18 +362,36 @@ class ModelLoader:
         """This loader when it runs ``kernels`` already, else a new one on the same device and dtype that does."""
         if kernels == self.kernels:
             return self
-        return ModelLoader(str(self.device), self.default_dtype, prepack=kernels == "prepacked")
+        if kernels.startswith("llamacpp-"):
+            if kernels != f"llamacpp-{LLAMA_CPP_PYTHON}":
+                raise ModelSpecError(
+                    f"profiled with llama.cpp's binding {kernels.removeprefix('llamacpp-')}; this install has {LLAMA_CPP_PYTHON}: profile again"
+                )
+            return ModelLoader(str(self.device), self.default_dtype, engine="llamacpp", threads=self.threads)
+        return ModelLoader(str(self.device), self.default_dtype, prepack=kernels == "prepacked", threads=self.threads)
+
+    def run_dtype(self, spec: ModelSpec) -> str:
+        """What ``spec``'s weights compute in on this loader: its dtype on torch (see
+        :meth:`ModelSpec.run_dtype`), the GGUF's own types (``gguf``, or its ``quant=``) on llama.cpp."""
+        if (spec.engine or self.engine) == "llamacpp" and spec.is_model:
+            return spec.quant or "gguf"
+        return spec.run_dtype(self.default_dtype)
 
     def release(self) -> None:
         """Forget every model this loader holds; their memory is freed once nothing else refers to them."""
         self._full.clear()
         self._quantized.clear()
+        self._gguf.clear()
 
     def load(self, spec: ModelSpec | str) -> LoadedModel:
         """Load one model spec (not ``ngram``)."""
         spec = parse_spec(spec) if isinstance(spec, str) else spec
         if not spec.is_model:
             raise ModelSpecError(f"{spec} is a drafter, not a model to load")
+        engine = spec.engine or self.engine
+        check_engine(spec, engine)
+        if engine == "llamacpp":
+            return self._load_gguf(spec)
         # int8 kernels take fp32 activations: a quantized copy is made from the fp32 parent
         dtype = spec.run_dtype(self.default_dtype)
         key = (spec.name, dtype)
@@ -354,6 +442,32 @@ class ModelLoader:
                 loaded[i] = self.load(specs[i])
                 check_same_tokenizer(list(loaded.values()))
         return [loaded.get(i) for i in range(len(specs))]
+
+    def _load_gguf(self, spec: ModelSpec) -> LoadedModel:
+        """``spec`` on the llama.cpp engine: its GGUF file (re-quantized once where ``quant=`` asks),
+        loaded once per (file, quant) and shared by every level that names it."""
+        from .engines.llamacpp import GgufModel, quantized_gguf
+
+        key = (spec.name, spec.quant or "")
+        if key not in self._gguf:
+            gguf = _gguf_file(spec)
+            tokenizer = gguf_tokenizer(gguf)
+            path = quantized_gguf(gguf, spec.quant, self.threads) if spec.quant else gguf
+            model = GgufModel(path, str(spec), self.threads)
+            vocab = tokenizer.get_vocab()
+            eos_ids = {tokenizer.eos_token_id} - {None}
+            if spec.name in PACKAGED:
+                eos_ids.update(vocab[t] for t in PACKAGED[spec.name].extra_eos if t in vocab)
+            self._gguf[key] = LoadedModel(
+                spec=spec,
+                model=model,
+                tokenizer=tokenizer,
+                num_layers=model.num_layers,
+                logits_width=model.n_vocab,
+                fingerprint=tokenizer_fingerprint(tokenizer),
+                eos_token_ids=tuple(sorted(eos_ids)),
+            )
+        return replace(self._gguf[key], spec=spec)
 
     def _quantize(self, spec: ModelSpec, dtype: str) -> LoadedModel:
         """The quantized copy of ``spec``'s model, made from its fp32 parent.

@@ -29,7 +29,17 @@ from typing import Any, BinaryIO
 
 from .errors import ModelNotFoundError, PackageMissingError, PathError
 
-__all__ = ["PACKAGED", "PackagedModel", "cache_dir", "cache_folder", "cache_lock", "converted_dir", "is_converted", "packaged_gguf"]
+__all__ = [
+    "PACKAGED",
+    "PackagedModel",
+    "cache_dir",
+    "cache_folder",
+    "cache_lock",
+    "converted_dir",
+    "is_converted",
+    "packaged_gguf",
+    "quantized_path",
+]
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,12 @@ def shareable(path: Path) -> None:
     os.umask(umask)
     for p in [path, *(path.rglob("*") if path.is_dir() else [])]:
         p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
+
+
+def quantized_path(gguf: Path, quant: str) -> Path:
+    """Where llama.cpp's re-quantization of ``gguf`` to ``quant`` is kept in the cache (keyed as
+    :func:`converted_dir` keys its entry: path, size and modification time)."""
+    return cache_dir() / "gguf-quant" / f"{converted_dir(gguf).name}.{quant}.gguf"
 
 
 def converted_dir(gguf: Path) -> Path:

@@ -24,7 +24,8 @@ from torch import nn
 from transformers import Cache
 from transformers.cache_utils import DynamicLayer
 
-from .cache import cache_argument
+from .cache import common_prefix
+from .engines.torch_engine import cache_argument
 from .stats import LevelStats
 
 __all__ = ["BatchedCache"]
@@ -94,14 +95,6 @@ class _RaggedKV(Cache):
         return super().update(key_states, value_states, layer_idx, *args, **kwargs)
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 class BatchedCache:
     """A causal LM over ``batch`` sequences with one ragged KV layout, and its counters.
 
@@ -152,7 +145,7 @@ class BatchedCache:
                 keep.append(0)
                 kept.append(False)
                 continue
-            common = _common_prefix(held, seq)
+            common = common_prefix(held, seq)
             if self._last[i] is not None and common == len(held) and first[i] == len(held) - 1:
                 start = len(held)
                 kept.append(True)

@@ -4,7 +4,9 @@ NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5
 ``qwen2.5-coder-1.5b``), ``ngram``, a Hugging Face model directory or a ``.gguf`` file. Options:
 ``layers=K`` (the first K decoder layers, sharing the parent's weights), ``dtype=bf16|fp16|fp32``,
 ``quant=int8`` (a copy whose Linear layers hold int8 weights; it computes in fp32, so it takes no
-``dtype`` other than fp32), ``n=N`` (n-gram order, ``ngram`` only), ``vocab=N`` or ``vocab=FILE``
+``dtype`` other than fp32), ``engine=torch|llamacpp`` (the engine that runs it, else the command's;
+on llama.cpp a spec names a packaged alias or a ``.gguf`` file, run as it is or re-quantized by
+``quant=q8_0|q4_0|q2_k|...``, llama.cpp's file types), ``n=N`` (n-gram order, ``ngram`` only), ``vocab=N`` or ``vocab=FILE``
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
 ranking file lists; see :mod:`.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
 the model directly above it, with the projection trained into DIR; see :mod:`.steering`).
@@ -27,19 +29,19 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from .choices import DTYPES, Dtype
+from .choices import DTYPES, ENGINES, GGUF_QUANTS, TORCH_QUANTS, Dtype
 from .errors import ModelSpecError
 from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS, MAX_SPEC_CHARS
 
-__all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "parse_chain", "parse_spec", "same_model"]
+__all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "check_engine", "parse_chain", "parse_spec", "same_model"]
 
 NGRAM = "ngram"
 BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
-QUANTS = ("int8",)  # weight quantizations a spec may ask for (see hsd_runtime.quantize)
+QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
 _INT_OPTIONS = {"layers", "n"}
 _MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
-_KNOWN = {"layers", "dtype", "n", "quant", "vocab", "steer"}
+_KNOWN = {"layers", "dtype", "n", "quant", "vocab", "steer", "engine"}
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
 
@@ -75,12 +77,19 @@ class ModelSpec(BaseModel):
         kernels take fp32 activations), else ``default``; ``-`` for ngram."""
         if self.is_ngram:
             return "-"
+        if self.quant in GGUF_QUANTS or self.engine == "llamacpp":
+            return self.quant or "gguf"  # llama.cpp runs the file's own types
         return "fp32" if self.quant else self.dtype or default
 
     @property
     def quant(self) -> str | None:
         """The weight quantization asked for (``quant=int8``), None for full precision."""
         return self.get("quant")
+
+    @property
+    def engine(self) -> str | None:
+        """The engine this spec names (``engine=torch|llamacpp``), None to run on the command's."""
+        return self.get("engine")
 
     @property
     def vocab(self) -> int | str | None:
@@ -160,15 +169,41 @@ def parse_spec(text: str) -> ModelSpec:
             )
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
+        if key == "engine" and value not in ENGINES:
+            raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
     spec = ModelSpec(name=name, options=tuple(options))
-    if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer)):
+    if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine)):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the option n=N")
     if not spec.is_ngram and spec.get("n") is not None:
         raise ModelSpecError(f"model spec {text!r}: option n=N applies to ngram only")
-    if spec.quant is not None and spec.dtype not in (None, "fp32"):
+    if spec.engine is not None:
+        check_engine(spec, spec.engine)
+    if spec.quant in TORCH_QUANTS and spec.dtype not in (None, "fp32"):
         # the int8 kernels take fp32 activations: a bf16/fp16 quantized copy would not be what was asked
         raise ModelSpecError(f"model spec {text!r}: quant={spec.quant} computes in fp32; drop dtype={spec.dtype} or write dtype=fp32")
     return spec
+
+
+def check_engine(spec: ModelSpec, engine: str) -> None:
+    """Refuse, in one line, a model spec that ``engine`` cannot run: llama.cpp runs a GGUF file
+    as it is or re-quantized by its own quantizer (no views, dtypes or int8 copies); torch makes
+    int8 copies, not llama.cpp's file types."""
+    text = str(spec)
+    if engine == "torch":
+        if spec.quant in GGUF_QUANTS:
+            raise ModelSpecError(
+                f"model spec {text!r}: quant={spec.quant} is a llama.cpp file type; add engine=llamacpp (or --engine llamacpp), "
+                "or use quant=int8 on the torch engine"
+            )
+        return
+    torch_only = [k for k in ("layers", "dtype", "vocab", "steer") if spec.get(k) is not None]
+    if torch_only:
+        raise ModelSpecError(
+            f"model spec {text!r}: {', '.join(k + '=' for k in torch_only)} runs on the torch engine only; "
+            "a llama.cpp level runs its GGUF file as it is, or re-quantized with quant="
+        )
+    if spec.quant in TORCH_QUANTS:
+        raise ModelSpecError(f"model spec {text!r}: quant=int8 is the torch engine's; on llama.cpp use one of {', '.join(GGUF_QUANTS)}")
 
 
 def _key_values(text: str, parts: list[str], known: set[str], what: str) -> list[tuple[str, str]]:

@@ -26,6 +26,7 @@ import itertools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,24 +71,35 @@ def law_model(seed: int, layers: int = 1, temperature: float = 1.0, sharpness: f
 
 
 @torch.inference_mode()
-def exact_joint(target: torch.nn.Module, prompt: Sequence[int], sampling: SamplingConfig, length: int = L) -> np.ndarray:
+def exact_joint(target: Any, prompt: Sequence[int], sampling: SamplingConfig, length: int = L) -> np.ndarray:
     """P(x_1..x_L | prompt) under ``target`` warped by ``sampling``, ``[V ** L]`` float64.
 
     Cell ``sum_i x_i * V ** (L - 1 - i)`` (row-major over the L tokens). One batched pass per
     position over all V ** d prefixes of length d, with no cache (the runtime's cached passes must
     agree with these uncached ones).
     """
-    device = next(target.parameters()).device
     vocab = 1  # known after the first pass
     joint = np.ones(1)
     for d in range(length):
         prefixes = list(itertools.product(range(vocab), repeat=d))
-        ids = torch.tensor([list(prompt) + list(x) for x in prefixes], device=device)  # [V ** d, len(prompt) + d]
-        logits = target(input_ids=ids).logits[:, -1].float()  # [V ** d, V]
+        logits = _last_logits(target, [list(prompt) + list(x) for x in prefixes])  # [V ** d, V]
         vocab = logits.shape[-1]
         p = warp(logits, sampling).double().cpu().numpy()  # [V ** d, V]
         joint = (joint[:, None] * p).ravel()  # [V ** (d + 1)], row-major
     return joint
+
+
+def _last_logits(target: Any, rows: list[list[int]]) -> torch.Tensor:
+    """The logits after each row of tokens ``[len(rows), V]``, float32, from uncached passes: one
+    batched pass of a torch model, or a fresh cache per row of a model of another engine."""
+    if isinstance(target, torch.nn.Module):
+        ids = torch.tensor(rows, device=next(target.parameters()).device)  # [rows, len]
+        return target(input_ids=ids).logits[:, -1].float()
+    out = []
+    for row in rows:
+        engine = target.open_cache(target.n_vocab)
+        out.append(engine.feed(row, 0, 1))
+    return torch.cat(out).float()
 
 
 @torch.inference_mode()
@@ -287,7 +299,7 @@ class LawCheck:
 
 def law_check(
     hierarchy: Hierarchy,
-    target: torch.nn.Module,
+    target: Any,
     sampling: SamplingConfig,
     prompt: Sequence[int] = PROMPT,
     runs: int = RUNS,

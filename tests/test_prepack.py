@@ -236,3 +236,26 @@ def test_profile_generate_and_validate_in_bf16_where_it_cannot_pack(no_bf16_pack
     chain = f"{tiny_dirs['draft']},{tiny_dirs['target']}"
     generate = runner.invoke(cli, ["generate", "--chain", chain, "--widths", "2", "--prompt", "w1 w2", "--max-new-tokens", "6", *common])
     assert generate.exit_code == 0, generate.output
+
+
+@pytest.mark.skipif(packing._LIBC is None, reason="pages are handed back on Linux only")
+def test_packing_hands_back_the_mapped_checkpoint_pages_and_keeps_what_they_hold(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    plain = tiny_llama(3)
+    plain.save_pretrained(tmp_path)  # safetensors: from_pretrained maps it and the weights view the mapping
+    mapped = AutoModelForCausalLM.from_pretrained(str(tmp_path), dtype=torch.float32).eval()
+    ranges = packing._file_mappings()
+    weight = mapped.model.layers[0].mlp.up_proj.weight
+    assert any(lo <= weight.data_ptr() < hi for lo, hi in ranges)  # a view of the file, not a copy
+    before = weight.detach().clone()
+    packing._page_out(weight, ranges)
+    assert torch.equal(weight, before)  # read back from the file: the same numbers
+    heap = torch.randn(4096, 64)
+    kept = heap.clone()
+    packing._page_out(heap, ranges)  # not a mapped file: left alone
+    assert torch.equal(heap, kept)
+    prepack(mapped)
+    ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        torch.testing.assert_close(mapped(ids).logits, plain(ids).logits, rtol=1e-4, atol=1e-4)

@@ -10,7 +10,16 @@ from hsd_runtime import SamplingConfig
 
 from ..generate import generate_text
 from ..limits import MAX_LENGTH
-from .options import json_option, make_loader, parse_widths, prepack_option, resolve_dtype_choice, runtime_options, sampling_options
+from .options import (
+    engine_option,
+    json_option,
+    make_loader,
+    parse_widths,
+    prepack_option,
+    resolve_dtype_choice,
+    runtime_options,
+    sampling_options,
+)
 from .render import emit, format_generate
 
 __all__ = ["generate"]
@@ -27,6 +36,7 @@ __all__ = ["generate"]
 @sampling_options
 @runtime_options
 @prepack_option
+@engine_option
 @json_option
 def generate(
     chain: str,
@@ -45,6 +55,7 @@ def generate(
     dtype: str,
     device: str,
     prepack: bool,
+    engine: str,
     as_json: bool,
 ) -> None:
     """Run one hierarchy on one prompt and report per-level stats.
@@ -52,17 +63,21 @@ def generate(
     --check compares with the target's own greedy decoding. With an fp32 target the tokens
     must be identical, and a difference exits with status 1. In bf16/fp16 a batched
     verification pass and an incremental pass round differently and can flip near-ties, so
-    --check then reports the first divergence and the agreement rate without failing.
+    --check then reports the first divergence and the agreement rate without failing; so it does
+    on llama.cpp, whose passes over several tokens use other kernels than its one-token passes.
 
     Example:
 
         hsd-plan generate --chain ngram,smollm2-135m:layers=8,smollm2-135m --widths 4,2 \\
             --prompt "Write a haiku about the sea." --check
+
+        hsd-plan generate --engine llamacpp --chain ngram,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b \\
+            --widths 8,4 --prompt "Write a function that reverses a string." --check
     """
     if check and mode != "greedy":
         raise click.ClickException("--check compares greedy outputs; use it with --mode greedy")
     sampling = SamplingConfig(mode=mode, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed, lenience=lenience)
-    loader = make_loader(device, resolve_dtype_choice(dtype, device), prepack)
+    loader = make_loader(device, resolve_dtype_choice(dtype, device), prepack, engine)
     report = generate_text(chain, parse_widths(widths), prompt, max_new_tokens, sampling, loader, chat=not raw, check=check, warmup=warmup)
     emit(report, as_json, format_generate)
     if report.check is not None and report.check.exact and not report.check.identical:

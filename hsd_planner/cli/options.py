@@ -21,6 +21,7 @@ from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT
 __all__ = [
     "FiniteRange",
     "db_option",
+    "engine_option",
     "export_options",
     "int_list",
     "json_option",
@@ -118,6 +119,20 @@ def runtime_options(f: F | None = None, *, dtype: str | None = "auto", dtype_hel
     return wrap(f) if f is not None else wrap
 
 
+def engine_option(f: F) -> F:
+    """``--engine``: what runs the models whose spec names no ``engine=``."""
+    from hsd_runtime.choices import ENGINES
+
+    return click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="torch",
+        show_default=True,
+        help="What runs the models whose spec sets no engine=: torch (transformers, any device and dtype) or llamacpp "
+        "(the GGUF files on llama.cpp, CPU; installed by scripts/install.sh). Profiles are kept apart by engine.",
+    )(f)
+
+
 def prepack_option(f: F) -> F:
     return click.option(
         "--prepack/--no-prepack",
@@ -141,14 +156,14 @@ def resolve_dtype_choice(dtype: str, device: str) -> str:
     return auto_dtype(resolve_device(device))
 
 
-def make_loader(device: str, dtype: str, prepack: bool = True) -> ModelLoader:
+def make_loader(device: str, dtype: str, prepack: bool = True, engine: str = "torch") -> ModelLoader:
     """The loader of a command that runs models (``dtype`` already concrete), saying once on stderr
     when prepacking was asked for and this CPU cannot pack ``dtype``: those models then run torch's
     plain kernels, and profiles taken with them are stored as plain."""
     from hsd_runtime import ModelLoader
 
-    loader = ModelLoader(device=device, dtype=dtype, prepack=prepack)
-    if loader.prepack_refusal is not None:
+    loader = ModelLoader(device=device, dtype=dtype, prepack=prepack, engine=engine)
+    if engine == "torch" and loader.prepack_refusal is not None:
         click.echo(f"note: {loader.prepack_refusal}; {dtype} models run torch's plain kernels", err=True)
     return loader
 

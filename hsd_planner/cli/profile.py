@@ -7,13 +7,14 @@ import click
 from ..errors import StoreError
 from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
-from ..profiling.sources import absolute_specs, trained_overlaps
+from ..profiling.sources import absolute_specs, trained_overlaps, with_engine
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
 from ..store.server import LOST, describe_lost
 from .batch import batch_sizes_option, parse_batch_sizes
 from .options import (
     db_option,
+    engine_option,
     int_list,
     json_option,
     make_loader,
@@ -67,6 +68,7 @@ _D = ProfileConfig.model_fields
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")
 @runtime_options
 @prepack_option
+@engine_option
 @db_option
 @json_option
 def profile(
@@ -89,6 +91,7 @@ def profile(
     dtype: str,
     device: str,
     prepack: bool,
+    engine: str,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -107,10 +110,15 @@ def profile(
         hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --max-prompts 12
 
         hsd-plan profile --models ngram,smollm2-135m:layers=8,smollm2-135m --batch-sizes 1,2,4,8
+
+        hsd-plan profile --engine llamacpp --models ngram,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b --max-prompts 12
+
+    --engine llamacpp profiles the GGUF files on llama.cpp: every model spec gets engine=llamacpp,
+    and the profile is stored under llama.cpp's kernels (its binding's version) and thread count.
     """
     dtype = resolve_dtype_choice(dtype, device)
     config = ProfileConfig(
-        models=absolute_specs(model_list(models, "--models")),
+        models=with_engine(absolute_specs(model_list(models, "--models")), engine),
         mode=mode,
         temperature=temperature,
         top_p=top_p or 1.0,
@@ -134,7 +142,7 @@ def profile(
             err=True,
         )
     check_db(db)  # a bad --db fails before the models load
-    loader = make_loader(device, dtype, prepack)
+    loader = make_loader(device, dtype, prepack, engine)
     prepared = prepare_profile(config, prompts, loader)  # every refusal before the database is created or written
     engine = open_engine(db)
     bars = Bars()

@@ -15,7 +15,7 @@ from ..store import Engine
 from ..store.plans import SolvedPlan, load_plan
 from ..store.schedule import BatchEntry, load_batch_plans
 from .batch import stack_schedule
-from .names import check_mapped
+from .names import check_mapped, gguf_names
 from .restrict import restricted_solve, restrictions, unloadable
 from .schema import (
     PLAN_SCHEMA_VERSION,
@@ -119,6 +119,8 @@ def export_plan(
     if unloadable(target, False, stack) is not None and target not in names:
         raise ExportError(f"the target {target} is a model variant {stack.label} cannot load; solve for a target it serves")
     schedule, why = _schedule(stored, exported, stack, [e.batch_size for e in load_batch_plans(engine, stored.solve.id)])
+    if stack.gguf_files:  # llama-server loads files: each model's GGUF unless the map names another
+        names = {**gguf_names([exported.chain]), **names}
     rendered = stack.render(replace(_served(stored, exported, names), schedule=schedule))
     reasons = reasons + why
     comment = f"# hsd-plan plan {stored.plan_id} for {stack.label}: {_speed(exported)}"

@@ -7,11 +7,12 @@ its own names (a Hugging Face id, a GGUF path). Without a map, the spec is the n
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from ..errors import ExportError, ModelSpecError
 from ..profiling.sources import absolute_spec
 
-__all__ = ["check_mapped", "parse_model_map"]
+__all__ = ["check_mapped", "gguf_names", "parse_model_map"]
 
 
 def parse_model_map(entries: Iterable[str]) -> dict[str, str]:
@@ -45,3 +46,33 @@ def check_mapped(model_map: dict[str, str], chains: Sequence[Sequence[str]]) -> 
     for spec in model_map:
         if spec not in known:
             raise ExportError(f"--model-map names {spec}, which is not in the plan ({', '.join(sorted(known))})")
+
+
+def gguf_names(chains: Sequence[Sequence[str]]) -> dict[str, str]:
+    """The GGUF file of each model of ``chains`` that a llama.cpp server can load as it is: a
+    packaged alias's file, a ``.gguf`` path, and llama.cpp's re-quantized copy of either (``quant=``,
+    once hsd-plan has made it into the cache). Others are left to ``--model-map``."""
+    from hsd_runtime.choices import GGUF_QUANTS
+    from hsd_runtime.errors import HSDError
+    from hsd_runtime.packaged import PACKAGED, packaged_gguf, quantized_path
+    from hsd_runtime.spec import parse_spec
+
+    out: dict[str, str] = {}
+    for name in {n for chain in chains for n in chain}:
+        spec = parse_spec(name)
+        if not spec.is_model or any(spec.get(k) is not None for k in ("layers", "vocab", "steer")):
+            continue
+        try:
+            gguf = packaged_gguf(spec.name) if spec.name in PACKAGED else Path(spec.name) if spec.name.endswith(".gguf") else None
+        except HSDError:  # a package not installed here: the spec stays the name
+            gguf = None
+        if gguf is None:
+            continue
+        if spec.quant in GGUF_QUANTS:
+            gguf = quantized_path(gguf, spec.quant)
+            if not gguf.is_file():
+                continue
+        elif spec.quant is not None:
+            continue
+        out[name] = str(gguf)
+    return out

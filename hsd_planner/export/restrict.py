@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from hsd_runtime.choices import GGUF_QUANTS
 from hsd_runtime.shape import TreeShape
 from hsd_runtime.spec import parse_spec
 
@@ -32,7 +33,7 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
         return None if stack.ngram else f"it has no n-gram drafter ({name})"
     if spec.layers is not None and not stack.early_exit:
         return f"it cannot load the early exit {name}"
-    if spec.quant is not None and not stack.int8_copy:
+    if spec.quant is not None and not (stack.gguf_files if spec.quant in GGUF_QUANTS else stack.int8_copy):
         return f"it cannot load hsd-plan's {spec.quant} copy {name}"
     if spec.vocab is not None:  # no stack trims a drafter model's head (SGLang's token map is EAGLE's only)
         return f"it cannot trim the head of {name}"

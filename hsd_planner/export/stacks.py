@@ -63,6 +63,7 @@ class Stack:
     trees: bool = False  # a standalone drafter may draft a tree
     early_exit: bool = False  # loads the first K layers of a model as its own drafter
     int8_copy: bool = False  # loads hsd-plan's dynamic-int8 copy of a model
+    gguf_files: bool = False  # runs GGUF files: a packaged alias is its GGUF, llama.cpp's quant= copies load
     batch_schedule: bool = False  # takes k per range of batch sizes
 
     @property
@@ -225,10 +226,10 @@ STACKS: dict[str, list[Stack]] = {
         # --spec-type names what drafts (a list enables types; their priority is fixed in code, the
         # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens, and
         # --draft-max/--draft-min are removed (the server exits on them)
-        Stack("llamacpp", "llama.cpp server", "2026-10", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True)),
+        Stack("llamacpp", "llama.cpp server", "2026-10", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True), gguf_files=True),
         # builds before the --spec-* flags (spring 2026): --draft-max; their n-gram drafter (early
         # 2026 only) is not mapped
-        Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False),
+        Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False, gguf_files=True),
     ],
     # the draft_len_schedule of the 1.3 pre-releases (keys are the largest batch of each k); 1.2
     # read its keys as the smallest batch of each k

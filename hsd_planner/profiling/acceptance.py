@@ -67,15 +67,19 @@ STALE_MAX = 8  # steering offsets measured one pass each; a draft further from i
 VISIT_MAX = 32  # widths b for which the visited distribution is kept
 
 
-def teacher_forced_logits(model: nn.Module, prompt: list[int], continuation: list[int], width: int, grad: bool = False) -> torch.Tensor:
+def teacher_forced_logits(model: Any, prompt: list[int], continuation: list[int], width: int, grad: bool = False) -> torch.Tensor:
     """Logits ``[len(continuation), width]`` in fp32; row t is the prediction for ``continuation[t]``.
 
-    One pass over prompt + continuation. ``grad=True`` keeps the graph (a student in training);
+    One pass over prompt + continuation (``model`` a torch causal LM, or a model of another engine,
+    such as a llama.cpp GGUF). ``grad=True`` keeps the graph (a student in training);
     otherwise the pass runs in inference mode.
     """
+    m = len(continuation)
+    opener = getattr(model, "open_cache", None)
+    if opener is not None:  # a model of another engine (llama.cpp): one pass in a fresh cache, every row kept
+        return opener(width).feed(prompt + continuation, 0, m + 1)[:m].float()
     device = next(model.parameters()).device
     ids = torch.tensor([prompt + continuation], device=device)  # [1, L + m]
-    m = len(continuation)
     with torch.inference_mode(not grad):
         logits = model(input_ids=ids, use_cache=False, logits_to_keep=m + 1).logits[0, :m, :width]
     return logits.float()

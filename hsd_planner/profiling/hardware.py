@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from hsd_runtime import cpu_capability
+from hsd_runtime.engines import LLAMA_CPP_PYTHON
 
 from ..store.records import HardwareRecord
 
@@ -69,8 +70,9 @@ def detect_hardware(device: torch.device, kernels: str = "plain") -> HardwareInf
 
 
 def this_machine() -> list[str]:
-    """The fingerprints a profile taken here could carry: the CPU's with prepacked and with plain
-    kernels, and each CUDA device's."""
+    """The fingerprints a profile taken here could carry: the CPU's with prepacked, plain and
+    llama.cpp's kernels (of the binding version this install builds), and each CUDA device's."""
     cpu = torch.device("cpu")
     cuda = [detect_hardware(torch.device("cuda", i)).fingerprint for i in range(torch.cuda.device_count())]
-    return [detect_hardware(cpu, "prepacked").fingerprint, detect_hardware(cpu).fingerprint, *cuda]
+    kernels = ("prepacked", "plain", f"llamacpp-{LLAMA_CPP_PYTHON}")
+    return [*(detect_hardware(cpu, k).fingerprint for k in kernels), *cuda]

@@ -10,8 +10,11 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from torch import nn
+
 from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
 from hsd_runtime.bpd import load_bpd
+from hsd_runtime.loading import context_limit
 from hsd_runtime.spec import same_model
 from hsd_runtime.steering import steer_model
 
@@ -127,9 +130,15 @@ def prepare_profile(config: ProfileConfig, prompts: PromptSet, loader: ModelLoad
     chosen automatically are capped to fit; ones given with --context-lens are refused instead.
     """
     candidates = _load(config, loader)
+    if any(b > 1 for b in config.batch_sizes) and any(
+        c.loaded is not None and not isinstance(c.loaded.model, nn.Module) for c in candidates
+    ):
+        raise ChainError(
+            "--batch-sizes above 1 are profiled on the torch engine only; drop them, or profile llama.cpp with --batch-sizes 1"
+        )
     tokenizer = next(c.loaded.tokenizer for c in candidates if c.loaded is not None)  # one tokenizer: checked in _load
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
-    limits = [getattr(c.loaded.model.config, "max_position_embeddings", None) for c in candidates if c.loaded is not None]
+    limits = [context_limit(c.loaded.model) for c in candidates if c.loaded is not None]
     limit = min((x for x in limits if isinstance(x, int)), default=None)
     widest = max(config.latency_grid)
     contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
@@ -223,7 +232,9 @@ def _floors(
 ) -> Callable[[Candidate, int, int], float | None]:
     """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None:
     ngram, and a steered model's projection, n = 0)."""
-    models = [c for c in candidates if c.loaded is not None]
+    models = [c for c in candidates if c.loaded is not None and isinstance(c.loaded.model, nn.Module)]
+    if not models:  # llama.cpp: its kernels are not torch's, the floor probe says nothing of them
+        return lambda c, ctx, n: None
     probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
     record_floor_probe(engine, out.hardware_id, probe)
     traffic = {c.row_id: pass_traffic(c.loaded.model) for c in models}

@@ -17,7 +17,7 @@ from hsd_runtime.spec import BPD, ModelSpec, parse_spec
 from ..errors import StoreError
 from ..prompts import PromptSet, trained_on
 
-__all__ = ["absolute_spec", "absolute_specs", "check_source", "source_fingerprint", "trained_overlaps"]
+__all__ = ["absolute_spec", "absolute_specs", "check_source", "source_fingerprint", "trained_overlaps", "with_engine"]
 
 _WEIGHTS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
 
@@ -75,6 +75,23 @@ def absolute_spec(text: str) -> str:
 def absolute_specs(texts: list[str] | tuple[str, ...]) -> list[str]:
     """:func:`absolute_spec` of each."""
     return [absolute_spec(t) for t in texts]
+
+
+def with_engine(texts: list[str], engine: str) -> list[str]:
+    """Model specs run on ``engine``: a model spec without ``engine=`` gets ``engine=ENGINE``
+    appended where the engine is not torch (a model's profile, its acceptance included, is that
+    engine's: llama.cpp runs the GGUF's quantized weights, torch their dequantized copy).
+
+    >>> with_engine(["ngram", "smollm2-135m", "x.gguf:engine=torch"], "llamacpp")
+    ['ngram', 'smollm2-135m:engine=llamacpp', 'x.gguf:engine=torch']
+    """
+    if engine == "torch":
+        return list(texts)
+    out = []
+    for text in texts:
+        spec = parse_spec(text)
+        out.append(f"{text}:engine={engine}" if spec.is_model and spec.engine is None else text)
+    return out
 
 
 def source_fingerprint(spec_text: str) -> str | None:

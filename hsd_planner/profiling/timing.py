@@ -20,7 +20,7 @@ from torch import nn
 
 from hsd_runtime import SamplingConfig, head_rows, ngram_lookup
 from hsd_runtime.bpd import BpdDrafter
-from hsd_runtime.cache import cache_argument
+from hsd_runtime.engines.torch_engine import cache_argument
 
 __all__ = ["SPREAD_LIMIT", "HeadsTimer", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 
@@ -64,24 +64,35 @@ class PassTimer:
     """One model with ``context_len`` tokens cached: times single passes of n new tokens.
 
     The context is prefilled once; every pass feeds n tokens and crops them off again, so each
-    sees the same cache length. The first pass of each n is a warm-up and is not timed. A steered
+    sees the same cache length, and returns the logits of all n rows (as a verifier's pass does).
+    A model of another engine (a llama.cpp GGUF) is timed through its own cache, the same way.
+    The first pass of each n is a warm-up and is not timed. A steered
     model (``steer=``) is timed steered: its passes add vectors set once from random taps, and
     ``n`` = 0 times the projection alone (taps to vectors), which decoding runs once per proposal,
     not once per pass.
     """
 
-    def __init__(self, model: nn.Module, context_len: int, seed: int = 0) -> None:
+    def __init__(self, model: Any, context_len: int, seed: int = 0) -> None:
         from transformers import DynamicCache
 
         self.model = model
+        self._engine: Any = None
+        self._new: dict[int, torch.Tensor] = {}
+        self._steerer: Any = getattr(model, "steerer", None)
+        self._gen = torch.Generator().manual_seed(seed)
+        opener = getattr(model, "open_cache", None)
+        if opener is not None:  # another engine's model (llama.cpp): its own cache, every row's logits asked for
+            self.device = torch.device("cpu")
+            self._vocab = model.n_vocab
+            self._context_len = context_len
+            self._engine = opener(self._vocab)
+            self._engine.feed(torch.randint(0, self._vocab, (context_len,), generator=self._gen).tolist(), 0, 1)
+            return
         self.device = next(model.parameters()).device
         vocab = head_rows(model)
-        self._gen = torch.Generator().manual_seed(seed)
         context = torch.randint(0, vocab, (1, context_len), generator=self._gen).to(self.device)
         self._vocab = vocab
         self._cache: Any = DynamicCache()
-        self._new: dict[int, torch.Tensor] = {}
-        self._steerer: Any = getattr(model, "steerer", None)
         if self._steerer is not None:
             card = self._steerer.card
             self._taps = torch.randn(1, len(card.taps) * card.verifier_hidden, generator=self._gen).to(self.device)
@@ -93,6 +104,12 @@ class PassTimer:
     @torch.inference_mode()
     def _pass(self, n: int) -> float:
         ids = self._new[n]
+        if self._engine is not None:
+            t0 = time.perf_counter()
+            self._engine.feed(ids[0].tolist(), self._context_len, n)
+            elapsed = time.perf_counter() - t0
+            self._engine.crop(self._context_len, self._context_len + n)
+            return elapsed
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from hsd_runtime.engines import LLAMA_CPP_PYTHON
 from hsd_runtime.errors import HSDError
 from hsd_runtime.packaged import cache_dir
 
 __all__ = ["LLAMA_CPP_PYTHON", "Completion", "LlamaServer", "LlamaServerError", "llama_server_path"]
 
-LLAMA_CPP_PYTHON = "0.3.36"  # the binding pinned by scripts/install_llamacpp.sh; its llama.cpp tree builds the server
 INSTALL = "bash scripts/install_llamacpp.sh"
 
 

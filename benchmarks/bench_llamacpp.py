@@ -1,0 +1,172 @@
+"""hsd-plan on the llama.cpp engine against llama-server's own configurations, in one run.
+
+    python -m benchmarks.bench_llamacpp                                  # Qwen 1.5B, HumanEval
+    python -m benchmarks.bench_llamacpp --spec-bench question.jsonl --category coding
+
+One workload, one machine, one sitting:
+
+1. ``hsd-plan profile --engine llamacpp`` of ``--models`` (the packaged Q4_K_M GGUFs) on the
+   workload's profiling split, into a fresh database under ``--out-dir``;
+2. ``hsd-plan solve``; then, alternating round by round with llama-server:
+3. ``hsd-plan validate --candidates top-k`` on the held-out split: the solver's pick, its
+   runners-up and autoregressive decoding on our llama.cpp engine, each measured
+   (``measured_ms_per_token``: decode only, prefill excluded);
+4. llama-server (the same llama.cpp tree, the same GGUFs, threads, held-out prompts wrapped in the
+   same chat template, token counts and greedy decoding) in each configuration of
+   :mod:`benchmarks.bench_llama_server`: no speculation, ``ngram-simple``, ``ngram-mod``,
+   ``draft-simple`` at its default and at each ``--n-max``, and the flags ``hsd-plan export
+   --format llamacpp`` writes for the pick (its prediction against llama-server's measurement);
+
+5. ``hsd-plan generate --check`` of the pick on every held-out prompt: its greedy agreement with
+   autoregressive decoding on the same engine (llama.cpp's passes over several tokens round
+   differently from its one-token passes).
+
+Figures: medians over prompts and rounds; every ratio is taken between figures of this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.bench_llama_server import configurations, run_config
+from benchmarks.common import machine, spec_bench_option, spec_bench_set
+from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_runtime import cpu_capability
+from hsd_runtime.packaged import packaged_gguf
+
+
+def hsd_plan(*args: str) -> dict:
+    """Run one hsd-plan command with --json; its document."""
+    done = subprocess.run([sys.executable, "-m", "hsd_planner", *args, "--json"], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"hsd-plan {args[0]} failed: {done.stderr.strip() or done.stdout.strip()}")
+    return json.loads(done.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="ngram,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b", help="candidates, target last")
+    ap.add_argument("--prompts", default="humaneval", help="prompt set, unless --spec-bench")
+    spec_bench_option(ap, required=False)
+    ap.add_argument("--category", default="coding", help="Spec-Bench category with --spec-bench")
+    ap.add_argument("--profile-prompts", type=int, default=8)
+    ap.add_argument("--max-prompts", type=int, default=6, help="held-out prompts")
+    ap.add_argument("--new", type=int, default=128, help="new tokens per prompt")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-max", default="3,8", help="llama-server draft-model k to try besides its default")
+    ap.add_argument("--repeats", type=int, default=2, help="rounds, alternating llama-server and hsd-plan")
+    ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/llamacpp"))
+    args = ap.parse_args()
+
+    models = args.models.split(",")
+    target, drafter = packaged_gguf(models[-1]), packaged_gguf(models[-2])
+    if args.spec_bench:
+        source = ["--prompts", str(args.spec_bench), "--category", args.category]
+        prompt_set = spec_bench_set(args.spec_bench, args.category)
+    else:
+        source = ["--prompts", args.prompts]
+        prompt_set = load_prompts(args.prompts)
+    name = prompt_set.name.replace(":", "-").replace("/", "-")
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    db = args.out_dir / f"{name}.db"
+    db.unlink(missing_ok=True)
+    common = ["--db", str(db)]
+    profile = hsd_plan("profile", "--engine", "llamacpp", "--models", args.models, *source, "--max-prompts", str(args.profile_prompts),
+                       "--max-new-tokens", str(args.new), *common)  # fmt: skip
+    solve = hsd_plan("solve", *common)
+    print(f"pick: {' -> '.join(solve['chain'])} {solve['widths']}, predicted {solve['predicted_speedup']:.2f}x", flush=True)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
+    held_out = split(prompt_set, "validate", limit=args.max_prompts)
+    prompts = [encode_prompt(tokenizer, text) for text in held_out.prompts]
+    configs = configurations(str(drafter), [int(k) for k in args.n_max.split(",")])
+    exported = hsd_plan("export", "--format", "llamacpp", *common)
+    configs["exported pick"] = exported["payload"]["server_args"]
+    server: dict[str, list[dict]] = {c: [] for c in configs}
+    ours: dict[str, list[float]] = {}
+    validations = []
+    for r in range(args.repeats):
+        steps = ["server", "ours"] if r % 2 == 0 else ["ours", "server"]
+        for step in steps:
+            if step == "server":
+                for c in configs if r % 2 == 0 else reversed(list(configs)):
+                    server[c] += run_config(target, configs[c], prompts, args.new, args.threads)
+            else:
+                doc = hsd_plan("validate", "--candidates", "top-k", *source, "--max-prompts", str(args.max_prompts),
+                               "--max-new-tokens", str(args.new), *common)  # fmt: skip
+                validations.append(doc)
+                for plan in doc["plans"]:
+                    label = " -> ".join(f"{m}[{w}]" for m, w in zip(plan["chain"], [*plan["widths"], ""])).replace("[]", "")
+                    label = label.replace(":engine=llamacpp", "")
+                    ours.setdefault(f"{plan['kind']}: {label}", []).append(plan["measured_ms_per_token"])
+            print(f"round {r + 1}: {step} done", flush=True)
+
+    # greedy agreement of the pick with autoregressive decoding on the same engine (generate --check)
+    agreement = []
+    if len(solve["chain"]) > 1:
+        widths = ",".join(str(w) for w in solve["widths"])
+        for text in held_out.prompts:
+            gen = hsd_plan("generate", "--engine", "llamacpp", "--chain", ",".join(solve["chain"]), "--widths", widths,
+                           "--prompt", text, "--max-new-tokens", str(args.new), "--check", "--no-warmup")  # fmt: skip
+            agreement.append(gen["check"])
+    server_ms = {c: statistics.median(row["ms_per_token"] for row in rows) for c, rows in server.items()}
+    ours_ms = {c: statistics.median(v) for c, v in ours.items()}
+    none = server_ms["no speculation"]
+    best_server = min(server_ms, key=server_ms.__getitem__)
+    pick = next(c for c in ours_ms if c.startswith("best"))
+    ar = next(c for c in ours_ms if c.startswith("autoregressive"))
+    print(f"\n{held_out.name}: {len(prompts)} held-out prompts x {args.repeats} rounds, {args.new} greedy tokens, {args.threads} threads; "
+          f"{machine()}, {cpu_capability()}")  # fmt: skip
+    print(f"{'configuration':72s} {'ms/token':>9s} {'vs llama-server none':>21s}")
+    for c, ms in server_ms.items():
+        print(f"{'llama-server ' + c:72s} {ms:9.2f} {none / ms:20.2f}x")
+    for c, ms in ours_ms.items():
+        print(f"{'hsd-plan ' + c:72s} {ms:9.2f} {none / ms:20.2f}x")
+    errors = [v["median_abs_speedup_error"] for v in validations]
+    predicted = exported["exported"]["predicted_ms_per_token"]
+    print(f"exported pick ({' '.join(configs['exported pick']) or 'no speculation'}): measured {server_ms['exported pick']:.2f} ms/token "
+          f"against {predicted:.2f} predicted ({server_ms['exported pick'] / predicted - 1:+.1%}); llama-server's default draft model "
+          f"{server_ms['draft-simple (default n_max)']:.2f}")  # fmt: skip
+    print(f"our autoregressive / llama-server none: {ours_ms[ar] / none:.3f}; pick vs llama-server's best ({best_server}): "
+          f"{server_ms[best_server] / ours_ms[pick]:.2f}x; median |speed-up error| per validation: {', '.join(f'{e:.1%}' for e in errors)}")  # fmt: skip
+    doc = {
+        "workload": held_out.name,
+        "prompts": len(prompts),
+        "new": args.new,
+        "repeats": args.repeats,
+        "threads": args.threads,
+        "machine": machine(),
+        "cpu_capability": cpu_capability(),
+        "solve": {k: solve[k] for k in ("chain", "widths", "predicted_ms_per_token", "predicted_speedup")},
+        "profile": profile,
+        "llama_server_ms_per_token": server_ms,
+        "llama_server_runs": server,
+        "hsd_plan_ms_per_token": ours_ms,
+        "median_abs_speedup_error": errors,
+        "ours_ar_over_server_none": ours_ms[ar] / none,
+        "pick_over_server_best": server_ms[best_server] / ours_ms[pick],
+        "server_best": best_server,
+        "exported": {
+            "args": configs["exported pick"],
+            "predicted_ms_per_token": predicted,
+            "measured_ms_per_token": server_ms["exported pick"],
+        },
+    }
+    if agreement:
+        identical = sum(a["identical"] for a in agreement)
+        print(f"greedy check of the pick against autoregressive decoding: {identical}/{len(agreement)} prompts identical, "
+              f"agreement {statistics.median(a['agreement'] for a in agreement):.1%} (median), first divergences "
+              f"{[a['first_divergence'] for a in agreement]}")  # fmt: skip
+    doc["greedy_check"] = agreement
+    (args.out_dir / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Tiny Llamas written as GGUF files in-process, for the llama.cpp engine's tests (no download).
+
+The ``gguf`` package writes the file: llama.cpp's names for the tensors of a Llama, fp32 weights,
+and a vocabulary of one token per id. Queries and keys are reordered for llama.cpp's rotary
+layout: transformers rotates the two halves of each head (``rotate_half``), llama.cpp's Llama
+rotates adjacent pairs, so each head's rows go from ``[x_0..x_{d/2-1}, y_0..y_{d/2-1}]`` to
+``[x_0, y_0, x_1, y_1, ...]``; the rotation then computes the same numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import LlamaForCausalLM
+
+
+def _interleave_heads(weight: torch.Tensor, heads: int) -> np.ndarray:
+    """``[heads * d, in]`` rows of each head from halves order to pairs order."""
+    out, inner = weight.shape
+    d = out // heads
+    w = weight.detach().float().reshape(heads, 2, d // 2, inner).transpose(1, 2)  # [heads, d/2, 2, in]
+    return w.reshape(out, inner).numpy()
+
+
+def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = None) -> Path:
+    """Write ``model`` (a transformers Llama) as a llama.cpp GGUF file with fp32 weights.
+
+    ``tokens`` names each id (default ``t0, t1, ...``); id 0 is BOS and id 1 EOS, as in the tiny
+    models of the tests.
+    """
+    import gguf
+
+    cfg = model.config
+    vocab = cfg.vocab_size
+    tokens = tokens or [f"t{i}" for i in range(vocab)]
+    heads, kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny-llama")
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_dimension_count(cfg.hidden_size // heads)
+    writer.add_rope_freq_base(float(getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]))
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_vocab_size(vocab)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * vocab)
+    writer.add_token_types([gguf.TokenType.CONTROL] * 2 + [gguf.TokenType.NORMAL] * (vocab - 2))
+    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(1)
+    writer.add_add_bos_token(False)
+
+    def put(name: str, tensor: torch.Tensor | np.ndarray) -> None:
+        array = tensor if isinstance(tensor, np.ndarray) else tensor.detach().float().numpy()
+        writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
+
+    put("token_embd.weight", model.model.embed_tokens.weight)
+    for i, layer in enumerate(model.model.layers):
+        attn, mlp = layer.self_attn, layer.mlp
+        put(f"blk.{i}.attn_norm.weight", layer.input_layernorm.weight)
+        put(f"blk.{i}.attn_q.weight", _interleave_heads(attn.q_proj.weight, heads))
+        put(f"blk.{i}.attn_k.weight", _interleave_heads(attn.k_proj.weight, kv_heads))
+        put(f"blk.{i}.attn_v.weight", attn.v_proj.weight)
+        put(f"blk.{i}.attn_output.weight", attn.o_proj.weight)
+        put(f"blk.{i}.ffn_norm.weight", layer.post_attention_layernorm.weight)
+        put(f"blk.{i}.ffn_gate.weight", mlp.gate_proj.weight)
+        put(f"blk.{i}.ffn_up.weight", mlp.up_proj.weight)
+        put(f"blk.{i}.ffn_down.weight", mlp.down_proj.weight)
+    put("output_norm.weight", model.model.norm.weight)
+    put("output.weight", model.lm_head.weight)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
