@@ -12,9 +12,9 @@ One workload, one machine, one sitting:
    runners-up and autoregressive decoding on our llama.cpp engine, each measured
    (``measured_ms_per_token``: decode only, prefill excluded);
 4. llama-server (the same llama.cpp tree, the same GGUFs, threads, held-out prompts wrapped in the
-   same chat template, token counts and greedy decoding) in each configuration of
-   :mod:`benchmarks.bench_llama_server`: no speculation, ``ngram-simple``, ``ngram-mod``,
-   ``draft-simple`` at its default and at each ``--n-max``, and the flags ``hsd-plan export
+   same chat template and sent as token ids, token counts and greedy decoding; ``-np 1``) in each
+   configuration a user of it can choose: no speculation, ``ngram-simple``, ``ngram-mod``,
+   ``draft-simple`` at its default and at each ``--n-max`` (``--spec-draft-p-min 0``), and the flags ``hsd-plan export
    --format llamacpp`` writes for the pick (its prediction against llama-server's measurement);
 
 5. ``hsd-plan generate --check`` of the pick on every held-out prompt: its greedy agreement with
@@ -33,11 +33,36 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.bench_llama_server import configurations, run_config
 from benchmarks.common import machine, spec_bench_option, spec_bench_set
 from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.validation.llama_server import LlamaServer
 from hsd_runtime import cpu_capability
 from hsd_runtime.packaged import packaged_gguf
+
+
+def configurations(drafter: str, n_max: list[int]) -> dict[str, list[str]]:
+    """llama-server flags of each configuration, by name."""
+    draft = ["--spec-type", "draft-simple", "-md", drafter]
+    out = {
+        "no speculation": [],
+        "ngram-simple": ["--spec-type", "ngram-simple"],
+        "ngram-mod": ["--spec-type", "ngram-mod"],
+        "draft-simple (default n_max)": draft,
+    }
+    for k in n_max:
+        out[f"draft-simple n_max {k}"] = [*draft, "--spec-draft-n-max", str(k), "--spec-draft-p-min", "0"]
+    return out
+
+
+def run_config(model: Path, args: list[str], prompts: list[list[int]], new: int, threads: int) -> list[dict]:
+    """One server with ``args``: a warm-up completion, then every prompt once."""
+    with LlamaServer(model, args, threads=threads, ctx=4096) as server:
+        server.complete(prompts[0], 8)
+        rows = []
+        for ids in prompts:
+            c = server.complete(ids, new)
+            rows.append({"ms_per_token": c.ms_per_token, "n": c.predicted_n, "draft_n": c.draft_n, "accepted": c.draft_n_accepted})
+        return rows
 
 
 def hsd_plan(*args: str) -> dict:
@@ -58,9 +83,10 @@ def main() -> None:
     ap.add_argument("--max-prompts", type=int, default=6, help="held-out prompts")
     ap.add_argument("--new", type=int, default=128, help="new tokens per prompt")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--n-max", default="3,8", help="llama-server draft-model k to try besides its default")
+    ap.add_argument("--n-max", default="8", help="llama-server draft-model k to try besides its default (3)")
     ap.add_argument("--repeats", type=int, default=2, help="rounds, alternating llama-server and hsd-plan")
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/llamacpp"))
+    ap.add_argument("--fresh", action="store_true", help="profile into a new database (default: resume the one in --out-dir)")
     args = ap.parse_args()
 
     models = args.models.split(",")
@@ -74,7 +100,8 @@ def main() -> None:
     name = prompt_set.name.replace(":", "-").replace("/", "-")
     args.out_dir.mkdir(parents=True, exist_ok=True)
     db = args.out_dir / f"{name}.db"
-    db.unlink(missing_ok=True)
+    if args.fresh:
+        db.unlink(missing_ok=True)
     common = ["--db", str(db)]
     profile = hsd_plan("profile", "--engine", "llamacpp", "--models", args.models, *source, "--max-prompts", str(args.profile_prompts),
                        "--max-new-tokens", str(args.new), *common)  # fmt: skip
@@ -106,7 +133,13 @@ def main() -> None:
                     label = " -> ".join(f"{m}[{w}]" for m, w in zip(plan["chain"], [*plan["widths"], ""])).replace("[]", "")
                     label = label.replace(":engine=llamacpp", "")
                     ours.setdefault(f"{plan['kind']}: {label}", []).append(plan["measured_ms_per_token"])
+                    # the autoregressive baseline validate runs beside the plans: ms = plan's ms x its measured speed-up
+                    ours.setdefault("autoregressive (validate's baseline)", []).append(
+                        plan["measured_ms_per_token"] * plan["measured_speedup"]
+                    )
             print(f"round {r + 1}: {step} done", flush=True)
+            partial = {"server": server, "ours": ours, "validations": validations, "solve": solve}
+            (args.out_dir / f"{name}.partial.json").write_text(json.dumps(partial, indent=2) + "\n")
 
     # greedy agreement of the pick with autoregressive decoding on the same engine (generate --check)
     agreement = []
@@ -121,7 +154,7 @@ def main() -> None:
     none = server_ms["no speculation"]
     best_server = min(server_ms, key=server_ms.__getitem__)
     pick = next(c for c in ours_ms if c.startswith("best"))
-    ar = next(c for c in ours_ms if c.startswith("autoregressive"))
+    ar = "autoregressive (validate's baseline)"
     print(f"\n{held_out.name}: {len(prompts)} held-out prompts x {args.repeats} rounds, {args.new} greedy tokens, {args.threads} threads; "
           f"{machine()}, {cpu_capability()}")  # fmt: skip
     print(f"{'configuration':72s} {'ms/token':>9s} {'vs llama-server none':>21s}")

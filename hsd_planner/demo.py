@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -41,6 +41,17 @@ class DemoFamily:
     # measured runs with the models already converted, per dtype the models ran in: (minutes, where)
     measured: tuple[tuple[Dtype, float, str], ...] = ()
     convert_minutes: float = 0.0  # the packaged models' one-time assembly and conversion, measured
+    # the candidates on the llama.cpp engine (--engine llamacpp): its own quantized copies in place
+    # of int8 copies and early exits, which only the torch engine runs
+    llamacpp_models: str = ""
+
+    def on_engine(self, engine: str) -> DemoFamily:
+        """This demo on ``engine``: the llama.cpp candidates, each spec naming the engine."""
+        if engine == "torch":
+            return self
+        from .profiling.sources import with_engine
+
+        return replace(self, models=",".join(with_engine(self.llamacpp_models.split(","), engine)), measured=())
 
     def expected(self, dtype: Dtype, converted: bool) -> str | None:
         """One line saying how long this demo took where it was measured in ``dtype``, or None."""
@@ -74,6 +85,7 @@ FAMILIES: dict[str, DemoFamily] = {
         context_lens=(64, 256),
         measured=(("bf16", 3.3, "a 2-core AMD EPYC with AVX512-BF16"), ("fp32", 13.0, "a 2-core AMD EPYC with AVX2 only")),
         convert_minutes=4.0,
+        llamacpp_models="ngram,qwen2.5-coder-0.5b:quant=q4_0,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b",
     ),
     # the quick one: untrained early exits of a 135M model, where mostly the n-gram lookup pays
     "smollm2": DemoFamily(
@@ -84,6 +96,7 @@ FAMILIES: dict[str, DemoFamily] = {
         max_new_tokens=64,
         latency_grid=(1, 2, 4, 8, 16),
         context_lens=(64, 256),
+        llamacpp_models="ngram,smollm2-135m:quant=q4_0,smollm2-135m",
     ),
 }
 
@@ -166,7 +179,8 @@ def run_demo(
             "list the target last"
         )
     engine = engine() if callable(engine) else engine
-    say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({dtype})")
+    runs = "llama.cpp, the GGUF files as packaged" if loader.engine == "llamacpp" else dtype
+    say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({runs})")
     bars.start("profiling")
     outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     bars.close()

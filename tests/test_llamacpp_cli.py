@@ -99,3 +99,13 @@ def test_a_gguf_file_is_read_as_it_is(tmp_path):
                      "--max-new-tokens", "8", "--json")  # fmt: skip
     assert code == 0, out
     assert {p for p in (cache_dir() / "converted").glob("*") if not p.name.endswith("-tokenizer")} <= converted
+
+
+def test_the_demo_runs_on_llamacpp(tmp_path, isolated_db):
+    plot = tmp_path / "demo.png"
+    code, out = _run(
+        "demo", "--engine", "llamacpp", "--family", "smollm2", "--max-prompts", "2", "--validate-prompts", "1",
+        "--max-new-tokens", "16", "--rounds", "2", "--repeats", "1", "--plot", str(plot), "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    assert plot.stat().st_size > 0 and "smollm2-135m:quant=q4_0:engine=llamacpp" in out

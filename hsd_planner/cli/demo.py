@@ -9,9 +9,10 @@ import click
 from ..demo import FAMILIES, run_demo
 from ..limits import MAX_COUNT, MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileSummary
+from ..profiling.sources import with_engine
 from ..store import check_db, open_engine
 from ..validation.plot import check_plot_path
-from .options import db_option, json_option, make_loader, model_list, prepack_option, resolve_dtype_choice, runtime_options
+from .options import db_option, engine_option, json_option, make_loader, model_list, prepack_option, resolve_dtype_choice, runtime_options
 from .render import Bars, emit, format_summary, format_validation
 
 __all__ = ["demo"]
@@ -47,6 +48,7 @@ __all__ = ["demo"]
 @click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
 @runtime_options
 @prepack_option
+@engine_option
 @db_option
 @json_option
 def demo(
@@ -62,6 +64,7 @@ def demo(
     dtype: str,
     device: str,
     prepack: bool,
+    engine: str,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -78,6 +81,11 @@ def demo(
         hsd-plan demo
 
         hsd-plan demo --family smollm2 --max-prompts 6 --validate-prompts 3 --plot demo.png
+
+        hsd-plan demo --engine llamacpp
+
+    --engine llamacpp runs the family's GGUF files on llama.cpp: the n-gram drafter, the smaller
+    model and a Q4_0 copy of it made by llama.cpp's quantizer, under the target as it is packaged.
     """
 
     def say(text: str) -> None:
@@ -89,9 +97,9 @@ def demo(
 
     plot = check_plot_path(plot_file, force)
     check_db(db)  # a bad --db fails before the models load
-    chosen = FAMILIES[family]
+    chosen = FAMILIES[family].on_engine(engine)
     overrides = {
-        "models": ",".join(model_list(models, "--models")) if models is not None else None,
+        "models": ",".join(with_engine(model_list(models, "--models"), engine)) if models is not None else None,
         "max_prompts": max_prompts,
         "validate_prompts": validate_prompts,
         "max_new_tokens": max_new_tokens,
@@ -102,7 +110,7 @@ def demo(
     dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(
         lambda: open_engine(db),  # opened once the models are loaded and checked: a refusal creates no database
-        make_loader(device, dtype, prepack),
+        make_loader(device, dtype, prepack, engine),
         chosen,
         dtype,
         plot,

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from hsd_runtime.choices import Mode
+from hsd_runtime.choices import GGUF_QUANTS, Mode
 from hsd_runtime.spec import parse_spec
 
 from ..errors import HSDError
@@ -82,6 +82,10 @@ SiblingCurve = Annotated[list[Prob], Field(min_length=1, max_length=SIBLINGS_MAX
 SiblingSums = Annotated[list[Sum], Field(min_length=1, max_length=SIBLINGS_MAX), AfterValidator(_non_decreasing)]
 
 
+# a model's dtype on torch, the GGUF's own types on llama.cpp (gguf, or the quant= it was re-quantized to), - for ngram
+_DTYPE = "^(fp32|bf16|fp16|gguf|" + "|".join(GGUF_QUANTS) + "|-)$"
+
+
 class _Row(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -93,7 +97,8 @@ class HardwareOut(_Row):
     threads: Small
     torch_version: Short
     capability: Short | None = None  # absent in exports made before it was recorded
-    kernels: Annotated[str, Field(pattern="^(plain|prepacked)$")] | None = None  # absent before prepacking
+    # absent before prepacking; llamacpp-VERSION: llama.cpp's kernels, by its binding's version
+    kernels: Annotated[str, Field(pattern=r"^(plain|prepacked|llamacpp-[0-9][0-9a-z.]{0,30})$")] | None = None
     bandwidth_gbs: Ms | None = None  # the floor probe; absent before it existed
     bandwidth_spread: Ms | None = None
     peak_gflops: dict[Annotated[str, Field(pattern="^(fp32|bf16|fp16)$")], Ms] | None = None
@@ -119,7 +124,7 @@ class SettingOut(_Row):
     mode: Mode
     temperature: Annotated[float, Field(gt=0, allow_inf_nan=False)]
     top_p: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
-    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
+    dtype: Annotated[str, Field(pattern=_DTYPE)]
     max_new_tokens: Small
     lenience: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0  # absent in exports made before it was recorded
 
@@ -127,7 +132,7 @@ class SettingOut(_Row):
 class LatencyOut(_Row):
     model: Spec
     hardware: Text
-    dtype: Annotated[str, Field(pattern="^(fp32|bf16|fp16|-)$")]
+    dtype: Annotated[str, Field(pattern=_DTYPE)]
     n_tokens: Annotated[int, Field(ge=0, le=10**7)]  # 0: a steered model's projection, once per proposal
     context_len: Annotated[int, Field(ge=0, le=10**7)]
     median_ms: Ms

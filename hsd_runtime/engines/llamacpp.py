@@ -40,7 +40,6 @@ __all__ = [
     "GgufModel",
     "LlamaCppCache",
     "binding",
-    "binding_version",
     "quantize_gguf",
     "quantized_gguf",
 ]
@@ -86,11 +85,6 @@ def last_log() -> str:
     return lines[-1] if lines else ""
 
 
-def binding_version() -> str:
-    """The installed binding's version (what a profile's hardware key records for this engine)."""
-    return str(binding().__version__)
-
-
 class GgufModel:
     """A GGUF file loaded by llama.cpp: the weights every level that names it shares.
 
@@ -117,17 +111,7 @@ class GgufModel:
         self.n_vocab = int(lib.llama_vocab_n_tokens(self._vocab))
         self.num_layers = int(lib.llama_model_n_layer(handle))
         self.n_params = int(lib.llama_model_n_params(handle))
-        self.n_bytes = int(lib.llama_model_size(handle))
         self.n_ctx = min(n_ctx, int(lib.llama_model_n_ctx_train(handle)) or n_ctx)
-        buf = ctypes.create_string_buffer(256)
-        lib.llama_model_desc(handle, buf, len(buf))
-        self.description = buf.value.decode(errors="replace")  # e.g. "qwen2 1.5B Q4_K - Medium"
-
-    @property
-    def eos_token_ids(self) -> tuple[int, ...]:
-        """Every end-of-generation token the GGUF declares."""
-        lib = binding()
-        return tuple(t for t in range(self.n_vocab) if lib.llama_vocab_is_eog(self._vocab, t))
 
     def open_cache(self, width: int) -> LlamaCppCache:
         """A new context (its own KV cache) on these weights, returning ``width`` logits columns."""
