@@ -86,6 +86,17 @@ def _keep_the_wrong_branch(self: LlamaCppCache, held: int, path: list[int], fed:
     return _KEEP_PATH(self, held, wrong, fed)
 
 
+def test_a_pass_longer_than_a_batch_is_fed_in_pieces_and_keeps_the_last_rows(zoo, monkeypatch):
+    from hsd_runtime.engines import llamacpp as engine
+
+    tokens = [0, 3, 4, 5, 3, 4, 2, 1, 5, 2, 3]
+    whole = zoo["T"].open_cache(law.V).feed(tokens, 0, 7)  # [7, V]: rows 4..10
+    cache = zoo["T"].open_cache(law.V)  # a context of 512-token batches, fed in pieces of 4 below
+    monkeypatch.setattr(engine, "MAX_BATCH", 4)  # pieces 0-3, 4-7, 8-10: the rows kept span two of them
+    pieces = cache.feed(tokens, 0, 7)
+    torch.testing.assert_close(pieces, whole, rtol=0, atol=2e-3)
+
+
 def _tree_and_kept_path(model: GgufModel) -> None:
     """Feed a tree in two depths, check every node's row against an uncached pass over its path,
     then take a path and one token more and check the row after them."""
