@@ -182,7 +182,8 @@ class LlamaCppCache:
         rows: list[np.ndarray] = []
         for lo in range(0, n, MAX_BATCH):
             hi = min(n, lo + MAX_BATCH)
-            rows.append(self._decode(tokens[lo:hi], positions[lo:hi], seqs[lo:hi], max(0, keep - (n - hi))))
+            # the rows kept are the last `keep` of the pass: those of them that fall in [lo, hi)
+            rows.append(self._decode(tokens[lo:hi], positions[lo:hi], seqs[lo:hi], min(hi - lo, max(0, keep - (n - hi)))))
         out = np.concatenate(rows) if len(rows) > 1 else rows[0]  # [keep, n_vocab]
         return torch.from_numpy(out[:, : self.width])
 
