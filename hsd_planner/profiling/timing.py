@@ -65,10 +65,7 @@ class PassTimer:
 
     The context is prefilled once; every pass feeds n tokens and crops them off again, so each
     sees the same cache length, and returns the logits of all n rows (as a verifier's pass does).
-    A model of another engine (a llama.cpp GGUF) is timed through its own cache, the same way,
-    each timed pass right after an untimed one of the same n (llama.cpp rebuilds its compute
-    graph when the pass shape changes and reuses it while it repeats, as in decoding: about 5 ms
-    of the 1.5B's 37 ms one-token pass).
+    A model of another engine (a llama.cpp GGUF) is timed through its own cache, the same way.
     The first pass of each n is a warm-up and is not timed. A steered
     model (``steer=``) is timed steered: its passes add vectors set once from random taps, and
     ``n`` = 0 times the projection alone (taps to vectors), which decoding runs once per proposal,
@@ -108,10 +105,6 @@ class PassTimer:
     def _pass(self, n: int) -> float:
         ids = self._new[n]
         if self._engine is not None:
-            # llama.cpp reuses its compute graph while the pass shape repeats, as a fixed-width level's
-            # passes do: an untimed pass of the same n first (else a random sweep order times a rebuild)
-            self._engine.feed(ids[0].tolist(), self._context_len, n)
-            self._engine.crop(self._context_len, self._context_len + n)
             t0 = time.perf_counter()
             self._engine.feed(ids[0].tolist(), self._context_len, n)
             elapsed = time.perf_counter() - t0
