@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
-from hsd_runtime.packaged import cache_dir, packaged_gguf
+from hsd_runtime.packaged import cache_dir, packaged_gguf, quantized_path
 
 SKIPPED = os.environ.get("HSD_PLAN_SKIP_LLAMACPP") == "1"
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")]
@@ -44,12 +44,14 @@ def test_generate_checks_speculative_against_autoregressive_on_llamacpp():
 
 def test_a_quantized_drafter_is_made_once_and_found_in_the_cache():
     chain = "smollm2-135m:quant=q8_0,smollm2-135m"
+    made = quantized_path(packaged_gguf("smollm2-135m"), "q8_0")  # keyed by the source file: one per install
+    stamps = []
     for _ in range(2):
         code, out = _run("generate", "--engine", "llamacpp", "--chain", chain, "--widths", "3", "--prompt", PROMPT,
                          "--max-new-tokens", "8", "--json")  # fmt: skip
         assert code == 0, out
-    made = list((cache_dir() / "gguf-quant").glob("SmolLM2-135M-Instruct.Q4_1-*.q8_0.gguf"))
-    assert len(made) == 1 and made[0].stat().st_size > 100e6
+        stamps.append(made.stat().st_mtime_ns)
+    assert made.stat().st_size > 100e6 and stamps[0] == stamps[1]  # the second run found it, did not make it again
 
 
 def test_profile_solve_and_validate_on_llamacpp(tmp_path, isolated_db):
