@@ -271,7 +271,8 @@ def gguf_tokenizer(gguf: Path) -> Any:
     from transformers import AutoTokenizer
 
     _silence_transformers()
-    out = converted_dir(gguf).with_name(converted_dir(gguf).name + "-tokenizer")
+    converted = converted_dir(gguf)
+    out = converted.with_name(converted.name + "-tokenizer")
     if not (out / "tokenizer_config.json").is_file():
         cache_folder(out.parent)
         with cache_lock(out):
