@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -29,7 +30,8 @@ from .device import resolve_device, resolve_dtype
 from .engines import ENGINES, LLAMA_CPP_PYTHON
 from .engines.llamacpp import GgufModel
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
-from .files import MAX_CONFIG_BYTES, read_input, stat_input, stat_path
+from .files import MAX_CONFIG_BYTES, describe_mode, read_input, stat_input, stat_path
+from .gguf_file import check_gguf
 from .packaged import PACKAGED, cache_folder, cache_lock, converted_dir, packaged_gguf, shareable
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
@@ -183,12 +185,19 @@ def _silence_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+MAX_DIR_ENTRIES = 10_000  # entries of a model directory checked (a model has a dozen; the bound keeps a huge folder quick)
 MAX_GGUF_BYTES = 1 << 40  # a GGUF is read by transformers in pieces; the bound only keeps devices and FIFOs out
 
 
 def _check_model_dir(source: Path, spec: ModelSpec) -> None:
     """Refuse a model directory whose configs are not JSON objects, or map to the model's own
-    Python code (``auto_map``), which loading would run."""
+    Python code (``auto_map``), which loading would run, or that holds a FIFO, device or socket
+    (transformers opens the weights and tokenizer files it finds by name: a FIFO would block it)."""
+    with os.scandir(source) as entries:
+        for entry in itertools.islice(entries, MAX_DIR_ENTRIES):
+            st = stat_path(Path(entry.path), f"{spec.name}:")
+            if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+                raise ModelNotFoundError(f"{spec.name}: {entry.name} is {describe_mode(st.st_mode)}, not a file of a model directory")
     for name in ("config.json", "tokenizer_config.json"):
         path = source / name
         if name != "config.json" and stat_path(path, f"{spec.name}:") is None:
@@ -215,9 +224,7 @@ def _convert_gguf(gguf: Path) -> Path:
     out = converted_dir(gguf)
     if (out / "config.json").is_file():
         return out
-    with open(gguf, "rb") as fh:
-        if fh.read(4) != b"GGUF":
-            raise ModelNotFoundError(f"{gguf} is not a GGUF file (no GGUF magic bytes); pass a model directory or a .gguf file")
+    check_gguf(gguf)  # before the cache entry's folder and lock exist
     with cache_lock(out):
         if not (out / "config.json").is_file():  # not converted by another process while this one waited
             if out.exists():  # only finished directories are renamed in: this one was damaged since
@@ -259,9 +266,7 @@ def _gguf_file(spec: ModelSpec) -> Path:
         what = "does not exist" if st is None else "is not a .gguf file"
         raise ModelNotFoundError(f"{spec.name!r} {what}; the llama.cpp engine runs a packaged alias or a .gguf file")
     stat_input(path, "GGUF file", MAX_GGUF_BYTES)
-    with open(path, "rb") as fh:
-        if fh.read(4) != b"GGUF":
-            raise ModelNotFoundError(f"{path} is not a GGUF file (no GGUF magic bytes)")
+    check_gguf(path)  # before any cache entry is made from it
     return path
 
 
@@ -274,6 +279,7 @@ def gguf_tokenizer(gguf: Path) -> Any:
     converted = converted_dir(gguf)
     out = converted.with_name(converted.name + "-tokenizer")
     if not (out / "tokenizer_config.json").is_file():
+        check_gguf(gguf)  # before the cache entry's folder and lock exist
         cache_folder(out.parent)
         with cache_lock(out):
             if not (out / "tokenizer_config.json").is_file():

@@ -13,6 +13,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ import torch
 
 from hsd_runtime import packing
 from tests import pg
+from tests.helpers import run as run_cli
 from tests.tiny import save_tiny_model
 
 
@@ -167,3 +170,37 @@ def emulated_cpu():
         mp.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(CPU_VIEW), os.environ.get("PYTHONPATH")])))
         yield
     packing._cpu_answer.cache_clear()
+
+
+# --- the scratch folder of the edge tests (tests/test_edges*.py) --------------------------------------
+
+# a profile of the tiny models in a second: what the base folder's database holds
+EDGE_PROFILE = ["--latency-grid", "1,2", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "4", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def base(tiny_dirs, tmp_path_factory) -> Path:
+    """A folder with base.db (profiled, solved), base.json (its export) and p.txt, made once."""
+    folder = tmp_path_factory.mktemp("base")
+    (folder / "p.txt").write_text("\n".join(f"w{i} w{i + 1} w{i}" for i in range(8)))
+    models = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    db = folder / "base.db"
+    result = run_cli("profile", "--models", models, "--prompts", folder / "p.txt", "--db", db, *EDGE_PROFILE)
+    assert result.exit_code == 0, result.output
+    assert run_cli("solve", "--db", db).exit_code == 0
+    assert run_cli("profiles", "export", folder / "base.json", "--db", db).exit_code == 0
+    with sqlite3.connect(db) as con:  # everything in the main file: copies need no -wal beside them
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return folder
+
+
+@pytest.fixture
+def scratch(base, tmp_path, monkeypatch) -> Path:
+    """A private copy of the base folder, the working directory of the test."""
+    folder = tmp_path / "scratch"
+    folder.mkdir()
+    for name in ("base.db", "base.json", "p.txt"):
+        shutil.copy(base / name, folder / name)
+    monkeypatch.chdir(folder)
+    monkeypatch.delenv("HSD_PLAN_DB", raising=False)
+    return folder

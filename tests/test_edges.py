@@ -1,8 +1,8 @@
 """What a user types at every edge: paths, sizes and numbers.
 
-Each case runs a command in a scratch folder holding ``base.db`` (a profiled and solved database
-of two tiny models and the n-gram drafter), ``base.json`` (its export) and ``p.txt`` (the prompts),
-and checks the contract: a refusal is one line ``Error: ...`` with a non-zero exit, and every file
+Each case runs a command in a scratch folder (fixture ``scratch``, in ``conftest.py``) holding
+``base.db`` (a profiled and solved database of two tiny models and the n-gram drafter),
+``base.json`` (its export) and ``p.txt`` (the prompts), and checks the contract: a refusal is one line ``Error: ...`` with a non-zero exit, and every file
 of the folder is byte for byte what it was (nothing created, nothing removed). Cases that need
 root (device nodes) are skipped, with the reason, elsewhere. The fuzz tests at the end throw odd
 paths (links, FIFOs, devices, folders, URL-looking names) and odd numbers (0, -1, huge, NaN, inf)
@@ -30,12 +30,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import EDGE_PROFILE as PROFILE
+from tests.gguf_tiny import write_gguf
 from tests.helpers import one_line_error
 from tests.helpers import run as run_cli
+from tests.tiny import tiny_llama
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="creating a device node (mknod) needs root")
-PROFILE = ["--latency-grid", "1,2", "--context-lens", "8", "--repeats", "1", "--max-new-tokens", "4", "--device", "cpu"]
 
 
 @contextlib.contextmanager
@@ -90,34 +92,6 @@ def refused(folder: Path, args: list[object], fragment: str, exit_code: int | No
     before = snapshot(folder)
     one_line_error(run(*args, env=env), fragment, exit_code)
     assert comparable(snapshot(folder)) == comparable(before)
-
-
-@pytest.fixture(scope="module")
-def base(tiny_dirs, tmp_path_factory) -> Path:
-    """A folder with base.db (profiled, solved), base.json (its export) and p.txt, made once."""
-    folder = tmp_path_factory.mktemp("base")
-    (folder / "p.txt").write_text("\n".join(f"w{i} w{i + 1} w{i}" for i in range(8)))
-    models = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
-    db = folder / "base.db"
-    result = run("profile", "--models", models, "--prompts", folder / "p.txt", "--db", db, *PROFILE)
-    assert result.exit_code == 0, result.output
-    assert run("solve", "--db", db).exit_code == 0
-    assert run("profiles", "export", folder / "base.json", "--db", db).exit_code == 0
-    with sqlite3.connect(db) as con:  # everything in the main file: copies need no -wal beside them
-        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return folder
-
-
-@pytest.fixture
-def scratch(base, tmp_path, monkeypatch) -> Path:
-    """A private copy of the base folder, the working directory of the test."""
-    folder = tmp_path / "scratch"
-    folder.mkdir()
-    for name in ("base.db", "base.json", "p.txt"):
-        shutil.copy(base / name, folder / name)
-    monkeypatch.chdir(folder)
-    monkeypatch.delenv("HSD_PLAN_DB", raising=False)
-    return folder
 
 
 def _doc(folder: Path) -> dict:
@@ -293,7 +267,7 @@ def test_reading_a_device_is_refused_up_front(scratch):
 
 def test_a_cache_that_is_a_file_is_refused_before_converting(scratch, monkeypatch):
     (scratch / "cachefile").write_text("not a folder")
-    (scratch / "m.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\x00" * 64)
+    write_gguf(tiny_llama(seed=0, layers=1), scratch / "m.gguf")
     monkeypatch.setenv("HSD_PLAN_CACHE", str(scratch / "cachefile"))
     refused(scratch, ["generate", "--chain", "m.gguf", "--prompt", "w1"], "point HSD_PLAN_CACHE at a writable folder")
 
@@ -321,7 +295,7 @@ _FILL = textwrap.dedent(
 
 def test_two_processes_fill_the_model_cache_at_once(tmp_path, tiny_dirs):
     gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF" + b"\x00" * 64)
+    write_gguf(tiny_llama(seed=0, layers=1), gguf)  # a whole GGUF: its reading is replaced by the slow one above
     env = {**os.environ, "HSD_PLAN_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     procs = [
         subprocess.Popen(

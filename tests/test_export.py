@@ -226,16 +226,23 @@ def test_out_file_rules(solved, tmp_path, isolated_db):
     link.symlink_to(target)
     os.mkfifo(fifo)
     folder.mkdir()
+    unlinked = run("export", "--plan", plans["depth 1"], "--format", "sglang", "--out", link)
+    assert unlinked.exit_code == 1 and "is a symbolic link; pass --force" in unlinked.output
     for path, fragment in (
-        (link, "symbolic link"),
-        (fifo, "not a regular file"),
-        (folder, "is a directory"),
-        ("/dev/null", "not a regular file"),
+        (fifo, "is a FIFO"),
+        (folder, "is a folder"),
+        ("/dev/null", "is a character device"),
         (isolated_db, "an SQLite database"),
+        (f"{isolated_db}-wal", "write-ahead log of the SQLite database"),
+        (f"{folder}/", "names a folder"),
+        ("", "is empty"),
     ):
         result = run("export", "--plan", plans["depth 1"], "--format", "vllm", "--out", path, "--force")
         assert result.exit_code == 1 and fragment in result.output and len(result.output.strip().splitlines()) == 1
     assert "vllm serve" in target.read_text() and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
+    # with --force a link is replaced itself: the file it pointed to is never written through it
+    assert run("export", "--plan", plans["depth 1"], "--format", "sglang", "--out", link, "--force").exit_code == 0
+    assert not link.is_symlink() and "sglang" in link.read_text() and "vllm serve" in target.read_text()
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,8 @@ class _Group(click.Group):
             raise _UsageError(f"hsd-plan {path} needs a command: {names} (see hsd-plan {path} --help)") from None
         except click.UsageError as exc:  # click prints usage and a hint too; one line says it all
             command = f" (see hsd-plan {exc.ctx.command_path.split(' ', 1)[-1]} --help)" if exc.ctx and " " in exc.ctx.command_path else ""
-            raise _UsageError(exc.format_message() + command) from None
+            message = " ".join(exc.format_message().split())  # click lists choices one per line: one line here
+            raise _UsageError(message + command) from None
         except HSDError as exc:
             raise click.ClickException(str(exc)) from None
         except DatabaseError as exc:  # a database that failed under us (disk full, locked, dropped, a server gone)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from ..export import export_plan, parse_model_map
+from ..limits import SQLITE_INT_MAX
+from ..paths import check_output_path
 from ..store import open_engine
-from .options import db_option, export_options, json_option
+from .options import FORCE_HELP, db_option, export_options, json_option
 from .render import emit_export
 
 __all__ = ["export_command"]
@@ -16,11 +16,17 @@ __all__ = ["export_command"]
 
 @click.command("export")
 @click.option(
-    "--plan", "plan_id", type=click.IntRange(min=1), default=None, help="Plan id (see hsd-plan solve) [default: the newest solve's pick]."
+    "--plan",
+    "plan_id",
+    type=click.IntRange(1, SQLITE_INT_MAX),
+    default=None,
+    help="Plan id (see hsd-plan solve) [default: the newest solve's pick].",
 )
 @export_options
-@click.option("--out", type=click.Path(), default=None, help="Write the configuration to this file instead of stdout.")
-@click.option("--force", is_flag=True, help="Overwrite an existing --out file (never a link, a directory, a device or a database).")
+@click.option(
+    "--out", default=None, help="Write the configuration to this file instead of stdout (a file name: not empty, no trailing '/')."
+)
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @db_option
 @json_option
 def export_command(
@@ -52,6 +58,7 @@ def export_command(
 
         hsd-plan export --plan 3 --format json --out plan.json
     """
+    path = check_output_path(out, "--out", force, database=db) if out is not None else None  # before any work
     names = parse_model_map(model_map)
     report = export_plan(open_engine(db, create=False), plan_id, fmt, stack_version, names)
-    emit_export(report, as_json, Path(out) if out else None, force)
+    emit_export(report, as_json, path)

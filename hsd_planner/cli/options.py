@@ -19,6 +19,7 @@ from ..limits import MAX_COUNT, MAX_LENGTH
 from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT
 
 __all__ = [
+    "FORCE_HELP",
     "FiniteRange",
     "db_option",
     "engine_option",
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
     from hsd_runtime import ModelLoader
 
 F = TypeVar("F", bound=Callable)
+
+# what --force may replace, the same for every command that writes a file (see hsd_planner.paths)
+FORCE_HELP = (
+    "Overwrite an existing --out file; a symbolic link is replaced itself, never written through "
+    "(never a folder, a device, a database or its -wal/-shm/-journal file)."
+)
 
 
 class FiniteRange(click.FloatRange):
@@ -78,8 +85,7 @@ def export_options(f: F | None = None, *, fmt_option: str = "--format", required
             fmt_option,
             "fmt",
             type=click.Choice(FORMATS),
-            required=required,
-            default=None,
+            required=required,  # no default=None beside it: click 8.5 then takes None as given
             help="Serving stack to export for: transformers (hf), vLLM, SGLang, llama.cpp, TensorRT-LLM, or the plan document (json).",
         )(g)
 

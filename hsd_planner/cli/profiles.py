@@ -10,7 +10,7 @@ import click
 from ..store import check_db, open_engine
 from ..store.exchange import check_export_path, document_rows, export_document, import_document, read_document, write_document
 from ..store.machines import hardware_ids
-from .options import db_option, json_option
+from .options import FORCE_HELP, db_option, json_option
 from .render import Bars, format_profiles
 
 __all__ = ["profiles"]
@@ -41,7 +41,7 @@ def profiles_show(db: str | None, as_json: bool) -> None:
 
 @profiles.command("export")
 @click.argument("file")
-@click.option("--force", is_flag=True, help="Overwrite an existing export or a symbolic link (never a database).")
+@click.option("--force", is_flag=True, help=FORCE_HELP.replace("--out file", "export"))
 @db_option
 @json_option
 def profiles_export(file: str, force: bool, db: str | None, as_json: bool) -> None:

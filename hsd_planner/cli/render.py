@@ -12,8 +12,9 @@ from typing import Any, Protocol
 
 import click
 
-from ..export import ExportReport, write_export
+from ..export import ExportReport
 from ..generate import GenerateReport
+from ..paths import write_atomic
 from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
@@ -47,11 +48,12 @@ def emit(report: _Report, as_json: bool, text: Any = None) -> None:
         click.echo(text(report) if callable(text) else text)
 
 
-def emit_export(report: ExportReport, as_json: bool, out: Path | None = None, force: bool = False) -> None:
-    """An export: to ``out`` when given, else the configuration on stdout, with one line on stderr
-    naming the stack, its version and the predicted speeds (``--json``: one JSON line instead)."""
+def emit_export(report: ExportReport, as_json: bool, out: Path | None = None) -> None:
+    """An export: to ``out`` when given (checked by :func:`~hsd_planner.paths.check_output_path`
+    before the export was made), else the configuration on stdout, with one line on stderr naming
+    the stack, its version and the predicted speeds (``--json``: one JSON line instead)."""
     if out is not None:
-        write_export(out, report.text, force)
+        write_atomic(out, "--out", lambda tmp: tmp.write_text(report.text))
     if as_json:
         click.echo(json.dumps(report.to_dict()))
         return

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import ExportError
-from ..export import export_plan, parse_model_map
+from ..export import check_request, export_plan, parse_model_map
 from ..plan import SolveConfig
 from ..profiling.hardware import this_machine
 from ..profiling.sources import absolute_spec, absolute_specs
@@ -15,6 +15,7 @@ from ..solving import solve_and_store, solve_batch_schedule
 from ..store import open_engine, open_memory_engine
 from ..store.exchange import import_document, read_document
 from ..store.machines import resolve_hardware
+from ..store.unit import all_or_nothing
 from .batch import batch_sizes_option, parse_batch_sizes
 from .options import db_option, export_options, json_option, mode_options, solve_options, split_specs
 from .render import emit_solve
@@ -107,6 +108,8 @@ def solve_command(
     if (model_map or stack_version) and fmt is None:
         raise ExportError("--model-map and --stack-version describe an export; give --export FORMAT too")
     names = parse_model_map(model_map)  # before solving: a malformed map stores nothing
+    if fmt is not None:
+        check_request(fmt, stack_version, names)  # an unknown --stack-version, before the solve
     sizes = parse_batch_sizes(batch_sizes)
     config = SolveConfig(
         t_max=t_max,
@@ -128,7 +131,10 @@ def solve_command(
         engine = open_engine(db, create=False)
         # imported profiles of other machines never stand in for this one unless asked for
         machines = resolve_hardware(engine, hardware) if hardware is not None else this_machine()
-    report = solve_and_store(engine, target, workload, mode, temperature, config, machines, lenience)
-    batch = solve_batch_schedule(engine, report.solve_id, config, sizes) if sizes else None
-    export = export_plan(engine, report.best.id, fmt, stack_version, names) if fmt is not None else None
+    # the solve, its batch schedule and its export are stored together: a refusal of either
+    # (a --model-map naming a model the pick lacks, a profile without batch curves) stores nothing
+    with all_or_nothing(engine) as unit:
+        report = solve_and_store(unit, target, workload, mode, temperature, config, machines, lenience)
+        batch = solve_batch_schedule(unit, report.solve_id, config, sizes) if sizes else None
+        export = export_plan(unit, report.best.id, fmt, stack_version, names) if fmt is not None else None
     emit_solve(report, as_json, export, batch)

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
 from hsd_runtime import ModelLoader
 
-from ..export.files import write_export
 from ..limits import MAX_COUNT
+from ..paths import check_output_path, write_atomic
 from ..prompts import load_prompts, split
 from ..vocab import Ranking, count_ranking
-from .options import json_option, prompt_options
+from .options import FORCE_HELP, json_option, prompt_options
 
 __all__ = ["vocab"]
 
@@ -22,8 +21,8 @@ __all__ = ["vocab"]
 @click.option("--model", "model_spec", required=True, help="The drafter (its tokenizer counts; no weights are run).")
 @prompt_options
 @click.option("--size", type=click.IntRange(1, MAX_COUNT), required=True, help="Tokens to keep (the N of vocab=N).")
-@click.option("--out", type=click.Path(dir_okay=False), required=True, help="The ranking file to write (JSON).")
-@click.option("--force", is_flag=True, help="Overwrite an existing --out file (never a link, a directory, a device or a database).")
+@click.option("--out", required=True, help="The ranking file to write (JSON; a file name: not empty, no trailing '/').")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @json_option
 def vocab(
     model_spec: str,
@@ -47,6 +46,7 @@ def vocab(
 
         hsd-plan profile --models qwen2.5-coder-0.5b:vocab=he-16k.json,qwen2.5-coder-1.5b --prompts humaneval
     """
+    path = check_output_path(out, "--out", force)  # before the model is loaded
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     model = ModelLoader("cpu", "fp32", prepack=False).load(model_spec)
     if size >= model.logits_width:
@@ -64,7 +64,7 @@ def vocab(
         coverage=coverage,
         tokens=tokens,
     )
-    write_export(Path(out), json.dumps(ranking.to_dict()) + "\n", force)
+    write_atomic(path, "--out", lambda tmp: tmp.write_text(json.dumps(ranking.to_dict()) + "\n"))
     if as_json:
         click.echo(json.dumps(ranking.summary() | {"out": out}))
     else:

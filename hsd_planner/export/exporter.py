@@ -29,7 +29,7 @@ from .schema import (
 )
 from .stacks import STACKS, Served, Stack, stack_for
 
-__all__ = ["ExportReport", "export_plan", "plan_document"]
+__all__ = ["ExportReport", "check_request", "export_plan", "plan_document"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,18 @@ def _summary(plan: Plan) -> dict:
     }
 
 
+def check_request(fmt: str, version: str | None, model_map: dict[str, str]) -> Stack | None:
+    """What an export of format ``fmt`` can refuse before any plan is read: an unknown format or
+    version, a model map for the plan document. The stack's mapping, None for the plan document."""
+    if fmt != "json":
+        return stack_for(fmt, version)
+    if version not in (None, str(PLAN_SCHEMA_VERSION)):
+        raise ExportError(f"the plan document has schema version {PLAN_SCHEMA_VERSION}, not {version}")
+    if model_map:
+        raise ExportError("--model-map applies to a serving stack's format; the plan document names models by spec")
+    return None
+
+
 def export_plan(
     engine: Engine, plan_id: int | None, fmt: str, version: str | None = None, model_map: dict[str, str] | None = None
 ) -> ExportReport:
@@ -93,11 +105,8 @@ def export_plan(
     same profile under its restrictions (:func:`~hsd_planner.export.restrict.restricted_solve`).
     """
     names = model_map or {}
-    if fmt == "json":
-        if version not in (None, str(PLAN_SCHEMA_VERSION)):
-            raise ExportError(f"the plan document has schema version {PLAN_SCHEMA_VERSION}, not {version}")
-        if names:
-            raise ExportError("--model-map applies to a serving stack's format; the plan document names models by spec")
+    stack = check_request(fmt, version, names)
+    if stack is None:
         stored = load_plan(engine, plan_id)
         doc = plan_document(stored, load_batch_plans(engine, stored.solve.id))
         return ExportReport(
@@ -111,7 +120,6 @@ def export_plan(
             payload=doc.model_dump(mode="json"),
             text=doc.model_dump_json(indent=2) + "\n",
         )
-    stack = stack_for(fmt, version)
     stored = load_plan(engine, plan_id)
     exported, reasons = _for_stack(stored, stack)
     check_mapped(names, [stored.plan.chain, exported.chain])

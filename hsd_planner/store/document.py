@@ -3,7 +3,9 @@
 Rows refer to each other by spec string, hardware fingerprint and workload content hash, never
 by database id. Every field carries the constraints a measured row satisfies (finite positive
 latencies, probabilities in [0, 1], parseable specs, bounded integers, printable names), so an
-imported document is checked exactly as strictly as a measurement.
+imported document is checked exactly as strictly as a measurement. Types are strict: a number
+is never read out of a string, an integer never out of a float or a boolean (JSON integers are
+accepted where a float is due).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import unicodedata
 from collections.abc import Callable, Hashable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hsd_runtime.choices import GGUF_QUANTS, Mode
 from hsd_runtime.spec import parse_spec
@@ -87,7 +89,7 @@ _DTYPE = "^(fp32|bf16|fp16|gguf|" + "|".join(GGUF_QUANTS) + "|-)$"
 
 
 class _Row(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class HardwareOut(_Row):
@@ -133,7 +135,7 @@ class LatencyOut(_Row):
     model: Spec
     hardware: Text
     dtype: Annotated[str, Field(pattern=_DTYPE)]
-    n_tokens: Annotated[int, Field(ge=0, le=10**7)]  # 0: a steered model's projection, once per proposal
+    n_tokens: Annotated[int, Field(ge=0, le=10**7)]  # 0: a steered model's projection, once per proposal (checked below)
     context_len: Annotated[int, Field(ge=0, le=10**7)]
     median_ms: Ms
     p10_ms: Ms
@@ -196,7 +198,15 @@ class AcceptanceOut(_Row):
 class ProfileDocument(_Row):
     """Everything the profiling database holds, version ``SCHEMA_VERSION``."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1] = SCHEMA_VERSION  # True and 1.0 equal 1: refused by _exact_version
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _exact_version(cls, value: object) -> object:
+        if type(value) is not int:
+            raise ValueError(f"must be the integer {SCHEMA_VERSION}, not {value!r}")
+        return value
+
     hardware: list[HardwareOut] = []
     models: list[ModelOut] = []
     workloads: list[WorkloadOut] = []
@@ -221,6 +231,8 @@ class ProfileDocument(_Row):
         for i, r in enumerate(self.latency):
             known("latency", i, "model", r.model, models)
             known("latency", i, "hardware", r.hardware, hardware)
+            if r.n_tokens == 0 and parse_spec(r.model).steer is None:
+                raise ValueError(f"latency[{i}] has n_tokens 0, which only a steered model's projection row has")
         _unique("continuations", self.continuations, lambda r: (r.verifier, r.workload, _setting_key(r.setting), r.prompt_index))
         for i, c in enumerate(self.continuations):
             known("continuations", i, "model", c.verifier, models)

@@ -7,8 +7,6 @@ by database id, so a document from one machine merges into any database without 
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -17,11 +15,10 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from hsd_runtime.files import read_input, stat_path
+from hsd_runtime.files import read_input
 
 from ..errors import StoreError
-from ..paths import check_output_path, write_atomic
-from .db import SQLITE_HEADER
+from ..paths import SQLITE_HEADER, check_output_path, write_atomic
 from .document import (
     SCHEMA_VERSION,
     AcceptanceOut,
@@ -118,19 +115,11 @@ def export_document(engine: Engine) -> ProfileDocument:
 def check_export_path(path: str | Path, database: str | None, force: bool = False) -> Path:
     """The export file ``path`` checked before anything is read or written; return it.
 
-    Never an SQLite file (the ``database`` being exported above all: an export holds no solves,
-    plans or validations, so it cannot restore one), an existing export only with ``force``, and
-    nothing :func:`~hsd_planner.paths.check_output_path` refuses.
+    Never an SQLite file or one SQLite keeps beside it (the ``database`` being exported above
+    all: an export holds no solves, plans or validations, so it cannot restore one), an existing
+    export only with ``force``, and nothing else :func:`~hsd_planner.paths.check_output_path` refuses.
     """
-    typed = Path(str(path)).expanduser()
-    st = stat_path(typed, "export file", follow=False)
-    if st is not None and stat.S_ISREG(st.st_mode):  # read 16 bytes of a regular file only: a FIFO would block
-        with open(typed, "rb") as fh:
-            is_sqlite = fh.read(16) == SQLITE_HEADER
-        same = database is not None and stat_path(Path(database), "database") is not None and os.path.samefile(database, typed)
-        if is_sqlite or same:
-            raise StoreError(f"{typed} is an SQLite database; an export never overwrites one (choose a .json file name)")
-    return check_output_path(path, "export file", force)
+    return check_output_path(path, "export file", force, database=database)
 
 
 def write_document(doc: ProfileDocument, path: Path) -> None:
@@ -157,7 +146,7 @@ def read_document(path: Path, what: str = "profile file") -> ProfileDocument:
     except RecursionError:
         raise StoreError(f"{what} {path} is nested too deeply to be an hsd-plan export") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # True and 1.0 equal 1 but are not a version
         raise StoreError(f"{path} has profile schema version {version!r}; this hsd-plan reads version {SCHEMA_VERSION}")
     try:
         return ProfileDocument.model_validate(raw)
