@@ -2,18 +2,22 @@
 
 ``--db`` takes a path or an SQLAlchemy URL; without it, ``$HSD_PLAN_DB``; without that,
 ``$XDG_DATA_HOME/hsd-plan/hsd-plan.db`` (``~/.local/share/hsd-plan/hsd-plan.db``). A URL names an
-SQLite file or a PostgreSQL database (``postgresql://user:password@host/name``, see
-:mod:`.server`). Every open upgrades the schema to head. A file that is not SQLite, or a database
-written by a newer hsd-plan, is refused and left untouched.
+SQLite file or a PostgreSQL database (``postgresql://user:password@host/name``, read by
+:func:`.server.parse_url` by rules set out in :mod:`.server`). Every open upgrades the schema to
+head. A file that is not SQLite, or a database written by a newer hsd-plan, is refused and left
+untouched. No message of this module shows a secret: a URL is shown masked (:func:`.server.shown`)
+and each refusal of a server passes through :func:`.server.redact` on its way out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
 import stat
 import time
+from collections.abc import Iterator
 from importlib.resources import files
 from pathlib import Path
 from urllib.parse import quote
@@ -24,13 +28,14 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import NullPool
 
 from hsd_runtime.files import describe_mode, stat_path
 
 from ..errors import StoreError, first_line
-from .server import advisory_lock, connect_args, describe_failure, is_server, normalize_url, shown
+from ..paths import SQLITE_HEADER
+from .server import advisory_lock, connect_args, describe_failure, is_server, parse_url, redact, shown
 
 __all__ = [
     "StoreError",
@@ -44,7 +49,6 @@ __all__ = [
     "upgrade_to_head",
 ]
 
-SQLITE_HEADER = b"SQLite format 3\x00"
 BUSY_TIMEOUT_S = 60  # how long a writer waits for another process's transaction before giving up
 _URL_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # only this makes --db a URL; anything else is a path
 
@@ -65,9 +69,11 @@ def resolve_url(db: str | None = None) -> URL:
     """The database named by ``--db``, else ``$HSD_PLAN_DB``, else the default path, as a URL.
 
     Only a string that starts with ``scheme://`` is a URL; anything else is a file path, taken
-    literally (``new?x=1.db`` is a file of that name, never a URL with a query). An in-memory
-    SQLite URL is refused (nothing would be kept), and so are SQLite URI filenames and query
-    options (``sqlite:///file:x.db?uri=true``), which would bypass the file checks below.
+    literally (``new?x=1.db`` is a file of that name, never a URL with a query). A server's URL is
+    read by :func:`.server.parse_url`, which refuses any it could misread. An in-memory SQLite URL
+    is refused (nothing would be kept), and so are SQLite URI filenames and query options
+    (``sqlite:///file:x.db?uri=true``), which would bypass the file checks below, and a user, a
+    password, a host or a port, which an SQLite file has not.
     """
     if db is not None and not db.strip():
         raise StoreError("--db is empty; pass a database path or URL, or leave --db out for the default")
@@ -75,18 +81,26 @@ def resolve_url(db: str | None = None) -> URL:
     text = db or os.environ.get("HSD_PLAN_DB") or str(default_db_path())
     if not _URL_SCHEME.match(text):
         return URL.create("sqlite", database=os.path.abspath(os.path.expanduser(text)))
-    try:
-        url = normalize_url(make_url(text))
-    except ArgumentError:
-        raise StoreError(f"{option} {text!r} is neither a file path nor a database URL (driver://user@host/name)") from None
-    if url.get_backend_name() != "sqlite":
+    if text.partition("://")[0].partition("+")[0] != "sqlite":
+        url = parse_url(text, option)
         if not url.database:
             raise StoreError(f"{option} {shown(url)!r} names no database; add its name (postgresql://user@host/name)")
         return url
+    return _sqlite_url(text, option)
+
+
+def _sqlite_url(text: str, option: str) -> URL:
+    """The SQLite file named by the URL ``text``, as an absolute path (see :func:`resolve_url`)."""
+    try:
+        url = make_url(text)
+    except (ArgumentError, ValueError):  # a name make_url cannot read, a port that is no number
+        raise StoreError(f"{option} {text.partition('://')[0]}://…: not an SQLite URL; pass the file path itself") from None
+    if url.username is not None or url.password is not None or url.host or url.port:
+        raise StoreError(f"{option} {shown(url)!r}: an SQLite URL names a file (sqlite:///path), not a user or a host")
     if url.database in (None, "", ":memory:"):
-        raise StoreError(f"{option} {text!r} is an in-memory database: nothing would be kept; pass a file path")
+        raise StoreError(f"{option} {shown(url)!r} is an in-memory database: nothing would be kept; pass a file path")
     if url.database.startswith("file:") or url.query:
-        raise StoreError(f"{option} {text!r}: SQLite URI filenames and URL options are not supported; pass the file path itself")
+        raise StoreError(f"{option} {shown(url)!r}: SQLite URI filenames and URL options are not supported; pass the file path itself")
     return url.set(database=os.path.abspath(os.path.expanduser(url.database)))
 
 
@@ -176,7 +190,7 @@ def open_memory_engine() -> Engine:
 
 
 def _engine(url: URL, upgrade: bool, **options) -> Engine:
-    try:
+    with _refusals(url):
         if is_server(url):  # a dropped connection is replaced before use, not reported mid-profile
             options = {"pool_pre_ping": True, "connect_args": connect_args(url), **options}
         engine = create_engine(url, **options)
@@ -184,12 +198,32 @@ def _engine(url: URL, upgrade: bool, **options) -> Engine:
             _sqlite_settings(engine)
         if upgrade:
             upgrade_to_head(engine, url)
+    return engine
+
+
+@contextlib.contextmanager
+def _refusals(url: URL) -> Iterator[None]:
+    """What opening ``url`` raises as one :class:`StoreError` line, no secret of ``url`` in it.
+
+    On a server any driver error (a refused login, an option libpq rejects: ``ProgrammingError``
+    as much as ``OperationalError``) and SQLAlchemy's refusal of a host list mean the open failed;
+    on SQLite only an ``OperationalError`` does (a damaged file is reported where it is read).
+    """
+    try:
+        yield
     except (NoSuchModuleError, ImportError) as exc:
         hint = "install the driver: pip install 'psycopg[binary]'" if is_server(url) else "is its driver installed?"
-        raise StoreError(f"cannot use {url.render_as_string(hide_password=True)}: {first_line(exc)} ({hint})") from None
-    except OperationalError as exc:
+        raise StoreError(redact(f"cannot use {shown(url)}: {first_line(exc)} ({hint})", url)) from None
+    except DBAPIError as exc:
+        if not (is_server(url) or isinstance(exc, OperationalError)):
+            raise
         raise StoreError(describe_failure(url, exc.orig or exc)) from None
-    return engine
+    except ArgumentError as exc:
+        if not is_server(url):
+            raise
+        raise StoreError(describe_failure(url, exc)) from None
+    except StoreError as exc:  # messages of our own may quote a driver too
+        raise StoreError(redact(str(exc), url)) from None
 
 
 def _check_server(url: URL, create: bool) -> None:
@@ -198,12 +232,10 @@ def _check_server(url: URL, create: bool) -> None:
     ``create=False`` (read-only commands) also refuses a database hsd-plan never wrote to."""
     engine = _engine(url, upgrade=False, poolclass=NullPool)
     try:
-        with engine.connect() as conn:
+        with _refusals(url), engine.connect() as conn:
             current = _schema_revisions(conn, url)
         if not current and not create:
             raise StoreError(f"{shown(url)} holds no hsd-plan profiles yet; run hsd-plan profile --db URL first, or pass the right --db")
-    except OperationalError as exc:
-        raise StoreError(describe_failure(url, exc.orig or exc)) from None
     finally:
         engine.dispose()
 
