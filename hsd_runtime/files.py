@@ -4,7 +4,9 @@ A FIFO would block the read forever, a device such as ``/dev/zero`` never ends, 
 symbolic link loop is not a file: each is refused with one line that names the path and what it
 is, before anything reads it. The open itself never blocks (``O_NONBLOCK``) and the type is checked
 again on the open descriptor, so a file swapped for a FIFO between the check and the open is
-refused too. Torch-free; the planner's output paths and database arguments build on this.
+refused too. A folder a command will write into (a trainer's ``--out``, a cache) is checked the
+same way before any work starts (:func:`check_folder`). Torch-free; the planner's output paths
+and database arguments build on this.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import BinaryIO
 
 from .errors import PathError
 
-__all__ = ["MAX_CONFIG_BYTES", "describe_mode", "open_input", "read_input", "stat_input", "stat_path"]
+__all__ = ["MAX_CONFIG_BYTES", "check_folder", "describe_mode", "open_input", "read_input", "stat_input", "stat_path"]
 
 MAX_CONFIG_BYTES = 16 << 20  # a model's config.json or tokenizer_config.json (chat templates make the latter long)
 
@@ -94,3 +96,45 @@ def read_input(path: Path, what: str, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise PathError(f"{what} {path} holds more than {max_bytes:,} bytes; at most {max_bytes:,} are read")
     return data
+
+
+def check_folder(path: Path, what: str, writable: bool = True) -> bool:
+    """Check that ``path`` is a folder, or can be made one; return whether it exists already.
+
+    Refused with one line, before anything is written: a regular file, FIFO, device or socket; a
+    symbolic link that leads nowhere (making the folder would fail on it) or a loop; a path under
+    something that is not a folder; with ``writable``, a folder this process may not write into
+    (``os.access``, which sees the mode, read-only mounts and immutable folders), or, for a
+    missing path, the nearest existing folder above it.
+    """
+    st = _folder_stat(path, what)
+    if st is not None:
+        if not stat.S_ISDIR(st.st_mode):
+            raise PathError(f"{what} {path} is {describe_mode(st.st_mode)}, not a folder")
+        if writable and not os.access(path, os.W_OK | os.X_OK):
+            raise PathError(
+                f"{what} {path} is a folder that cannot be written into (its permissions, a read-only mount or an immutable flag)"
+            )
+        return True
+    for above in path.absolute().parents:
+        ast = _folder_stat(above, what)
+        if ast is None:
+            continue  # made with the folder
+        if not stat.S_ISDIR(ast.st_mode):
+            raise PathError(f"{what} {path} cannot be made: {above} is {describe_mode(ast.st_mode)}, not a folder")
+        if writable and not os.access(above, os.W_OK | os.X_OK):
+            raise PathError(f"{what} {path} cannot be made: the folder {above} cannot be written into")
+        return False
+    return False  # nothing above exists: the root itself is missing, which cannot happen
+
+
+def _folder_stat(path: Path, what: str) -> os.stat_result | None:
+    """The stat of what ``path`` leads to; None when nothing is there; a symbolic link that leads
+    nowhere is refused (``mkdir`` would fail on the link itself)."""
+    own = stat_path(path, what, follow=False)
+    if own is None or not stat.S_ISLNK(own.st_mode):
+        return own
+    target = stat_path(path, what)  # a loop is refused here
+    if target is None:
+        raise PathError(f"{what} {path} is a symbolic link to {os.readlink(path)}, which does not exist")
+    return target

@@ -15,17 +15,25 @@ The engine makes both in batches, never one sequence and one token at a time:
   (the validation split is never trained on), with their signal, cached on disk under a key of
   the target (its weights' digest included), the prompts and every setting; a cached corpus is
   reused across runs, divergences and students, and an entry whose key no longer matches (other
-  weights under the same spec, an older format, a damaged file) is refused with one line.
+  weights under the same spec, an older format, a damaged file) is refused with one line. The
+  cache is checked before any model is loaded (:func:`check_cache`), its files are checked regular
+  and bounded before they are opened (a FIFO would block the read), and an entry is written into a
+  private folder and renamed into place whole: a failed write leaves no entry behind.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import pickle
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -33,11 +41,12 @@ from torch import nn
 
 from hsd_runtime import LoadedModel, SamplingConfig
 from hsd_runtime.batched import BatchedHierarchy
+from hsd_runtime.files import MAX_CONFIG_BYTES, check_folder, open_input, read_input, stat_input, stat_path
 from hsd_runtime.heads import apply_output_layer
-from hsd_runtime.packaged import cache_dir
+from hsd_runtime.packaged import cache_dir, shareable
 from hsd_runtime.steering import layer_inputs
 
-from ..errors import DistillError
+from ..errors import DistillError, PathError, first_line
 
 __all__ = [
     "Corpus",
@@ -45,6 +54,7 @@ __all__ = [
     "TeacherRows",
     "build_corpus",
     "by_length",
+    "check_cache",
     "continuation_hidden",
     "corpus_root",
     "last_tokens",
@@ -54,6 +64,10 @@ __all__ = [
 ]
 
 FORMAT = 1  # of the cached files; a cache written by another format is refused
+KEY_FILE, DATA_FILE = "key.json", "corpus.pt"  # the files of a cache entry
+# a corpus is read whole (complete rows of a large vocabulary are gigabytes): the bound only ends a
+# read of a file that keeps growing; every file is checked a regular file before it is opened
+MAX_CORPUS_BYTES = 1 << 40
 _SAMPLE_STRIDE = 4099  # model_digest reads every this-many-th weight (and every tensor's sum)
 
 
@@ -330,41 +344,104 @@ def _offsets(continuations: Sequence[list[int]]) -> list[int]:
     return out
 
 
-def _file_digest(path: Path) -> str:
+def _file_digest(fh: BinaryIO, limit: int) -> str:
+    """The SHA-256 of the rest of the open file ``fh``, reading at most ``limit`` bytes."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
+    left = limit
+    while left > 0:
+        block = fh.read(min(1 << 20, left))
+        if not block:
+            break
+        h.update(block)
+        left -= len(block)
     return h.hexdigest()
 
 
+def check_cache(root: Path | None, request: str, what: str) -> None:
+    """Refuse, with one line and before any model is loaded, a corpus cache that can neither give
+    the corpus of ``request`` (:attr:`CorpusKey.request`) nor keep it once made.
+
+    The cache ``root`` (default :func:`corpus_root`; ``what`` names it in messages) must be a
+    folder or one that can be made, never a file, a FIFO or a symbolic link that leads nowhere, and
+    the entry of ``request``, when there, a folder. A cache that holds the entry's key already is
+    only read (a team's read-only cache serves); else it must be writable.
+    """
+    root = root or corpus_root()
+    if check_folder(root, what, writable=False):
+        entry = root / request
+        if check_folder(entry, "the cached corpus", writable=False) and stat_path(entry / KEY_FILE, "the cached corpus") is not None:
+            try:  # a FIFO in a file's place would block the read later: refused now
+                stat_input(entry / KEY_FILE, "its key", MAX_CONFIG_BYTES)
+                stat_input(entry / DATA_FILE, "its data", MAX_CORPUS_BYTES)
+            except PathError as exc:
+                raise DistillError(f"the cached corpus {entry} is damaged ({exc}); delete {entry} to rebuild it") from None
+            return  # read, never written: _load checks it against the teacher
+    check_folder(root, what)
+
+
 def _load(folder: Path, key: CorpusKey) -> Corpus | None:
-    """The cached corpus for ``key``; None when there is none; DistillError when it is stale or damaged."""
-    meta_file, data_file = folder / "key.json", folder / "corpus.pt"
-    if not meta_file.exists():
-        return None
+    """The cached corpus for ``key``; None when there is none; DistillError when it is stale or damaged.
+
+    Each file of the entry is checked a regular file of bounded size before it is opened (a FIFO
+    would block the read), and its data is read once: hashed, then loaded from the same descriptor.
+    """
+    meta_file, data_file = folder / KEY_FILE, folder / DATA_FILE
     refresh = f"delete {folder} to rebuild it"
     try:
-        meta = json.loads(meta_file.read_text())
+        if stat_path(meta_file, "the cached corpus key") is None:
+            return None
+        meta = json.loads(read_input(meta_file, "the cached corpus key", MAX_CONFIG_BYTES))
         stored = CorpusKey(**meta["key"])
-    except Exception:  # any unreadable key is a damaged entry
-        raise DistillError(f"the cached corpus {folder} has an unreadable key; {refresh}") from None
+    except Exception as exc:  # a FIFO, bad JSON, a foreign key: any unreadable key is a damaged entry
+        why = str(exc) if isinstance(exc, PathError) else type(exc).__name__
+        raise DistillError(f"the cached corpus {folder} has an unreadable key ({why}); {refresh}") from None
     if stored != key:
         differ = [
             f"{k} {getattr(stored, k)!r} (now {getattr(key, k)!r})" for k in CorpusKey.model_fields if getattr(stored, k) != getattr(key, k)
         ]
         raise DistillError(f"the cached corpus {folder} is stale: it was made with {', '.join(differ)}; {refresh}")
-    if not data_file.is_file() or _file_digest(data_file) != meta.get("sha256"):
-        raise DistillError(f"the cached corpus {folder} is damaged (its data does not match its key's checksum); {refresh}")
-    data = torch.load(data_file, weights_only=True)
-    signal = TeacherRows(data["ids"], data["logits"], data["logz"], data["log_tail"], int(data["width"]))
-    continuations = data["continuations"]
-    return Corpus(stored, data["prompts"], continuations, signal, _offsets(continuations))
+    damaged = f"the cached corpus {folder} is damaged"
+    try:
+        with open_input(data_file, "its data", MAX_CORPUS_BYTES) as fh:
+            if _file_digest(fh, MAX_CORPUS_BYTES) != meta.get("sha256"):
+                raise DistillError(f"{damaged} (its data does not match its key's checksum); {refresh}")
+            fh.seek(0)
+            data = torch.load(fh, weights_only=True)
+        signal = TeacherRows(data["ids"], data["logits"], data["logz"], data["log_tail"], int(data["width"]))
+        prompts, continuations = data["prompts"], data["continuations"]
+    except PathError as exc:  # missing, a FIFO, a folder, too large
+        raise DistillError(f"{damaged} ({exc}); {refresh}") from None
+    except (OSError, RuntimeError, KeyError, TypeError, ValueError, pickle.UnpicklingError) as exc:
+        raise DistillError(f"{damaged} ({type(exc).__name__}); {refresh}") from None
+    return Corpus(stored, prompts, continuations, signal, _offsets(continuations))
 
 
 def _save(folder: Path, corpus: Corpus) -> None:
-    """Write ``corpus`` under ``folder`` atomically: data first, then the key that vouches for it."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write ``corpus`` as the cache entry ``folder``: into a private folder beside it, data first,
+    then the key that vouches for it, made shareable and renamed to ``folder`` whole.
+
+    A failure (no space, no permission) is one line and leaves no entry behind; an entry another
+    process finished meanwhile is kept (it holds the same corpus, or one _load refuses as stale).
+    """
+    root = folder.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+    except OSError as exc:
+        raise DistillError(f"cannot cache the corpus in {root}: {exc.strerror or exc}; give a writable --cache") from None
+    try:
+        _write_entry(stage, corpus)
+        shareable(stage)  # mkdtemp makes it private (0700); a team may share the cache
+        _rename_entry(stage, folder)
+    except (OSError, RuntimeError) as exc:  # torch's zip writer reports a failed write as a RuntimeError
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
+        raise DistillError(f"cannot cache the corpus in {root}: {why}; give a writable --cache") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _write_entry(stage: Path, corpus: Corpus) -> None:
+    """The files of a cache entry, in ``stage``: the data, then the key with the data's checksum."""
     s = corpus.signal
     data = {
         "prompts": corpus.prompts,
@@ -375,12 +452,29 @@ def _save(folder: Path, corpus: Corpus) -> None:
         "log_tail": s.log_tail,
         "width": s.width,
     }
-    tmp = folder / "corpus.pt.tmp"
-    torch.save(data, tmp)
-    os.replace(tmp, folder / "corpus.pt")
-    meta = {"key": corpus.key.model_dump(), "sha256": _file_digest(folder / "corpus.pt"), "sequences": len(corpus.prompts)}
-    (folder / "key.json.tmp").write_text(json.dumps(meta, indent=1))
-    os.replace(folder / "key.json.tmp", folder / "key.json")
+    torch.save(data, stage / DATA_FILE)
+    with open_input(stage / DATA_FILE, "the corpus just written", MAX_CORPUS_BYTES) as fh:
+        digest = _file_digest(fh, MAX_CORPUS_BYTES)
+    meta = {"key": corpus.key.model_dump(), "sha256": digest, "sequences": len(corpus.prompts)}
+    (stage / KEY_FILE).write_text(json.dumps(meta, indent=1))
+
+
+def _rename_entry(stage: Path, folder: Path) -> None:
+    """Rename the finished ``stage`` to ``folder``. A folder there without a key (left by a run
+    killed mid-write) holds nothing _load would read: it is replaced. One with a key was finished
+    by another process meanwhile: it stays, and ``stage`` is dropped."""
+    try:
+        os.rename(stage, folder)  # replaces an empty folder too
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    if stat_path(folder / KEY_FILE, "the cached corpus") is not None:
+        return
+    leftover = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".old-"))
+    os.rename(folder, leftover / "entry")
+    shutil.rmtree(leftover, ignore_errors=True)
+    os.rename(stage, folder)
 
 
 def build_corpus(

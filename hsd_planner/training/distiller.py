@@ -36,6 +36,7 @@ import torch
 
 from hsd_runtime import ModelLoader, ModelNotFoundError, ModelSpecError, SamplingConfig, check_same_tokenizer, parse_spec
 from hsd_runtime.loading import shallow_module, trimmed_model
+from hsd_runtime.trained import write_files
 from hsd_runtime.trim import kept_tokens
 
 from ..errors import DistillError, ModelOutputError
@@ -94,7 +95,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
     config: DistillConfig
 
     def __init__(self, config: DistillConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
-        super().__init__(config, out, resume)
+        super().__init__(config, out, resume, teacher=None if config.data == "on-policy" else config.target)
         # the student is copied from the target's state dict, which packed layers do not keep
         loader = loader.with_kernels("plain")
         with _out_of_memory_as_error(config):
@@ -297,8 +298,6 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         assert self.held_out is not None and self.initial is not None
         with _out_of_memory_as_error(c):
             greedy, sampled = self.held_out.acceptance(self.drafting)
-        self.student.save_pretrained(self.out)
-        self.target.tokenizer.save_pretrained(self.out)
         report = DistillReport(
             out=str(self.out),
             config=c,
@@ -316,6 +315,12 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
             eval_prompts=f"{len(self.eval_ids)} prompts of {self.eval_set.name}",
             log=list(self.log),
         )
-        (self.out / "distill.json").write_text(json.dumps(report.to_dict(), indent=1))
-        (self.out / "README.md").write_text(model_card(report))
+        write_files(self.out, "the student", lambda stage: self._write_student(stage, report), last=("distill.json", "README.md"))
         return report
+
+    def _write_student(self, folder: Path, report: DistillReport) -> None:
+        """The student (a Hugging Face model directory with the target's tokenizer) and its card, in ``folder``."""
+        self.student.save_pretrained(folder)
+        self.target.tokenizer.save_pretrained(folder)
+        (folder / "distill.json").write_text(json.dumps(report.to_dict(), indent=1))
+        (folder / "README.md").write_text(model_card(report))

@@ -30,6 +30,7 @@ from pydantic import Field
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
 from hsd_runtime.heads import BlockHeads, HeadsCard, apply_output_layer, save_heads
 from hsd_runtime.loading import trimmed_by_id
+from hsd_runtime.trained import write_files
 from hsd_runtime.trim import column_of
 
 from ..errors import DistillError
@@ -120,7 +121,7 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
     config: HeadsConfig
 
     def __init__(self, config: HeadsConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
-        super().__init__(config, out, resume)
+        super().__init__(config, out, resume, teacher=config.model)
         # the frozen output layer is back-propagated through: plain kernels
         self.host = loader.with_kernels("plain").load(config.model)
         # the layer the heads read: the host's, or a copy of it trimmed to vocab tokens (q = 0 elsewhere)
@@ -272,7 +273,8 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
             acceptance={"held_out": acceptance, "untrained": self.initial, "prompts": report.eval_prompts},
         )
         save_heads(self.out, self.heads, card)
-        (self.out / "README.md").write_text(heads_card_text(report))
+        text = heads_card_text(report)
+        write_files(self.out, "the heads' README.md", lambda stage: (stage / "README.md").write_text(text))
         return report
 
 

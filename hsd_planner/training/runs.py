@@ -1,10 +1,15 @@
 """What every trainer's run shares: its folder (new, or a checkpoint to resume), its prompt splits,
 the key of the data engine's corpus it trains on, and the step loop with its checkpoints
-(:class:`TrainingRun`, the base of the distiller, the heads trainer and the steering trainer)."""
+(:class:`TrainingRun`, the base of the distiller, the heads trainer and the steering trainer).
+
+The output folder and the corpus cache are checked before any model is loaded, so a folder that
+cannot be written is refused in one line at once rather than after minutes of work; every file a
+run writes goes through a private folder and a rename (:func:`hsd_runtime.trained.write_files`),
+whole or not at all, with the mode the umask allows.
+"""
 
 from __future__ import annotations
 
-import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -16,12 +21,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from hsd_runtime.files import check_folder, open_input, stat_path
+from hsd_runtime.trained import write_files
+
 from ..errors import DistillError
 from ..prompts import PromptSet, load_prompts, split, write_trained_prompts
 from .config import TrainingConfig
-from .data import CorpusKey, model_digest
+from .data import CorpusKey, check_cache, model_digest
 
-__all__ = ["CHECKPOINT", "EVAL_PROMPTS", "PASS_GROUP", "STATE", "TrainingRun", "check_run_folder", "corpus_key"]
+__all__ = ["CHECKPOINT", "EVAL_PROMPTS", "PASS_GROUP", "STATE", "TrainingRun", "check_run_folder", "corpus_key", "corpus_request"]
 
 CHECKPOINT = "checkpoint"  # the folder of a run's checkpoint, inside its --out
 STATE = "state.pt"
@@ -33,35 +41,53 @@ PASS_GROUP = 4
 EVAL_PROMPTS = 8  # held-out prompts (of the validation split) a run's result is measured on
 # changing these on --resume does not change what the run computes
 RESUMABLE = frozenset({"steps", "checkpoint_every", "gen_batch", "cache"})
+# a checkpoint holds the trained weights and the optimizer's two moments of each: the bound only
+# ends a read of a file that keeps growing (the file is checked a regular file before it is opened)
+MAX_CHECKPOINT_BYTES = 1 << 40
 StepT = TypeVar("StepT")
 ReportT = TypeVar("ReportT")
 
 
 def check_run_folder(out: Path, resume: bool) -> Path:
-    """The checkpoint file of the run in ``out``; refuses, before anything is written, ``resume``
-    without a checkpoint and a new run into a folder that is not empty."""
+    """The checkpoint file of the run in ``out``; refuses, before anything is written: an ``out``
+    that is not a folder and cannot be made one, or that this user may not write into
+    (:func:`hsd_runtime.files.check_folder`), ``resume`` without a checkpoint (or with a FIFO or
+    a folder in its place), and a new run into a folder that is not empty."""
+    exists = check_folder(out, "--out")
     state_file = out / CHECKPOINT / STATE
-    if resume and not state_file.is_file():
+    if resume and stat_path(state_file, "the checkpoint") is None:
         raise DistillError(f"no checkpoint in {out / CHECKPOINT} to resume; run without --resume to start")
-    if not resume and out.exists() and (not out.is_dir() or any(out.iterdir())):
+    if resume:
+        open_input(state_file, "the checkpoint", MAX_CHECKPOINT_BYTES).close()  # regular and bounded, or one line now
+    elif exists and any(out.iterdir()):
         raise DistillError(f"{out} exists and is not empty; choose a new --out, or add --resume to continue its run")
     return state_file
+
+
+def _key_fields(spec: str, prompts: PromptSet, config: Any) -> dict[str, Any]:
+    """What a corpus key holds besides the teacher's weights."""
+    return {
+        "target": spec,
+        "prompts": prompts.name,
+        "prompts_hash": prompts.content_hash,
+        "samples_per_prompt": config.samples_per_prompt,
+        "max_new_tokens": config.max_new_tokens,
+        "temperature": config.temperature,
+        "top_k": config.top_k,
+        "seed": config.seed,
+    }
 
 
 def corpus_key(spec: str, model: nn.Module, prompts: PromptSet, config: Any) -> CorpusKey:
     """The corpus key of teacher ``spec`` (loaded as ``model``) on ``prompts`` (the training split)
     with ``config``'s data settings (samples per prompt, length, temperature, top-k, seed)."""
-    return CorpusKey(
-        target=spec,
-        weights=model_digest(model),
-        prompts=prompts.name,
-        prompts_hash=prompts.content_hash,
-        samples_per_prompt=config.samples_per_prompt,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_k=config.top_k,
-        seed=config.seed,
-    )
+    return CorpusKey(weights=model_digest(model), **_key_fields(spec, prompts, config))
+
+
+def corpus_request(spec: str, prompts: PromptSet, config: Any) -> str:
+    """Where the corpus of :func:`corpus_key` lives in the cache (:attr:`CorpusKey.request`),
+    known before the teacher is loaded: the request leaves the weights out."""
+    return CorpusKey(weights="", **_key_fields(spec, prompts, config)).request
 
 
 class TrainingRun(ABC, Generic[StepT, ReportT]):
@@ -75,11 +101,14 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
     made with other settings). A trainer sets ``optimizer``, implements :meth:`train_step`,
     :meth:`prepare` :meth:`finish` and its part of the checkpoint, and calls :meth:`resume` at the
     end of its constructor.
+
+    ``teacher`` is the spec of the model whose corpus the run trains on (None: none, on-policy):
+    its place in the cache is checked here with ``out``, before the trainer loads any model.
     """
 
     optimizer: torch.optim.Optimizer
 
-    def __init__(self, config: TrainingConfig, out: Path, resume: bool) -> None:
+    def __init__(self, config: TrainingConfig, out: Path, resume: bool, teacher: str | None = None) -> None:
         self.config = config
         self.out = Path(out)
         state_file = check_run_folder(self.out, resume)
@@ -88,6 +117,9 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         # the profiling split less what `profile --max-prompts reserve` reads (prompts.split)
         self.train_set = split(prompts, "train", config.max_prompts, config.reserve)
         self.eval_set = split(prompts, "validate", EVAL_PROMPTS)
+        if teacher is not None:
+            root = Path(config.cache) if config.cache else None
+            check_cache(root, corpus_request(teacher, self.train_set, config), "--cache" if config.cache else "the corpus cache")
         self.rng = np.random.default_rng(config.seed)
         self.step = 0
         self.wall_s = 0.0  # training time, summed over resumed runs
@@ -139,8 +171,6 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         The file is written under a temporary name and renamed over the old one, so a kill
         mid-write leaves the previous checkpoint intact.
         """
-        folder = self.out / CHECKPOINT
-        folder.mkdir(parents=True, exist_ok=True)
         state = {
             "config": self.config.model_dump(),
             "prompts_hash": self.train_set.content_hash,
@@ -150,9 +180,10 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
             "wall_s": self.wall_s,
             "positions": self.positions,
         } | self._own_state()
-        torch.save(state, folder / f"{STATE}.tmp")
-        os.replace(folder / f"{STATE}.tmp", folder / STATE)
-        write_trained_prompts(self.out, self.train_set, self.config.reserve)  # what profile checks its prompts against
+        folder = self.out / CHECKPOINT
+        write_files(folder, "the checkpoint", lambda stage: torch.save(state, stage / STATE))
+        record = self.train_set, self.config.reserve  # what profile checks its prompts against
+        write_files(self.out, "the training-prompt record", lambda stage: write_trained_prompts(stage, *record))
         return folder / STATE
 
     def resume(self) -> None:
@@ -161,7 +192,8 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         if path is None:
             return
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with open_input(path, "the checkpoint", MAX_CHECKPOINT_BYTES) as fh:  # never a FIFO swapped in since the check
+                state = torch.load(fh, map_location="cpu", weights_only=True)
             old = self._read_config(state["config"])
         except Exception as exc:  # a truncated or foreign file fails in pickle, zip or key lookups alike
             raise DistillError(

@@ -41,6 +41,7 @@ from hsd_runtime.steering import (
     steered_model,
     steering_delta,
 )
+from hsd_runtime.trained import write_files
 
 from ..choices import Divergence
 from ..errors import DistillError
@@ -134,7 +135,7 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
     def __init__(self, config: SteerConfig, out: Path, loader: ModelLoader, resume: bool = False) -> None:
         if parse_spec(config.drafter).steer or parse_spec(config.verifier).steer:
             raise DistillError("give the drafter and the verifier without steer=: this run makes the steering")
-        super().__init__(config, out, resume)
+        super().__init__(config, out, resume, teacher=config.verifier)
         plain = loader.with_kernels("plain")  # back-propagated through: plain kernels
         self.verifier = plain.load(config.verifier)
         drafter = plain.load(config.drafter)
@@ -161,6 +162,11 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
         self.taps: torch.Tensor | None = None  # [R, len(taps) d]: the verifier's taps at every corpus row
         self.held: HeldOut | None = None
         self.resume()
+
+    def _write_drafter(self, folder: Path) -> None:
+        """The fine-tuned drafter (a Hugging Face model directory with the verifier's tokenizer), in ``folder``."""
+        self.base.save_pretrained(folder)
+        self.verifier.tokenizer.save_pretrained(folder)
 
     def _card(self, drafter: Any) -> SteeringCard:
         c = self.config
@@ -302,10 +308,10 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
             }
         )
         if self.config.finetune == "full":
-            self.base.save_pretrained(self.out / DRAFTER_DIR)
-            self.verifier.tokenizer.save_pretrained(self.out / DRAFTER_DIR)
+            write_files(self.out / DRAFTER_DIR, "the fine-tuned drafter", self._write_drafter)
         save_steering(self.out, self.projection, card)
-        (self.out / "README.md").write_text(steer_card_text(report))
+        text = steer_card_text(report)
+        write_files(self.out, "the steering's README.md", lambda stage: (stage / "README.md").write_text(text))
         return report
 
 
