@@ -81,7 +81,7 @@ def test_profile_solve_and_validate_on_llamacpp(tmp_path, isolated_db):
         (("--chain", "smollm2-135m:quant=int8,smollm2-135m"), "quant=int8 is the torch engine's"),
         (("--chain", "qwen2.5-coder-0.5b,smollm2-135m"), "different tokenizers"),
         (("--chain", "{dir},smollm2-135m"), "the llama.cpp engine runs a packaged alias or a .gguf file"),
-        (("--chain", "{bad},smollm2-135m"), "cannot read the tokenizer"),
+        (("--chain", "{bad},smollm2-135m"), "is GGUF version 0; versions 2 and 3 are read"),
     ],
 )
 def test_bad_input_on_llamacpp_is_one_line(tmp_path, args, message):
