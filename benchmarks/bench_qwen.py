@@ -84,7 +84,7 @@ def _workloads(args) -> list[tuple[str, PromptSet, PromptSet]]:
 
 def stage_profile(args, engine, loader, dtype: str, runs: dict) -> dict:
     """Profile every workload (those of ``--only``), adding each to ``runs``."""
-    config = ProfileConfig(models=MODELS, dtype=dtype, max_new_tokens=args.new_tokens)
+    config = ProfileConfig(models=args.models, dtype=dtype, max_new_tokens=args.new_tokens)
     for name, prompts, _ in _workloads(args):
         t0 = time.perf_counter()
         outcome = run_profile(engine, config, prompts, loader)
@@ -118,6 +118,8 @@ def _summary_row(name: str, report: dict) -> dict:
     singles = [p for p in plans if len(p["chain"]) == 2]
     single = min(singles, key=lambda p: p["measured_ms_per_token"])
     fastest = min(plans, key=lambda p: p["measured_ms_per_token"])
+    stacks = [p for p in plans if len(p["chain"]) > 2]  # two drafters or more
+    stack = min(stacks, key=lambda p: p["measured_ms_per_token"]) if stacks else None
     errors = [abs(p["predicted_speedup"] / p["measured_speedup"] - 1) for p in plans if p is not auto]
     calibrated = [abs(p["calibrated_speedup_error"]) for p in plans if p is not auto and p.get("calibrated_speedup_error") is not None]
     return {
@@ -131,6 +133,9 @@ def _summary_row(name: str, report: dict) -> dict:
         "pick_over_best_single": single["measured_ms_per_token"] / pick["measured_ms_per_token"],
         "fastest": _plan_name(fastest),
         "fastest_over_best_single": single["measured_ms_per_token"] / fastest["measured_ms_per_token"],
+        "best_hierarchy": _plan_name(stack) if stack else None,
+        "best_hierarchy_pred_meas_speedup": (stack["predicted_speedup"], stack["measured_speedup"]) if stack else None,
+        "best_hierarchy_over_best_single": single["measured_ms_per_token"] / stack["measured_ms_per_token"] if stack else None,
         "median_abs_speedup_error": statistics.median(errors),
         "median_abs_speedup_error_calibrated": statistics.median(calibrated) if calibrated else None,
         "pick_cal_speedup": pick.get("calibrated_speedup"),
@@ -290,6 +295,9 @@ def main() -> None:
         help="profile and validate only these workloads (humaneval, translation, ..., mt_bench), keeping the others' stored results",
     )
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument(
+        "--models", type=lambda s: s.split(","), default=MODELS, help=f"candidates profiled, target last [default: {','.join(MODELS)}]"
+    )
     ap.add_argument("--repeats", type=int, default=1, help="validation runs of every plan on every held-out prompt")
     ap.add_argument(
         "--constant", type=lambda s: [int(x) for x in s.split(",")], default=[3, 6], help="HF constant num_assistant_tokens tried"
