@@ -100,7 +100,7 @@ def stage_validate(args, engine, loader, reports: dict, save) -> dict:
     """Validate every workload (those of ``--only``), adding each report to ``reports`` and
     calling ``save()`` as it lands, so that a stopped run keeps the workloads it finished."""
     for name, _, held in _workloads(args):
-        solved = solve_and_store(engine, target=TARGET, workload=name, config=SolveConfig(top_k=5))
+        solved = solve_and_store(engine, target=TARGET, workload=name, config=SolveConfig(top_k=5, t_max=args.t_max))
         solve, plans = select_plans(engine, (), "all")
         assert solve.id == solved.solve_id
         report = run_validation(engine, loader, solve, plans, held, args.new_tokens, args.repeats)
@@ -298,6 +298,7 @@ def main() -> None:
     ap.add_argument(
         "--models", type=lambda s: s.split(","), default=MODELS, help=f"candidates profiled, target last [default: {','.join(MODELS)}]"
     )
+    ap.add_argument("--t-max", type=int, default=8, help="widest proposal the solver considers (hsd-plan solve --t-max)")
     ap.add_argument("--repeats", type=int, default=1, help="validation runs of every plan on every held-out prompt")
     ap.add_argument(
         "--constant", type=lambda s: [int(x) for x in s.split(",")], default=[3, 6], help="HF constant num_assistant_tokens tried"
