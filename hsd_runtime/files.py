@@ -13,13 +13,17 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from .errors import PathError
 
-__all__ = ["MAX_CONFIG_BYTES", "check_folder", "describe_mode", "open_input", "read_input", "stat_input", "stat_path"]
+__all__ = ["MAX_CONFIG_BYTES", "check_folder", "describe_mode", "open_input", "read_input", "staging_folder", "stat_input", "stat_path"]
 
 MAX_CONFIG_BYTES = 16 << 20  # a model's config.json or tokenizer_config.json (chat templates make the latter long)
 
@@ -138,3 +142,16 @@ def _folder_stat(path: Path, what: str) -> os.stat_result | None:
     if target is None:
         raise PathError(f"{what} {path} is a symbolic link to {os.readlink(path)}, which does not exist")
     return target
+
+
+@contextmanager
+def staging_folder(parent: Path) -> Iterator[Path]:
+    """A new private folder inside ``parent`` (made, with its parents, when missing) to write
+    files into before they are renamed into place; removed when the block ends, however it ends
+    (what the block renamed out of it stays). Failing to make it raises the ``OSError``."""
+    parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=parent, prefix=".tmp-"))
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -266,8 +266,7 @@ def _gguf_file(spec: ModelSpec) -> Path:
         what = "does not exist" if st is None else "is not a .gguf file"
         raise ModelNotFoundError(f"{spec.name!r} {what}; the llama.cpp engine runs a packaged alias or a .gguf file")
     stat_input(path, "GGUF file", MAX_GGUF_BYTES)
-    check_gguf(path)  # before any cache entry is made from it
-    return path
+    return path  # its layout is walked by gguf_tokenizer, which every load calls next, before any cache entry
 
 
 def gguf_tokenizer(gguf: Path) -> Any:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -23,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from torch import nn
 
 from .errors import ModelSpecError, PathError, first_line
-from .files import MAX_CONFIG_BYTES, open_input, read_input, stat_path
+from .files import MAX_CONFIG_BYTES, open_input, read_input, staging_folder, stat_path
 from .packaged import shareable
 
 __all__ = ["load_weights", "read_card_file", "save_trained", "write_files"]
@@ -43,20 +41,14 @@ def write_files(folder: Path, what: str, write: Callable[[Path], None], last: Se
     ``folder``; the stage is removed whatever happens.
     """
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
-    except OSError as exc:
-        raise PathError(f"cannot write {what} into {folder}: {exc.strerror or exc}") from None
-    try:
-        write(stage)
-        shareable(stage)  # mkdtemp and safetensors' own temporary files start private (0700, 0600)
-        _move_into(stage, folder, last)
+        with staging_folder(folder) as stage:
+            write(stage)
+            shareable(stage)  # mkdtemp and safetensors' own temporary files start private (0700, 0600)
+            _move_into(stage, folder, last)
     except Exception as exc:
         if not _write_failure(exc):
             raise
         raise PathError(f"cannot write {what} into {folder}: {getattr(exc, 'strerror', None) or first_line(exc)}") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _write_failure(exc: Exception) -> bool:

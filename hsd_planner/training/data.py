@@ -41,7 +41,7 @@ from torch import nn
 
 from hsd_runtime import LoadedModel, SamplingConfig
 from hsd_runtime.batched import BatchedHierarchy
-from hsd_runtime.files import MAX_CONFIG_BYTES, check_folder, open_input, read_input, stat_input, stat_path
+from hsd_runtime.files import MAX_CONFIG_BYTES, check_folder, open_input, read_input, staging_folder, stat_input, stat_path
 from hsd_runtime.heads import apply_output_layer
 from hsd_runtime.packaged import cache_dir, shareable
 from hsd_runtime.steering import layer_inputs
@@ -425,19 +425,13 @@ def _save(folder: Path, corpus: Corpus) -> None:
     """
     root = folder.parent
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
-    except OSError as exc:
-        raise DistillError(f"cannot cache the corpus in {root}: {exc.strerror or exc}; give a writable --cache") from None
-    try:
-        _write_entry(stage, corpus)
-        shareable(stage)  # mkdtemp makes it private (0700); a team may share the cache
-        _rename_entry(stage, folder)
+        with staging_folder(root) as stage:
+            _write_entry(stage, corpus)
+            shareable(stage)  # mkdtemp makes it private (0700); a team may share the cache
+            _rename_entry(stage, folder)
     except (OSError, RuntimeError) as exc:  # torch's zip writer reports a failed write as a RuntimeError
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else first_line(exc)
         raise DistillError(f"cannot cache the corpus in {root}: {why}; give a writable --cache") from None
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
 
 
 def _write_entry(stage: Path, corpus: Corpus) -> None:
