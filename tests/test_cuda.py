@@ -72,3 +72,44 @@ def test_profile_solve_validate_on_cuda(tiny_dirs, tmp_path):
     )
     assert all(p["measured_ms_per_token"] > 0 for p in report["plans"])
     assert all(len(s) >= 4 for m in report["calibration"]["models"].values() for s in m["samples_ms"].values())
+
+
+@pytest.mark.parametrize("method", ["distill", "heads", "steer"])
+def test_training_on_cuda_gives_a_drafter_that_decodes_exactly(method, tiny_dirs, tmp_path):
+    """Each trainer runs its steps on the GPU, and its drafter then decodes greedily on the GPU
+    token for token as the fp32 target does alone."""
+    from tests.helpers import run
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(f"w{i % 60} w{i * 7 % 60} w{i * 13 % 60} w{(i + 1) % 60}" for i in range(60)))
+    out, target = tmp_path / method, tiny_dirs["target"]
+    common = ["--out", out, "--prompts", prompts, "--steps", 6, "--batch-size", 4, "--max-new-tokens", 8]
+    common += ["--device", "cuda", "--dtype", "fp32", "--json"]
+    if method == "distill":
+        args, drafter = ["distill", "--target", target, "--init", "layers=1", *common], str(out)
+    elif method == "heads":
+        args, drafter = ["heads", "train", "--model", target, "--heads", 3, *common], f"bpd:{out}:p=2:k=2"
+    else:
+        args = ["steer", "train", "--drafter", tiny_dirs["draft"], "--verifier", target, *common]
+        drafter = f"{tiny_dirs['draft']}:steer={out}"
+    trained = run(*args)
+    assert trained.exit_code == 0, trained.output
+    checked = run(
+        "generate",
+        "--chain",
+        f"{drafter},{target}",
+        "--prompt",
+        "w1 w7 w13",
+        "--max-new-tokens",
+        12,
+        "--widths",
+        "2",
+        "--device",
+        "cuda",
+        "--dtype",
+        "fp32",
+        "--check",
+        "--json",
+    )
+    assert checked.exit_code == 0, checked.output
+    assert json.loads(checked.output)["check"]["identical"]
