@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -301,14 +302,23 @@ def test_ngram_blocks_are_judged_where_they_land():
 
 
 def _walk(accepted: list[list[int]], b: int, start: int = 0) -> tuple[int, int]:
-    """(rounds, tokens) of a greedy decoder drafting b tokens a round over 0/1 conditionals."""
+    """(rounds, tokens) of a greedy decoder drafting b tokens a round over 0/1 conditionals, to
+    the continuation's end."""
     m, t, rounds, tokens = len(accepted), start, 0, 0
-    while t + b <= m:
+    while t < m:
         g = 0
         while g < b and accepted[t][g]:
             g += 1
         rounds, tokens, t = rounds + 1, tokens + g + 1, t + g + 1
     return rounds, tokens
+
+
+def _pooled(sums: list[list[float]], counts: list[float], bases: list[list[float]], b: int) -> float:
+    """E[X] = sum_g P_b(G >= g) of one prompt's visited sums, as the planner pools them."""
+    from hsd_planner.stats.pooling import _visited
+
+    table = _visited([SimpleNamespace(visit_sum=sums, visit_count=counts, visit_base=bases)])[b - 1]
+    return sum(table)
 
 
 def test_the_first_token_comes_from_a_round_not_the_prefill():
@@ -319,34 +329,54 @@ def test_the_first_token_comes_from_a_round_not_the_prefill():
 
 
 def test_visited_run_lengths_reproduce_a_greedy_decoder():
-    """For 0/1 acceptance the visited distribution gives exactly the decoder's tokens per round."""
+    """For 0/1 acceptance the visited distribution gives exactly the decoder's tokens per round,
+    its rounds near the continuation's end included (the last position is rejected, so no run is
+    cut off by the end)."""
     gen = torch.Generator().manual_seed(0)
     for trial in range(20):
         m = 40 + trial
         bursty = (torch.rand(m, generator=gen) < 0.3).double()
         a = torch.repeat_interleave(bursty, 3)[:m]  # runs of three: bursty, unlike i.i.d.
+        a[-1] = 0.0
         survival = start_survival(model_conditionals(a, 16))
-        sums, counts = visited_run_sums(survival, b_max=8)
+        sums, counts, bases = visited_run_sums(survival, b_max=8)
         accepted = model_conditionals(a, 16).int().tolist()
         for b in range(1, 9):
             rounds, tokens = _walk(accepted, b)
             assert counts[b - 1] == rounds
-            assert abs(sum(sums[b - 1]) - tokens) < 1e-9  # sum_g P(G >= g) = tokens per round
+            assert abs(_pooled(sums, counts, bases, b) - tokens / rounds) < 1e-9
+
+
+def test_a_reply_whose_end_is_unpredictable_is_priced_by_its_end_too():
+    """A reply that restates its stub (drafts accepted) and then writes a body (rejected): the
+    rounds in its last b positions are one-token rounds, and they count. Counting only the starts
+    with room for all b positions gave 56 tokens in 18 rounds (3.1 a round) here, where the
+    decoder gets 2.2."""
+    a = torch.tensor([1.0] * 40 + [0.0] * 30)
+    survival = start_survival(model_conditionals(a, 16))
+    sums, counts, bases = visited_run_sums(survival, b_max=15)
+    rounds, tokens = _walk(model_conditionals(a, 16).int().tolist(), 15)
+    assert (rounds, tokens) == (32, 70)
+    assert abs(_pooled(sums, counts, bases, 15) - 70 / 32) < 1e-9
 
 
 def test_visited_run_lengths_match_a_sampled_decoder():
-    """With fractional acceptance the visited sums are the decoder's expectation (Monte Carlo)."""
+    """With fractional acceptance the visited sums are the decoder's expectation (Monte Carlo),
+    over whole continuations (the last position is always rejected: no run is cut by the end)."""
     gen = torch.Generator().manual_seed(1)
-    c = torch.rand(30, 8, generator=gen) ** 0.5
+    m = 30
+    c = torch.rand(m, 8, generator=gen) ** 0.5
+    for t in range(m):
+        c[t, m - 1 - t :] = 0.0  # position m - 1 rejects, and nothing is drafted past the end
     survival = start_survival(c)
-    sums, counts = visited_run_sums(survival, b_max=4)
+    sums, counts, bases = visited_run_sums(survival, b_max=4)
     b, rounds, tokens, rng, cond = 4, 0, 0, random.Random(2), c.tolist()
     for _ in range(20000):
         t = 0
-        while t + b <= 30:
+        while t < m:
             g = 0
             while g < b and rng.random() < cond[t][g]:
                 g += 1
             rounds, tokens, t = rounds + 1, tokens + g + 1, t + g + 1
     assert abs(counts[b - 1] - rounds / 20000) < 0.02 * counts[b - 1]
-    assert abs(sum(sums[b - 1]) / counts[b - 1] - tokens / rounds) < 0.01 * tokens / rounds
+    assert abs(_pooled(sums, counts, bases, b) - tokens / rounds) < 0.01 * tokens / rounds

@@ -241,39 +241,53 @@ def run_length_sums(survival: torch.Tensor) -> tuple[list[float], list[int]]:
     return run_sum, run_count
 
 
-def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0) -> tuple[list[list[float]], list[float]]:
+def visited_run_sums(
+    survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0
+) -> tuple[list[list[float]], list[float], list[list[float]]]:
     """Sums behind P_b(G >= g) as a decoder drafting ``b`` tokens a round visits starts.
 
     v_b(start) = 1: the runtime's first round drafts at position 0, right after the prompt (the
     prefill produces no token of its own), and that round counts like any other: a lookup whose
     first block is always wrong there (a chat template's suffix matched earlier in the prompt) costs
     every generation a one-token round. A round at t with S_t moves to t + x with
-    P(X = x) = S_t(x - 1) - S_t(x) for x <= b and S_t(b) for x = b + 1. Only starts with all b
-    drafted positions inside the continuation (t + b <= m) are counted, so the end of a short
-    continuation does not bias the rounds. Returns ``visit_sum[b - 1][g]`` = sum_t v_b(t) S_t(g),
-    g = 0..b, and ``visit_count[b - 1]`` = sum_t v_b(t), for b = 1..b_max.
+    P(X = x) = S_t(x - 1) - S_t(x) for x <= b and S_t(b) for x = b + 1.
 
-    >>> sums, counts = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0)
-    >>> sums[1], counts[1]  # b = 2: rounds at 0 (accepts 2) and 3 (rejects); 4 has no room
-    ([2.0, 1.0, 1.0], 2.0)
+    Every visited start counts, up to the continuation's end. A start t sees g <= m - t of its
+    positions; beyond them its run is censored (it ran off the continuation), so it counts only
+    for those g, and P_b(G >= g) is a product-limit estimate:
+    prod_{j=1..g} (sum_t v_b(t) S_t(j)) / (sum_t v_b(t) S_t(j - 1)), each sum over the starts that
+    see j. Counting only the starts with room for all b positions, as an earlier estimate did,
+    drops the last b positions' rounds: where a reply's end is less predictable than its start
+    (code restating its stub, then writing the body), that over-states a wide draft's tokens per
+    round (a lookup drafting 15 tokens for a 74-token reply: 7.5 where the decoder gets 3.4).
+
+    Returns ``visit_sum[b - 1][g]`` = sum_t v_b(t) S_t(g) over the starts that see g,
+    ``visit_count[b - 1]`` = sum_t v_b(t) over every visited start, and ``visit_base[b - 1][g]``
+    = the same sum of v_b(t) S_t(g - 1) (``visit_count`` at g = 0), g = 0..b, for b = 1..b_max.
+
+    >>> sums, counts, bases = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0)
+    >>> sums[1], counts[1], bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
+    ([3.0, 2.0, 1.0], 3.0, [3.0, 3.0, 1.0])
     """
     surv = survival.double().cpu().numpy()  # numpy: this loop is many tiny vector operations
     m = surv.shape[0]
-    sums, counts = [], []
+    sums, counts, bases = [], [], []
     for b in range(1, b_max + 1):
-        total = np.zeros(b + 1)
-        weight = 0.0
+        total, base = np.zeros(b + 1), np.zeros(b + 1)
         v = np.zeros(m + b + 2)
         v[min(start, m)] = 1.0
-        for t in range(min(start, m), m - b + 1):
+        for t in range(min(start, m), m):
             w = v[t]
             if w == 0.0:
                 continue
             s = surv[t, : b + 1]
-            total += w * s
-            weight += w
+            seen = min(b, m - t)  # positions t .. t + seen - 1 lie inside the continuation
+            total[: seen + 1] += w * s[: seen + 1]
+            base[0] += w
+            base[1 : seen + 1] += w * s[:seen]
             v[t + 1 : t + b + 1] += w * (s[:-1] - s[1:])  # P(X = x), x = 1..b
             v[t + b + 1] += w * s[-1]  # P(X = b + 1): all b accepted
         sums.append(total.tolist())
-        counts.append(float(weight))
-    return sums, counts
+        counts.append(float(base[0]))
+        bases.append(base.tolist())
+    return sums, counts, bases

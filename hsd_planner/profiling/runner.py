@@ -298,8 +298,8 @@ def _acceptance_for_verifier(
                     siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
             survival = start_survival(c)  # [m, G_MAX + 1]
             run_sum, run_count = run_length_sums(survival)
-            visit_sum, visit_count = visited_run_sums(survival)
-            sums = PromptAcceptance(len(c), run_sum[1], run_sum, run_count, visit_sum, visit_count, *siblings)
+            visit_sum, visit_count, visit_base = visited_run_sums(survival)
+            sums = PromptAcceptance(len(c), run_sum[1], run_sum, run_count, visit_sum, visit_count, *siblings, visit_base=visit_base)
             assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
             save_prompt_acceptance(engine, keys[d.row_id], sums)
             out.measured += 1

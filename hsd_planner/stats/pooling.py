@@ -50,18 +50,41 @@ def pool_prompts(rows: Sequence[PromptSums]) -> tuple[float, int, list[float], l
 
 
 def _visited(rows: Sequence[PromptSums]) -> list[list[float] | None] | None:
-    """P_b(G >= g) pooled over prompts; None when a prompt predates visited sums, so old and new
-    measurements are never mixed."""
-    visit_sums, visit_counts = [r.visit_sum for r in rows], [r.visit_count for r in rows]
-    if any(v is None for v in visit_sums) or any(c is None for c in visit_counts):
+    """P_b(G >= g) pooled over prompts, as the product-limit estimate of
+    :func:`hsd_planner.profiling.acceptance.visited_run_sums`; None when a prompt predates visited
+    sums, so old and new measurements are never mixed.
+
+    A row measured before censored starts counted has no ``visit_base``: every one of its starts
+    saw all b positions, so its base at g is its sum at g - 1 (its count at g = 0) and the product
+    gives back its old estimate, sum[g] / count. Past the longest run any start saw (a continuation
+    shorter than b), the table goes on geometrically, as :class:`hsd_planner.plan.rounds.RunLengths`
+    extends a table.
+
+    >>> from types import SimpleNamespace as R
+    >>> old = R(visit_sum=[[2.0, 1.0]], visit_count=[2.0], visit_base=None)
+    >>> new = R(visit_sum=[[3.0, 1.0]], visit_count=[3.0], visit_base=[[3.0, 3.0]])
+    >>> _visited([old]), _visited([new]), _visited([old, new])
+    ([[1.0, 0.5]], [[1.0, 0.3333333333333333]], [[1.0, 0.4]])
+    """
+    measured = [(r.visit_sum, r.visit_count, getattr(r, "visit_base", None)) for r in rows]
+    if any(v is None or c is None for v, c, _ in measured):
         return None
-    sums_by_prompt = [v for v in visit_sums if v is not None]
-    counts_by_prompt = [c for c in visit_counts if c is not None]
     out: list[list[float] | None] = []
-    for b in range(1, min(len(v) for v in sums_by_prompt) + 1):
-        weight = sum(c[b - 1] for c in counts_by_prompt)
-        sums = [sum(v[b - 1][g] for v in sums_by_prompt) for g in range(b + 1)]
-        out.append([x / weight for x in sums] if weight > 0 else None)
+    for b in range(1, min(len(v or []) for v, _, _ in measured) + 1):
+        per_row = [(v[b - 1], base[b - 1] if base is not None else [c[b - 1], *v[b - 1][:b]]) for v, c, base in measured if v and c]
+        sums = [sum(v[g] for v, _ in per_row) for g in range(b + 1)]
+        bases = [sum(base[g] for _, base in per_row) for g in range(b + 1)]
+        if bases[0] <= 0:
+            out.append(None)
+            continue
+        table = [1.0]
+        for g in range(1, b + 1):
+            if bases[g] > 0:
+                table.append(table[-1] * min(1.0, sums[g] / bases[g]))
+            else:  # no start saw g positions with a run that long: geometric, as RunLengths extends a table
+                ratio = table[-1] / table[-2] if len(table) >= 2 and table[-2] > 0 else 0.0
+                table.append(table[-1] * ratio)
+        out.append(table)
     return out
 
 

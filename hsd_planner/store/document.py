@@ -166,6 +166,7 @@ class AcceptancePromptOut(_Row):
     run_count: list[Count]
     visit_sum: list[list[Sum]] | None = None  # absent in exports made before they were measured
     visit_count: list[Sum] | None = None
+    visit_base: list[list[Sum]] | None = None  # absent in exports made before censored starts counted
     siblings_sum: SiblingSums | None = None  # sum over positions of a_t(k); absent: n-gram drafter, or older exports
     siblings_count: Count | None = None
 
@@ -179,6 +180,10 @@ class AcceptancePromptOut(_Row):
             and max(self.siblings_sum) > self.siblings_count * (1 + SIBLINGS_NOISE)
         ):
             raise ValueError("siblings_sum exceeds siblings_count (a_t(k) is a probability)")
+        if self.visit_base is not None and (
+            self.visit_sum is None or [len(b) for b in self.visit_base] != [len(b) for b in self.visit_sum]
+        ):
+            raise ValueError("visit_base needs visit_sum, with as many sums for each width")
         return self
 
 

@@ -148,6 +148,7 @@ class PromptAcceptance:
     visit_count: list[float] | None = None
     siblings_sum: list[float] | None = None
     siblings_count: int | None = None
+    visit_base: list[list[float]] | None = None  # None: measured before censored starts counted
 
 
 @dataclass(frozen=True)

@@ -166,7 +166,10 @@ class AcceptancePrompt(_PairKey, Base):
     ``run_sum[g]`` adds, over start positions t with g positions after them, the probability that
     the g tokens from t are all accepted; ``run_count[g]`` counts those start positions.
     ``visit_sum[b - 1][g]`` and ``visit_count[b - 1]`` are the same weighted by how often a
-    decoder drafting b tokens a round starts a round at t (see :mod:`hsd_planner.profiling.acceptance`).
+    decoder drafting b tokens a round starts a round at t, and ``visit_base[b - 1][g]`` the
+    weighted probability of the g - 1 tokens before, over the starts that see g positions (see
+    :func:`hsd_planner.profiling.acceptance.visited_run_sums`; None in rows measured before a
+    start near the continuation's end counted).
     ``siblings_sum[k - 1]`` adds a_t(k), the probability that one of k siblings drafted at t is
     accepted, over ``siblings_count`` positions (:mod:`hsd_planner.profiling.siblings`; None for the
     n-gram drafter, which drafts chains only, and for rows measured before siblings were).
@@ -182,6 +185,7 @@ class AcceptancePrompt(_PairKey, Base):
     run_count: Mapped[list[int]] = mapped_column(JSON)
     visit_sum: Mapped[list[list[float]] | None] = mapped_column(JSON, nullable=True)
     visit_count: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
+    visit_base: Mapped[list[list[float]] | None] = mapped_column(JSON, nullable=True)
     siblings_sum: Mapped[list[float] | None] = mapped_column(JSON, nullable=True)
     siblings_count: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
