@@ -24,7 +24,7 @@ __all__ = ["demo"]
     type=click.Choice(list(FAMILIES)),
     default="qwen",
     show_default=True,
-    help="qwen: Qwen2.5-Coder 0.5B/1.5B with int8 copies on HumanEval; smollm2: SmolLM2-135M early exits, quick.",
+    help="qwen: Qwen2.5-Coder 1.5B with the lookup and the 0.5B's int8 copy on HumanEval; smollm2: SmolLM2-135M early exits, quick.",
 )
 @click.option("--models", default=None, help="Candidates, target last [default: the family's].")
 @click.option("--max-prompts", type=click.IntRange(1, MAX_COUNT), default=None, help="Profiling prompts [default: the family's].")
@@ -42,7 +42,7 @@ __all__ = ["demo"]
     "--repeats",
     type=click.IntRange(1, MAX_REPEATS),
     default=None,
-    help="Validation runs of every plan on every held-out prompt [default: the family's, 2].",
+    help="Validation runs of every plan on every held-out prompt [default: the family's: qwen 1, smollm2 2].",
 )
 @click.option("--plot", "plot_file", default="hsd-plan-demo.png", show_default=True, help="The validation figure (PNG, PDF, SVG or JPEG).")
 @click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
@@ -70,10 +70,10 @@ def demo(
 ) -> None:
     """Profile, solve and validate a model family end to end.
 
-    The default family profiles the n-gram drafter, int8 copies of Qwen2.5-Coder 0.5B and 1.5B,
-    the 0.5B, an early exit of the 1.5B and the 1.5B target on HumanEval prompts, solves for the
-    best hierarchy, then runs the best plan and the best single drafter against autoregressive
-    decoding on held-out problems. --family smollm2 is the quick demo on SmolLM2-135M. What the
+    The default family profiles the n-gram drafter, the int8 copy of Qwen2.5-Coder 0.5B and the
+    1.5B target on HumanEval prompts, 128 new tokens each (long enough to write the function's
+    body), solves for the best hierarchy, then runs the best plan and the best single drafter
+    against autoregressive decoding on held-out problems. --family smollm2 is the quick demo on SmolLM2-135M. What the
     database already holds is reused, so a second run only validates again.
 
     Example:
