@@ -93,6 +93,7 @@ class BatchedNgram:
 
     def __init__(self, drafter: NgramDrafter) -> None:
         self.n = drafter.n
+        self.min_size = drafter.min_size
         self.stats = drafter.stats
 
     def prefill(self, prompts: Sequence[list[int]]) -> None:
@@ -100,7 +101,7 @@ class BatchedNgram:
 
     def propose(self, ctx: BatchContext, n: int) -> list[Proposal | None]:
         t0 = time.perf_counter()
-        out = [Proposal(ngram_lookup(t, self.n, n)) if a else None for t, a in zip(ctx.tokens, ctx.active)]
+        out = [Proposal(ngram_lookup(t, self.n, n, self.min_size)) if a else None for t, a in zip(ctx.tokens, ctx.active)]
         self.stats.forward_passes += 1
         elapsed = time.perf_counter() - t0
         self.stats.time_s += elapsed
@@ -393,7 +394,7 @@ def build_batched(chain: Sequence[str | ModelSpec], widths: Sequence[Width], loa
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)
     members: list[nn.Module | NgramDrafter] = [
-        NgramDrafter(n=s.ngram_order, name=str(s)) if m is None else m.model for s, m in zip(specs, loaded)
+        NgramDrafter(n=s.ngram_order, name=str(s), min_size=s.ngram_min) if m is None else m.model for s, m in zip(specs, loaded)
     ]
     target = models[-1]
     hierarchy = BatchedHierarchy(members, widths, [str(s) for s in specs], width, target.eos_token_ids)

@@ -203,7 +203,7 @@ def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], l
             if s.steer is not None and m is not None:
                 steered: Any = m.model
                 check_verifier(s, steered.steerer, specs[i + 1] if i + 1 < len(specs) else None)
-            members.append(NgramDrafter(n=s.ngram_order, name=str(s)) if m is None else m.model)
+            members.append(NgramDrafter(n=s.ngram_order, name=str(s), min_size=s.ngram_min) if m is None else m.model)
     target = models[-1]
     hierarchy = Hierarchy(members, widths, names=[str(s) for s in specs], logits_width=width, eos_token_ids=target.eos_token_ids)
     return hierarchy, target.tokenizer

@@ -1,7 +1,10 @@
 """Prompt-lookup drafting: propose what followed the first occurrence of the current suffix.
 
-The drafter matches the last ``n`` tokens (then ``n - 1``, ..., 1) against everything before
-them, prompt and generated text alike, and proposes the tokens that followed the earliest match.
+The drafter matches the last ``n`` tokens (then ``n - 1``, ..., down to ``min_size``, 1 by
+default) against everything before them, prompt and generated text alike, and proposes the
+tokens that followed the earliest match. A larger ``min_size`` drafts less often and on surer
+matches, which pays where a verification pass over several tokens costs several one-token
+passes (llama.cpp on a CPU), since a round without a proposal is a one-token pass.
 (Earliest rather than latest: on Spec-Bench rag prompts the earliest match, usually in the source
 document, gave a mean accepted length of 2.0 against 1.5; see BENCHMARKS.md.) It is
 deterministic, so its q is one-hot, and it may propose nothing.
@@ -21,8 +24,9 @@ from .stats import LevelStats
 __all__ = ["NgramDrafter", "ngram_lookup"]
 
 
-def ngram_lookup(tokens: list[int], n: int, count: int) -> list[int]:
-    """Up to ``count`` tokens that followed the earliest match of the longest suffix (<= n).
+def ngram_lookup(tokens: list[int], n: int, count: int, min_size: int = 1) -> list[int]:
+    """Up to ``count`` tokens that followed the earliest match of the longest suffix (<= n, and
+    >= ``min_size``: shorter matches propose nothing).
 
     >>> ngram_lookup([1, 2, 3, 9, 1, 2], n=2, count=3)
     [3, 9, 1]
@@ -30,9 +34,11 @@ def ngram_lookup(tokens: list[int], n: int, count: int) -> list[int]:
     [1, 6]
     >>> ngram_lookup([1, 2, 3], n=2, count=3)
     []
+    >>> ngram_lookup([6, 1, 6, 2, 9, 6], n=2, count=2, min_size=2)  # only "6" recurs, not "9 6"
+    []
     """
     seq = np.asarray(tokens, dtype=np.int64)
-    for size in range(min(n, len(seq) - 1), 0, -1):
+    for size in range(min(n, len(seq) - 1), max(min_size, 1) - 1, -1):
         suffix = seq[-size:]
         # windows over seq[:-1] start at s <= len - 1 - size, so a continuation always exists
         windows = sliding_window_view(seq[:-1], size)
@@ -44,10 +50,12 @@ def ngram_lookup(tokens: list[int], n: int, count: int) -> list[int]:
 
 
 class NgramDrafter:
-    """Level 0 without a model: n-gram prompt lookup of order ``n``."""
+    """Level 0 without a model: n-gram prompt lookup of order ``n``, drafting on a suffix match of
+    at least ``min_size`` tokens."""
 
-    def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram") -> None:
+    def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram", min_size: int = 1) -> None:
         self.n = n
+        self.min_size = min_size
         self.stats = LevelStats(model=name)
 
     def prefill(self, prompt: list[int]) -> None:
@@ -55,7 +63,7 @@ class NgramDrafter:
 
     def propose(self, ctx: DraftContext, n: int) -> Proposal:
         t0 = time.perf_counter()
-        tokens = ngram_lookup(ctx.tokens, self.n, n)
+        tokens = ngram_lookup(ctx.tokens, self.n, n, self.min_size)
         self.stats.forward_passes += 1
         elapsed = time.perf_counter() - t0
         self.stats.time_s += elapsed

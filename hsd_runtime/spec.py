@@ -6,7 +6,9 @@ NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5
 ``quant=int8`` (a copy whose Linear layers hold int8 weights; it computes in fp32, so it takes no
 ``dtype`` other than fp32), ``engine=torch|llamacpp`` (the engine that runs it, else the command's;
 on llama.cpp a spec names a packaged alias or a ``.gguf`` file, run as it is or re-quantized by
-``quant=q8_0|q4_0|q2_k|...``, llama.cpp's file types), ``n=N`` (n-gram order, ``ngram`` only), ``vocab=N`` or ``vocab=FILE``
+``quant=q8_0|q4_0|q2_k|...``, llama.cpp's file types), ``n=N`` (n-gram order, ``ngram`` only),
+``min=K`` (``ngram`` only: propose nothing unless a suffix of at least K tokens matches; 1 by
+default, so that any repeated token drafts), ``vocab=N`` or ``vocab=FILE``
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
 ranking file lists; see :mod:`.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
 the model directly above it, with the projection trained into DIR; see :mod:`.steering`).
@@ -39,9 +41,9 @@ NGRAM = "ngram"
 BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
-_INT_OPTIONS = {"layers", "n"}
+_INT_OPTIONS = {"layers", "n", "min"}
 _MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
-_KNOWN = {"layers", "dtype", "n", "quant", "vocab", "steer", "engine"}
+_KNOWN = {"layers", "dtype", "n", "min", "quant", "vocab", "steer", "engine"}
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
 
@@ -71,6 +73,12 @@ class ModelSpec(BaseModel):
         """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
         value = self.get("n")
         return DEFAULT_NGRAM_ORDER if value is None else int(value)
+
+    @property
+    def ngram_min(self) -> int:
+        """The shortest suffix match on which an ``ngram`` spec drafts (``min=K``), 1 when unset."""
+        value = self.get("min")
+        return 1 if value is None else int(value)
 
     def run_dtype(self, default: str) -> str:
         """The dtype this model runs in: its own ``dtype=``, fp32 for a quantized copy (int8
@@ -173,9 +181,14 @@ def parse_spec(text: str) -> ModelSpec:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
     spec = ModelSpec(name=name, options=tuple(options))
     if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine)):
-        raise ModelSpecError(f"model spec {text!r}: ngram takes only the option n=N")
-    if not spec.is_ngram and spec.get("n") is not None:
-        raise ModelSpecError(f"model spec {text!r}: option n=N applies to ngram only")
+        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N and min=K")
+    for key, form in (("n", "n=N"), ("min", "min=K")):
+        if not spec.is_ngram and spec.get(key) is not None:
+            raise ModelSpecError(f"model spec {text!r}: option {form} applies to ngram only")
+    if spec.is_ngram and spec.ngram_min > spec.ngram_order:
+        raise ModelSpecError(
+            f"model spec {text!r}: min={spec.ngram_min} exceeds the order n={spec.ngram_order}; no suffix that long is looked up"
+        )
     if spec.engine is not None:
         check_engine(spec, spec.engine)
     if spec.quant in TORCH_QUANTS and spec.dtype not in (None, "fp32"):

@@ -14,7 +14,7 @@ def _prompt_row(a: np.ndarray) -> SimpleNamespace:
     """Per-prompt acceptance sums of a drafter whose tokens are accepted as ``a`` says (the real code path)."""
     survival = start_survival(model_conditionals(torch.tensor(a, dtype=torch.float64)))
     run_sum, run_count = run_length_sums(survival)
-    visit_sum, visit_count, visit_base = visited_run_sums(survival)
+    visit_sum, visit_count, visit_base, _ = visited_run_sums(survival)
     return SimpleNamespace(
         positions=len(a),
         alpha_sum=float(a.sum()),

@@ -231,3 +231,26 @@ def test_finite_generation_of_one_round_plans():
     levels = [Level(lambda n: 1.0, lookup=True), sure]
     assert hierarchy_latency(levels, [7], 48).mean_accepted_length == pytest.approx(8.0)
     assert hierarchy_latency(levels, [7], 50).mean_accepted_length == pytest.approx(50 / 7)
+
+
+def test_a_lookup_that_often_proposes_nothing_pays_a_short_pass():
+    """On a steep pass curve (llama.cpp on a CPU: 8 tokens cost about 5 one-token passes) a lookup
+    that finds a match in a quarter of its rounds is priced by the passes it makes: one token when
+    it proposes nothing. Priced at full width it looks slower than decoding alone; priced by its
+    proposal lengths it is faster, and the solver picks it."""
+    steep = lambda n: 30.0 * (1 + 0.6 * (n - 1))  # noqa: E731
+    b = 4
+    tables = [[1.0] + [0.25] * k for k in range(1, b + 1)]  # P_k(L >= l): a full block or nothing
+    runs = [[1.0] + [0.25] * g for g in range(1, b + 1)]  # every proposed token accepted
+    full = RunLengths([1.0, 0.25, 0.25, 0.25, 0.25, 0.0], runs)
+    lengths = RunLengths([1.0, 0.25, 0.25, 0.25, 0.25, 0.0], runs, tables)
+    lookup, target = Level(lambda n: 0.1, lookup=True), Level(steep, full)
+    at_full = hierarchy_latency([lookup, target], [b]).ms_per_token
+    priced = hierarchy_latency([lookup, dataclasses.replace(target, runs=lengths)], [b]).ms_per_token
+    # E[X] = 1 + 4 * 0.25 = 2 tokens a round; the pass: c(5) = 102 always, or 0.75 c(1) + 0.25 c(5) = 48
+    assert at_full == pytest.approx((0.1 + 102.0) / 2) and at_full > steep(1)
+    assert priced == pytest.approx((0.1 + 0.75 * 30.0 + 0.25 * 102.0) / 2) and priced < steep(1)
+    ngram, t = Candidate("ngram", lambda n: 0.1, lookup=True), Candidate("t", steep)
+    assert solve_graph([ngram], t, {("ngram", "t"): full}, SolveConfig(t_max=b)).best.chain == ("t",)
+    best = solve_graph([ngram], t, {("ngram", "t"): lengths}, SolveConfig(t_max=b)).best
+    assert best.chain == ("ngram", "t") and best.prediction.ms_per_token == pytest.approx(priced)

@@ -17,3 +17,20 @@ def test_drafter_proposes_at_most_n_and_counts_calls():
     proposal = drafter.propose(ctx, 2)
     assert proposal.tokens == [3, 4] and proposal.probs is None
     assert drafter.stats.forward_passes == 1
+
+
+def test_a_minimum_match_drafts_only_on_long_enough_suffixes(tiny_dirs):
+    """``ngram:min=K``: a suffix shorter than K that recurs proposes nothing, and the drafter of
+    that spec, built where chains are built, drafts the same way."""
+    from hsd_runtime import ModelLoader, build_hierarchy, parse_spec
+
+    tokens = [5, 6, 7, 1, 9, 6]  # only "6" recurs
+    assert ngram_lookup(tokens, n=3, count=2) == [7, 1]
+    assert ngram_lookup(tokens, n=3, count=2, min_size=2) == []
+    assert ngram_lookup([5, 6, 7, 1, 5, 6], n=3, count=2, min_size=2) == [7, 1]  # "5 6" does
+    spec = parse_spec("ngram:n=3:min=2")
+    assert (spec.ngram_order, spec.ngram_min, str(spec)) == (3, 2, "ngram:n=3:min=2")
+    hierarchy, _ = build_hierarchy([spec, str(tiny_dirs["target"])], [2], ModelLoader(device="cpu", dtype="fp32"))
+    drafter = hierarchy.levels[0]
+    ctx = DraftContext(tokens, SamplingConfig(), torch.Generator())
+    assert isinstance(drafter, NgramDrafter) and drafter.propose(ctx, 2).tokens == []

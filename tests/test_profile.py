@@ -17,11 +17,12 @@ from hsd_planner.profiling.acceptance import (
     acceptance_from_logits,
     model_conditionals,
     ngram_acceptance,
+    ngram_block_lengths,
     run_length_sums,
     start_survival,
     visited_run_sums,
 )
-from hsd_runtime import Hierarchy, SamplingConfig
+from hsd_runtime import Hierarchy, SamplingConfig, ngram_lookup
 from tests.helpers import QUICK_PROFILE, run
 from tests.tiny import tiny_llama
 
@@ -65,6 +66,11 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
         for (visited,) in con.execute("SELECT visited FROM acceptance"):
             tables = json.loads(visited)
             assert len(tables) == 32 and all(t is None or (len(t) == b + 2 and t[0] == 1.0) for b, t in enumerate(tables))
+        # the lookup's proposal lengths per width (P(L >= l), l = 0..b); a model always proposes b
+        drafted = dict(con.execute("SELECT m.spec, a.drafted FROM acceptance a JOIN models m ON m.id = a.drafter_id"))
+        assert json.loads(drafted[str(tiny_dirs["draft"])]) is None
+        tables = json.loads(drafted["ngram"])
+        assert len(tables) == 32 and all(len(t) == b + 2 and t[0] == 1.0 for b, t in enumerate(tables))
     again = json.loads(run(*args).output)
     assert again["measured"] == 0 and again["skipped"] == summary["measured"]
     forced = json.loads(run(*args, "--force").output)
@@ -339,7 +345,7 @@ def test_visited_run_lengths_reproduce_a_greedy_decoder():
         a = torch.repeat_interleave(bursty, 3)[:m]  # runs of three: bursty, unlike i.i.d.
         a[-1] = 0.0
         survival = start_survival(model_conditionals(a, 16))
-        sums, counts, bases = visited_run_sums(survival, b_max=8)
+        sums, counts, bases, _ = visited_run_sums(survival, b_max=8)
         accepted = model_conditionals(a, 16).int().tolist()
         for b in range(1, 9):
             rounds, tokens = _walk(accepted, b)
@@ -354,10 +360,33 @@ def test_a_reply_whose_end_is_unpredictable_is_priced_by_its_end_too():
     decoder gets 2.2."""
     a = torch.tensor([1.0] * 40 + [0.0] * 30)
     survival = start_survival(model_conditionals(a, 16))
-    sums, counts, bases = visited_run_sums(survival, b_max=15)
+    sums, counts, bases, _ = visited_run_sums(survival, b_max=15)
     rounds, tokens = _walk(model_conditionals(a, 16).int().tolist(), 15)
     assert (rounds, tokens) == (32, 70)
     assert abs(_pooled(sums, counts, bases, 15) - 70 / 32) < 1e-9
+
+
+def test_a_lookups_proposal_lengths_are_the_decoders():
+    """The lookup's visited proposal lengths and rounds are exactly those of a greedy decoder that
+    drafts with it over the continuation (its text the verifier's): the rounds in which it
+    proposes nothing, or fewer than b tokens, counted as they happen."""
+    rng = random.Random(3)
+    for _ in range(10):
+        prompt = [rng.randrange(6) for _ in range(30)]
+        continuation = [rng.randrange(6) if rng.random() < 0.5 else prompt[i % 30] for i in range(60)]
+        m, order = len(continuation), 2
+        p_logits = torch.nn.functional.one_hot(torch.tensor(continuation), 6).float()
+        survival = start_survival(ngram_acceptance(order, prompt, continuation, p_logits, SamplingConfig(), g_max=16))
+        visited = visited_run_sums(survival, b_max=6, lengths=ngram_block_lengths(order, prompt, continuation, g_max=16))
+        for b in range(1, 7):
+            t, proposed = 0, []
+            while t < m:
+                block = ngram_lookup(prompt + continuation[:t], order, min(b, m - t))
+                g = next((i for i, x in enumerate(block) if x != continuation[t + i]), len(block))
+                proposed.append(len(block))
+                t += g + 1
+            assert visited.counts[b - 1] == len(proposed)
+            assert visited.drafted[b - 1] == [float(sum(n >= k for n in proposed)) for k in range(b + 1)]
 
 
 def test_visited_run_lengths_match_a_sampled_decoder():
@@ -369,7 +398,7 @@ def test_visited_run_lengths_match_a_sampled_decoder():
     for t in range(m):
         c[t, m - 1 - t :] = 0.0  # position m - 1 rejects, and nothing is drafted past the end
     survival = start_survival(c)
-    sums, counts, bases = visited_run_sums(survival, b_max=4)
+    sums, counts, bases, _ = visited_run_sums(survival, b_max=4)
     b, rounds, tokens, rng, cond = 4, 0, 0, random.Random(2), c.tolist()
     for _ in range(20000):
         t = 0

@@ -29,6 +29,9 @@ def test_spec_fields():
         ("m:layers=2:layers=3", "given twice"),
         ("ngram:layers=2", "ngram takes only"),
         ("m:n=3", "ngram only"),
+        ("m:min=2", "option min=K applies to ngram only"),
+        ("ngram:min=4", "min=4 exceeds the order n=3"),
+        ("ngram:n=2:min=0", "integer from 1 to 1,000,000"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(text, fragment):

@@ -168,8 +168,9 @@ def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
     drafter, k = plan.chain[0], plan.widths[0]
     assert not isinstance(k, TreeShape)  # the restricted solve plans chains for a stack without trees
     lookup = stored.profile.model(drafter).lookup
-    order = parse_spec(drafter).ngram_order if lookup else 0
-    return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature)
+    spec = parse_spec(drafter)
+    order, least = (spec.ngram_order, spec.ngram_min) if lookup else (0, 1)
+    return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature, ngram_min=least)
 
 
 def plan_document(stored: SolvedPlan, batch: Sequence[BatchEntry] = ()) -> PlanDocument:

@@ -40,6 +40,7 @@ class Served:
     # k per range of batch sizes, ((start, end, k), ...), for a stack that takes a batch-size table
     # (empty: k at every batch size); see export.batch
     schedule: tuple[tuple[int, int, int], ...] = ()
+    ngram_min: int = 1  # the lookup's shortest suffix match (ngram:min=K)
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def _vllm(s: Served) -> Rendered:
     spec: dict | None = None
     if s.drafter is not None and s.lookup:
         # the n-gram drafter tries the longest match first and falls back down to one token
-        spec = {"method": "ngram", "num_speculative_tokens": s.k, "prompt_lookup_max": s.ngram_order, "prompt_lookup_min": 1}
+        spec = {"method": "ngram", "num_speculative_tokens": s.k, "prompt_lookup_max": s.ngram_order, "prompt_lookup_min": s.ngram_min}
     elif s.drafter is not None:
         spec = {"method": "draft_model", "model": s.drafter, "num_speculative_tokens": s.k}
     if spec is not None and s.schedule:

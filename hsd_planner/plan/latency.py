@@ -16,7 +16,11 @@ path (:class:`RoundLaw`, which holds P(A >= g)):
   taken as independent, as in RSD). A chain of width T is the tree 1x...x1 with A(1) = alpha.
 
 Let n_k be the pass that verifies level k's batch: T_k + 1 tokens, or N + 1 for a tree (its
-nodes and the root, the last committed token).
+nodes and the root, the last committed token). A lookup drafter proposes fewer than T_k tokens
+when its match runs short (none when there is no match): c(n_k) is then the expectation
+E[c(L + 1)] over its measured proposal length L (:func:`pass_cost`). On an engine whose pass cost
+is flat in its tokens the two agree; on one whose pass grows with them (llama.cpp on a CPU), an
+empty proposal costs a one-token pass, not a full one.
 
 - Level 0: C_0 = T_0 c_0(1) for a model, c_0(T_0) for the n-gram lookup (one call), and
   sum_{l=1..L} c_0(F_{l-1}) for a tree (one pass per depth over the frontier).
@@ -51,6 +55,7 @@ __all__ = [
     "expected_run_tokens",
     "hierarchy_latency",
     "level_cost",
+    "pass_cost",
     "round_law",
     "rounds_table",
     "verify_size",
@@ -94,6 +99,19 @@ def verify_size(width: Width) -> int:
     """Tokens in the pass that verifies a batch of ``width``: its tokens plus the last committed
     one (T + 1), or a tree's N nodes plus its root."""
     return width.nodes + 1 if isinstance(width, TreeShape) else width + 1
+
+
+def pass_cost(cost: CostCurve, below: Width, runs: RunLengths | None) -> float:
+    """The pass that verifies a batch of ``below``: c(N + 1) for a tree; for a chain E[c(L + 1)],
+    L the proposal's length, which ``runs`` knows for a lookup drafter that proposes fewer tokens
+    than asked when its match runs short (else L = ``below``).
+
+    >>> pass_cost(lambda n: float(n), 4, RunLengths.iid(0.5, drafted=[None] * 3 + [[1.0, 0.5, 0.5, 0.5, 0.5]]))
+    3.0
+    """
+    if isinstance(below, TreeShape) or runs is None:
+        return cost(verify_size(below))
+    return runs.verify_cost(cost, below)
 
 
 def round_law(level: Level, below: Width) -> RoundLaw:
@@ -155,7 +173,7 @@ def level_cost(levels: Sequence[Level], widths: Sequence[Width]) -> float:
     for k in range(1, len(widths)):
         t = _tokens(widths[k], k)
         rounds = round_law(levels[k], widths[k - 1]).rounds(t)[t]
-        cost = rounds * (cost + levels[k - 1].proposal + levels[k].cost(verify_size(widths[k - 1])))
+        cost = rounds * (cost + levels[k - 1].proposal + pass_cost(levels[k].cost, widths[k - 1], levels[k].runs))
     return cost
 
 
@@ -186,5 +204,5 @@ def hierarchy_latency(levels: Sequence[Level], widths: Sequence[Width], horizon:
     else:
         law = round_law(target, widths[-1])
         tokens = law.mean if horizon is None else horizon / law.rounds(horizon)[horizon]
-        ms = (level_cost(levels[:-1], widths) + levels[-2].proposal + target.cost(verify_size(widths[-1]))) / tokens
+        ms = (level_cost(levels[:-1], widths) + levels[-2].proposal + pass_cost(target.cost, widths[-1], target.runs)) / tokens
     return Prediction(ms, tokens, target.cost(1) / ms)

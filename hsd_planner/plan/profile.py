@@ -131,6 +131,9 @@ class PairAcceptance(BaseModel):
     alpha: float = Field(ge=0, le=1)
     run_lengths: list[float] | None = None  # P(G >= g), g = 0.., over every start (optional)
     visited: list[list[float] | None] | None = None  # [b - 1][g]: over the starts a width-b decoder visits (optional)
+    # [b - 1][l]: P(L >= l), l = 0..b, a lookup drafter's proposal length L over those rounds
+    # (optional; absent: the drafter always proposes b, as a model does)
+    drafted: list[list[float] | None] | None = None
     # A(k), k = 1..: P(one of k siblings drawn without replacement from the drafter is accepted by
     # the verifier's recursive rejection sampling) - what a draft tree's branching is worth (optional)
     siblings: list[float] | None = None
@@ -138,8 +141,8 @@ class PairAcceptance(BaseModel):
     def runs(self, model: AcceptanceModel) -> RunLengths:
         """The run-length distribution under ``model`` (the i.i.d. one when none was measured)."""
         if model == "empirical" and self.run_lengths and len(self.run_lengths) >= 2:
-            return RunLengths(self.run_lengths, self.visited)
-        return RunLengths.iid(self.alpha)
+            return RunLengths(self.run_lengths, self.visited, self.drafted)
+        return RunLengths.iid(self.alpha, drafted=self.drafted)
 
 
 class Profile(BaseModel):

@@ -11,7 +11,7 @@ model and the solver ask of a round (E[X], P(X = x), the renewal m(t)); it is bu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hsd_runtime.shape import TreeShape
@@ -28,16 +28,40 @@ class RunLengths:
     average suggests); every width-b question reads it, wider widths the widest table there is.
     Beyond a stored tail, P(G >= g) continues geometrically with the ratio of its last two values
     (0 when they are 0), so any width can be evaluated.
+
+    ``drafted[b - 1]``, when given, is P(L >= l), l = 0..b, for the proposal length L of a lookup
+    drafter asked for b tokens (it proposes fewer, or none, when its match runs short): the pass
+    that verifies the proposal holds L + 1 tokens, not b + 1 (:meth:`verify_cost`).
     """
 
-    def __init__(self, survival: Sequence[float], by_width: Sequence[Sequence[float] | None] | None = None) -> None:
+    def __init__(
+        self,
+        survival: Sequence[float],
+        by_width: Sequence[Sequence[float] | None] | None = None,
+        drafted: Sequence[Sequence[float] | None] | None = None,
+    ) -> None:
         self._s = _survival(survival)
         self._by_width = [None if t is None else _survival(t) for t in by_width or []]
+        self._drafted = [None if t is None else _survival(t) for t in drafted or []]
 
     @classmethod
-    def iid(cls, alpha: float, length: int = 65) -> RunLengths:
+    def iid(cls, alpha: float, length: int = 65, drafted: Sequence[Sequence[float] | None] | None = None) -> RunLengths:
         """P(G >= g) = alpha^g."""
-        return cls([alpha**g for g in range(length)])
+        return cls([alpha**g for g in range(length)], drafted=drafted)
+
+    def verify_cost(self, cost: Callable[[int], float], b: int) -> float:
+        """E[c(L + 1)]: the expected pass that verifies a proposal asked for ``b`` tokens, L its
+        length (b, unless a lookup's proposal lengths were measured at width b).
+
+        >>> runs = RunLengths.iid(0.5, drafted=[None, [1.0, 0.5, 0.25]])
+        >>> runs.verify_cost(lambda n: 10.0 * n, 2), runs.verify_cost(lambda n: 10.0 * n, 3)  # 0.5 c(1) + 0.25 c(2) + 0.25 c(3)
+        (17.5, 40.0)
+        """
+        table = self._drafted[b - 1] if b <= len(self._drafted) else None
+        if table is None:
+            return cost(b + 1)
+        held = [*table[: b + 1], *[0.0] * (b + 1 - len(table)), 0.0]  # P(L >= l), l = 0..b + 1
+        return sum((held[n] - held[n + 1]) * cost(n + 1) for n in range(b + 1))
 
     @property
     def alpha(self) -> float:

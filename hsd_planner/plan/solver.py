@@ -35,7 +35,7 @@ from hsd_runtime.shape import TreeShape, Width
 
 from ..errors import SolverError
 from .config import SOLVE_DEFAULTS, SolveConfig
-from .latency import CostCurve, Prediction, draft_cost, verify_size
+from .latency import CostCurve, Prediction, draft_cost, pass_cost
 from .lockstep import max_rounds_table
 from .plans import Plan
 from .rounds import RoundLaw, RunLengths, SiblingCurve
@@ -117,17 +117,18 @@ def _batches(
     siblings: Mapping[tuple[str, str], SiblingCurve],
     widths: range,
     shapes: Sequence[TreeShape],
-) -> Iterator[tuple[Width, RoundLaw]]:
-    """Every batch ``drafter`` can hand ``verifier`` with measured acceptance, and the law of its
-    rounds: chain widths (run lengths), then tree shapes (sibling curve; not for a lookup)."""
+) -> Iterator[tuple[Width, RoundLaw, RunLengths | None]]:
+    """Every batch ``drafter`` can hand ``verifier`` with measured acceptance, the law of its
+    rounds and the run lengths that price its verification pass (None for a tree): chain widths
+    (run lengths), then tree shapes (sibling curve; not for a lookup)."""
     runs = acceptance.get((drafter.name, verifier))
     if runs is not None:
         for b in widths:
-            yield b, RoundLaw.chain(runs, b)
+            yield b, RoundLaw.chain(runs, b), runs
     curve = siblings.get((drafter.name, verifier))
     if curve is not None and not drafter.lookup:
         for shape in shapes:
-            yield shape, RoundLaw.tree(shape, curve)
+            yield shape, RoundLaw.tree(shape, curve), None
 
 
 def solve_graph(
@@ -209,14 +210,14 @@ def _graph(
         for t in widths:
             graph.add_edge(SOURCE, (c.name, t), w=draft_cost(c.cost, c.lookup, t), g=1.0)
     for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
-        for b, law in _batches(lo, hi.name, acceptance, curves, widths, shapes):
-            w = lo.proposal + hi.cost(verify_size(b))
+        for b, law, runs in _batches(lo, hi.name, acceptance, curves, widths, shapes):
+            w = lo.proposal + pass_cost(hi.cost, b, runs)
             rounds = law.rounds(t_max) if batch_size == 1 else max_rounds_table(law, t_max, batch_size)
             for t in widths:
                 graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
     for c in order:
-        for b, law in _batches(c, target.name, acceptance, curves, widths, shapes):
-            graph.add_edge((c.name, b), TARGET, w=c.proposal + target.cost(verify_size(b)), g=1.0 / law.mean, law=law)
+        for b, law, runs in _batches(c, target.name, acceptance, curves, widths, shapes):
+            graph.add_edge((c.name, b), TARGET, w=c.proposal + pass_cost(target.cost, b, runs), g=1.0 / law.mean, law=law)
     # a tree only ever enters from the source; its node exists when some verifier can take it
     for c in order:
         for shape in shapes:

@@ -36,8 +36,8 @@ across prompts:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -50,10 +50,12 @@ from hsd_runtime.steering import layer_inputs, stale_sources, steering_delta
 
 __all__ = [
     "G_MAX",
+    "VisitedSums",
     "acceptance_from_logits",
     "bpd_acceptance",
     "model_conditionals",
     "ngram_acceptance",
+    "ngram_block_lengths",
     "run_length_sums",
     "start_survival",
     "steered_acceptance",
@@ -97,21 +99,40 @@ def acceptance_from_logits(q_logits: torch.Tensor, p_logits: torch.Tensor, sampl
 
 
 def ngram_acceptance(
-    order: int, prompt: list[int], continuation: list[int], p_logits: torch.Tensor, sampling: SamplingConfig, g_max: int = G_MAX
+    order: int,
+    prompt: list[int],
+    continuation: list[int],
+    p_logits: torch.Tensor,
+    sampling: SamplingConfig,
+    g_max: int = G_MAX,
+    min_size: int = 1,
 ) -> torch.Tensor:
     """c_t[i] ``[m, g_max]``: acceptance of the i-th token of the n-gram block proposed at t.
 
-    ``p_logits`` ``[m, V]`` are the verifier's logits along the continuation.
+    ``p_logits`` ``[m, V]`` are the verifier's logits along the continuation; ``min_size`` the
+    lookup's shortest suffix match (``ngram:min=K``).
     """
     m = len(continuation)
     probs = None if sampling.greedy else warp(p_logits, sampling).cpu()
     argmax = p_logits.argmax(-1).tolist()
     out = torch.zeros(m, g_max, dtype=torch.float64)
     for t in range(m):
-        block = ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t))
+        block = ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size)
         for i, x in enumerate(block):
             out[t, i] = float(x == argmax[t + i]) if probs is None else min(1.0, float(probs[t + i, x]) / sampling.lenience)
     return out
+
+
+def ngram_block_lengths(order: int, prompt: list[int], continuation: list[int], g_max: int = G_MAX, min_size: int = 1) -> list[int]:
+    """How many tokens the n-gram lookup proposes at each start t (asked for up to ``g_max``, and
+    never past the continuation's end): ``[m]``. A short or empty block makes a short verification
+    pass, which on an engine whose pass cost grows with its tokens is cheaper than a full one.
+
+    >>> ngram_block_lengths(2, [1, 2, 3, 1, 2], [7, 9], g_max=4)  # "1 2" recurs; "7" never did
+    [2, 0]
+    """
+    m = len(continuation)
+    return [len(ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size)) for t in range(m)]
 
 
 def bpd_acceptance(
@@ -241,9 +262,16 @@ def run_length_sums(survival: torch.Tensor) -> tuple[list[float], list[int]]:
     return run_sum, run_count
 
 
-def visited_run_sums(
-    survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0
-) -> tuple[list[list[float]], list[float], list[list[float]]]:
+class VisitedSums(NamedTuple):
+    """What :func:`visited_run_sums` adds up, per width b = 1..b_max (index b - 1)."""
+
+    sums: list[list[float]]  # [b - 1][g]: sum_t v_b(t) S_t(g) over the starts that see g
+    counts: list[float]  # [b - 1]: sum_t v_b(t) over every visited start
+    bases: list[list[float]]  # [b - 1][g]: sum_t v_b(t) S_t(g - 1) over the starts that see g (counts at g = 0)
+    drafted: list[list[float]] | None  # [b - 1][l]: sum_t v_b(t) [min(L_t, b) >= l], L_t the tokens proposed at t
+
+
+def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0, lengths: Sequence[int] | None = None) -> VisitedSums:
     """Sums behind P_b(G >= g) as a decoder drafting ``b`` tokens a round visits starts.
 
     v_b(start) = 1: the runtime's first round drafts at position 0, right after the prompt (the
@@ -261,19 +289,22 @@ def visited_run_sums(
     (code restating its stub, then writing the body), that over-states a wide draft's tokens per
     round (a lookup drafting 15 tokens for a 74-token reply: 7.5 where the decoder gets 3.4).
 
-    Returns ``visit_sum[b - 1][g]`` = sum_t v_b(t) S_t(g) over the starts that see g,
-    ``visit_count[b - 1]`` = sum_t v_b(t) over every visited start, and ``visit_base[b - 1][g]``
-    = the same sum of v_b(t) S_t(g - 1) (``visit_count`` at g = 0), g = 0..b, for b = 1..b_max.
+    Returns :class:`VisitedSums`; with ``lengths`` (a lookup drafter's block length L_t at each
+    start, :func:`ngram_block_lengths`) also how many tokens each visited round's proposal held,
+    for l = 0..b: a lookup that proposes nothing leaves its verifier a one-token pass. A block cut
+    by the continuation's end counts as proposed there.
 
-    >>> sums, counts, bases = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0)
-    >>> sums[1], counts[1], bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
+    >>> v = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0, [3, 2, 1, 0, 1])
+    >>> v.sums[1], v.counts[1], v.bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
     ([3.0, 2.0, 1.0], 3.0, [3.0, 3.0, 1.0])
+    >>> v.drafted[1]  # the rounds at 0, 3 and 4 proposed 2 (of 3, at width 2), 0 and 1 tokens
+    [3.0, 2.0, 1.0]
     """
     surv = survival.double().cpu().numpy()  # numpy: this loop is many tiny vector operations
     m = surv.shape[0]
-    sums, counts, bases = [], [], []
+    sums, counts, bases, drafted = [], [], [], []
     for b in range(1, b_max + 1):
-        total, base = np.zeros(b + 1), np.zeros(b + 1)
+        total, base, held = np.zeros(b + 1), np.zeros(b + 1), np.zeros(b + 1)
         v = np.zeros(m + b + 2)
         v[min(start, m)] = 1.0
         for t in range(min(start, m), m):
@@ -285,9 +316,12 @@ def visited_run_sums(
             total[: seen + 1] += w * s[: seen + 1]
             base[0] += w
             base[1 : seen + 1] += w * s[:seen]
+            if lengths is not None:
+                held[: min(b, lengths[t]) + 1] += w  # l = 0..min(L_t, b)
             v[t + 1 : t + b + 1] += w * (s[:-1] - s[1:])  # P(X = x), x = 1..b
             v[t + b + 1] += w * s[-1]  # P(X = b + 1): all b accepted
         sums.append(total.tolist())
         counts.append(float(base[0]))
         bases.append(base.tolist())
-    return sums, counts, bases
+        drafted.append(held.tolist())
+    return VisitedSums(sums, counts, bases, drafted if lengths is not None else None)

@@ -101,7 +101,8 @@ def verifier_continuation(
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, seed=config.seed + k)
     members: list = [verifier.loaded.model]
     if assistant is not None:
-        members.insert(0, NgramDrafter(assistant.spec.ngram_order) if assistant.loaded is None else assistant.loaded.model)
+        spec = assistant.spec
+        members.insert(0, NgramDrafter(spec.ngram_order, min_size=spec.ngram_min) if assistant.loaded is None else assistant.loaded.model)
     # the hierarchy slices logits to the narrower output layer itself
     target = Hierarchy(members, [ASSIST_WIDTH] if assistant else [], eos_token_ids=verifier.loaded.eos_token_ids)
     tokens = target.generate(ids, config.max_new_tokens, sampling).tokens

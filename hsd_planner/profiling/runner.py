@@ -28,6 +28,7 @@ from .acceptance import (
     bpd_acceptance,
     model_conditionals,
     ngram_acceptance,
+    ngram_block_lengths,
     run_length_sums,
     start_survival,
     steered_acceptance,
@@ -282,6 +283,7 @@ def _acceptance_for_verifier(
         step(len(drafters) - len(todo))
         for d in todo:
             siblings: tuple[list[float] | None, int | None] = (None, None)  # the n-gram drafter drafts chains only
+            lengths = None  # a model drafts every token it is asked for
             if d.heads is not None:
                 c = bpd_acceptance(d.heads, ids, continuation, p_logits, sampling)
             elif d.spec.steer is not None:
@@ -290,7 +292,8 @@ def _acceptance_for_verifier(
                 if not sampling.lossy:  # siblings from the first depth's staleness, every depth alike
                     siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
             elif d.loaded is None:
-                c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling)
+                c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling, min_size=d.spec.ngram_min)
+                lengths = ngram_block_lengths(d.spec.ngram_order, ids, continuation, min_size=d.spec.ngram_min)
             else:
                 q_logits = teacher_forced_logits(d.loaded.model, ids, continuation, width)
                 c = model_conditionals(acceptance_from_logits(q_logits, p_logits, sampling))
@@ -298,8 +301,10 @@ def _acceptance_for_verifier(
                     siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
             survival = start_survival(c)  # [m, G_MAX + 1]
             run_sum, run_count = run_length_sums(survival)
-            visit_sum, visit_count, visit_base = visited_run_sums(survival)
-            sums = PromptAcceptance(len(c), run_sum[1], run_sum, run_count, visit_sum, visit_count, *siblings, visit_base=visit_base)
+            visited = visited_run_sums(survival, lengths=lengths)
+            sums = PromptAcceptance(
+                len(c), run_sum[1], run_sum, run_count, visited.sums, visited.counts, *siblings, visited.bases, visited.drafted
+            )
             assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
             save_prompt_acceptance(engine, keys[d.row_id], sums)
             out.measured += 1

@@ -8,7 +8,7 @@ measured ones (held-out prompts). Pure: numpy and :mod:`hsd_planner.plan`, no to
 """
 
 from .bootstrap import BOOTSTRAP_PROFILES, INTERVAL, bootstrap_interval, interval, resample_profiles, resamples
-from .pooling import PromptSums, pool_prompts, pool_siblings
+from .pooling import PromptSums, pool_drafted, pool_prompts, pool_siblings
 
 __all__ = [
     "BOOTSTRAP_PROFILES",
@@ -16,6 +16,7 @@ __all__ = [
     "PromptSums",
     "bootstrap_interval",
     "interval",
+    "pool_drafted",
     "pool_prompts",
     "pool_siblings",
     "resample_profiles",

@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..plan import PairAcceptance, Profile
-from .pooling import PromptSums, pool_prompts, pool_siblings
+from .pooling import PromptSums, pool_drafted, pool_prompts, pool_siblings
 
 __all__ = ["BOOTSTRAP_PROFILES", "INTERVAL", "bootstrap_interval", "interval", "resample_profiles", "resamples"]
 
@@ -84,6 +84,7 @@ def resample_profiles(
                     alpha=min(1.0, alpha),
                     run_lengths=run_lengths,
                     visited=visited,
+                    drafted=pool_drafted(rows),
                     siblings=pool_siblings(rows),
                 )
             )

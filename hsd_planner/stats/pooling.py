@@ -12,7 +12,7 @@ from typing import Protocol
 
 from ..plan.rounds import monotone_probabilities
 
-__all__ = ["PromptSums", "pool_prompts", "pool_siblings"]
+__all__ = ["PromptSums", "pool_drafted", "pool_prompts", "pool_siblings"]
 
 
 class PromptSums(Protocol):
@@ -85,6 +85,26 @@ def _visited(rows: Sequence[PromptSums]) -> list[list[float] | None] | None:
                 ratio = table[-1] / table[-2] if len(table) >= 2 and table[-2] > 0 else 0.0
                 table.append(table[-1] * ratio)
         out.append(table)
+    return out
+
+
+def pool_drafted(rows: Sequence[object]) -> list[list[float] | None] | None:
+    """P_b(L >= l), l = 0..b, of a lookup drafter's proposal length L over the rounds a width-b
+    decoder visits, pooled over prompts (``visit_drafted`` over ``visit_count``). None when any
+    prompt has none (a model drafter, which always proposes b, or a row measured before).
+
+    >>> from types import SimpleNamespace as R
+    >>> pool_drafted([R(visit_drafted=[[2.0, 1.0]], visit_count=[2.0]), R(visit_drafted=[[2.0, 2.0]], visit_count=[2.0])])
+    [[1.0, 0.75]]
+    """
+    drafted = [(getattr(r, "visit_drafted", None), getattr(r, "visit_count", None)) for r in rows]
+    if not drafted or any(d is None or c is None for d, c in drafted):
+        return None
+    out: list[list[float] | None] = []
+    for b in range(1, min(len(d or []) for d, _ in drafted) + 1):
+        weight = sum(c[b - 1] for _, c in drafted if c)
+        held = [sum(d[b - 1][n] for d, _ in drafted if d) for n in range(b + 1)]
+        out.append(monotone_probabilities([h / weight for h in held], increasing=False) if weight > 0 else None)
     return out
 
 

@@ -142,6 +142,7 @@ def _assemble(
             alpha=r.alpha,
             run_lengths=r.run_lengths,
             visited=r.visited,
+            drafted=r.drafted,
             siblings=r.siblings,  # A(k), k = 1..8; None: chains only for this pair
         )
         for r in rows

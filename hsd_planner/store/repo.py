@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
-from ..stats import pool_prompts, pool_siblings
+from ..stats import pool_drafted, pool_prompts, pool_siblings
 from .records import HardwareRecord, ModelFacts, WorkloadRecord
 from .schema import Acceptance, AcceptancePrompt, Hardware, ModelRow, Setting, Workload
 from .upsert import get_or_create, upsert
@@ -105,7 +105,13 @@ def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, wo
         return None
     alpha, positions, run_lengths, visited = pool_prompts(rows)
     values = dict(
-        alpha=alpha, positions=positions, prompts=len(rows), run_lengths=run_lengths, visited=visited, siblings=pool_siblings(rows)
+        alpha=alpha,
+        positions=positions,
+        prompts=len(rows),
+        run_lengths=run_lengths,
+        visited=visited,
+        drafted=pool_drafted(rows),
+        siblings=pool_siblings(rows),
     )
     upsert(session, Acceptance, key, values, touch=False)  # the pair dates from its first measurement, as before
     return session.scalars(select(Acceptance).filter_by(**key).execution_options(populate_existing=True)).one()
