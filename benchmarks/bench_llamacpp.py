@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_llamacpp                                  # Qwen 1.5B, HumanEval
     python -m benchmarks.bench_llamacpp --spec-bench question.jsonl --category coding
+    python -m benchmarks.bench_llamacpp --t-max 32 --models ngram,ngram:min=2,ngram:min=3,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
 
 One workload, one machine, one sitting:
 
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--max-prompts", type=int, default=6, help="held-out prompts")
     ap.add_argument("--new", type=int, default=128, help="new tokens per prompt")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--t-max", type=int, default=8, help="widest proposal the solver considers (hsd-plan solve --t-max)")
     ap.add_argument("--n-max", default="8", help="llama-server draft-model k to try besides its default (3)")
     ap.add_argument("--repeats", type=int, default=2, help="rounds, alternating llama-server and hsd-plan")
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/llamacpp"))
@@ -105,7 +107,7 @@ def main() -> None:
     common = ["--db", str(db)]
     profile = hsd_plan("profile", "--engine", "llamacpp", "--models", args.models, *source, "--max-prompts", str(args.profile_prompts),
                        "--max-new-tokens", str(args.new), *common)  # fmt: skip
-    solve = hsd_plan("solve", *common)
+    solve = hsd_plan("solve", "--t-max", str(args.t_max), *common)
     print(f"pick: {' -> '.join(solve['chain'])} {solve['widths']}, predicted {solve['predicted_speedup']:.2f}x", flush=True)
 
     from transformers import AutoTokenizer
