@@ -17,7 +17,7 @@ from hsd_planner.profiling.acceptance import (
     acceptance_from_logits,
     model_conditionals,
     ngram_acceptance,
-    ngram_block_lengths,
+    ngram_blocks,
     run_length_sums,
     start_survival,
     visited_run_sums,
@@ -288,7 +288,10 @@ def test_acceptance_math_on_known_cases():
     # prompt "1 2 3 1 2", continuation "3 1": the n-gram drafter predicts 3 then 1
     p_logits = torch.nn.functional.one_hot(torch.tensor([3, 1]), 5).float()
     # block from t = 0: [3, 1], both right; from t = 1 the suffix "2 3" proposes [1]
-    assert ngram_acceptance(2, [1, 2, 3, 1, 2], [3, 1], p_logits, greedy, g_max=2).tolist() == [[1.0, 1.0], [1.0, 0.0]]
+    assert ngram_acceptance(ngram_blocks(2, [1, 2, 3, 1, 2], [3, 1], g_max=2), p_logits, greedy, g_max=2).tolist() == [
+        [1.0, 1.0],
+        [1.0, 0.0],
+    ]
     sums, counts = run_length_sums(start_survival(model_conditionals(torch.tensor([1.0, 0.5, 1.0]), 3)))
     assert [s / c for s, c in zip(sums, counts)] == [1.0, 2.5 / 3, 1.0 / 2, 0.5 / 1]
 
@@ -299,12 +302,12 @@ def test_ngram_blocks_are_judged_where_they_land():
     prompt, continuation = [5, 6, 7, 8, 5, 6, 9], [7, 8]
     # at t = 0 the suffix "6 9" is new, "9" too: nothing; at t = 1 "9 7" new, "7" matches -> [8]
     p_logits = torch.nn.functional.one_hot(torch.tensor(continuation), 10).float()
-    c = ngram_acceptance(2, prompt, continuation, p_logits, greedy, g_max=2)
+    c = ngram_acceptance(ngram_blocks(2, prompt, continuation, g_max=2), p_logits, greedy, g_max=2)
     assert c.tolist() == [[0.0, 0.0], [1.0, 0.0]]
     # a block that runs ahead of a re-lookup: prompt "1 2 3 4 | 1 2", blocks copy "3 4 ..."
     prompt, continuation = [1, 2, 3, 4, 9, 1, 2], [3, 4, 5]
     p_logits = torch.nn.functional.one_hot(torch.tensor(continuation), 10).float()
-    assert ngram_acceptance(2, prompt, continuation, p_logits, greedy, g_max=3)[0].tolist() == [1.0, 1.0, 0.0]
+    assert ngram_acceptance(ngram_blocks(2, prompt, continuation, g_max=3), p_logits, greedy, g_max=3)[0].tolist() == [1.0, 1.0, 0.0]
 
 
 def _walk(accepted: list[list[int]], b: int, start: int = 0) -> tuple[int, int]:
@@ -376,8 +379,9 @@ def test_a_lookups_proposal_lengths_are_the_decoders():
         continuation = [rng.randrange(6) if rng.random() < 0.5 else prompt[i % 30] for i in range(60)]
         m, order = len(continuation), 2
         p_logits = torch.nn.functional.one_hot(torch.tensor(continuation), 6).float()
-        survival = start_survival(ngram_acceptance(order, prompt, continuation, p_logits, SamplingConfig(), g_max=16))
-        visited = visited_run_sums(survival, b_max=6, lengths=ngram_block_lengths(order, prompt, continuation, g_max=16))
+        blocks = ngram_blocks(order, prompt, continuation, g_max=16)
+        survival = start_survival(ngram_acceptance(blocks, p_logits, SamplingConfig(), g_max=16))
+        visited = visited_run_sums(survival, b_max=6, lengths=[len(b) for b in blocks])
         for b in range(1, 7):
             t, proposed = 0, []
             while t < m:

@@ -73,8 +73,8 @@ def demo(
     The default family profiles the n-gram drafter, the int8 copy of Qwen2.5-Coder 0.5B and the
     1.5B target on HumanEval prompts, 128 new tokens each (long enough to write the function's
     body), solves for the best hierarchy, then runs the best plan and the best single drafter
-    against autoregressive decoding on held-out problems. --family smollm2 is the quick demo on SmolLM2-135M. What the
-    database already holds is reused, so a second run only validates again.
+    against autoregressive decoding on held-out problems. --family smollm2 is the quick demo on
+    SmolLM2-135M. What the database already holds is reused, so a second run only validates again.
 
     Example:
 

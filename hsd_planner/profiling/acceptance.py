@@ -55,7 +55,7 @@ __all__ = [
     "bpd_acceptance",
     "model_conditionals",
     "ngram_acceptance",
-    "ngram_block_lengths",
+    "ngram_blocks",
     "run_length_sums",
     "start_survival",
     "steered_acceptance",
@@ -98,41 +98,34 @@ def acceptance_from_logits(q_logits: torch.Tensor, p_logits: torch.Tensor, sampl
     return torch.minimum(p, q).sum(-1).double().clamp(0.0, 1.0).cpu()
 
 
-def ngram_acceptance(
-    order: int,
-    prompt: list[int],
-    continuation: list[int],
-    p_logits: torch.Tensor,
-    sampling: SamplingConfig,
-    g_max: int = G_MAX,
-    min_size: int = 1,
-) -> torch.Tensor:
-    """c_t[i] ``[m, g_max]``: acceptance of the i-th token of the n-gram block proposed at t.
+def ngram_blocks(order: int, prompt: list[int], continuation: list[int], g_max: int = G_MAX, min_size: int = 1) -> list[list[int]]:
+    """The block the n-gram lookup proposes at each start t of the continuation (asked for up to
+    ``g_max`` tokens, never past the continuation's end; ``min_size`` its shortest suffix match,
+    ``ngram:min=K``): ``[m]`` blocks. Their lengths are what a verification pass holds: a short or
+    empty block makes a short pass, which on an engine whose pass cost grows with its tokens is
+    cheaper than a full one.
 
-    ``p_logits`` ``[m, V]`` are the verifier's logits along the continuation; ``min_size`` the
-    lookup's shortest suffix match (``ngram:min=K``).
+    >>> ngram_blocks(2, [1, 2, 3, 1, 2], [7, 9], g_max=4)  # "1 2" recurs; "7" never did
+    [[3, 1], []]
     """
     m = len(continuation)
+    return [ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size) for t in range(m)]
+
+
+def ngram_acceptance(blocks: list[list[int]], p_logits: torch.Tensor, sampling: SamplingConfig, g_max: int = G_MAX) -> torch.Tensor:
+    """c_t[i] ``[m, g_max]``: acceptance of the i-th token of the n-gram block proposed at t
+    (``blocks`` from :func:`ngram_blocks`).
+
+    ``p_logits`` ``[m, V]`` are the verifier's logits along the continuation.
+    """
+    m = len(blocks)
     probs = None if sampling.greedy else warp(p_logits, sampling).cpu()
     argmax = p_logits.argmax(-1).tolist()
     out = torch.zeros(m, g_max, dtype=torch.float64)
-    for t in range(m):
-        block = ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size)
-        for i, x in enumerate(block):
+    for t, block in enumerate(blocks):
+        for i, x in enumerate(block[:g_max]):
             out[t, i] = float(x == argmax[t + i]) if probs is None else min(1.0, float(probs[t + i, x]) / sampling.lenience)
     return out
-
-
-def ngram_block_lengths(order: int, prompt: list[int], continuation: list[int], g_max: int = G_MAX, min_size: int = 1) -> list[int]:
-    """How many tokens the n-gram lookup proposes at each start t (asked for up to ``g_max``, and
-    never past the continuation's end): ``[m]``. A short or empty block makes a short verification
-    pass, which on an engine whose pass cost grows with its tokens is cheaper than a full one.
-
-    >>> ngram_block_lengths(2, [1, 2, 3, 1, 2], [7, 9], g_max=4)  # "1 2" recurs; "7" never did
-    [2, 0]
-    """
-    m = len(continuation)
-    return [len(ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size)) for t in range(m)]
 
 
 def bpd_acceptance(
@@ -290,7 +283,7 @@ def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int 
     round (a lookup drafting 15 tokens for a 74-token reply: 7.5 where the decoder gets 3.4).
 
     Returns :class:`VisitedSums`; with ``lengths`` (a lookup drafter's block length L_t at each
-    start, :func:`ngram_block_lengths`) also how many tokens each visited round's proposal held,
+    start, the lengths of :func:`ngram_blocks`) also how many tokens each visited round's proposal held,
     for l = 0..b: a lookup that proposes nothing leaves its verifier a one-token pass. A block cut
     by the continuation's end counts as proposed there.
 

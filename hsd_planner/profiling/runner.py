@@ -28,7 +28,7 @@ from .acceptance import (
     bpd_acceptance,
     model_conditionals,
     ngram_acceptance,
-    ngram_block_lengths,
+    ngram_blocks,
     run_length_sums,
     start_survival,
     steered_acceptance,
@@ -292,8 +292,8 @@ def _acceptance_for_verifier(
                 if not sampling.lossy:  # siblings from the first depth's staleness, every depth alike
                     siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
             elif d.loaded is None:
-                c = ngram_acceptance(d.spec.ngram_order, ids, continuation, p_logits, sampling, min_size=d.spec.ngram_min)
-                lengths = ngram_block_lengths(d.spec.ngram_order, ids, continuation, min_size=d.spec.ngram_min)
+                blocks = ngram_blocks(d.spec.ngram_order, ids, continuation, min_size=d.spec.ngram_min)  # one lookup per start
+                c, lengths = ngram_acceptance(blocks, p_logits, sampling), [len(b) for b in blocks]
             else:
                 q_logits = teacher_forced_logits(d.loaded.model, ids, continuation, width)
                 c = model_conditionals(acceptance_from_logits(q_logits, p_logits, sampling))
@@ -303,7 +303,15 @@ def _acceptance_for_verifier(
             run_sum, run_count = run_length_sums(survival)
             visited = visited_run_sums(survival, lengths=lengths)
             sums = PromptAcceptance(
-                len(c), run_sum[1], run_sum, run_count, visited.sums, visited.counts, *siblings, visited.bases, visited.drafted
+                len(c),
+                run_sum[1],
+                run_sum,
+                run_count,
+                visited.sums,
+                visited.counts,
+                *siblings,
+                visit_base=visited.bases,
+                visit_drafted=visited.drafted,
             )
             assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
             save_prompt_acceptance(engine, keys[d.row_id], sums)
