@@ -41,10 +41,11 @@ from .cache import CachedModel
 from .drafters import DraftContext, Proposal
 from .errors import ChainError, ModelSpecError
 from .files import read_input
-from .heads import BlockHeads, HeadsCard, apply_output_layer, load_heads
+from .heads import BlockHeads, HeadsCard, load_heads
 from .lattice import NgramModel, k_best_paths
 from .limits import MAX_CORPUS_BYTES
 from .loading import LoadedModel, ModelLoader, check_same_tokenizer, trimmed_by_id
+from .output import apply_output_layer
 from .sampling import SamplingConfig, draw, warp
 from .spec import RESCORERS, ModelSpec, parse_spec, same_model
 from .stats import LevelStats

@@ -21,7 +21,7 @@ from torch import nn
 from .errors import ModelSpecError
 from .trained import load_weights, read_card_file, save_trained
 
-__all__ = ["HEADS_CARD", "HEADS_FILE", "BlockHeads", "HeadsCard", "apply_output_layer", "load_heads", "read_card", "save_heads"]
+__all__ = ["HEADS_CARD", "HEADS_FILE", "BlockHeads", "HeadsCard", "load_heads", "read_card", "save_heads"]
 
 HEADS_CARD = "heads.json"
 HEADS_FILE = "heads.safetensors"
@@ -79,21 +79,6 @@ class BlockHeads(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return torch.stack([block(hidden) for block in self.blocks], dim=-2)  # [N, H - 1, d]
-
-
-def apply_output_layer(model: Any, states: torch.Tensor, width: int) -> torch.Tensor:
-    """The host's logits ``[..., width]`` for inputs ``[..., d]`` of its output layer, in the
-    model's dtype and soft-capped, exactly as its own forward computes them."""
-    logits = model.get_output_embeddings()(states.to(_dtype(model)))[..., :width]
-    cap = getattr(model.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
-
-
-def _dtype(model: Any) -> torch.dtype:
-    """The dtype the output layer's input arrives in (the model's activations)."""
-    return next(p.dtype for p in model.parameters() if p.is_floating_point())
 
 
 def save_heads(folder: Path, heads: BlockHeads, card: HeadsCard) -> None:

@@ -1,4 +1,5 @@
-"""A drafted tree and the attention mask that verifies it in one pass.
+"""A drafted tree: tokens and parents in breadth-first order (torch-free; the torch engine builds
+the attention mask that verifies it in one pass).
 
 Nodes are kept in breadth-first order: every parent comes before its children, and the children
 of one node are contiguous, in the order they were drawn (the order RRS visits them). The root is
@@ -8,10 +9,12 @@ the last token of the context; it is not a node.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # drafted distributions are tensors; the record itself needs no torch
+    import torch
 
-__all__ = ["DraftTree", "tree_mask", "tree_positions"]
+__all__ = ["DraftTree"]
 
 
 @dataclass
@@ -76,35 +79,3 @@ class DraftTree:
     def depth(self) -> int:
         """The deepest node's depth (0 for an empty tree)."""
         return max(self.depths, default=0)
-
-
-def tree_positions(tree: DraftTree, start: int) -> list[int]:
-    """Position ids of the nodes when the root's children sit at position ``start``."""
-    return [start + d - 1 for d in tree.depths]
-
-
-def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The additive 4-D attention mask ``[1, 1, tail + M, linear + N']`` of one pass.
-
-    Key positions: ``linear`` positions of linear text (the last ``tail`` of them fed by this
-    pass, causally), then tree nodes 0..N'-1 with N' = ``len(tree)``: nodes before ``first`` are
-    already in the cache, nodes ``first..`` (M of them) are fed by this pass after the tail. A node
-    sees all linear text, its ancestors and itself. 0 where attention is allowed, the dtype's
-    minimum elsewhere (added to the scores by eager and SDPA attention alike).
-    """
-    n = len(tree)
-    m = n - first
-    q, kv = tail + m, linear + n
-    allowed = torch.zeros(q, kv, dtype=torch.bool)
-    past = linear - tail
-    for j in range(tail):  # linear text: causal
-        allowed[j, : past + j + 1] = True
-    allowed[tail:, :linear] = True  # every node sees all linear text
-    for row, i in enumerate(range(first, n), start=tail):
-        node = i
-        while node >= 0:  # itself and its ancestors
-            allowed[row, linear + node] = True
-            node = tree.parents[node]
-    mask = torch.zeros(q, kv, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask.to(device)[None, None]

@@ -45,7 +45,7 @@ from torch import nn
 
 from hsd_runtime import SamplingConfig, ngram_lookup, warp
 from hsd_runtime.bpd import BpdDrafter
-from hsd_runtime.heads import apply_output_layer
+from hsd_runtime.output import apply_output_layer
 from hsd_runtime.steering import layer_inputs, stale_sources, steering_delta
 
 __all__ = [

@@ -42,7 +42,7 @@ from torch import nn
 from hsd_runtime import LoadedModel, SamplingConfig
 from hsd_runtime.batched import BatchedHierarchy
 from hsd_runtime.files import MAX_CONFIG_BYTES, check_folder, open_input, read_input, staging_folder, stat_input, stat_path
-from hsd_runtime.heads import apply_output_layer
+from hsd_runtime.output import apply_output_layer
 from hsd_runtime.packaged import cache_dir, shareable
 from hsd_runtime.steering import layer_inputs
 

@@ -28,8 +28,9 @@ import torch
 from pydantic import Field
 
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
-from hsd_runtime.heads import BlockHeads, HeadsCard, apply_output_layer, save_heads
+from hsd_runtime.heads import BlockHeads, HeadsCard, save_heads
 from hsd_runtime.loading import trimmed_by_id
+from hsd_runtime.output import apply_output_layer
 from hsd_runtime.trained import write_files
 from hsd_runtime.trim import column_of
 

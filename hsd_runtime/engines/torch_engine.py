@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..heads import apply_output_layer
-from ..tree import tree_mask, tree_positions
+from ..output import apply_output_layer
+from ..tree import DraftTree
 from . import TreeFeed
 
 __all__ = ["TorchCache", "cache_argument"]
@@ -103,3 +103,35 @@ class TorchCache:
         if logits.device.type == "cuda":
             torch.cuda.synchronize(logits.device)
         return logits
+
+
+def tree_positions(tree: DraftTree, start: int) -> list[int]:
+    """Position ids of the nodes when the root's children sit at position ``start``."""
+    return [start + d - 1 for d in tree.depths]
+
+
+def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive 4-D attention mask ``[1, 1, tail + M, linear + N']`` of one pass.
+
+    Key positions: ``linear`` positions of linear text (the last ``tail`` of them fed by this
+    pass, causally), then tree nodes 0..N'-1 with N' = ``len(tree)``: nodes before ``first`` are
+    already in the cache, nodes ``first..`` (M of them) are fed by this pass after the tail. A node
+    sees all linear text, its ancestors and itself. 0 where attention is allowed, the dtype's
+    minimum elsewhere (added to the scores by eager and SDPA attention alike).
+    """
+    n = len(tree)
+    m = n - first
+    q, kv = tail + m, linear + n
+    allowed = torch.zeros(q, kv, dtype=torch.bool)
+    past = linear - tail
+    for j in range(tail):  # linear text: causal
+        allowed[j, : past + j + 1] = True
+    allowed[tail:, :linear] = True  # every node sees all linear text
+    for row, i in enumerate(range(first, n), start=tail):
+        node = i
+        while node >= 0:  # itself and its ancestors
+            allowed[row, linear + node] = True
+            node = tree.parents[node]
+    mask = torch.zeros(q, kv, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.to(device)[None, None]
