@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchmarks.common import machine, spec_bench_option, spec_bench_set
 from hsd_planner.prompts import encode_prompt, load_prompts, split
-from hsd_planner.validation.llama_server import LlamaServer
+from hsd_planner.validation.llama_server import LlamaServer, LlamaServerError
 from hsd_runtime import cpu_capability
 from hsd_runtime.packaged import packaged_gguf
 
@@ -55,15 +55,14 @@ def configurations(drafter: str, n_max: list[int]) -> dict[str, list[str]]:
     return out
 
 
-def run_config(model: Path, args: list[str], prompts: list[list[int]], new: int, threads: int) -> list[dict]:
-    """One server with ``args``: a warm-up completion, then every prompt once."""
+def run_config(model: Path, args: list[str], prompts: list[list[int]], new: int, threads: int, rows: list[dict]) -> None:
+    """One server with ``args``: a warm-up completion, then every prompt once, each appended to
+    ``rows`` as it is measured (where the server fails, the rows measured before stay)."""
     with LlamaServer(model, args, threads=threads, ctx=4096) as server:
         server.complete(prompts[0], 8)
-        rows = []
         for ids in prompts:
             c = server.complete(ids, new)
             rows.append({"ms_per_token": c.ms_per_token, "n": c.predicted_n, "draft_n": c.draft_n, "accepted": c.draft_n_accepted})
-        return rows
 
 
 def hsd_plan(*args: str) -> dict:
@@ -120,13 +119,23 @@ def main() -> None:
     configs["exported pick"] = exported["payload"]["server_args"]
     server: dict[str, list[dict]] = {c: [] for c in configs}
     ours: dict[str, list[float]] = {}
-    validations = []
+    validations: list[dict] = []
+    partial_path = args.out_dir / f"{name}.partial.json"
+
+    def save_partial() -> None:
+        partial = {"server": server, "ours": ours, "validations": validations, "solve": solve}
+        partial_path.write_text(json.dumps(partial, indent=2) + "\n")
+
     for r in range(args.repeats):
         steps = ["server", "ours"] if r % 2 == 0 else ["ours", "server"]
         for step in steps:
             if step == "server":
                 for c in configs if r % 2 == 0 else reversed(list(configs)):
-                    server[c] += run_config(target, configs[c], prompts, args.new, args.threads)
+                    try:
+                        run_config(target, configs[c], prompts, args.new, args.threads, server[c])
+                    except LlamaServerError as exc:  # one line; what was measured is kept
+                        save_partial()
+                        raise SystemExit(f"error: llama-server ({c}): {exc}; the rows measured so far are in {partial_path}") from None
             else:
                 doc = hsd_plan("validate", "--candidates", "top-k", *source, "--max-prompts", str(args.max_prompts),
                                "--max-new-tokens", str(args.new), *common)  # fmt: skip
@@ -140,8 +149,7 @@ def main() -> None:
                         plan["measured_ms_per_token"] * plan["measured_speedup"]
                     )
             print(f"round {r + 1}: {step} done", flush=True)
-            partial = {"server": server, "ours": ours, "validations": validations, "solve": solve}
-            (args.out_dir / f"{name}.partial.json").write_text(json.dumps(partial, indent=2) + "\n")
+            save_partial()
 
     # greedy agreement of the pick with autoregressive decoding on the same engine (generate --check)
     agreement = []

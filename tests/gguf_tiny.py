@@ -5,15 +5,25 @@ and a vocabulary of one token per id. Queries and keys are reordered for llama.c
 layout: transformers rotates the two halves of each head (``rotate_half``), llama.cpp's Llama
 rotates adjacent pairs, so each head's rows go from ``[x_0..x_{d/2-1}, y_0..y_{d/2-1}]`` to
 ``[x_0, y_0, x_1, y_1, ...]``; the rotation then computes the same numbers.
+
+:func:`char_gguf` writes one whose vocabulary is single characters: the tokenizer read from the
+file splits lowercase text into them, so the commands run on it with a text prompt.
 """
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 
 import numpy as np
 import torch
 from transformers import LlamaForCausalLM
+
+from tests.tiny import tiny_llama
+
+# <bos> <eos> <pad> <unk>, the word-start mark, a-z, 0-9, and fillers to 64 ids
+CHAR_TOKENS = ["<bos>", "<eos>", "<pad>", "<unk>", "\u2581", *string.ascii_lowercase, *string.digits]
+CHAR_TOKENS += [f"<x{i}>" for i in range(64 - len(CHAR_TOKENS))]
 
 
 def _interleave_heads(weight: torch.Tensor, heads: int) -> np.ndarray:
@@ -24,11 +34,12 @@ def _interleave_heads(weight: torch.Tensor, heads: int) -> np.ndarray:
     return w.reshape(out, inner).numpy()
 
 
-def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = None) -> Path:
+def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = None, head_count: bool = True) -> Path:
     """Write ``model`` (a transformers Llama) as a llama.cpp GGUF file with fp32 weights.
 
     ``tokens`` names each id (default ``t0, t1, ...``); id 0 is BOS and id 1 EOS, as in the tiny
-    models of the tests.
+    models of the tests. ``head_count=False`` leaves the attention head count out of the metadata:
+    a whole GGUF that llama.cpp's quantizer copies but its loader refuses.
     """
     import gguf
 
@@ -42,7 +53,8 @@ def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = N
     writer.add_embedding_length(cfg.hidden_size)
     writer.add_block_count(cfg.num_hidden_layers)
     writer.add_feed_forward_length(cfg.intermediate_size)
-    writer.add_head_count(heads)
+    if head_count:
+        writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
     writer.add_rope_dimension_count(cfg.hidden_size // heads)
     writer.add_rope_freq_base(float(getattr(cfg, "rope_theta", None) or cfg.rope_parameters["rope_theta"]))
@@ -80,3 +92,8 @@ def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = N
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def char_gguf(path: Path, seed: int, layers: int = 1, tokens: list[str] = CHAR_TOKENS, head_count: bool = True) -> Path:
+    """A tiny random Llama over ``tokens`` (by default :data:`CHAR_TOKENS`) written to ``path``."""
+    return write_gguf(tiny_llama(seed, layers=layers, vocab=len(tokens)), path, tokens=tokens, head_count=head_count)

@@ -1,24 +1,34 @@
 """The llama.cpp install step and the llama-server export, run: the server built from the pinned
 binding's llama.cpp tree starts with the flags the export writes, drafts with them, and refuses the
-flags the export no longer writes.
+flags the export no longer writes; and it fails in one line where it cannot run.
 
-Real model: the packaged SmolLM2-135M GGUF, as target and as its own draft model (same tokenizer;
-what is checked is that the server drafts and accepts, not a speed). Skipped, saying why, where the
-install step was skipped (``HSD_PLAN_SKIP_LLAMACPP=1``).
+Real model (slow): the packaged SmolLM2-135M GGUF, as target and as its own draft model (same
+tokenizer; what is checked is that the server drafts and accepts, not a speed). The failures run
+on a tiny GGUF written in-process (``tests/gguf_tiny.py``): a port another program holds, a server
+killed between completions, an answer cut short. Skipped, saying why, where the install step was
+skipped (``HSD_PLAN_SKIP_LLAMACPP=1``).
 """
 
 from __future__ import annotations
 
+import http.server
 import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from hsd_planner.export.stacks import Served, stack_for
+from hsd_planner.validation import llama_server
 from hsd_planner.validation.llama_server import LLAMA_CPP_PYTHON, LlamaServer, LlamaServerError, llama_server_path
 from hsd_runtime.packaged import packaged_gguf
+from tests.gguf_tiny import char_gguf
 
 SKIPPED = os.environ.get("HSD_PLAN_SKIP_LLAMACPP") == "1"
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")]
+pytestmark = pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")
 
 PROMPT = "def fibonacci(n):\n    "
 NEW = 24
@@ -34,6 +44,7 @@ def _served(target: str, drafter: str | None, lookup: bool, k: int) -> list[str]
     return stack_for("llamacpp").render(served).payload["server_args"]
 
 
+@pytest.mark.slow
 def test_the_binding_is_the_pinned_version_and_reads_a_packaged_gguf(gguf):
     import llama_cpp
 
@@ -50,6 +61,7 @@ def test_the_binding_is_the_pinned_version_and_reads_a_packaged_gguf(gguf):
         llama_cpp.llama_model_free(model)
 
 
+@pytest.mark.slow
 def test_exported_flags_start_the_server_and_draft(gguf):
     """Each exported configuration starts the server; the draft model and the n-gram lookup draft
     (llama-server reports draft_n), and greedy text is the same with and without speculation."""
@@ -69,6 +81,7 @@ def test_exported_flags_start_the_server_and_draft(gguf):
         assert other.tokens[:8] == plain.tokens[:8], (other.tokens, plain.tokens)
 
 
+@pytest.mark.slow
 def test_removed_and_incomplete_flags(gguf):
     """--draft-max, which older exports wrote, makes the current server exit; -md without
     --spec-type draft-simple loads a drafter that drafts nothing."""
@@ -87,3 +100,121 @@ def test_a_missing_server_is_one_line_naming_the_install_step(monkeypatch, tmp_p
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(LlamaServerError, match=r"install_llamacpp\.sh"):
         llama_server_path()
+
+
+# --- the server failing under a run, on a tiny GGUF (no download) -----------------------------
+
+TINY_PROMPT = [0, 5, 6, 7, 8]  # token ids of the tiny vocabulary
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return char_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", seed=0)
+
+
+def _one_line(exc: pytest.ExceptionInfo[LlamaServerError]) -> str:
+    message = str(exc.value)
+    assert message and "\n" not in message and "Traceback" not in message, message
+    return message
+
+
+def test_a_server_killed_mid_run_fails_in_one_line_and_keeps_what_it_answered(tiny):
+    """Completions answered before the server died are the caller's; the next one is refused in one
+    line that says the server exited (here killed: code -9)."""
+    kept = []
+    with LlamaServer(tiny, threads=1, ctx=256) as server:
+        for _ in range(2):
+            kept.append(server.complete(TINY_PROMPT, 4))
+        assert server._proc is not None
+        os.kill(server._proc.pid, signal.SIGKILL)
+        with pytest.raises(LlamaServerError) as err:
+            server.complete(TINY_PROMPT, 4)
+    assert "failed mid-run (it exited with code -9" in _one_line(err)
+    assert [c.predicted_n for c in kept] == [4, 4] and kept[0].tokens == kept[1].tokens
+
+
+class _CutShort(http.server.BaseHTTPRequestHandler):
+    """Answers a completion with a body shorter than its Content-Length, as a server that dies
+    while it writes its answer does."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", "500")
+        self.end_headers()
+        self.wfile.write(b'{"content": "ab')
+        self.wfile.flush()
+        self.close_connection = True
+
+    def do_GET(self) -> None:  # /health: any program on the port says it is fine
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def impostor() -> Iterator[int]:
+    """A port held by another program that answers HTTP (200 on /health, a cut answer to a completion)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutShort)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_an_answer_cut_short_is_one_line(tiny, impostor):
+    server = LlamaServer(tiny)  # not started: its requests go to the impostor
+    server.url = f"http://127.0.0.1:{impostor}"
+    with pytest.raises(LlamaServerError) as err:
+        server.complete(TINY_PROMPT, 4)
+    assert "failed mid-run" in _one_line(err) and "IncompleteRead" in str(err.value)
+
+
+def test_a_port_taken_before_the_server_binds_it_is_replaced(tiny, impostor, monkeypatch):
+    """The port chosen free is taken by another program before the server starts: the server is
+    started on another port, and what answers is the server, not the program on the first port."""
+    ports = iter([impostor])
+    real = llama_server.free_port
+    monkeypatch.setattr(llama_server, "free_port", lambda: next(ports, None) or real())
+    with LlamaServer(tiny, threads=1, ctx=256) as server:
+        assert server.port != impostor
+        assert server.complete(TINY_PROMPT, 4).predicted_n == 4
+
+
+def test_a_port_in_use_at_every_try_is_one_line(tiny, monkeypatch):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        monkeypatch.setattr(llama_server, "free_port", lambda: port)
+        with pytest.raises(LlamaServerError) as err, LlamaServer(tiny, threads=1, ctx=256):
+            pass
+    assert f"could not listen on 127.0.0.1 port {port}, {port}, {port}: each was in use" in _one_line(err)
+
+
+def test_the_benchmark_keeps_the_rows_measured_before_the_server_died(tiny, monkeypatch):
+    """bench_llamacpp's rows of a configuration are kept as they are measured: the server killed
+    after the warm-up and two prompts leaves those two rows, and the error is one line."""
+    from benchmarks.bench_llamacpp import run_config
+
+    real = LlamaServer.complete
+    calls: list[int] = []
+
+    def complete(self: LlamaServer, prompt: list[int], n_predict: int) -> object:
+        calls.append(n_predict)
+        if len(calls) == 4 and self._proc is not None:  # the warm-up, two prompts, then the server dies
+            os.kill(self._proc.pid, signal.SIGKILL)
+        return real(self, prompt, n_predict)
+
+    monkeypatch.setattr(LlamaServer, "complete", complete)
+    rows: list[dict] = []
+    with pytest.raises(LlamaServerError) as err:
+        run_config(tiny, [], [TINY_PROMPT] * 4, 4, 1, rows)
+    assert "failed mid-run (it exited with code -9" in _one_line(err)
+    assert [row["n"] for row in rows] == [4, 4]

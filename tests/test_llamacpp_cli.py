@@ -1,23 +1,32 @@
-"""The commands on the llama.cpp engine, with the packaged SmolLM2-135M GGUF (real model, slow).
+"""The commands on the llama.cpp engine.
 
-generate with --check (speculative against autoregressive on the same engine), a drafter
-re-quantized by llama.cpp's quantizer and cached, profile -> solve -> validate with profiles kept
-apart from the torch engine's, and bad input refused in one line.
+With the packaged SmolLM2-135M GGUF (real model, slow): generate with --check (speculative
+against autoregressive on the same engine), a drafter re-quantized by llama.cpp's quantizer and
+cached, profile -> solve -> validate with profiles kept apart from the torch engine's, and bad
+input refused in one line. With tiny GGUFs written in-process (``tests/gguf_tiny.py``, fast): the
+engine's refusals, each one line and a non-zero exit that leaves nothing half-made behind: the
+binding missing, a GGUF llama.cpp cannot load, levels whose vocabularies differ, the quantizer
+failing or its copy unusable, a cache that cannot hold the copy.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
+from hsd_runtime.engines import llamacpp as engine
 from hsd_runtime.packaged import cache_dir, packaged_gguf, quantized_path
+from tests.gguf_tiny import CHAR_TOKENS, char_gguf
+from tests.helpers import one_line_error, run
 
 SKIPPED = os.environ.get("HSD_PLAN_SKIP_LLAMACPP") == "1"
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")]
+pytestmark = pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")
 
 PROMPT = "Write a short poem about the sea."
 
@@ -27,6 +36,7 @@ def _run(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+@pytest.mark.slow
 def test_generate_checks_speculative_against_autoregressive_on_llamacpp():
     code, out = _run(
         "generate", "--engine", "llamacpp", "--chain", "ngram,smollm2-135m", "--widths", "4",
@@ -42,6 +52,7 @@ def test_generate_checks_speculative_against_autoregressive_on_llamacpp():
     assert check["exact"] is False and 0 < check["agreement"] <= 1
 
 
+@pytest.mark.slow
 def test_a_quantized_drafter_is_made_once_and_found_in_the_cache():
     chain = "smollm2-135m:quant=q8_0,smollm2-135m"
     made = quantized_path(packaged_gguf("smollm2-135m"), "q8_0")  # keyed by the source file: one per install
@@ -54,6 +65,7 @@ def test_a_quantized_drafter_is_made_once_and_found_in_the_cache():
     assert made.stat().st_size > 100e6 and stamps[0] == stamps[1]  # the second run found it, did not make it again
 
 
+@pytest.mark.slow
 def test_profile_solve_and_validate_on_llamacpp(tmp_path, isolated_db):
     code, out = _run(
         "profile", "--engine", "llamacpp", "--models", "ngram,smollm2-135m:quant=q4_0,smollm2-135m", "--max-prompts", "2",
@@ -74,6 +86,7 @@ def test_profile_solve_and_validate_on_llamacpp(tmp_path, isolated_db):
     assert code != 0 and "Error:" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -93,6 +106,7 @@ def test_bad_input_on_llamacpp_is_one_line(tmp_path, args, message):
     assert out.strip().count("\n") == 0, out
 
 
+@pytest.mark.slow
 def test_a_gguf_file_is_read_as_it_is(tmp_path):
     """A .gguf path runs directly on llama.cpp: nothing is converted into the cache for it."""
     converted = set((cache_dir() / "converted").glob("*"))
@@ -103,6 +117,7 @@ def test_a_gguf_file_is_read_as_it_is(tmp_path):
     assert {p for p in (cache_dir() / "converted").glob("*") if not p.name.endswith("-tokenizer")} <= converted
 
 
+@pytest.mark.slow
 def test_the_demo_runs_on_llamacpp(tmp_path, isolated_db):
     plot = tmp_path / "demo.png"
     code, out = _run(
@@ -111,3 +126,130 @@ def test_the_demo_runs_on_llamacpp(tmp_path, isolated_db):
     )  # fmt: skip
     assert code == 0, out
     assert plot.stat().st_size > 0 and "smollm2-135m:quant=q4_0:engine=llamacpp" in out
+
+
+# --- refusals on tiny GGUFs (fast) --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ggufs(tmp_path_factory) -> dict[str, Path]:
+    """Tiny GGUFs: a target and a drafter of one vocabulary, a drafter of another, and a whole GGUF
+    without its attention head count (llama.cpp's quantizer copies it, its loader refuses it)."""
+    root = tmp_path_factory.mktemp("gguf")
+    other = [*CHAR_TOKENS[:5], *(t.upper() for t in CHAR_TOKENS[5:31]), *CHAR_TOKENS[31:]]
+    return {
+        "target": char_gguf(root / "target.gguf", seed=0, layers=2),
+        "draft": char_gguf(root / "draft.gguf", seed=1),
+        "other": char_gguf(root / "other.gguf", seed=2, tokens=other),
+        "headless": char_gguf(root / "headless.gguf", seed=3, head_count=False),
+    }
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A model cache of the test's own."""
+    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _generate(chain: str, *more: str) -> object:
+    return run("generate", "--engine", "llamacpp", "--chain", chain, "--widths", "2", "--prompt", "ab cd", "--max-new-tokens", "4", *more)
+
+
+def _quant_entries(cache: Path) -> list[str]:
+    """Files in the cache's quantized folder, lock files aside."""
+    return sorted(p.name for p in (cache / "gguf-quant").glob("*") if not p.name.endswith(".lock"))
+
+
+def test_tiny_ggufs_run_and_a_quantized_copy_is_cached(ggufs, cache):
+    ok = _generate(f"{ggufs['draft']}:quant=q4_0,{ggufs['target']}", "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["engine"] == "llamacpp"
+    assert [name.endswith(".q4_0.gguf") for name in _quant_entries(cache)] == [True]
+
+
+def test_a_missing_binding_is_one_line_naming_the_install_step(ggufs, cache, monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp fails as where it is not installed
+    monkeypatch.setattr(engine, "_state", {})
+    one_line_error(_generate(f"{ggufs['draft']},{ggufs['target']}"), "install it with bash scripts/install.sh")
+
+
+def test_a_gguf_llama_cpp_cannot_load_is_one_line(ggufs, cache):
+    """A whole GGUF (its layout checks out) that llama.cpp's loader refuses: its reason, in one line."""
+    one_line_error(_generate(f"{ggufs['headless']},{ggufs['target']}"), f"llama.cpp cannot load {ggufs['headless']} (")
+    assert "error loading model: check_tensor_dims" in _generate(f"{ggufs['headless']},{ggufs['target']}").output  # the cause
+
+
+def test_levels_whose_vocabularies_differ_are_one_line(ggufs, cache):
+    one_line_error(_generate(f"{ggufs['other']},{ggufs['target']}"), "different tokenizers")
+
+
+def test_a_copy_llama_cpp_cannot_load_is_never_cached(ggufs, cache):
+    """The quantizer copies a GGUF llama.cpp cannot run (it reads tensors, it builds no model): the
+    copy is refused in one line naming the source, and nothing is left in the cache for a later run."""
+    one_line_error(
+        _generate(f"{ggufs['headless']}:quant=q4_0,{ggufs['target']}"), f"llama.cpp cannot load {ggufs['headless']} quantized to q4_0"
+    )
+    assert _quant_entries(cache) == []
+
+
+def _writes_half(code: int):
+    """A quantizer that writes half of its source and returns ``code`` (a full disk, a failed write)."""
+
+    def quantize(source: bytes, out: bytes, params: object) -> int:
+        data = Path(source.decode()).read_bytes()
+        Path(out.decode()).write_bytes(data[: len(data) // 2])
+        return code
+
+    return quantize
+
+
+@pytest.mark.parametrize(
+    "code, message",
+    [(1, "llama.cpp could not quantize"), (0, "llama.cpp's quantizer wrote an incomplete copy")],
+    ids=["fails", "reports-success-on-a-short-write"],
+)
+def test_a_failing_quantizer_leaves_nothing_a_later_run_would_take(ggufs, cache, monkeypatch, code, message):
+    """The quantizer fails halfway, or reports success on a short write: one line, nothing in the
+    cache; the next run, with a quantizer that works, makes the copy and runs."""
+    chain = f"{ggufs['draft']}:quant=q8_0,{ggufs['target']}"
+    with monkeypatch.context() as patched:
+        patched.setattr(engine.binding(), "llama_model_quantize", _writes_half(code))
+        one_line_error(_generate(chain), message)
+    assert _quant_entries(cache) == []
+    ok = _generate(chain)
+    assert ok.exit_code == 0, ok.output
+    assert len(_quant_entries(cache)) == 1
+
+
+def test_a_cache_that_cannot_hold_the_copy_is_one_line(ggufs, cache):
+    cache.mkdir(parents=True)
+    (cache / "gguf-quant").write_text("a file where the folder of quantized copies goes")
+    one_line_error(_generate(f"{ggufs['draft']}:quant=q4_0,{ggufs['target']}"), "point HSD_PLAN_CACHE at a writable folder")
+
+
+def test_a_cache_entry_that_cannot_be_made_is_one_line(ggufs, cache):
+    """The entry's lock file cannot be made (here a folder holds its name; a full or read-only
+    disk fails the same call): one line naming the cache folder, nothing cached."""
+    entry = quantized_path(ggufs["draft"], "q4_0")
+    (entry.parent / f".{entry.name}.lock").mkdir(parents=True)
+    one_line_error(
+        _generate(f"{ggufs['draft']}:quant=q4_0,{ggufs['target']}"), f"the model cache folder {entry.parent} cannot hold {entry.name}"
+    )
+    assert not entry.exists()
+
+
+def test_a_profile_stopped_by_the_quantizer_runs_whole_when_rerun(ggufs, cache, isolated_db, tmp_path, monkeypatch):
+    """The quantizer fails while profile loads its models: one line, nothing stored; the same
+    command then profiles every model."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(["ab cd ef gh", "ij kl mn op", "qr st uv wx", "yz ab cd ef"]) + "\n")
+    args = ["profile", "--engine", "llamacpp", "--models", f"ngram,{ggufs['draft']}:quant=q8_0,{ggufs['target']}", "--prompts", prompts,
+            "--max-prompts", "2", "--max-new-tokens", "4", "--latency-grid", "1,2", "--context-lens", "8", "--repeats", "1", "--json"]  # fmt: skip
+    with monkeypatch.context() as patched:
+        patched.setattr(engine.binding(), "llama_model_quantize", _writes_half(1))
+        one_line_error(run(*args), "llama.cpp could not quantize")
+    assert _quant_entries(cache) == []
+    ok = run(*args)
+    assert ok.exit_code == 0, ok.output
+    assert f"{ggufs['draft']}:quant=q8_0:engine=llamacpp" in ok.output

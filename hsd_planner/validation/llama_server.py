@@ -6,12 +6,18 @@ that the pinned llama-cpp-python vendors (or the binary ``$HSD_PLAN_LLAMA_SERVER
 speculative setting of that server is a start-up flag, so one server runs one configuration; its
 ``/completion`` answer carries ``timings`` with ``predicted_ms`` and ``predicted_n`` (decoding,
 prefill apart) and, when anything was drafted, ``draft_n`` and ``draft_n_accepted``.
+
+Failures are one line (:class:`LlamaServerError`): the binary missing, the server exiting at start
+(its own reason), every port tried taken by other programs, the server dying or answering short
+under a request (whether it exited, with its code, and its last line).
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -25,12 +31,13 @@ from pathlib import Path
 from types import TracebackType
 
 from hsd_runtime.engines import LLAMA_CPP_PYTHON
-from hsd_runtime.errors import HSDError
+from hsd_runtime.errors import HSDError, first_line
 from hsd_runtime.packaged import cache_dir
 
 __all__ = ["LLAMA_CPP_PYTHON", "Completion", "LlamaServer", "LlamaServerError", "llama_server_path"]
 
 INSTALL = "bash scripts/install_llamacpp.sh"
+PORT_TRIES = 3  # ports tried when another program takes the free one before the server binds it
 
 
 class LlamaServerError(HSDError):
@@ -92,32 +99,71 @@ class LlamaServer:
 
     def __init__(self, model: Path | str, args: Sequence[str] = (), threads: int = 2, ctx: int = 2048, timeout: float = 120.0) -> None:
         self.binary = llama_server_path()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.command = [
+        self._args = [
             str(self.binary), "-m", str(model), *args,
-            "--host", "127.0.0.1", "--port", str(self.port),
+            "--host", "127.0.0.1",
             "-t", str(threads), "-tb", str(threads), "-c", str(ctx), "-np", "1", "--no-webui",
         ]  # fmt: skip
+        self._on(free_port())
         self.timeout = timeout
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the server's output for its whole life; closed with the object
         self._proc: subprocess.Popen[bytes] | None = None
 
+    def _on(self, port: int) -> None:
+        """Listen on ``port`` (the next start)."""
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.command = [*self._args, "--port", str(port)]
+
     def __enter__(self) -> LlamaServer:
-        self._proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        """Start the server and wait until its model is loaded; where another program took the port
+        meanwhile (it was free when chosen), start again on another, :data:`PORT_TRIES` ports in all."""
+        tried = []
+        for _ in range(PORT_TRIES):
+            tried.append(self.port)
+            if self._start():
+                return self
+            self._on(free_port())
+        raise LlamaServerError(
+            f"llama-server could not listen on 127.0.0.1 port {', '.join(map(str, tried))}: each was in use by another program"
+        )
+
+    def _start(self) -> bool:
+        """Start the server on :attr:`port`; True once it answers there, False where it could not
+        bind the port. Only its own answer counts: /health is trusted once its log says it listens
+        on that port (another program on the port answers too, and this server then exits)."""
+        self._log.seek(0)
+        self._log.truncate()
+        try:
+            self._proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            raise LlamaServerError(f"cannot run {self.binary}: {exc.strerror or exc}; reinstall it with: {INSTALL}") from None
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
+                if any("bind" in line.lower() for line in self._lines()):  # "couldn't bind HTTP server socket, ..., port: N"
+                    return False
                 raise LlamaServerError(f"llama-server exited with code {self._proc.returncode} at start: {self.last_line()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
+            if self._listening():
+                try:
+                    with urllib.request.urlopen(f"{self.url}/health", timeout=5) as resp:
+                        if resp.status == 200 and self._proc.poll() is None:
+                            return True
+                except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError):
+                    pass
             time.sleep(0.2)
         self.stop()
         raise LlamaServerError(f"llama-server did not answer within {self.timeout:.0f} s: {self.last_line()}")
+
+    def _listening(self) -> bool:
+        """Whether the server's log says it listens on :attr:`port` ("listening on http://127.0.0.1:N")."""
+        port = re.compile(rf"\b{self.port}\b")
+        return any("listening" in line and port.search(line) for line in self._lines())
+
+    def _lines(self) -> list[str]:
+        """The server's output so far, line by line (blank lines left out)."""
+        self._log.seek(0)
+        return [line.strip() for line in self._log.read().decode(errors="replace").splitlines() if line.strip()]
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.stop()
@@ -132,10 +178,18 @@ class LlamaServer:
                 self._proc.kill()
                 self._proc.wait()
 
+    def _exit_state(self) -> str:
+        """Whether the server is still running, after a failed request: it may take a moment to exit."""
+        if self._proc is None:
+            return "it was not started"
+        try:
+            return f"it exited with code {self._proc.wait(timeout=2)}"
+        except subprocess.TimeoutExpired:
+            return "it is running but gave no answer"
+
     def last_line(self) -> str:
         """Why the server stopped, as it said it: its last line naming an error, else its last line."""
-        self._log.seek(0)
-        lines = [line.strip() for line in self._log.read().decode(errors="replace").splitlines() if line.strip()]
+        lines = self._lines()
         errors = [line for line in lines if "error" in line.lower()]
         return (errors or lines or ["(it printed nothing)"])[-1]
 
@@ -148,9 +202,13 @@ class LlamaServer:
         try:
             with urllib.request.urlopen(request, timeout=timeout) as resp:
                 out = json.load(resp)
-        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
-            state = "it exited" if self._proc is not None and self._proc.poll() is not None else "no answer"
-            raise LlamaServerError(f"llama-server at {self.url} failed mid-run ({state}: {exc}); {self.last_line()}") from None
+        except urllib.error.HTTPError as exc:  # it answered, with an error of its own
+            raise LlamaServerError(f"llama-server refused the completion (HTTP {exc.code}: {_error_message(exc)})") from None
+        except (urllib.error.URLError, http.client.HTTPException, ConnectionError, TimeoutError, ValueError) as exc:
+            # no answer, or one cut short (a server that dies mid-answer): a lost connection, a short body, broken JSON
+            raise LlamaServerError(
+                f"llama-server at {self.url} failed mid-run ({self._exit_state()}; {type(exc).__name__}: {first_line(exc)}); its last line: {self.last_line()}"
+            ) from None
         timings = out.get("timings", {})
         return Completion(
             text=out.get("content", ""),
@@ -161,3 +219,12 @@ class LlamaServer:
             draft_n=int(timings.get("draft_n", 0)),
             draft_n_accepted=int(timings.get("draft_n_accepted", 0)),
         )
+
+
+def _error_message(exc: urllib.error.HTTPError) -> str:
+    """The message of llama-server's error answer (``{"error": {"message": ...}}``), else its reason."""
+    try:
+        message = json.loads(exc.read() or b"{}").get("error", {}).get("message")
+    except (ValueError, AttributeError, OSError, http.client.HTTPException):
+        message = None
+    return first_line(Exception(message)) if message else str(exc.reason)

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from ..choices import GGUF_QUANTS
-from ..errors import ChainError, ModelNotFoundError, PackageMissingError
+from ..errors import ChainError, ModelNotFoundError, PackageMissingError, PathError
+from ..gguf_file import check_gguf
 from . import LLAMA_CPP_PYTHON, TreeFeed
 
 __all__ = [
@@ -85,6 +86,20 @@ def last_log() -> str:
     return lines[-1] if lines else ""
 
 
+def _clear_log() -> None:
+    """Forget the lines logged so far: :func:`_reason` then reads only those of the next call."""
+    _state.get("lines", []).clear()
+
+
+def _reason() -> str:
+    """Why the last call failed, as llama.cpp logged it since :func:`_clear_log`: the first line
+    naming an error (the cause; the lines after it name the functions it passed through), else
+    the last line."""
+    lines = [" ".join(x.split()) for x in _state.get("lines", []) if x.strip()]  # one line, its padding squeezed
+    errors = [x for x in lines if "error" in x.lower()]
+    return (errors or lines or ["no reason given"])[0 if errors else -1]
+
+
 class GgufModel:
     """A GGUF file loaded by llama.cpp: the weights every level that names it shares.
 
@@ -102,9 +117,10 @@ class GgufModel:
         self.threads = threads
         params = lib.llama_model_default_params()
         params.n_gpu_layers = 0
+        _clear_log()
         handle = lib.llama_model_load_from_file(str(path).encode(), params)
         if not handle:
-            raise ModelNotFoundError(f"llama.cpp cannot load {path} ({last_log() or 'no reason given'}); is it a complete GGUF file?")
+            raise ModelNotFoundError(f"llama.cpp cannot load {path} ({_reason()}); is it a complete GGUF file?")
         self._handle = handle
         weakref.finalize(self, lib.llama_model_free, handle)
         self._vocab = lib.llama_model_get_vocab(handle)
@@ -244,22 +260,49 @@ def _free_context(lib: Any, ctx: Any, batch: Any, model: GgufModel) -> None:
 
 def quantize_gguf(source: Path, out: Path, quant: str, threads: int) -> None:
     """Write ``source`` re-quantized to ``quant`` (a key of :data:`LLAMACPP_QUANTS`) as ``out``,
-    with llama.cpp's quantizer; ``ModelNotFoundError`` with its reason where it fails."""
+    with llama.cpp's quantizer; ``ModelNotFoundError`` with its reason where it fails (a source it
+    cannot read, a folder it cannot write or that fills up). ``out`` may be left partial then."""
     lib = binding()
     params = lib.llama_model_quantize_default_params()
     params.ftype = getattr(lib, LLAMACPP_QUANTS[quant])
     params.nthread = threads
     params.allow_requantize = True  # the packaged GGUFs are quantized already
+    _clear_log()
     code = lib.llama_model_quantize(str(source).encode(), str(out).encode(), ctypes.byref(params))
     if code != 0:
-        raise ModelNotFoundError(f"llama.cpp could not quantize {source} to {quant} (code {code}: {last_log() or 'no reason given'})")
+        raise ModelNotFoundError(
+            f"llama.cpp could not quantize {source} to {quant} (code {code}: {_reason()}); "
+            f"is the source a whole GGUF, and has the cache folder {out.parent} room for the copy?"
+        )
+
+
+def _check_quantized(source: Path, made: Path, quant: str) -> None:
+    """Refuse the quantizer's output ``made`` unless it is a whole GGUF that llama.cpp loads (the
+    quantizer writes what it reads without building the model: a source llama.cpp cannot run gives
+    an output it cannot run either); the error names ``source``, the file the user gave."""
+    try:
+        check_gguf(made)
+    except ModelNotFoundError:
+        raise ModelNotFoundError(f"llama.cpp's quantizer wrote an incomplete copy of {source} ({quant}); nothing was cached") from None
+    lib = binding()
+    params = lib.llama_model_default_params()
+    params.n_gpu_layers = 0
+    _clear_log()
+    handle = lib.llama_model_load_from_file(str(made).encode(), params)
+    if not handle:
+        raise ModelNotFoundError(
+            f"llama.cpp cannot load {source} quantized to {quant} ({_reason()}); is {source.name} a model llama.cpp runs?"
+        )
+    lib.llama_model_free(handle)
 
 
 def quantized_gguf(source: Path, quant: str, threads: int) -> Path:
     """``source`` re-quantized to ``quant``, made once into the cache and found there afterwards.
 
-    Made under the entry's lock into a temporary file and renamed into place when complete, so the
-    cache never holds a partial file and two processes that need it at once quantize it once.
+    Made under the entry's lock into a temporary file, checked (a whole GGUF that llama.cpp loads)
+    and renamed into place, so the cache never holds a partial or unloadable file and two processes
+    that need it at once quantize it once. Where the quantizer fails, or the cache cannot hold the
+    copy, the error is one line and the temporary file is removed.
     """
     from ..packaged import cache_folder, cache_lock, quantized_path, shareable
 
@@ -269,13 +312,19 @@ def quantized_gguf(source: Path, quant: str, threads: int) -> Path:
     cache_folder(out.parent)
     if out.is_file():
         return out
-    with cache_lock(out):
-        if not out.is_file():
-            tmp = out.with_name(f".{out.name}.tmp")
-            try:
-                quantize_gguf(source, tmp, quant, threads)
-                shareable(tmp)
-                tmp.replace(out)
-            finally:
-                tmp.unlink(missing_ok=True)
+    try:
+        with cache_lock(out):
+            if not out.is_file():
+                tmp = out.with_name(f".{out.name}.tmp")
+                try:
+                    quantize_gguf(source, tmp, quant, threads)
+                    _check_quantized(source, tmp, quant)
+                    shareable(tmp)
+                    tmp.replace(out)
+                finally:
+                    tmp.unlink(missing_ok=True)
+    except OSError as exc:  # the lock or the rename, in a cache folder that is full or not ours
+        raise PathError(
+            f"the model cache folder {out.parent} cannot hold {out.name}: {exc.strerror or exc}; free space there or point HSD_PLAN_CACHE elsewhere"
+        ) from None
     return out
