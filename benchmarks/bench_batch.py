@@ -91,8 +91,8 @@ def main() -> None:
         solve_config = SolveConfig(t_max=8, trees=False)
         solved = solve_and_store(engine, args.target, f"{prompts.name}:profile", config=solve_config)
         batch = solve_batch_schedule(engine, solved.solve_id, solve_config, sizes)
-        drafters = {e.plan.chain[0] for e in batch.entries if e.plan.depth == 1}
-        drafter = next(iter(drafters)) if len(drafters) == 1 else solved.best.chain[0]
+        drafters = {plan.chain[0] for _, plan in batch.best if plan.depth == 1}
+        drafter = next(iter(drafters)) if len(drafters) == 1 else solved.best.plan.chain[0]
         fixed = [([drafter, args.target], [k]) for k in map(int, args.fixed.split(","))]
         solve = solve_record(engine, solved.solve_id)
         held = split(prompts, "validate", args.prompts)

@@ -30,8 +30,8 @@ from hsd_planner.cli.options import parse_widths
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.prompts.humaneval import humaneval_problems, problem_prompt
 from hsd_runtime import ModelLoader, SamplingConfig
+from hsd_runtime.build import build_hierarchy
 from hsd_runtime.device import auto_dtype, cpu_capability
-from hsd_runtime.hierarchy import build_hierarchy
 
 CODE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
 

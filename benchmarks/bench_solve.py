@@ -119,12 +119,12 @@ def real_profiles(dbs: list[str]) -> None:
         for category in SPEC_CATEGORIES:
             mode = "sample" if "sample" in db else "greedy"
             r = solve_and_store(engine, target="smollm2-135m", workload=f"spec_bench/{category}", mode=mode, config=SolveConfig(t_max=8))
-            best = next(p for p in r.plans if p.kind == "best")
-            single = next(p for p in r.plans if p.kind == "single")  # singles come best first
+            best = next(p.plan for p in r.plans if p.kind == "best")
+            single = next(p.plan for p in r.plans if p.kind == "single")  # singles come best first
+            ms, single_ms = best.prediction.ms_per_token, single.prediction.ms_per_token
             print(
-                f"| {mode} | {category} | {best.label} | {best.predicted_ms_per_token:.2f} | {best.predicted_speedup:.3f}x | "
-                f"{single.label} | {single.predicted_ms_per_token:.2f} | "
-                f"{single.predicted_ms_per_token / best.predicted_ms_per_token:.3f}x |"
+                f"| {mode} | {category} | {best.label} | {ms:.2f} | {best.prediction.speedup:.3f}x | "
+                f"{single.label} | {single_ms:.2f} | {single_ms / ms:.3f}x |"
             )
 
 

@@ -17,7 +17,7 @@ import argparse
 import statistics
 from dataclasses import asdict
 
-from hsd_planner.plan.latency import expected_rounds, expected_run_tokens
+from hsd_planner.plan.rounds import RoundLaw
 from hsd_planner.store import open_engine
 from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.validations import stored_validations
@@ -43,7 +43,8 @@ def reanalyze(db: str) -> list[dict]:
                 continue
             pair, b = pairs[(r["chain"][-2], r["chain"][-1])], r["widths"][-1]
             round_cost = r["predicted_ms_per_token"] * r["predicted_mean_accepted_length"]
-            steady, finite = expected_run_tokens(pair, b), n / expected_rounds(pair, b, n)
+            law = RoundLaw.chain(pair, b)  # one target round over a chain of b
+            steady, finite = law.mean, n / law.rounds(n)[n]
             plans.append(
                 dict(
                     plan="->".join(r["chain"]) + f" {r['widths']}",

@@ -35,7 +35,7 @@ class DemoFamily:
     latency_grid: tuple[int, ...]
     context_lens: tuple[int, ...]
     # interleaved latency rounds: the sweep is seconds against minutes of acceptance profiling, and
-    # fewer than 5 let a slow spell of the machine set a point (see BENCHMARKS.md, stability)
+    # fewer than 5 let a slow spell of the machine set a point (see docs/benchmarks/profiling.md)
     rounds: int = 5
     repeats: int = 2  # validation: runs of every plan on every held-out prompt
     # measured runs with the models already converted, per dtype the models ran in: (minutes, where)
@@ -193,8 +193,8 @@ def run_demo(
     show(summary)
     say("\n2/3 solving")
     solved = solve_and_store(engine, target=config.models[-1], workload=prompts.name, config=SolveConfig())
-    best = solved.best
-    say(f"best: {best.label}, predicted {best.predicted_ms_per_token:.1f} ms/token ({best.predicted_speedup:.2f}x)")
+    best = solved.best.plan
+    say(f"best: {best.label}, predicted {best.prediction.ms_per_token:.1f} ms/token ({best.prediction.speedup:.2f}x)")
     say("\n3/3 validating on held-out prompts")
     solve, plans = select_plans(engine, (), "best")
     bars.start("validating", len(plans) * len(held_out.prompts) * f.repeats)

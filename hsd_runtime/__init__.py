@@ -5,10 +5,11 @@ The runtime knows nothing of SQL or printing: it returns tokens and per-level st
 Where things are: model specs (:mod:`.spec`); the closed sets of values (:mod:`.choices`: dtypes,
 decoding modes) and the bounds and defaults of numbers (:mod:`.limits`); devices and dtypes
 (:mod:`.device`); loading, packaged models, int8 copies, trimmed heads and prepacked weights
-(:mod:`.loading`, :mod:`.packaged`, :mod:`.quantize`, :mod:`.trim`, :mod:`.packing`); the decoding itself (:mod:`.cache`,
-:mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, :mod:`.hierarchy`,
-:mod:`.stats`); the engines a model runs on, torch and llama.cpp, behind one seam
-(:mod:`.engines`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`); block-draft heads on the
+(:mod:`.loading`, :mod:`.packaged`, :mod:`.quantize`, :mod:`.trim`, :mod:`.packing`); the decoding
+itself (:mod:`.cache`, :mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, the
+executors for one sequence and for a batch :mod:`.hierarchy` and :mod:`.batched`, :mod:`.stats`);
+building a chain from specs, the one place that knows every kind of drafter (:mod:`.build`); the
+engines a model runs on, torch and llama.cpp, behind one seam (:mod:`.engines`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`); block-draft heads on the
 level above (:mod:`.heads`, :mod:`.bpd`, :mod:`.lattice`); steering a drafter with the hidden
 states of the level above (:mod:`.steering`); trained weights with their card (:mod:`.trained`).
 
@@ -39,12 +40,10 @@ _EXPORTS = {
     "PathError": "errors",
     "PromptError": "errors",
     "TokenizerMismatchError": "errors",
-    "BatchResult": "batched",
     "BatchedHierarchy": "batched",
-    "build_batched": "batched",
     "GgufModel": "engines.llamacpp",
     "Hierarchy": "hierarchy",
-    "build_hierarchy": "hierarchy",
+    "build_hierarchy": "build",
     "LoadedModel": "loading",
     "auto_dtype": "device",
     "cpu_capability": "device",
@@ -104,7 +103,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers see the eager imports
-    from .batched import BatchedHierarchy, BatchResult, build_batched
+    from .batched import BatchedHierarchy
+    from .build import build_hierarchy
     from .device import auto_dtype, cpu_capability, resolve_device
     from .drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
     from .engines.llamacpp import GgufModel
@@ -119,7 +119,7 @@ if TYPE_CHECKING:  # static checkers see the eager imports
         PromptError,
         TokenizerMismatchError,
     )
-    from .hierarchy import Hierarchy, build_hierarchy
+    from .hierarchy import Hierarchy
     from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows, trimmed_model
     from .ngram import NgramDrafter, ngram_lookup
     from .packing import PackedLinear, can_prepack, prepack

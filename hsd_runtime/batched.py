@@ -19,24 +19,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from .drafters import Proposal
 from .errors import ChainError, PromptError
-from .limits import MAX_BATCH, MAX_WIDTH
-from .loading import ModelLoader, check_same_tokenizer, context_limit, head_rows
+from .hierarchy import Member, check_chain
+from .limits import MAX_BATCH
+from .loading import context_limit, head_rows
 from .ngram import NgramDrafter, ngram_lookup
 from .ragged import BatchedCache
 from .sampling import SamplingConfig, draw, warp
 from .shape import Width
-from .spec import ModelSpec, parse_spec
-from .stats import LevelStats
+from .stats import GenerationResult, LevelStats
 from .verify import verify_greedy, verify_sample
 
-__all__ = ["BatchResult", "BatchedHierarchy", "build_batched"]
+__all__ = ["BatchedHierarchy"]
 
 
 @dataclass(frozen=True)
@@ -187,61 +187,12 @@ class BatchedVerifier:
         return [Proposal(held[i][:n], torch.cat(probs[i])[:n] if probs[i] else None) if a else None for i, a in enumerate(ctx.active)]
 
 
-@dataclass
-class BatchResult:
-    """New tokens of every sequence of one batched generation, and where its time went."""
-
-    tokens: list[list[int]]
-    prompt_tokens: list[int]
-    levels: list[LevelStats]  # summed over the sequences; a batched pass counts once
-    prefill_s: float
-    decode_s: float
-    target_rounds: int  # batched target rounds (each commits, for every active sequence, its accepted tokens + 1)
-    committed: list[list[int]] = field(default_factory=list)  # per sequence, tokens committed each round it was active
-
-    @property
-    def batch(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def ms_per_token(self) -> float:
-        """Decode wall time per token of one sequence: the latency each sequence sees (the batch's
-        mean tokens per sequence over the wall time)."""
-        total = sum(len(t) for t in self.tokens)
-        return 1000.0 * self.decode_s * self.batch / total if total else 0.0
-
-    @property
-    def tokens_per_s(self) -> float:
-        """Tokens per second of the whole batch (throughput)."""
-        return sum(len(t) for t in self.tokens) / self.decode_s if self.decode_s else 0.0
-
-    @property
-    def mean_accepted_length(self) -> float:
-        """Tokens committed per sequence per target round it took part in, bonus included."""
-        rounds = sum(len(c) for c in self.committed)
-        return sum(sum(c) for c in self.committed) / rounds if rounds else 0.0
-
-    def to_dict(self) -> dict:
-        return {
-            "batch_size": self.batch,
-            "tokens": self.tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "measured_ms_per_token": self.ms_per_token,
-            "tokens_per_s": self.tokens_per_s,
-            "prefill_ms": 1000.0 * self.prefill_s,
-            "decode_s": self.decode_s,
-            "mean_accepted_length": self.mean_accepted_length,
-            "target_rounds": self.target_rounds,
-            "levels": [lv.to_dict() for lv in self.levels],
-        }
-
-
 class BatchedHierarchy:
     """A runnable chain of drafters over a target, for a batch of prompts in lockstep.
 
     Args:
         members: level 0 first, target last; each an ``nn.Module`` causal LM, or an
-            :class:`NgramDrafter` at level 0 only.
+            :class:`NgramDrafter` at level 0 only (:func:`~hsd_runtime.hierarchy.check_chain`).
         widths: T_k for every level below the target, each a number of tokens (no tree).
         names: one label per level for the stats (defaults to the class names).
         logits_width: columns of the shared vocabulary (defaults to the smallest head).
@@ -250,26 +201,14 @@ class BatchedHierarchy:
 
     def __init__(
         self,
-        members: Sequence[nn.Module | NgramDrafter],
+        members: Sequence[Member],
         widths: Sequence[Width],
         names: Sequence[str] | None = None,
         logits_width: int | None = None,
         eos_token_ids: Sequence[int] = (),
     ) -> None:
-        if not members:
-            raise ChainError("a chain needs at least the target model")
-        if len(widths) != len(members) - 1:
-            raise ChainError(
-                f"a chain of {len(members)} models needs {len(members) - 1} widths (one per level below the target), got {len(widths)}"
-            )
-        text = ",".join(map(str, widths))
-        chain_widths = [w for w in widths if isinstance(w, int)]
-        if len(chain_widths) < len(widths):
-            raise ChainError(f"widths {text}: a batched hierarchy drafts chains only; give every level a number of tokens")
-        if any(w < 1 or w > MAX_WIDTH for w in chain_widths):
-            raise ChainError(f"widths must be from 1 to {MAX_WIDTH}, got {text}")
-        if any(isinstance(m, NgramDrafter) for m in members[1:]):
-            raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
+        check_chain(members, widths, batched=True)
+        chain_widths = [w for w in widths if isinstance(w, int)]  # all of them (checked)
         names = list(names) if names is not None else [type(m).__name__ for m in members]
         models = [m for m in members if isinstance(m, nn.Module)]
         width = logits_width or min(head_rows(m) for m in models)
@@ -287,6 +226,7 @@ class BatchedHierarchy:
                 member.stats = LevelStats(model=names[k])
                 levels.append(BatchedNgram(member))
                 continue
+            assert isinstance(member, nn.Module)  # checked
             cached = BatchedCache(member, width, LevelStats(model=names[k]), 1)
             if k == 0 and k < last:
                 levels.append(BatchedModelDrafter(cached))
@@ -324,7 +264,7 @@ class BatchedHierarchy:
         sampling: SamplingConfig | None = None,
         stop_at_eos: bool = True,
         seeds: Sequence[int] | None = None,
-    ) -> BatchResult:
+    ) -> GenerationResult:
         """Decode up to ``max_new_tokens`` after each of ``prompts`` in lockstep.
 
         A sequence stops after an EOS token (unless not ``stop_at_eos``: every sequence then
@@ -367,35 +307,12 @@ class BatchedHierarchy:
                 committed[i].append(len(tokens))
                 done[i] = stop is not None or made + len(tokens) >= max_new_tokens
         t2 = time.perf_counter()
-        return BatchResult(
-            tokens=[s[len(p) :] for s, p in zip(seqs, rows)],
-            prompt_tokens=[len(p) for p in rows],
+        return GenerationResult(
+            sequences=[s[len(p) :] for s, p in zip(seqs, rows)],
+            prompt_lengths=[len(p) for p in rows],
             levels=[replace(level.stats) for level in self.levels],  # copies: the next generation resets the counters
             prefill_s=t1 - t0,
             decode_s=t2 - t1,
             target_rounds=rounds,
             committed=committed,
         )
-
-
-def build_batched(chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader) -> tuple[BatchedHierarchy, object]:
-    """Load ``chain`` (smallest first, target last) and build its batched hierarchy.
-
-    Returns the hierarchy and the target's tokenizer.
-    """
-    specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
-    if not specs or not specs[-1].is_model:
-        raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
-    if any(s.is_bpd for s in specs):
-        raise ChainError("bpd drafters run in the one-sequence runtime only; decode without --batch-size for a chain with bpd:")
-    if any(s.steer for s in specs):
-        raise ChainError("steered drafters run in the one-sequence runtime only; decode without --batch-size for a chain with steer=")
-    loaded = loader.load_chain(specs)
-    models = [m for m in loaded if m is not None]
-    width = check_same_tokenizer(models)
-    members: list[nn.Module | NgramDrafter] = [
-        NgramDrafter(n=s.ngram_order, name=str(s), min_size=s.ngram_min) if m is None else m.model for s, m in zip(specs, loaded)
-    ]
-    target = models[-1]
-    hierarchy = BatchedHierarchy(members, widths, [str(s) for s in specs], width, target.eos_token_ids)
-    return hierarchy, target.tokenizer

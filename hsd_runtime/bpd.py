@@ -69,6 +69,10 @@ class BpdDrafter:
             the context's (empty: the context alone).
     """
 
+    reads_host = True  # the host keeps its hidden rows for the heads
+    tree_refusal = "a bpd drafter's width is its block length; its tree comes from p= paths"
+    placement = "bpd can only be the lowest level of a chain, directly below the model whose heads it holds"
+
     def __init__(
         self,
         heads: BlockHeads,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeGuard, cast
 
 import torch
 
@@ -67,6 +67,41 @@ class Drafter(Protocol):
 
     def propose(self, ctx: DraftContext, n: int) -> Proposal:
         """Propose up to ``n`` tokens after ``ctx.tokens`` (model levels always give exactly n)."""
+
+
+class StandaloneDrafter(Drafter, Protocol):
+    """A level 0 without a model of its own (the n-gram lookup, block-draft heads): it joins a
+    chain as it is. Its messages say where it cannot stand; ``reads_host``: the model directly
+    above keeps its hidden rows for it and hands them over with :meth:`attach`."""
+
+    reads_host: bool
+    tree_refusal: str  # why its width cannot be a tree shape
+    placement: str  # why it can be only the lowest level
+
+    def attach(self, host: CachedModel) -> None:
+        """Read ``host``'s hidden rows (only where ``reads_host``)."""
+
+
+def standalone(member: object) -> TypeGuard[StandaloneDrafter]:
+    """Whether a chain member drafts by itself (a :class:`StandaloneDrafter`), not a model to wrap."""
+    return callable(getattr(member, "propose", None))
+
+
+class Steering(Protocol):
+    """What a model steered by the verifier above it carries (``model.steerer``): the verifier
+    layers whose inputs it reads, and how its level is wrapped to read them."""
+
+    taps: tuple[int, ...]
+
+    def wrap(self, level: ModelDrafter | VerifierLevel) -> SteeredLevel:
+        """``level`` steered: its vectors set before each of its proposals."""
+
+
+class SteeredLevel(Drafter, Protocol):
+    """A steered level: it reads the taps of the verifier above it (:meth:`attach`)."""
+
+    def attach(self, verifier: CachedModel) -> None:
+        """Read the steering off ``verifier``'s passes (it keeps the taps)."""
 
 
 def _choose(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.Tensor | None]:

@@ -23,9 +23,7 @@ from typing import BinaryIO
 
 from .errors import PathError
 
-__all__ = ["MAX_CONFIG_BYTES", "check_folder", "describe_mode", "open_input", "read_input", "staging_folder", "stat_input", "stat_path"]
-
-MAX_CONFIG_BYTES = 16 << 20  # a model's config.json or tokenizer_config.json (chat templates make the latter long)
+__all__ = ["check_folder", "describe_mode", "open_input", "read_input", "staging_folder", "stat_input", "stat_path"]
 
 
 def describe_mode(mode: int) -> str:

@@ -15,13 +15,13 @@ import struct
 from pathlib import Path
 
 from .errors import ModelNotFoundError
+from .limits import MAX_GGUF_ENTRIES
 
 __all__ = ["check_gguf"]
 
 # value type -> bytes of one value (GGUF metadata types 0..12; 8 is a string, 9 an array)
 _FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
-_MAX_ENTRIES = 1 << 24  # keys, tensors, dimensions: far above any model's, far below a garbage count
 _REQUIRED = ("general.architecture", "tokenizer.ggml.model")  # what makes a GGUF a language model with its tokenizer
 
 
@@ -50,7 +50,7 @@ class _Cursor:
 
     def count(self) -> int:
         n = self.u64()
-        if n > _MAX_ENTRIES:
+        if n > MAX_GGUF_ENTRIES:
             raise _Truncated
         return n
 

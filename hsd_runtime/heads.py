@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from .errors import ModelSpecError
+from .limits import MAX_HEADS
 from .trained import load_weights, read_card_file, save_trained
 
 __all__ = ["HEADS_CARD", "HEADS_FILE", "BlockHeads", "HeadsCard", "load_heads", "read_card", "save_heads"]
@@ -27,7 +28,6 @@ HEADS_CARD = "heads.json"
 HEADS_FILE = "heads.safetensors"
 FORMAT = 1  # of a heads directory; another format is refused
 _REMEDY = "hsd-plan heads train"
-MAX_HEADS = 16  # blocks of more than 16 tokens from one hidden state agree with nothing
 
 
 class HeadsCard(BaseModel):

@@ -12,26 +12,56 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Union
 
 import torch
 from torch import nn
 
-from .bpd import BpdDrafter, check_host, load_bpd
 from .cache import CachedModel
-from .drafters import DraftContext, Drafter, ModelDrafter, VerifierLevel
-from .engines.llamacpp import GgufModel
+from .drafters import DraftContext, Drafter, ModelDrafter, StandaloneDrafter, SteeredLevel, Steering, VerifierLevel, standalone
 from .errors import ChainError, PromptError
 from .limits import MAX_WIDTH
-from .loading import ModelLoader, check_same_tokenizer, context_limit, head_rows
-from .ngram import NgramDrafter
+from .loading import context_limit, head_rows
 from .sampling import SamplingConfig
 from .shape import TreeShape, Width
-from .spec import ModelSpec, parse_spec
 from .stats import GenerationResult, LevelStats
-from .steering import SteeredDrafter, Steerer, check_verifier, steer_model
 
-__all__ = ["Hierarchy", "build_hierarchy"]
+if TYPE_CHECKING:
+    from .engines.llamacpp import GgufModel
+
+__all__ = ["Hierarchy", "Member", "check_chain"]
+
+# a member of a chain: a torch causal LM, a model of another engine, or a level-0 drafter without a
+# model (the n-gram lookup, block-draft heads)
+Member = Union[nn.Module, "GgufModel", StandaloneDrafter]
+
+
+def check_chain(members: Sequence[Member], widths: Sequence[Width], batched: bool = False) -> None:
+    """Refuse, with one line, a chain an executor cannot run (``batched``: the batched one, which
+    runs chains of torch models over an optional n-gram lookup, and no tree)."""
+    if not members:
+        raise ChainError("a chain needs at least the target model")
+    if len(widths) != len(members) - 1:
+        raise ChainError(
+            f"a chain of {len(members)} models needs {len(members) - 1} widths (one per level below the target), got {len(widths)}"
+        )
+    text, trees = ",".join(map(str, widths)), [k for k, w in enumerate(widths) if isinstance(w, TreeShape)]
+    if batched and trees:
+        raise ChainError(f"widths {text}: a batched hierarchy drafts chains only; give every level a number of tokens")
+    if any(k > 0 for k in trees):
+        raise ChainError(f"widths {text}: only level 0 drafts trees; the levels above hand up T tokens")
+    first = members[0]
+    if trees and standalone(first):
+        raise ChainError(f"widths {text}: {first.tree_refusal}")
+    if any(isinstance(w, int) and w < 1 for w in widths):
+        raise ChainError(f"widths must be >= 1, got {text}")
+    if any(isinstance(w, int) and w > MAX_WIDTH for w in widths):
+        raise ChainError(f"widths must be <= {MAX_WIDTH}, got {text}")
+    misplaced = next((m for m in members[1:] if standalone(m)), first if len(members) == 1 and standalone(first) else None)
+    if misplaced is not None:
+        raise ChainError(misplaced.placement)
+    if batched and not all(isinstance(m, nn.Module) or (standalone(m) and not m.reads_host) for m in members):
+        raise ChainError("the batched runtime runs torch models and ngram only")
 
 
 class Hierarchy:
@@ -40,8 +70,9 @@ class Hierarchy:
     Args:
         members: level 0 first, target last; each an ``nn.Module`` causal LM or a model of another
             engine (a :class:`~hsd_runtime.engines.llamacpp.GgufModel`), or at level 0 only
-            an :class:`NgramDrafter` or a :class:`BpdDrafter` (whose host is level 1). A model
-            below the target may be steered (:func:`~hsd_runtime.steering.steered_model`): the
+            a drafter of its own (:class:`~hsd_runtime.drafters.StandaloneDrafter`: the n-gram
+            lookup, or block-draft heads whose host is level 1). A model below the target may be
+            steered (it carries a :class:`~hsd_runtime.drafters.Steering` as ``steerer``): the
             level above it then keeps the inputs of the layers its steering reads.
         widths: T_k for every level below the target (``len(members) - 1`` values, each >= 1);
             the first may be a :class:`TreeShape` when level 0 is a model.
@@ -52,41 +83,22 @@ class Hierarchy:
 
     def __init__(
         self,
-        members: Sequence[nn.Module | GgufModel | NgramDrafter | BpdDrafter],
+        members: Sequence[Member],
         widths: Sequence[Width],
         names: Sequence[str] | None = None,
         logits_width: int | None = None,
         eos_token_ids: Sequence[int] = (),
     ) -> None:
-        if not members:
-            raise ChainError("a chain needs at least the target model")
-        if len(widths) != len(members) - 1:
-            raise ChainError(
-                f"a chain of {len(members)} models needs {len(members) - 1} widths (one per level below the target), got {len(widths)}"
-            )
-        text = ",".join(map(str, widths))
-        if any(isinstance(w, TreeShape) for w in widths[1:]):
-            raise ChainError(f"widths {text}: only level 0 drafts trees; the levels above hand up T tokens")
-        if widths and isinstance(widths[0], TreeShape) and isinstance(members[0], NgramDrafter):
-            raise ChainError(f"widths {text}: ngram drafts chains only; give level 0 a number or make it a model")
-        if any(isinstance(w, int) and w < 1 for w in widths):
-            raise ChainError(f"widths must be >= 1, got {text}")
-        if any(isinstance(w, int) and w > MAX_WIDTH for w in widths):
-            raise ChainError(f"widths must be <= {MAX_WIDTH}, got {text}")
-        if any(isinstance(m, NgramDrafter) for m in members[1:]):
-            raise ChainError("ngram can only be the lowest level of a chain (it cannot verify)")
-        if any(isinstance(m, BpdDrafter) for m in members[1:]) or (len(members) == 1 and isinstance(members[0], BpdDrafter)):
-            raise ChainError("bpd can only be the lowest level of a chain, directly below the model whose heads it holds")
-        if widths and isinstance(widths[0], TreeShape) and isinstance(members[0], BpdDrafter):
-            raise ChainError(f"widths {text}: a bpd drafter's width is its block length; its tree comes from p= paths")
+        check_chain(members, widths)
         names = list(names) if names is not None else [type(m).__name__ for m in members]
-        models = [m for m in members if not isinstance(m, (NgramDrafter, BpdDrafter))]
+        models = [m for m in members if not standalone(m)]
         width = logits_width or min(head_rows(m) for m in models)
         self.names = names
         self.widths = list(widths)
         self.eos_token_ids = frozenset(eos_token_ids)
         top_model = models[-1]
-        self.device = torch.device("cpu") if isinstance(top_model, GgufModel) else next(top_model.parameters()).device
+        # a model of another engine (llama.cpp) runs on the CPU
+        self.device = next(top_model.parameters()).device if isinstance(top_model, nn.Module) else torch.device("cpu")
         # the shortest context any level can attend over (None: no model declares one)
         self.context_limit: int | None = min((x for x in map(context_limit, models) if x is not None), default=None)
 
@@ -94,18 +106,19 @@ class Hierarchy:
         last = len(members) - 1
         if getattr(members[last], "steerer", None) is not None:
             raise ChainError(f"{names[last]} is steered by the model above it; the target has none")
+        steered: SteeredLevel | None = None  # the last level wrapped by its steering
         for k, member in enumerate(members):
-            if isinstance(member, (NgramDrafter, BpdDrafter)):
+            if standalone(member):
                 member.stats = LevelStats(model=names[k])
                 self.levels.append(member)
                 continue
             below = members[k - 1] if k else None
-            carries = isinstance(below, BpdDrafter)  # the host keeps its hidden rows for the heads
-            steerer: Steerer | None = getattr(below, "steerer", None)  # or the inputs of the layers that steer the level below
-            taps = tuple(steerer.card.taps) if steerer is not None else ()
-            cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=carries or bool(taps), layers=taps)
-            if carries:
-                cast(BpdDrafter, below).attach(cached)
+            reader = below if standalone(below) and below.reads_host else None  # block-draft heads read this level's hidden rows
+            steerer: Steering | None = getattr(below, "steerer", None)  # or the inputs of the layers that steer the level below
+            taps = steerer.taps if steerer is not None else ()
+            cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=reader is not None or bool(taps), layers=taps)
+            if reader is not None:
+                reader.attach(cached)
             level: Drafter
             if k == 0 and k < last:
                 level = ModelDrafter(cached)
@@ -113,11 +126,12 @@ class Hierarchy:
                 # a lenience in the sampling config relaxes the target's test only
                 level = VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0, lenient=k == last)
             if taps:
-                cast(SteeredDrafter, self.levels[-1]).attach(cached)
-            own: Steerer | None = getattr(member, "steerer", None)
+                assert steered is not None  # the level below carries the steerer, so it was wrapped
+                steered.attach(cached)
+            own: Steering | None = getattr(member, "steerer", None)
             if own is not None:  # a steered model: its vectors are set before each of its proposals
                 assert isinstance(level, (ModelDrafter, VerifierLevel))
-                level = SteeredDrafter(level, own)
+                level = steered = own.wrap(level)
             self.levels.append(level)
         top = self.levels[-1]
         assert isinstance(top, VerifierLevel)  # the last member is a model (checked above)
@@ -171,39 +185,11 @@ class Hierarchy:
                 break
         t2 = time.perf_counter()
         return GenerationResult(
-            tokens=seq[len(prompt) :],
-            prompt_tokens=len(prompt),
+            sequences=[seq[len(prompt) :]],
+            prompt_lengths=[len(prompt)],
             levels=[replace(level.stats) for level in self.levels],  # copies: the next generation resets the counters
             prefill_s=t1 - t0,
             decode_s=t2 - t1,
             target_rounds=len(per_round),
-            committed_per_round=per_round,
+            committed=[per_round],
         )
-
-
-def build_hierarchy(chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader) -> tuple[Hierarchy, object]:
-    """Load ``chain`` (smallest first, target last) and build its hierarchy.
-
-    Returns the hierarchy and the target's tokenizer. Raises if the models do not share a
-    tokenizer or a spec cannot be loaded.
-    """
-    specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
-    if not specs or not specs[-1].is_model:
-        raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
-    loaded = [None if m is None else steer_model(m) for m in loader.load_chain(specs)]
-    models = [m for m in loaded if m is not None]
-    width = check_same_tokenizer(models)
-    members: list[nn.Module | GgufModel | NgramDrafter | BpdDrafter] = []
-    for i, (s, m) in enumerate(zip(specs, loaded)):
-        if s.is_bpd:
-            drafter = load_bpd(s, loader, models)
-            check_host(drafter, s, specs[i + 1] if i + 1 < len(specs) else None)
-            members.append(drafter)
-        else:
-            if s.steer is not None and m is not None:
-                steered: Any = m.model
-                check_verifier(s, steered.steerer, specs[i + 1] if i + 1 < len(specs) else None)
-            members.append(NgramDrafter(n=s.ngram_order, name=str(s), min_size=s.ngram_min) if m is None else m.model)
-    target = models[-1]
-    hierarchy = Hierarchy(members, widths, names=[str(s) for s in specs], logits_width=width, eos_token_ids=target.eos_token_ids)
-    return hierarchy, target.tokenizer

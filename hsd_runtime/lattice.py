@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["NgramModel", "Path", "argmax_path", "k_best_paths"]
+__all__ = ["NgramModel", "Path", "k_best_paths"]
 
 
 def _as_ints(tokens: Sequence[int] | torch.Tensor | np.ndarray) -> list[int]:
@@ -213,20 +213,6 @@ def _lattice(tokens: torch.Tensor, scores: torch.Tensor) -> tuple[list[list[int]
     if not np.isfinite(values).all():
         raise ValueError("scores must be finite log-probabilities (no nan or inf)")
     return tokens.detach().cpu().tolist(), values
-
-
-def argmax_path(tokens: torch.Tensor, scores: torch.Tensor) -> Path:
-    """The heads' own draft: each head's highest-scoring candidate (the first one on ties).
-
-    tokens [h, k] int64 and scores [h, k] float as for k_best_paths; the score is the sum of the
-    chosen head scores in float64, as k_best_paths computes it without a language model.
-    """
-    toks, values = _lattice(tokens, scores)
-    choice = [int(c) for c in values.argmax(axis=1)]  # [h]; argmax takes the first maximum
-    total = 0.0
-    for j, c in enumerate(choice):
-        total += float(values[j, c])
-    return Path([toks[j][c] for j, c in enumerate(choice)], choice, total)
 
 
 def _weights(

@@ -30,8 +30,9 @@ from .device import resolve_device, resolve_dtype
 from .engines import ENGINES, LLAMA_CPP_PYTHON
 from .engines.llamacpp import GgufModel
 from .errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
-from .files import MAX_CONFIG_BYTES, describe_mode, read_input, stat_input, stat_path
+from .files import describe_mode, read_input, stat_input, stat_path
 from .gguf_file import check_gguf
+from .limits import MAX_CONFIG_BYTES, MAX_DIR_ENTRIES, MAX_GGUF_BYTES
 from .packaged import PACKAGED, cache_folder, cache_lock, converted_dir, packaged_gguf, shareable
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
@@ -183,10 +184,6 @@ def _silence_transformers() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-
-
-MAX_DIR_ENTRIES = 10_000  # entries of a model directory checked (a model has a dozen; the bound keeps a huge folder quick)
-MAX_GGUF_BYTES = 1 << 40  # a GGUF is read by transformers in pieces; the bound only keeps devices and FIFOs out
 
 
 def _check_model_dir(source: Path, spec: ModelSpec) -> None:

@@ -13,13 +13,18 @@ deterministic, so its q is one-hot, and it may propose nothing.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from .drafters import DraftContext, Proposal
+from .errors import ChainError
 from .limits import DEFAULT_NGRAM_ORDER
 from .stats import LevelStats
+
+if TYPE_CHECKING:
+    from .cache import CachedModel
 
 __all__ = ["NgramDrafter", "ngram_lookup"]
 
@@ -53,6 +58,10 @@ class NgramDrafter:
     """Level 0 without a model: n-gram prompt lookup of order ``n``, drafting on a suffix match of
     at least ``min_size`` tokens."""
 
+    reads_host = False
+    tree_refusal = "ngram drafts chains only; give level 0 a number or make it a model"
+    placement = "ngram can only be the lowest level of a chain (it cannot verify)"
+
     def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram", min_size: int = 1) -> None:
         self.n = n
         self.min_size = min_size
@@ -60,6 +69,10 @@ class NgramDrafter:
 
     def prefill(self, prompt: list[int]) -> None:
         """Nothing to cache: the lookup reads the context each time."""
+
+    def attach(self, host: CachedModel) -> None:
+        """The lookup reads no hidden rows: refused."""
+        raise ChainError(f"{self.stats.model} reads no hidden rows of the level above")
 
     def propose(self, ctx: DraftContext, n: int) -> Proposal:
         t0 = time.perf_counter()

@@ -50,11 +50,6 @@ class TreeShape:
         """N: drafted nodes, the root excluded (what the verifier checks in one pass)."""
         return sum(self.frontiers[1:])
 
-    @property
-    def is_chain(self) -> bool:
-        """One child everywhere: the same draft as a chain of width ``depth``."""
-        return all(b == 1 for b in self.branching)
-
     def __str__(self) -> str:
         text = "x".join(map(str, self.branching))
         return text + "x" if self.depth == 1 else text  # "4x": a tree, never the chain width "4"

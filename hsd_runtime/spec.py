@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .choices import DTYPES, ENGINES, GGUF_QUANTS, TORCH_QUANTS, Dtype
 from .errors import ModelSpecError
-from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS, MAX_SPEC_CHARS
+from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS, MAX_SPEC_CHARS, MAX_SPEC_INT
 
 __all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "check_engine", "parse_chain", "parse_spec", "same_model"]
 
@@ -42,7 +42,6 @@ BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
 _INT_OPTIONS = {"layers", "n", "min"}
-_MAX_INT_OPTION = 10**6  # far above any model's layer count or n-gram order; a longer number is a typo
 _KNOWN = {"layers", "dtype", "n", "min", "quant", "vocab", "steer", "engine"}
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
@@ -167,13 +166,13 @@ def parse_spec(text: str) -> ModelSpec:
         return _parse_bpd(text, f"{BPD}:{parts[0]}", parts[1:])
     options = _key_values(text, parts, _KNOWN, "model spec")
     for key, value in options:
-        if key in _INT_OPTIONS and not (value.isascii() and value.isdigit() and 1 <= int(value) <= _MAX_INT_OPTION):
-            raise ModelSpecError(f"option {key}={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,}")
+        if key in _INT_OPTIONS and not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_SPEC_INT):
+            raise ModelSpecError(f"option {key}={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {MAX_SPEC_INT:,}")
         if key == "dtype" and value not in DTYPES:
             raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")
-        if key == "vocab" and value.isascii() and value.isdigit() and not 1 <= int(value) <= _MAX_INT_OPTION:
+        if key == "vocab" and value.isascii() and value.isdigit() and not 1 <= int(value) <= MAX_SPEC_INT:
             raise ModelSpecError(
-                f"option vocab={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {_MAX_INT_OPTION:,} or a ranking file"
+                f"option vocab={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {MAX_SPEC_INT:,} or a ranking file"
             )
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
@@ -238,7 +237,7 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
     """The options of a ``bpd:DIR`` spec, each checked."""
     options = _key_values(text, parts, _BPD_KNOWN, "bpd spec")
     for key, value in options:
-        bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS, "vocab": _MAX_INT_OPTION}
+        bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS, "vocab": MAX_SPEC_INT}
         if key in bounds and not (value.isascii() and value.isdigit() and 1 <= int(value) <= bounds[key]):
             raise ModelSpecError(f"option {key}={value[:40]} in bpd spec {text[:200]!r} must be an integer from 1 to {bounds[key]}")
         if key == "alpha":

@@ -72,34 +72,71 @@ class LevelStats:
 
 @dataclass
 class GenerationResult:
-    """New tokens of one generation and where its time went."""
+    """New tokens of one generation of b >= 1 sequences decoded in lockstep, and where its time went.
 
-    tokens: list[int]
-    prompt_tokens: int
-    levels: list[LevelStats]
+    The one-sequence runtime returns b = 1, whose sequence ``tokens``, ``prompt_tokens`` and
+    ``committed_per_round`` name; the batched runtime returns one row per prompt.
+    """
+
+    sequences: list[list[int]]  # [b][new tokens]
+    prompt_lengths: list[int]  # [b]
+    levels: list[LevelStats]  # summed over the sequences; a batched pass counts once
     prefill_s: float
     decode_s: float
-    target_rounds: int  # target verification rounds; each commits accepted tokens + 1
-    committed_per_round: list[int] = field(default_factory=list)
+    target_rounds: int  # target verification rounds; each commits, for every active sequence, its accepted tokens + 1
+    committed: list[list[int]] = field(default_factory=list)  # [b][rounds the sequence took part in]: tokens committed
+
+    @property
+    def batch(self) -> int:
+        """b: the sequences decoded together."""
+        return len(self.sequences)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The new tokens of a one-sequence generation."""
+        if self.batch != 1:
+            raise ValueError(f"a batch of {self.batch} sequences has no one token list; read sequences")
+        return self.sequences[0]
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt length of a one-sequence generation (the first sequence's)."""
+        return self.prompt_lengths[0]
+
+    @property
+    def committed_per_round(self) -> list[int]:
+        """Tokens committed each target round of a one-sequence generation."""
+        return self.committed[0] if self.committed else []
+
+    @property
+    def total_tokens(self) -> int:
+        """New tokens over every sequence."""
+        return sum(len(t) for t in self.sequences)
 
     @property
     def ms_per_token(self) -> float:
-        """Decode wall time per generated token, prefill excluded."""
-        return 1000.0 * self.decode_s / len(self.tokens) if self.tokens else 0.0
+        """Decode wall time per token of one sequence, prefill excluded: the latency each sequence
+        sees (the batch's mean tokens per sequence over the wall time)."""
+        return 1000.0 * self.decode_s * self.batch / self.total_tokens if self.total_tokens else 0.0
 
     @property
     def tokens_per_s(self) -> float:
-        return len(self.tokens) / self.decode_s if self.decode_s else 0.0
+        """Tokens per second of the whole batch (throughput)."""
+        return self.total_tokens / self.decode_s if self.decode_s else 0.0
 
     @property
     def mean_accepted_length(self) -> float:
-        """Tokens committed per target verification round, bonus included (block efficiency)."""
-        return len(self.tokens) / self.target_rounds if self.target_rounds else 0.0
+        """Tokens committed per sequence per target round it took part in, bonus included (block efficiency)."""
+        rounds = sum(len(c) for c in self.committed)
+        return sum(sum(c) for c in self.committed) / rounds if rounds else 0.0
 
     def to_dict(self) -> dict:
+        """The result as ``generate --json`` prints it (a batch: a token list and a prompt length per sequence)."""
+        one = self.batch == 1
         return {
-            "tokens": self.tokens,
-            "prompt_tokens": self.prompt_tokens,
+            **({} if one else {"batch_size": self.batch}),
+            "tokens": self.sequences[0] if one else self.sequences,
+            "prompt_tokens": self.prompt_lengths[0] if one else self.prompt_lengths,
             "measured_ms_per_token": self.ms_per_token,
             "tokens_per_s": self.tokens_per_s,
             "prefill_ms": 1000.0 * self.prefill_s,

@@ -147,6 +147,15 @@ class Steerer:
         """No steering (a new sequence, before its first verification)."""
         self.delta = None
 
+    @property
+    def taps(self) -> tuple[int, ...]:
+        """The verifier layers whose inputs steer this model."""
+        return tuple(self.card.taps)
+
+    def wrap(self, level: ModelDrafter | VerifierLevel) -> SteeredDrafter:
+        """``level`` (this model's own) steered by this steerer."""
+        return SteeredDrafter(level, self)
+
 
 class _Steered(nn.Module):
     """``inner(x) + delta_l`` (``inner`` a SwiGLU's up projection, or a whole MLP for ``simple``)."""

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ValidationError
 from torch import nn
 
 from .errors import ModelSpecError, PathError, first_line
-from .files import MAX_CONFIG_BYTES, open_input, read_input, staging_folder, stat_path
+from .files import open_input, read_input, staging_folder, stat_path
+from .limits import MAX_CONFIG_BYTES
 from .packaged import shareable
 
 __all__ = ["load_weights", "read_card_file", "save_trained", "write_files"]

@@ -27,10 +27,9 @@ from torch import nn
 
 from .errors import ModelSpecError
 from .files import read_input
+from .limits import MAX_RANKING_BYTES
 
-__all__ = ["MAX_RANKING_BYTES", "TrimmedHead", "column_of", "kept_tokens", "read_ranking"]
-
-MAX_RANKING_BYTES = 16 << 20  # a ranking of every token of a 262k vocabulary is about 2 MB of JSON
+__all__ = ["TrimmedHead", "column_of", "kept_tokens", "read_ranking"]
 
 
 class TrimmedHead(nn.Module):

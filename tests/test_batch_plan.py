@@ -13,7 +13,8 @@ import pytest
 
 from hsd_planner.errors import SolverError
 from hsd_planner.plan import Level, Profile, RoundLaw, RunLengths, SolveConfig, hierarchy_latency, predict, solve
-from hsd_planner.plan.batch import batch_cost, batch_latency, drafter_schedule, predict_batch, solve_batch, solve_batches
+from hsd_planner.plan.batch import drafter_schedule, solve_batches
+from hsd_planner.plan.latency import batch_latency
 from hsd_planner.plan.lockstep import expected_max_rounds, max_rounds_table, rounds_cdf
 
 
@@ -111,17 +112,17 @@ def _profile(target_fixed: float = 20.0, target_per: float = 1.0) -> Profile:
 
 
 def _brute(profile: Profile, batch: int, t_max: int) -> float:
-    best = predict_batch(profile, ["big"], [], batch).ms_per_token
+    best = predict(profile, ["big"], [], batch_size=batch).ms_per_token
     for chain in (["ngram", "big"], ["small", "big"], ["ngram", "small", "big"]):
         for widths in itertools.product(range(1, t_max + 1), repeat=len(chain) - 1):
-            best = min(best, predict_batch(profile, chain, list(widths), batch).ms_per_token)
+            best = min(best, predict(profile, chain, list(widths), batch_size=batch).ms_per_token)
     return best
 
 
 @pytest.mark.parametrize("batch", [1, 2, 4, 8, 16])
 def test_the_solver_per_batch_size_agrees_with_brute_force(batch):
     profile = _profile()
-    sol = solve_batch(profile, batch, t_max=5)
+    sol = solve(profile, SolveConfig(t_max=5, batch_size=batch, trees=False))
     assert sol.best.prediction.ms_per_token == pytest.approx(_brute(profile, batch, 5), rel=1e-9)
     if batch == 1:  # the plain solver, chains only, finds the same
         plain = solve(profile, SolveConfig(t_max=5, trees=False)).best
@@ -135,7 +136,7 @@ def test_the_schedule_says_zero_where_speculation_stops_paying():
     profile = _profile()
     for m in profile.models:
         m.batch_latency[16] = type(m.latency)(points={64: {n: (0.01 if m.lookup else 1.0) * 16 * n for n in (1, 2, 4, 8, 16)}})
-    sol = solve_batches(profile, [1, 2, 4, 8, 16], t_max=6)
+    sol = solve_batches(profile, [1, 2, 4, 8, 16], SolveConfig(t_max=6))
     schedule = sol.schedule
     assert schedule[0].min_batch == 1 and schedule[0].plan.depth >= 1
     assert schedule[-1].max_batch == 16 and schedule[-1].plan.widths == () and schedule[-1].plan.chain == ("big",)
@@ -150,24 +151,22 @@ def test_the_schedule_says_zero_where_speculation_stops_paying():
 
 def test_costs_between_measured_batch_sizes_are_linear_in_b_and_outside_refused():
     profile = _profile()
-    assert batch_cost(profile, "big", 64, 3)(2) == pytest.approx(
-        (batch_cost(profile, "big", 64, 2)(2) + batch_cost(profile, "big", 64, 4)(2)) / 2
-    )
+    assert profile.cost("big", 64, 3)(2) == pytest.approx((profile.cost("big", 64, 2)(2) + profile.cost("big", 64, 4)(2)) / 2)
     with pytest.raises(SolverError, match="profile --batch-sizes"):
-        batch_cost(profile, "big", 64, 32)
+        profile.cost("big", 64, 32)
     only_one = Profile(
         target="t", models=[{"name": "t", "latency": {64: {1: 5.0}}}, {"name": "ngram", "lookup": True, "latency": {64: {1: 0.1}}}]
     )
-    assert batch_cost(only_one, "ngram", 64, 8)(4) == pytest.approx(0.8)  # a lookup per sequence
+    assert only_one.cost("ngram", 64, 8)(4) == pytest.approx(0.8)  # a lookup per sequence
     with pytest.raises(SolverError, match="batch size 2"):
-        batch_cost(only_one, "t", 64, 2)
+        only_one.cost("t", 64, 2)
 
 
 def test_a_tree_is_refused_in_a_batch_plan():
     from hsd_runtime.shape import TreeShape
 
     with pytest.raises(SolverError, match="chain"):
-        predict_batch(_profile(), ["small", "big"], [TreeShape((2, 1))], 4)
+        predict(_profile(), ["small", "big"], [TreeShape((2, 1))], batch_size=4)
 
 
 def _lockstep(costs, alphas, widths, batch, horizon, rng) -> tuple[float, float]:

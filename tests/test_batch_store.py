@@ -225,11 +225,13 @@ def test_the_batch_timer_feeds_n_tokens_per_sequence_every_pass(tiny_dirs):
 
 def test_batch_validation_text_report():
     from hsd_planner.cli.batch import format_batch_validation
-    from hsd_planner.validation.batch import BatchRun, BatchValidationReport
+    from hsd_planner.plan import Plan, Prediction
+    from hsd_planner.validation import PlanResult
+    from hsd_planner.validation.batch import BatchValidationReport
 
     runs = [
-        BatchRun(4, "schedule", ["ngram", "t"], [3], 20.0, 25.0, 1.5, 1.2, 2.1, 2.0, 192, 40.0, []),
-        BatchRun(4, "autoregressive", ["t"], [], 30.0, 30.0, 1.0, 1.0, 1.0, 1.0, 192, 40.0, []),
+        PlanResult(None, "schedule", Plan(("ngram", "t"), (3,), Prediction(20.0, 2.1, 1.5)), 25.0, 2.0, 1.2, 40.0, 192, [], batch_size=4),
+        PlanResult(None, "autoregressive", Plan(("t",), (), Prediction(30.0, 1.0, 1.0)), 30.0, 1.0, 1.0, 40.0, 192, [], batch_size=4),
     ]
     report = BatchValidationReport(3, 1, "t", "p:validate", 4, 48, runs)
     text = format_batch_validation(report)

@@ -70,9 +70,9 @@ def test_every_sequence_decodes_the_targets_own_greedy_tokens(seed):
         for _ in range(2):  # twice: the caches are reset between batches
             result = batched.generate(prompts, n)
             expected = [alone.generate(p, n).tokens for p in prompts]
-            assert result.tokens == expected, f"chain depth {depth}, widths {widths}"
+            assert result.sequences == expected, f"chain depth {depth}, widths {widths}"
     # stats add up: every sequence's committed tokens, at least one per round it took part in
-    assert [sum(c) for c in result.committed] == [len(t) for t in result.tokens]
+    assert [sum(c) for c in result.committed] == [len(t) for t in result.sequences]
     assert all(c >= 1 for row in result.committed for c in row)
     assert result.target_rounds == max(len(c) for c in result.committed)
     for k in range(depth):
@@ -89,7 +89,7 @@ def test_a_drafter_equal_to_the_target_is_accepted_whole():
 def test_without_eos_every_sequence_decodes_exactly_max_new_tokens():
     batched = BatchedHierarchy([POOL["far"], TARGET], [3], eos_token_ids=[int(TARGET.config.eos_token_id)])
     result = batched.generate([[4, 5], [6] * 9], 17, stop_at_eos=False)
-    assert [len(t) for t in result.tokens] == [17, 17]
+    assert [len(t) for t in result.sequences] == [17, 17]
     assert result.ms_per_token > 0 and result.tokens_per_s > 0
 
 
@@ -133,7 +133,7 @@ def _law_counts(batched: BatchedHierarchy, sampling: SamplingConfig, runs: int =
     with one_thread():
         for seed in range(runs):
             result = batched.generate(PROMPTS, law.L, sampling.model_copy(update={"seed": seed}))
-            for row, tokens in enumerate(result.tokens):
+            for row, tokens in enumerate(result.sequences):
                 assert len(tokens) == law.L
                 counts[row][law.cell_of(tokens, law.V)] += 1
             for k, level in enumerate(result.levels):
@@ -177,10 +177,10 @@ def test_smollm2_batched_greedy_equals_each_prompt_alone(chain, widths):
     """fp32, as the other real-model identity tests: in bf16 a pass of n tokens rounds differently
     from n passes of one, so even one sequence's speculative tokens may differ at near ties."""
     from hsd_planner.prompts import encode_prompt
-    from hsd_runtime import ModelLoader, build_batched, build_hierarchy
+    from hsd_runtime import ModelLoader, build_hierarchy
 
     loader = ModelLoader(device="cpu", dtype="fp32")
-    batched, tokenizer = build_batched(chain, widths, loader)
+    batched, tokenizer = build_hierarchy(chain, widths, loader, batched=True)
     alone, _ = build_hierarchy(chain[-1:], [], loader)
     texts = [
         "Write a short poem about the sea.",
@@ -190,7 +190,7 @@ def test_smollm2_batched_greedy_equals_each_prompt_alone(chain, widths):
     ]
     ids = [encode_prompt(tokenizer, t) for t in texts]  # 30 to 40 tokens each: ragged
     assert len({len(i) for i in ids}) > 1
-    assert batched.generate(ids, 40).tokens == [alone.generate(i, 40).tokens for i in ids]
+    assert batched.generate(ids, 40).sequences == [alone.generate(i, 40).tokens for i in ids]
 
 
 def test_a_result_keeps_its_own_counters_after_the_next_generation():

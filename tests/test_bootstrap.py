@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from hsd_planner.plan import Profile, predict
+from hsd_planner.plan import Plan, Prediction, Profile, predict
 from hsd_planner.profiling.acceptance import model_conditionals, run_length_sums, start_survival, visited_run_sums
 from hsd_planner.stats import resample_profiles
 
@@ -95,14 +95,34 @@ def test_calibrated_figures_in_the_report():
     import pytest
 
     from hsd_planner.cli.render import format_validation
-    from hsd_planner.validation.calibration import CalibrationRecord
+    from hsd_planner.validation.calibration import CalibrationRecord, ModelReference
     from hsd_planner.validation.report import PlanResult, ValidationReport
 
     auto = PlanResult(
-        1, "autoregressive", ["t"], [], 20.0, 25.0, 1.0, 1.0, 1.0, 1.0, 1.0, 8, [], calibrated_ms_per_token=26.0, calibrated_speedup=1.0
+        1,
+        "autoregressive",
+        Plan(("t",), (), Prediction(20.0, 1.0, 1.0)),
+        25.0,
+        1.0,
+        1.0,
+        1.0,
+        8,
+        [],
+        calibrated_ms_per_token=26.0,
+        calibrated_speedup=1.0,
     )
     plan = PlanResult(
-        2, "best", ["d", "t"], [4], 10.0, 10.0, 2.0, 2.0, 2.0, 2.5, 1.0, 8, [], calibrated_ms_per_token=10.5, calibrated_speedup=26.0 / 10.5
+        2,
+        "best",
+        Plan(("d", "t"), (4,), Prediction(10.0, 2.0, 2.0)),
+        10.0,
+        2.0,
+        2.5,
+        1.0,
+        8,
+        [],
+        calibrated_ms_per_token=10.5,
+        calibrated_speedup=26.0 / 10.5,
     )
     report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, plan], 2)
     assert abs(report.median_abs_error - 0.1) < 1e-12  # raw: |20/25 - 1| = 0.2 and 0
@@ -112,10 +132,8 @@ def test_calibrated_figures_in_the_report():
     assert report.to_dict()["plans"][1]["calibrated_speedup_error"] == plan.calibrated_speedup_error
     # the pick's calibrated speed-up is 24% above the profile's: the report says the machine changed state
     assert report.state_changed and report.target_ratios == {}
-    reference = {"models": {"t": {"profiled_ms": {"1": 20.0, "8": 30.0}, "samples_ms": {"1": [26.0, 26.0], "8": [33.0, 33.0]}}}}
-    noted = ValidationReport(
-        1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, plan], 2, calibration=CalibrationRecord.from_dict(reference)
-    )
+    reference = CalibrationRecord(None, {"t": ModelReference({1: 20.0, 8: 30.0}, {1: [26.0, 26.0], 8: [33.0, 33.0]})})
+    noted = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, plan], 2, calibration=reference)
     assert noted.target_ratios == pytest.approx({1: 1.3, 8: 1.1})
     assert "another state" in format_validation(noted)
     same = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, replace(plan, calibrated_speedup=2.05)], 2)

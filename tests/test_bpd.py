@@ -13,7 +13,6 @@ from hsd_runtime import (
     ModelSpecError,
     SamplingConfig,
     TokenizerMismatchError,
-    build_batched,
     build_hierarchy,
     parse_spec,
 )
@@ -209,7 +208,7 @@ def test_chains_that_misplace_heads_are_refused(tiny_dirs, heads_dir):
     with pytest.raises(TokenizerMismatchError):
         build_hierarchy([f"bpd:{heads_dir}:rescore={tiny_dirs['other']}", target], [2], loader)
     with pytest.raises(ChainError, match="one-sequence runtime"):
-        build_batched([f"bpd:{heads_dir}", target], [2], loader)
+        build_hierarchy([f"bpd:{heads_dir}", target], [2], loader, batched=True)
 
 
 def test_an_ngram_corpus_file_counts_beside_the_context_and_is_stored_absolute(tiny_dirs, heads_dir, tmp_path, monkeypatch):

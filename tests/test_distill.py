@@ -10,10 +10,11 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.prompts import TRAINED_PROMPTS, load_prompts, prompt_digest, split
-from hsd_planner.training import DistillConfig, Distiller, build_student, student_acceptance
+from hsd_planner.training import DistillConfig, Distiller, build_student
 from hsd_planner.training import distiller as distiller_module
 from hsd_planner.training.data import TeacherRows
 from hsd_planner.training.divergences import DIVERGENCES, divergence
+from hsd_planner.training.student import HeldOut
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 from tests.helpers import QUICK_PROFILE, fp32_check, one_line_error, run
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
@@ -126,7 +127,7 @@ def test_distillation_lowers_the_divergence_and_raises_acceptance(learnable, tmp
             p = teacher_forced_logits(distiller.target.model, ids, continuation, 64)
             q = teacher_forced_logits(distiller.student, ids, continuation, 64)
             total += float(divergence(name, p, q))
-        return total / len(prompts), *student_acceptance(distiller.target, distiller.student, prompts, 12, 1.0)
+        return total / len(prompts), *HeldOut.make(distiller.target, prompts, 12, 1.0).acceptance(distiller.student)
 
     before = measured()
     distiller.train()

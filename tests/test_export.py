@@ -82,8 +82,8 @@ def solved(isolated_db):
         SolveConfig(t_max=6),
     ):
         for p in solve_and_store(engine, config=config).plans:
-            depth = len(p.widths)
-            key = "tree" if depth and isinstance(p.widths[0], TreeShape) else f"depth {depth}"
+            depth = len(p.plan.widths)
+            key = "tree" if depth and isinstance(p.plan.widths[0], TreeShape) else f"depth {depth}"
             plans.setdefault(key, p.id)
     assert {"depth 0", "depth 1", "depth 2", "depth 3", "tree"} <= set(plans), plans
     return engine, plans

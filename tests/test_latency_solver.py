@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from hsd_planner.errors import SolverError
 from hsd_planner.plan import SolveConfig
-from hsd_planner.plan.latency import Level, RunLengths, expected_rounds, expected_run_tokens, hierarchy_latency
+from hsd_planner.plan.latency import Level, RoundLaw, RunLengths, hierarchy_latency
 from hsd_planner.plan.simulate import simulate
 from hsd_planner.plan.solver import Candidate, solve_graph
 
@@ -30,9 +30,9 @@ def test_single_drafter_equals_leviathan_closed_form():
 
 def test_expected_rounds_by_hand():
     # b = 1, always accepted: every round yields 2 tokens; 5 tokens take 3 rounds
-    assert expected_rounds(RunLengths.iid(1.0), 1, 5) == pytest.approx(3.0)
+    assert RoundLaw.chain(RunLengths.iid(1.0), 1).rounds(5)[5] == pytest.approx(3.0)
     # never accepted: one token per round
-    assert expected_rounds(RunLengths.iid(0.0), 4, 5) == pytest.approx(5.0)
+    assert RoundLaw.chain(RunLengths.iid(0.0), 4).rounds(5)[5] == pytest.approx(5.0)
 
 
 def _random_runs(rng: random.Random, empirical: bool) -> RunLengths:
@@ -51,10 +51,10 @@ def _random_runs(rng: random.Random, empirical: bool) -> RunLengths:
 def test_width_tables_are_read_per_width():
     runs = RunLengths([1.0, 0.9, 0.8], [[1.0, 0.5], None, [1.0, 0.4, 0.2, 0.1]])
     assert runs.alpha == 0.9  # over every start
-    assert expected_run_tokens(runs, 1) == pytest.approx(1.5)
-    assert expected_run_tokens(runs, 2) == pytest.approx(1.0 + 0.9 + 0.8)  # no table: every start
-    assert expected_run_tokens(runs, 3) == pytest.approx(1.7)
-    assert expected_run_tokens(runs, 5) == pytest.approx(1.7 + 0.05 + 0.025)  # widest table, geometric tail
+    assert RoundLaw.chain(runs, 1).mean == pytest.approx(1.5)
+    assert RoundLaw.chain(runs, 2).mean == pytest.approx(1.0 + 0.9 + 0.8)  # no table: every start
+    assert RoundLaw.chain(runs, 3).mean == pytest.approx(1.7)
+    assert RoundLaw.chain(runs, 5).mean == pytest.approx(1.7 + 0.05 + 0.025)  # widest table, geometric tail
 
 
 def _proposal(rng: random.Random) -> float:

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from hsd_runtime.lattice import NgramModel, Path, argmax_path, k_best_paths
+from hsd_runtime.lattice import NgramModel, Path, k_best_paths
 
 VOCAB = 12
 
@@ -61,6 +61,18 @@ def _lattice(h: int, k: int, rng: random.Random, kind: str) -> tuple[torch.Tenso
     else:
         scores = torch.log_softmax(torch.randn(h, k, generator=torch.Generator().manual_seed(rng.randrange(10**6))), dim=1)
     return tokens, scores
+
+
+def argmax_path(tokens: torch.Tensor, scores: torch.Tensor) -> Path:
+    """The heads' own draft: each head's highest-scoring candidate (the first one on ties), its
+    score the sum of the chosen head scores in float64, as k_best_paths computes it without a
+    language model."""
+    values = scores.to(torch.float64)
+    choice = [int(c) for c in values.argmax(dim=1)]  # argmax takes the first maximum
+    total = 0.0
+    for j, c in enumerate(choice):
+        total += float(values[j, c])
+    return Path([int(tokens[j, c]) for j, c in enumerate(choice)], choice, total)
 
 
 @pytest.mark.parametrize("seed", range(6))

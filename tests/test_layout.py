@@ -41,13 +41,13 @@ def test_migrations_are_the_top_level_folder_when_installed_from_the_checkout():
 
 
 def test_json_keys_of_the_design_card():
-    plan = RankedPlan(3, 1, "best", ["ngram", "t"], [4], 10.0, 2.5, 3.0)
+    plan = RankedPlan(3, 1, "best", Plan(("ngram", "t"), (4,), Prediction(10.0, 2.5, 3.0)))
     solve = SolveReport(1, "t", "w", "hw", "greedy", None, "empirical", 256, [plan]).to_dict()
     assert {"chain", "widths", "predicted_ms_per_token", "predicted_speedup", "plans"} <= set(solve)
     assert solve["chain"] == ["ngram", "t"] and solve["plans"][0]["id"] == 3
     levels = [LevelResult("ngram", 5, 20, 10, 0.01), LevelResult("t", 5, 0, 0, 0.2, 3.0, 2.9)]
-    auto = PlanResult(4, "autoregressive", ["t"], [], 30.0, 31.0, 1.0, 1.0, 1.0, 1.0, 5.0, 64, levels[1:])
-    best = PlanResult(3, "best", ["ngram", "t"], [4], 10.0, 11.0, 2.9, 3.0, 3.0, 31.0 / 11.0, 5.0, 64, levels)
+    auto = PlanResult(4, "autoregressive", Plan(("t",), (), Prediction(30.0, 1.0, 1.0)), 31.0, 1.0, 1.0, 5.0, 64, levels[1:])
+    best = PlanResult(3, "best", Plan(("ngram", "t"), (4,), Prediction(10.0, 2.9, 3.0)), 11.0, 3.0, 31.0 / 11.0, 5.0, 64, levels)
     report = ValidationReport(7, 1, "t", "w", "held", 2, 100, [90, 110], "greedy", "empirical", [best, auto], 3).to_dict()
     first = report["plans"][0]
     assert {

@@ -13,7 +13,7 @@ from torch import nn
 from hsd_planner.cli import cli
 from hsd_planner.profiling import floor as floor_mod
 from hsd_planner.profiling.floor import FloorProbe, PassTraffic, pass_floor_ms, pass_traffic, probe_floor
-from hsd_planner.profiling.hardware import HardwareInfo, detect_hardware, this_machine
+from hsd_planner.profiling.hardware import detect_hardware, hardware_fingerprint, this_machine
 from hsd_runtime import Hierarchy, Int8Linear, ModelLoader, PackedLinear, SamplingConfig, can_prepack, packing, prepack, quantized_copy
 from tests.conftest import NO_BF16, refuse_bf16_packing
 from tests.tiny import tiny_llama
@@ -134,8 +134,8 @@ def test_probe_reports_rates_and_their_spread(monkeypatch):
 def test_kernels_are_part_of_the_hardware_key():
     cpu = torch.device("cpu")
     plain, packed = detect_hardware(cpu), detect_hardware(cpu, "prepacked")
-    legacy = HardwareInfo(plain.device, plain.device_name, plain.threads, plain.torch_version)
-    assert plain.fingerprint == legacy.fingerprint  # profiles taken before prepacking keep their key
+    legacy = hardware_fingerprint(plain.device, plain.device_name, plain.threads, plain.torch_version)
+    assert plain.fingerprint == legacy  # profiles taken before prepacking keep their key
     assert packed.fingerprint != plain.fingerprint
     assert this_machine()[:2] == [packed.fingerprint, plain.fingerprint]
 

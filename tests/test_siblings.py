@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from hsd_planner.cli import cli
 from hsd_planner.plan import Profile
 from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
-from hsd_planner.profiling.siblings import greedy_siblings, rrs_accept, sampled_siblings, sibling_acceptance, sibling_sums
+from hsd_planner.profiling.siblings import _chain, _Residual, greedy_siblings, sampled_siblings, sibling_acceptance, sibling_sums
 from hsd_planner.stats import pool_siblings, resample_profiles
 from hsd_planner.store import open_engine, resolve_url
 from hsd_planner.store.db import alembic_config
@@ -57,6 +57,19 @@ def exact_curve(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
         accepted += [accepted[-1]] * (len(p) - len(accepted))  # no more siblings than tokens with mass
         total += weight * torch.tensor(accepted, dtype=torch.float64)
     return total
+
+
+def rrs_accept(p: torch.Tensor, q: torch.Tensor, orders: torch.Tensor) -> torch.Tensor:
+    """P(one of the first k of ``orders`` accepted by RRS) ``[C, S, K]``.
+
+    ``p``, ``q`` ``[C, V]`` are distributions (float64), ``orders`` ``[C, S, K]`` token ids
+    (distinct per order). The exact per-order probability the Monte Carlo averages.
+    """
+    q_x = q.gather(-1, orders.flatten(1)).view(orders.shape)
+    p_x = p.gather(-1, orders.flatten(1)).view(orders.shape)
+    left = 1.0 - (q_x.cumsum(-1) - q_x)  # mass not drawn before each sibling
+    fresh = torch.zeros_like(p_x[..., 0])
+    return _chain(p_x, q_x, left, _Residual(p, q), fresh, torch.ones_like(fresh))
 
 
 def distributions(seed: int, v: int, scale: float = 1.5) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

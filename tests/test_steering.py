@@ -8,7 +8,7 @@ import torch
 
 from hsd_planner.store import open_engine
 from hsd_planner.store.profiles import load_profile
-from hsd_runtime import ChainError, Hierarchy, ModelLoader, ModelSpecError, SamplingConfig, build_batched, build_hierarchy, parse_spec
+from hsd_runtime import ChainError, Hierarchy, ModelLoader, ModelSpecError, SamplingConfig, build_hierarchy, parse_spec
 from hsd_runtime.cache import CachedModel
 from hsd_runtime.stats import LevelStats
 from hsd_runtime.steering import (
@@ -202,7 +202,7 @@ def test_chains_that_misplace_steering_are_refused(tiny_dirs, steer_dir):
         with pytest.raises((ChainError, ModelSpecError), match=fragment):
             build_hierarchy(chain, [2] * (len(chain) - 1), loader)
     with pytest.raises(ChainError, match="one-sequence runtime"):
-        build_batched([f"{draft}:steer={steer_dir}", target], [2], loader)
+        build_hierarchy([f"{draft}:steer={steer_dir}", target], [2], loader, batched=True)
 
 
 @pytest.mark.parametrize("damage", ["no card", "bad card", "old format", "no weights", "bad weights", "wrong shape"])

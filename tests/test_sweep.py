@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from hsd_planner.plan.profile import LatencyCurve
 from hsd_planner.profiling import ProfileConfig, run_profile, runner, sweep
-from hsd_planner.profiling.config import Candidate
+from hsd_planner.profiling.config import ProfiledModel
 from hsd_planner.profiling.continuations import Assistant
 from hsd_planner.profiling.timing import inversions, spread, summarize, sweep_order
 from hsd_planner.prompts import load_prompts
@@ -99,7 +99,7 @@ def _flat(ms_1: float, ms_n: float) -> LatencyCurve:
 
 def test_continuations_are_drafted_by_the_drafter_predicted_fastest():
     ngram, bad, good, verifier = (
-        Candidate(parse_spec(spec), None if spec == "ngram" else object(), row_id=i)
+        ProfiledModel(parse_spec(spec), None if spec == "ngram" else object(), row_id=i)
         for i, spec in enumerate(["ngram", "a:layers=1", "a:layers=2", "a"])
     )
     curves = {0: _flat(0.2, 0.2), 1: _flat(5.0, 6.0), 2: _flat(20.0, 24.0), 3: _flat(100.0, 110.0)}
@@ -112,7 +112,7 @@ def test_continuations_are_drafted_by_the_drafter_predicted_fastest():
     assert assist.choose(drafters, verifier) is good
     assist.record(2, 3, alpha_sum=0.0, positions=1000)  # no drafter pays: plain decoding
     assert assist.choose(drafters, verifier) is None
-    other = Candidate(parse_spec("b"), object(), row_id=4)  # not measured against it yet: borrow the last acceptance
+    other = ProfiledModel(parse_spec("b"), object(), row_id=4)  # not measured against it yet: borrow the last acceptance
     curves[4] = _flat(100.0, 110.0)
     assert assist.choose([bad, good], other) is None
 

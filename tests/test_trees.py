@@ -45,7 +45,7 @@ def test_shapes_parse_and_count_their_nodes():
     shape = parse_width("3x2x1")
     assert isinstance(shape, TreeShape) and shape.branching == (3, 2, 1)
     assert shape.frontiers == [1, 3, 6, 6] and shape.nodes == 15 and shape.depth == 3 and str(shape) == "3x2x1"
-    assert parse_width("6") == 6 and parse_width("1x1").is_chain
+    assert parse_width("6") == 6 and parse_width("1x1") == TreeShape((1, 1))  # one child everywhere: still a tree
     one_level = parse_width("4x")  # a tree one level deep: never the chain width 4
     assert one_level == TreeShape((4,)) and str(one_level) == "4x" and parse_width(str(one_level)) == one_level
 

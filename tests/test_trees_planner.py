@@ -382,26 +382,26 @@ def curated_db(tmp_path, monkeypatch):
 def test_stored_tree_plans_round_trip(curated_db):
     engine, _ = curated_db
     report = solve_and_store(engine, target=TARGET, config=SolveConfig(top_k=3))
-    best = report.best
+    best = report.best.plan
     assert isinstance(best.widths[0], TreeShape) and best.chain[0] == DRAFT
     from sqlalchemy.orm import Session
 
     with Session(engine) as s:
-        row = s.get(PlanRow, best.id)
+        row = s.get(PlanRow, report.best.id)
         assert row.widths[0] == str(best.widths[0])
-        assert widths_from_json(row.widths) == best.widths
+        assert tuple(widths_from_json(row.widths)) == best.widths
     as_json = json.loads(json.dumps(report.to_dict()))
     assert as_json["widths"] == widths_to_json(best.widths) and as_json["plans"][0]["widths"][0] == str(best.widths[0])
     # the bootstrap resamples carry no sibling curve: a tree plan gets no interval rather than a false one
-    assert best.speedup_interval is None
-    chains = [p for p in report.plans if not any(isinstance(w, TreeShape) for w in p.widths) and p.widths]
+    assert report.best.speedup_interval is None
+    chains = [p for p in report.plans if not any(isinstance(w, TreeShape) for w in p.plan.widths) and p.plan.widths]
     assert chains and all(p.speedup_interval is not None for p in chains)
 
 
 def test_plan_report_prints_trees():
     tree = TreeShape((2, 2))
     report = RankedPlan.of(1, 1, (_tree_plan(tree), "best", None, None))
-    assert report.label == "d[2x2] -> t" and report.to_dict()["widths"] == ["2x2"]
+    assert report.plan.label == "d[2x2] -> t" and report.to_dict()["widths"] == ["2x2"]
 
 
 def _tree_plan(tree: TreeShape):

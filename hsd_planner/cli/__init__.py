@@ -1,7 +1,7 @@
 """The ``hsd-plan`` command line: thin click wrappers over the library, one module per command
 (``generate``, ``profile``, ``profiles``, ``solve``, ``export``, ``validate``, ``demo``,
 ``distill``, ``heads``, ``steer``, ``vocab``), one :mod:`.render` for output, shared options declared once in :mod:`.options`,
-and :mod:`.docs`, the README's generated command reference.
+and :mod:`.docs`, the generated option tables and help of docs/.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
 ``Error: ...`` on stderr and exit status 1, never a traceback; a malformed option or a command

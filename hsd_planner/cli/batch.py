@@ -9,8 +9,8 @@ import click
 
 from hsd_runtime.limits import MAX_BATCH
 
-from ..plan import format_chain
-from ..solving import BatchSolveReport
+from ..plan import Plan
+from ..plan.batch import BatchSolution
 from ..validation.batch import BatchValidationReport
 from .options import int_list
 
@@ -31,27 +31,27 @@ def parse_batch_sizes(text: str | None) -> list[int] | None:
     return sorted(set(int_list(text, "--batch-sizes", MAX_BATCH)))
 
 
-def _plan_text(chain: list[str] | tuple[str, ...], widths: list | tuple) -> str:
-    return format_chain(chain, widths) if widths else f"{chain[-1]} autoregressive (k = 0)"
+def _plan_text(plan: Plan) -> str:
+    return plan.label if plan.depth else f"{plan.chain[-1]} autoregressive (k = 0)"
 
 
-def format_batch_solve(report: BatchSolveReport) -> str:
-    """The best chain per batch size, its prediction per sequence and for the batch, and the schedule."""
+def format_batch_solve(solution: BatchSolution, solve_id: int) -> str:
+    """Solve ``solve_id``'s best chain per batch size, its prediction per sequence and for the batch, and the schedule."""
     lines = [
         "",
-        f"batch sizes (solve {report.solve_id}; chains, every sequence in lockstep):",
+        f"batch sizes (solve {solve_id}; chains, every sequence in lockstep):",
         f"{'batch':>6} {'ms/token':>9} {'tokens/s':>9} {'accepted':>9} {'speed-up':>9}  best plan",
     ]
-    for e in report.entries:
-        p = e.plan.prediction
+    for b, plan in solution.best:
+        p = plan.prediction
         lines.append(
-            f"{e.batch_size:>6} {p.ms_per_token:>9.2f} {e.tokens_per_s:>9.1f} {p.mean_accepted_length:>9.2f} {p.speedup:>8.2f}x  "
-            f"{_plan_text(e.plan.chain, e.plan.widths)}"
+            f"{b:>6} {p.ms_per_token:>9.2f} {1000.0 * b / p.ms_per_token:>9.1f} {p.mean_accepted_length:>9.2f} {p.speedup:>8.2f}x  "
+            f"{_plan_text(plan)}"
         )
     lines.append("schedule:")
-    for r in report.schedule:
-        lines.append(f"  batch {r.min_batch}-{r.max_batch}: {_plan_text(r.plan.chain, r.plan.widths)}")
-    stop = report.stops_paying
+    for r in solution.schedule:
+        lines.append(f"  batch {r.min_batch}-{r.max_batch}: {_plan_text(r.plan)}")
+    stop = solution.stops_paying
     if stop is not None:
         lines.append(f"speculation stops paying at batch size {stop}")
     return "\n".join(lines)
@@ -67,9 +67,9 @@ def format_batch_validation(report: BatchValidationReport) -> str:
     ]
     for r in report.runs:
         lines.append(
-            f"{r.batch_size:>6} {r.kind:<15} {r.predicted_ms_per_token:>8.1f} {r.measured_ms_per_token:>8.1f} {r.error:>+7.1%} "
-            f"{r.measured_tokens_per_s:>10.1f} {r.predicted_speedup:>6.2f}x {r.measured_speedup:>6.2f}x "
-            f"{r.measured_mean_accepted_length:>9.2f}  {_plan_text(r.chain, r.widths)}"
+            f"{r.batch_size:>6} {r.kind:<15} {r.plan.prediction.ms_per_token:>8.1f} {r.measured_ms_per_token:>8.1f} {r.error:>+7.1%} "
+            f"{r.measured_tokens_per_s:>10.1f} {r.plan.prediction.speedup:>6.2f}x {r.measured_speedup:>6.2f}x "
+            f"{r.measured_mean_accepted_length:>9.2f}  {_plan_text(r.plan)}"
         )
     lines.append(f"median |error| {report.median_abs_error:.1%}")
     if report.median_abs_speedup_error is not None:

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from hsd_runtime import ModelLoader
 
 from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
-from ..limits import MAX_COUNT
 from ..training import DistillConfig, Distiller, DistillReport, StepLog, parse_init, running_average
 from .options import (
-    FiniteRange,
     json_option,
     max_context_option,
     prompt_options,
     resolve_dtype_choice,
     runtime_options,
+    step_options,
     training_options,
     vocab_option,
 )
@@ -27,8 +27,7 @@ from .training_run import run_training
 __all__ = ["distill"]
 
 
-def _default(name: str) -> object:
-    return DistillConfig.model_fields[name].default
+_default = DistillConfig.field_default
 
 
 @click.command()
@@ -57,48 +56,13 @@ def _default(name: str) -> object:
     help="Continuations sampled from the student, from the target, or either with probability 1/2.",
 )
 @prompt_options
-@click.option("--steps", type=click.IntRange(1, MAX_COUNT), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
-@click.option(
-    "--batch-size",
-    type=click.IntRange(1, MAX_COUNT),
-    default=_default("batch_size"),
-    show_default=True,
-    help="Sequences per step (every continuation position of each is trained on).",
-)
-@click.option("--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
+@step_options(DistillConfig, batch_help="Sequences per step (every continuation position of each is trained on).")
 @max_context_option(DistillConfig, "student")
 @vocab_option("student", "DIR:vocab=N")
 @training_options(DistillConfig, "target")
 @runtime_options(dtype_help="Dtype of the frozen target; the student always trains in fp32.")
 @json_option
-def distill(
-    target: str,
-    init: str,
-    out: str,
-    divergence: str,
-    data: str,
-    prompts_file: str | None,
-    category: str | None,
-    max_prompts: int | None,
-    reserve: int,
-    steps: int,
-    batch_size: int,
-    samples_per_prompt: int,
-    top_k: int,
-    gen_batch: int,
-    cache: str | None,
-    max_new_tokens: int,
-    lr: float,
-    max_context: int,
-    vocab: int | None,
-    temperature: float,
-    seed: int,
-    checkpoint_every: int,
-    resume: bool,
-    dtype: str,
-    device: str,
-    as_json: bool,
-) -> None:
+def distill(init: str, out: str, resume: bool, dtype: str, device: str, as_json: bool, **options: Any) -> None:
     """Train a student drafter toward a target by knowledge distillation (DistillSpec).
 
     The student is a copy of the target's first K decoder layers, final norm and embeddings (--init
@@ -126,31 +90,7 @@ def distill(
     """
     dtype = resolve_dtype_choice(dtype, device)
     layers, init_model = parse_init(init)
-    config = DistillConfig(
-        target=target,
-        layers=layers,
-        init_model=init_model,
-        divergence=divergence,
-        data=data,
-        prompts=prompts_file,
-        category=category,
-        max_prompts=max_prompts,
-        reserve=reserve,
-        steps=steps,
-        batch_size=batch_size,
-        samples_per_prompt=samples_per_prompt,
-        top_k=top_k,
-        gen_batch=gen_batch,
-        cache=cache,
-        max_new_tokens=max_new_tokens,
-        lr=lr,
-        max_context=max_context,
-        vocab=vocab,
-        temperature=temperature,
-        seed=seed,
-        checkpoint_every=checkpoint_every,
-        dtype=dtype,
-    )
+    config = DistillConfig.from_options(layers=layers, init_model=init_model, dtype=dtype, **options)
     distiller = Distiller(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
 
     def postfix(_: StepLog) -> dict[str, str]:

@@ -3,22 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from hsd_runtime import ModelLoader
+from hsd_runtime.limits import MAX_HEADS
 
-from ..limits import MAX_COUNT
+from ..limits import MAX_HEAD_INNER
 from ..training.heads import HeadsConfig, HeadsReport, HeadsTrainer
-from .options import FiniteRange, json_option, prompt_options, resolve_dtype_choice, runtime_options, training_options, vocab_option
+from .options import (
+    json_option,
+    prompt_options,
+    resolve_dtype_choice,
+    runtime_options,
+    step_options,
+    training_options,
+    vocab_option,
+)
 from .render import emit
 from .training_run import run_training
 
 __all__ = ["heads"]
 
 
-def _default(name: str) -> object:
-    return HeadsConfig.model_fields[name].default
+_default = HeadsConfig.field_default
 
 
 @click.group()
@@ -34,7 +43,7 @@ def heads() -> None:
 @click.option(
     "--heads",
     "n_heads",
-    type=click.IntRange(2, 16),
+    type=click.IntRange(2, MAX_HEADS),
     default=_default("heads"),
     show_default=True,
     help="H, counting the model's own next-token head (H - 1 heads are trained).",
@@ -50,45 +59,18 @@ def heads() -> None:
     help="Forward KL to the host's distribution t + i - 1 positions on, or cross-entropy on its sampled token.",
 )
 @click.option(
-    "--inner", type=click.IntRange(1, 1 << 16), default=None, help="Width of each head's hidden layer [default: the host's hidden size]."
+    "--inner",
+    type=click.IntRange(1, MAX_HEAD_INNER),
+    default=None,
+    help="Width of each head's hidden layer [default: the host's hidden size].",
 )
 @vocab_option("heads", "bpd:DIR (by default; its card names N)")
 @prompt_options
-@click.option("--steps", type=click.IntRange(1, MAX_COUNT), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
-@click.option(
-    "--batch-size", type=click.IntRange(1, MAX_COUNT), default=_default("batch_size"), show_default=True, help="Continuations per step."
-)
-@click.option("--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate.")
+@step_options(HeadsConfig)
 @training_options(HeadsConfig, "host")
 @runtime_options(dtype_help="Dtype of the frozen host; the heads always train in fp32.")
 @json_option
-def train(
-    model: str,
-    n_heads: int,
-    out: str,
-    loss: str,
-    inner: int | None,
-    vocab: int | None,
-    prompts_file: str | None,
-    category: str | None,
-    max_prompts: int | None,
-    reserve: int,
-    steps: int,
-    batch_size: int,
-    samples_per_prompt: int,
-    top_k: int,
-    gen_batch: int,
-    cache: str | None,
-    max_new_tokens: int,
-    lr: float,
-    temperature: float,
-    seed: int,
-    checkpoint_every: int,
-    resume: bool,
-    dtype: str,
-    device: str,
-    as_json: bool,
-) -> None:
+def train(n_heads: int, out: str, resume: bool, dtype: str, device: str, as_json: bool, **options: Any) -> None:
     """Train H - 1 block-draft heads on a model's own continuations (blockwise parallel decoding).
 
     Head i reads the model's final hidden state after position t and predicts token t + i: a
@@ -109,29 +91,7 @@ def train(
         hsd-plan heads train --model qwen2.5-coder-0.5b --vocab 16384 --prompts humaneval --out heads/qwen05
     """
     dtype = resolve_dtype_choice(dtype, device)
-    config = HeadsConfig(
-        model=model,
-        heads=n_heads,
-        inner=inner,
-        vocab=vocab,
-        loss=loss,
-        prompts=prompts_file,
-        category=category,
-        max_prompts=max_prompts,
-        reserve=reserve,
-        steps=steps,
-        batch_size=batch_size,
-        samples_per_prompt=samples_per_prompt,
-        top_k=top_k,
-        gen_batch=gen_batch,
-        cache=cache,
-        max_new_tokens=max_new_tokens,
-        lr=lr,
-        temperature=temperature,
-        seed=seed,
-        checkpoint_every=checkpoint_every,
-        dtype=dtype,
-    )
+    config = HeadsConfig.from_options(heads=n_heads, dtype=dtype, **options)
     trainer = HeadsTrainer(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
     report = run_training(trainer, "training heads", lambda loss: {"loss": f"{loss:.4f}"})
     emit(report, as_json, _format)

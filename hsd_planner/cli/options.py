@@ -79,7 +79,7 @@ def export_options(f: F | None = None, *, fmt_option: str = "--format", required
             help="The name the server knows a model of the plan by (repeatable) [default: the spec].",
         )(g)
         g = click.option(
-            "--stack-version", default=None, help="Version of the stack's mapping (see the README's Serving section) [default: the newest]."
+            "--stack-version", default=None, help="Version of the stack's mapping (see docs/serving.md) [default: the newest]."
         )(g)
         return click.option(
             fmt_option,
@@ -320,7 +320,7 @@ def max_context_option(defaults: Any, drafter: str) -> Callable[[F], F]:
     return click.option(
         "--max-context",
         type=click.IntRange(0, MAX_LENGTH),
-        default=defaults.model_fields["max_context"].default,
+        default=defaults.field_default("max_context"),
         show_default=True,
         help=f"Prompt tokens the {drafter} reads in training, the last ones (0: all); the teacher's signal covers the whole prompt.",
     )
@@ -339,13 +339,22 @@ def vocab_option(drafter: str, draft_as: str) -> Callable[[F], F]:
     )
 
 
+def step_options(defaults: Any, batch_help: str = "Continuations per step.", lr_help: str = "AdamW learning rate.") -> Callable[[F], F]:
+    """A trainer's ``--steps``, ``--batch-size`` (``batch_help``) and ``--lr`` (``lr_help``),
+    defaults read from its config class ``defaults``."""
+    default, count = defaults.field_default, click.IntRange(1, MAX_COUNT)
+    steps = click.option("--steps", type=count, default=default("steps"), show_default=True, help="Optimizer steps in all.")
+    batch = click.option("--batch-size", type=count, default=default("batch_size"), show_default=True, help=batch_help)
+    lr = click.option("--lr", type=FiniteRange(0, min_open=True), default=default("lr"), show_default=True, help=lr_help)
+    return lambda f: steps(batch(lr(f)))
+
+
 def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
     """The data engine's and the run's options of a trainer (``distill``, ``heads train``), from
     ``--samples-per-prompt`` to ``--resume``, defaults read from its config class ``defaults``;
     ``teacher`` names the model whose continuations and signal the corpus holds."""
 
-    def default(name: str) -> Any:
-        return defaults.model_fields[name].default
+    default = defaults.field_default
 
     def wrap(f: F) -> F:
         options = [

@@ -15,10 +15,11 @@ import click
 from ..export import ExportReport
 from ..generate import GenerateReport
 from ..paths import write_atomic
+from ..plan.batch import BatchSolution
 from ..profiling import SUMMARY_N, ProfileSummary
 from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
-from ..solving import THIN_PROMPTS, BatchSolveReport, SolveReport
+from ..solving import THIN_PROMPTS, SolveReport
 from ..store.exchange import ProfileDocument
 from ..validation import ValidationReport
 from .batch import format_batch_solve
@@ -153,7 +154,7 @@ def format_generate(report: GenerateReport) -> str:
     return "\n".join(lines)
 
 
-def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None = None, batch: BatchSolveReport | None = None) -> None:
+def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None = None, batch: BatchSolution | None = None) -> None:
     """A solve's plans, with ``batch`` its best plan per batch size and schedule (``--json``: under
     the key ``batch``), with ``export`` its pick exported (under ``export``)."""
     if as_json:
@@ -162,7 +163,7 @@ def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None =
         return
     click.echo(format_solve(report))
     if batch is not None:
-        click.echo(format_batch_solve(batch))
+        click.echo(format_batch_solve(batch, report.solve_id))
     if export is not None:
         emit_export(export, False)
 
@@ -176,9 +177,10 @@ def format_solve(report: SolveReport) -> str:
     ]
     for p in report.plans:
         interval = f"{p.speedup_interval[0]:.2f}-{p.speedup_interval[1]:.2f}" if p.speedup_interval else "-"
+        pred = p.plan.prediction
         lines.append(
-            f"{p.id:>5} {p.kind:<15} {p.predicted_ms_per_token:>9.2f} {p.predicted_mean_accepted_length:>9.2f} "
-            f"{p.predicted_speedup:>8.2f}x {interval:>13}  {p.label}{' (tied with the pick)' if p.tied else ''}"
+            f"{p.id:>5} {p.kind:<15} {pred.ms_per_token:>9.2f} {pred.mean_accepted_length:>9.2f} "
+            f"{pred.speedup:>8.2f}x {interval:>13}  {p.plan.label}{' (tied with the pick)' if p.tied else ''}"
         )
     if report.thin_sample:
         lines.append(
@@ -318,10 +320,11 @@ def format_validation(report: ValidationReport) -> str:
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}" if interval else "-"
         cal_ms = f"{p.calibrated_ms_per_token:>8.2f}" if p.calibrated_ms_per_token is not None else f"{'-':>8}"
         cal_up = f"{p.calibrated_speedup:.2f}" if p.calibrated_speedup is not None else "-"
+        pred = p.plan.prediction
         lines.append(
-            f"{p.plan_id:>5} {p.kind:<15} {p.predicted_ms_per_token:>8.2f} {cal_ms} {p.measured_ms_per_token:>8.2f} "
-            f"{p.error:>+7.1%} {f'{p.predicted_speedup:.2f}/{cal_up}/{p.measured_speedup:.2f}':>18} {spread:>13} "
-            f"{p.predicted_mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.label}{' (tied)' if p.tied else ''}"
+            f"{p.plan_id:>5} {p.kind:<15} {pred.ms_per_token:>8.2f} {cal_ms} {p.measured_ms_per_token:>8.2f} "
+            f"{p.error:>+7.1%} {f'{pred.speedup:.2f}/{cal_up}/{p.measured_speedup:.2f}':>18} {spread:>13} "
+            f"{pred.mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.plan.label}{' (tied)' if p.tied else ''}"
         )
     lines.append(
         f"median |speed-up error| {report.median_abs_speedup_error:.1%} as profiled, {report.median_abs_speedup_error_calibrated:.1%} calibrated; "
@@ -335,7 +338,7 @@ def format_validation(report: ValidationReport) -> str:
         ratios = ", ".join(f"{r:.2f} at {n} token{'s' if n > 1 else ''}" for n, r in sorted(report.target_ratios.items()))
         lines.append(
             f"note: the machine is in another state than when it was profiled (the target's passes now / profiled: {ratios}); "
-            f"here the pick's speed-up is {pick.calibrated_speedup:.2f}x calibrated, not the profile's {pick.predicted_speedup:.2f}x. "
+            f"here the pick's speed-up is {pick.calibrated_speedup:.2f}x calibrated, not the profile's {pick.plan.prediction.speedup:.2f}x. "
             "Profile again to plan for this state."
         )
     return "\n".join(lines)

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from hsd_runtime import ModelLoader
 
 from ..choices import DIVERGENCE_NAMES
-from ..limits import MAX_COUNT
+from ..limits import MAX_STALE, MAX_STEER_RANK
 from ..training.steer import SteerConfig, SteerReport, SteerTrainer
-from .options import FiniteRange, json_option, max_context_option, prompt_options, resolve_dtype_choice, runtime_options, training_options
+from .options import (
+    FiniteRange,
+    json_option,
+    max_context_option,
+    prompt_options,
+    resolve_dtype_choice,
+    runtime_options,
+    step_options,
+    training_options,
+)
 from .render import emit
 from .training_run import run_training
 
 __all__ = ["steer"]
 
 
-def _default(name: str) -> object:
-    return SteerConfig.model_fields[name].default
+_default = SteerConfig.field_default
 
 
 @click.group()
@@ -41,10 +50,12 @@ def steer() -> None:
     show_default=True,
     help="W_g: low rank (B A), full, or simple (one vector per layer after its MLP).",
 )
-@click.option("--rank", type=click.IntRange(1, 1 << 14), default=_default("rank"), show_default=True, help="Rank of W_g (--form lowrank).")
+@click.option(
+    "--rank", type=click.IntRange(1, MAX_STEER_RANK), default=_default("rank"), show_default=True, help="Rank of W_g (--form lowrank)."
+)
 @click.option(
     "--stale",
-    type=click.IntRange(1, 32),
+    type=click.IntRange(1, MAX_STALE),
     default=_default("stale"),
     show_default=True,
     help="Drafted tokens per block: each step steers from 1..STALE positions back, as drafts are.",
@@ -64,13 +75,7 @@ def steer() -> None:
     help="Keep the drafter frozen, or train it with the steering (saved in --out/drafter).",
 )
 @prompt_options
-@click.option("--steps", type=click.IntRange(1, MAX_COUNT), default=_default("steps"), show_default=True, help="Optimizer steps in all.")
-@click.option(
-    "--batch-size", type=click.IntRange(1, MAX_COUNT), default=_default("batch_size"), show_default=True, help="Continuations per step."
-)
-@click.option(
-    "--lr", type=FiniteRange(0, min_open=True), default=_default("lr"), show_default=True, help="AdamW learning rate of the projection."
-)
+@step_options(SteerConfig, lr_help="AdamW learning rate of the projection.")
 @click.option(
     "--drafter-lr",
     type=FiniteRange(0, min_open=True),
@@ -82,37 +87,7 @@ def steer() -> None:
 @training_options(SteerConfig, "verifier")
 @runtime_options(dtype_help="Dtype of the frozen verifier (and a frozen drafter); the steering always trains in fp32.")
 @json_option
-def train(
-    drafter: str,
-    verifier: str,
-    out: str,
-    form: str,
-    rank: int,
-    stale: int,
-    divergence: str,
-    finetune: str,
-    prompts_file: str | None,
-    category: str | None,
-    max_prompts: int | None,
-    reserve: int,
-    steps: int,
-    batch_size: int,
-    lr: float,
-    drafter_lr: float,
-    max_context: int,
-    samples_per_prompt: int,
-    top_k: int,
-    gen_batch: int,
-    cache: str | None,
-    max_new_tokens: int,
-    temperature: float,
-    seed: int,
-    checkpoint_every: int,
-    resume: bool,
-    dtype: str,
-    device: str,
-    as_json: bool,
-) -> None:
+def train(out: str, resume: bool, dtype: str, device: str, as_json: bool, **options: Any) -> None:
     """Train the steering of a drafter by its verifier (SD²: steering pretrained drafters).
 
     After every verification, the verifier's hidden states entering three of its layers (3, L/2,
@@ -131,33 +106,7 @@ def train(
         hsd-plan generate --chain students/smol-l4:steer=steer/smol-l4,smollm2-135m --widths 4 --prompt "Explain tides." --check
     """
     dtype = resolve_dtype_choice(dtype, device)
-    config = SteerConfig(
-        drafter=drafter,
-        verifier=verifier,
-        form=form,
-        rank=rank,
-        stale=stale,
-        divergence=divergence,
-        finetune=finetune,
-        prompts=prompts_file,
-        category=category,
-        max_prompts=max_prompts,
-        reserve=reserve,
-        steps=steps,
-        batch_size=batch_size,
-        lr=lr,
-        drafter_lr=drafter_lr,
-        max_context=max_context,
-        samples_per_prompt=samples_per_prompt,
-        top_k=top_k,
-        gen_batch=gen_batch,
-        cache=cache,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        seed=seed,
-        checkpoint_every=checkpoint_every,
-        dtype=dtype,
-    )
+    config = SteerConfig.from_options(dtype=dtype, **options)
     trainer = SteerTrainer(config, Path(out), ModelLoader(device=device, dtype=dtype), resume=resume)
     report = run_training(trainer, "training steering", lambda loss: {"loss": f"{loss:.4f}"})
     emit(report, as_json, _format)

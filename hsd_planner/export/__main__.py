@@ -5,7 +5,9 @@ import json
 import sys
 from pathlib import Path
 
+from ..paths import write_atomic
 from .schema import PLAN_SCHEMA_FILE, json_schema
 
 target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name(PLAN_SCHEMA_FILE)
-target.write_text(json.dumps(json_schema(), indent=2) + "\n")
+text = json.dumps(json_schema(), indent=2) + "\n"
+write_atomic(target, "plan schema", lambda tmp: tmp.write_text(text))  # whole or untouched, as every output

@@ -198,15 +198,7 @@ def plan_document(stored: SolvedPlan, batch: Sequence[BatchEntry] = ()) -> PlanD
         )
     solve, hw, wl = stored.solve, stored.solve.hardware, stored.solve.workload
     profile = ProfileInfo(
-        hardware=HardwareInfo(
-            fingerprint=hw.fingerprint,
-            device=hw.device,
-            device_name=hw.device_name,
-            capability=hw.capability,
-            threads=hw.threads,
-            torch_version=hw.torch_version,
-            kernels=hw.kernels,
-        ),
+        hardware=HardwareInfo.model_validate(hw, from_attributes=True),  # the record's fields the document keeps
         dtype=solve.setting.dtype,
         workload=WorkloadInfo(name=wl.name, content_hash=wl.content_hash, prompts=wl.count),
         mode=solve.setting.mode,

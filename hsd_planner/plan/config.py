@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hsd_runtime.limits import MAX_TREE_NODES, MAX_WIDTH
+from hsd_runtime.limits import MAX_BATCH, MAX_TREE_NODES, MAX_WIDTH
 
 from ..choices import AcceptanceModel
 
@@ -46,6 +46,7 @@ class SolveConfig(BaseModel):
     )
     exclude: tuple[str, ...] = Field((), description="candidates not to use")
     require: tuple[str, ...] = Field((), description="models every returned hierarchy must contain")
+    batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="sequences decoded in lockstep: costs read at c(n, b), chains only above 1")
 
 
 SOLVE_DEFAULTS = SolveConfig()

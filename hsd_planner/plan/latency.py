@@ -32,6 +32,18 @@ p_k is what a proposal of level k costs beside its passes, once per round of the
 a steered drafter's projection of its verifier's taps (0 for every other model).
 
 With one drafter this is Leviathan et al.'s L = (T c_0 + c_1)(1 - a) / (1 - a^{T+1}).
+
+At batch b (b sequences decoded in lockstep, :func:`batch_latency`) every cost is c(n, b), the
+median ms of one cached pass over b sequences of n new tokens each (:meth:`Profile.cost`), and
+every level runs one batched pass per step for all b sequences, each accepting its own number of
+tokens (acceptance does not depend on b). A middle level goes on until its slowest sequence holds
+T_k tokens: E[max_{i<=b} R_k^(i)(T_k)] rounds (:mod:`.lockstep`) instead of m(T_k). Each sequence
+sees L_b = (E[C_{K-1}] + c_K(T_{K-1} + 1, b)) / E[X_K] ms per token; throughput is 1000 b / L_b.
+A round of level k runs the level below only for the sequences that still need tokens: a round
+with m of them costs the level below at m, weighted by the expected number of such rounds
+(:func:`~.lockstep.active_rounds`). The solver's DAG keeps one number per node and uses the
+product, exact for chains of up to one middle level and an upper bound beyond. Batch plans are
+chains: the batched runtime drafts no tree.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from dataclasses import dataclass
 
 from hsd_runtime.shape import TreeShape, Width
 
+from .lockstep import active_rounds
 from .rounds import RoundLaw, RunLengths, SiblingCurve
 
 __all__ = [
@@ -50,14 +63,12 @@ __all__ = [
     "RoundLaw",
     "RunLengths",
     "SiblingCurve",
+    "batch_latency",
     "draft_cost",
-    "expected_rounds",
-    "expected_run_tokens",
     "hierarchy_latency",
     "level_cost",
     "pass_cost",
     "round_law",
-    "rounds_table",
     "verify_size",
 ]
 
@@ -119,21 +130,6 @@ def round_law(level: Level, below: Width) -> RoundLaw:
     if isinstance(below, TreeShape):
         return RoundLaw.tree(below, level.sibling_curve())
     return RoundLaw.chain(level.run_lengths(), below)
-
-
-def expected_run_tokens(runs: RunLengths, b: int) -> float:
-    """E[X] = sum_{g=0..b} P(G >= g): tokens per verification round of a chain batch of ``b``."""
-    return RoundLaw.chain(runs, b).mean
-
-
-def rounds_table(runs: RunLengths, b: int, t_max: int) -> list[float]:
-    """m(t) for t = 0..t_max: expected rounds of chain batches of ``b`` until ``t`` tokens are held."""
-    return RoundLaw.chain(runs, b).rounds(t_max)
-
-
-def expected_rounds(runs: RunLengths, b: int, t: int) -> float:
-    """m(t): expected rounds of chain batches of ``b`` until at least ``t`` tokens are held."""
-    return rounds_table(runs, b, t)[t]
 
 
 @dataclass(frozen=True)
@@ -206,3 +202,40 @@ def hierarchy_latency(levels: Sequence[Level], widths: Sequence[Width], horizon:
         tokens = law.mean if horizon is None else horizon / law.rounds(horizon)[horizon]
         ms = (level_cost(levels[:-1], widths) + levels[-2].proposal + pass_cost(target.cost, widths[-1], target.runs)) / tokens
     return Prediction(ms, tokens, target.cost(1) / ms)
+
+
+def batch_latency(levels: Sequence[Level], widths: Sequence[Width], batch: int, horizon: int | None = None) -> Prediction:
+    """Expected ms per token of each of ``batch`` sequences decoded in lockstep by ``levels``
+    (target last, costs at this batch size) with chain ``widths``; at batch 1 it is
+    :func:`hierarchy_latency` of a chain whose passes cost c(T + 1).
+
+    Without ``horizon``, the steady state; with ``horizon`` = N, a generation of exactly N tokens
+    per sequence, which ends with the slowest sequence.
+
+    >>> levels = [Level(lambda n: 1.0), Level(lambda n: 2.0, RunLengths.iid(0.5)), Level(lambda n: 10.0, RunLengths.iid(0.5))]
+    >>> one, two = batch_latency(levels, [1, 2], 1), batch_latency(levels, [1, 2], 2)
+    >>> round(one.ms_per_token, 4), round(two.ms_per_token, 4)  # (1.5 or 1.75 rounds * (1 + 2) + 10) / 1.75
+    (8.2857, 8.7143)
+    """
+    if len(widths) != len(levels) - 1:
+        raise ValueError("one width per level below the target")
+    if any(isinstance(w, TreeShape) for w in widths):
+        raise ValueError("a batched hierarchy drafts chains only, not a tree")
+    target = levels[-1]
+    if not widths:
+        return Prediction(target.cost(1), 1.0, 1.0)
+    # cost[a]: the expected time for the level below to deliver its batch to a of the b sequences
+    # (the passes are over all b rows whatever a is; what a changes is how long the slowest takes)
+    cost = [draft_cost(levels[0].cost, levels[0].lookup, widths[0])] * (batch + 1)
+    for k in range(1, len(widths)):
+        t = _tokens(widths[k], k)
+        law_k, verify = round_law(levels[k], widths[k - 1]), levels[k - 1].proposal + levels[k].cost(verify_size(widths[k - 1]))
+        weights = [active_rounds(law_k, t, a) for a in range(1, batch + 1)]
+        cost = [0.0] + [sum(w[m] * (cost[m] + verify) for m in range(1, a + 1)) for a, w in enumerate(weights, start=1)]
+    law, verify = round_law(target, widths[-1]), levels[-2].proposal + target.cost(verify_size(widths[-1]))
+    if horizon is None:
+        ms = (cost[batch] + verify) / law.mean
+    else:  # sequences that hold their N tokens stop drafting: the rounds with m still going cost the levels below at m
+        w = active_rounds(law, horizon, batch)
+        ms = sum(w[m] * (cost[m] + verify) for m in range(1, batch + 1)) / horizon
+    return Prediction(ms, law.mean, target.cost(1) / ms)

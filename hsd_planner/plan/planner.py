@@ -18,7 +18,7 @@ from ..choices import AcceptanceModel
 from ..errors import SolverError
 from .config import DEFAULT_CONTEXT, SolveConfig
 from .config import SOLVE_DEFAULTS as _D
-from .latency import Level, Prediction, hierarchy_latency
+from .latency import Level, Prediction, batch_latency, hierarchy_latency
 from .profile import Profile
 from .rounds import RoundLaw
 from .solver import Candidate, Solution, solve_graph
@@ -33,27 +33,32 @@ def solve(profile: Profile, config: SolveConfig = _D, contexts: int | Sequence[i
     every hierarchy returned contains all of ``require``, and with ``trees`` the first drafter may
     draft a tree of at most ``tree_budget`` nodes for a verifier it has a sibling-acceptance curve
     with (:meth:`Profile.siblings_curves`). Cost curves are read at ``contexts`` (several: their
-    mean cost), else at ``config.context_len``, else at DEFAULT_CONTEXT.
+    mean cost), else at ``config.context_len``, else at DEFAULT_CONTEXT, and at
+    ``config.batch_size`` sequences in lockstep (above 1: chains only, each middle level waiting
+    for its slowest sequence; see :func:`~.latency.batch_latency`).
     """
     if profile.target in config.exclude:
         raise SolverError(f"{profile.target} is the target; it cannot be excluded (choose another --target)")
-    at = contexts if contexts is not None else config.context_len or DEFAULT_CONTEXT
-    target = Candidate(profile.target, profile.cost(profile.target, at))
+    at, b = contexts if contexts is not None else config.context_len or DEFAULT_CONTEXT, config.batch_size
+    target = Candidate(profile.target, profile.cost(profile.target, at, b))
     names = [m.name for m in profile.models if m.name != profile.target and m.name not in config.exclude]
     pairs = profile.pairs(config.acceptance)
     usable = [n for n in names if any(d == n for d, _ in pairs)]
-    candidates = [Candidate(n, profile.cost(n, at), profile.model(n).lookup, profile.proposal(n, at)) for n in usable]
+    candidates = [Candidate(n, profile.cost(n, at, b), profile.model(n).lookup, profile.proposal(n, at)) for n in usable]
     require = tuple(r for r in config.require if r != profile.target)  # the target is in every hierarchy
-    return solve_graph(candidates, target, pairs, config.model_copy(update={"require": require}), siblings=profile.siblings_curves())
+    update = {"require": require, "trees": config.trees and b == 1}  # the batched runtime drafts no tree
+    return solve_graph(candidates, target, pairs, config.model_copy(update=update), siblings=profile.siblings_curves())
 
 
-def _check_widths(profile: Profile, chain: Sequence[str], widths: Sequence[Width]) -> None:
+def _check_widths(profile: Profile, chain: Sequence[str], widths: Sequence[Width], batch_size: int = 1) -> None:
     """One width per drafter, and a tree only where the runtime can draft one."""
     if len(widths) != len(chain) - 1:
         raise SolverError(f"a chain of {len(chain)} models needs {len(chain) - 1} widths, got {len(widths)}")
     for k, w in enumerate(widths):
         if not isinstance(w, TreeShape):
             continue
+        if batch_size > 1:
+            raise SolverError(f"a batch plan is a chain; the batched runtime drafts no tree like {w}")
         if k > 0:
             raise SolverError(f"only the first drafter drafts a tree; {chain[k]} hands up a number of tokens, got {w}")
         if profile.model(chain[0]).lookup:
@@ -67,18 +72,21 @@ def predict(
     acceptance: AcceptanceModel = _D.acceptance,
     context_len: int | Sequence[int] = DEFAULT_CONTEXT,
     max_new_tokens: int | None = None,
+    batch_size: int = 1,
 ) -> Prediction:
     """The latency model's prediction for one given hierarchy (``chain`` smallest first).
 
     ``widths[0]`` may be a tree shape, which needs the sibling-acceptance curve of the first pair.
-    ``max_new_tokens``: predict a generation of that many tokens (its last round cut short)
-    instead of the steady state; see :func:`hierarchy_latency`.
+    ``max_new_tokens``: predict a generation of that many tokens (its last round cut short; at
+    ``batch_size`` > 1, of that many per sequence, ending with the slowest) instead of the steady
+    state; see :func:`hierarchy_latency`. ``batch_size``: sequences decoded in lockstep, a chain
+    (:func:`~.latency.batch_latency`, costs at c(n, b)).
     """
-    _check_widths(profile, chain, widths)
+    _check_widths(profile, chain, widths, batch_size)
     pairs, curves = profile.pairs(acceptance), profile.siblings_curves()
     levels = []
     for k, name in enumerate(chain):
-        cost, lookup = profile.cost(name, context_len), profile.model(name).lookup
+        cost, lookup = profile.cost(name, context_len, batch_size), profile.model(name).lookup
         runs = curve = None
         if k > 0 and isinstance(widths[k - 1], TreeShape):
             curve = curves.get((chain[k - 1], name))
@@ -89,6 +97,8 @@ def predict(
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
         levels.append(Level(cost, runs, lookup, curve, profile.proposal(name, context_len)))
+    if batch_size > 1:
+        return batch_latency(levels, widths, batch_size, max_new_tokens)
     return hierarchy_latency(levels, widths, max_new_tokens)
 
 

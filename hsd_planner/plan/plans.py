@@ -47,6 +47,21 @@ class Plan:
         """The plan as one line, e.g. ``ngram[4] -> m`` or ``d[3x2x1] -> m``."""
         return format_chain(self.chain, self.widths)
 
+    def to_dict(self) -> dict:
+        """The plan as every JSON report and stored row writes it (a tree as ``"3x2x1"``).
+
+        >>> Plan(("d", "t"), (4,), Prediction(5.0, 2.5, 3.0)).to_dict()["widths"]
+        [4]
+        """
+        p = self.prediction
+        return {
+            "chain": list(self.chain),
+            "widths": widths_to_json(self.widths),
+            "predicted_ms_per_token": p.ms_per_token,
+            "predicted_mean_accepted_length": p.mean_accepted_length,
+            "predicted_speedup": p.speedup,
+        }
+
 
 def widths_to_json(widths: Sequence[Width]) -> list[int | str]:
     """Widths as stored and printed: numbers stay numbers, a tree becomes ``"3x2x1"``.

@@ -100,7 +100,7 @@ class ModelProfile(BaseModel):
     """One candidate: its name (a model spec), its cost curve, and whether it is a lookup drafter.
 
     ``batch_latency[b]``, when measured, is c(n, b): one pass over b sequences of n new tokens
-    each, for batch sizes b > 1 (``latency`` is b = 1); see :mod:`~hsd_planner.plan.batch`.
+    each, for batch sizes b > 1 (``latency`` is b = 1); see :meth:`Profile.cost`.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -160,16 +160,45 @@ class Profile(BaseModel):
                 return m
         raise SolverError(f"no latency profile for {name}; profile it on this hardware first")
 
-    def cost(self, name: str, context_len: int | Sequence[int]) -> CostCurve:
-        """c(n) in ms of model ``name`` at ``context_len``; for several contexts, their mean (the
-        expected cost of a pass when a workload's prompts decode at those contexts)."""
-        curve = self.model(name).latency
-        if isinstance(context_len, int):
-            return lambda n: curve(n, context_len)
-        contexts = list(context_len)
+    def cost(self, name: str, context_len: int | Sequence[int], batch: int = 1) -> CostCurve:
+        """c(n, b) in ms of model ``name`` at ``context_len`` and ``batch`` sequences; for several
+        contexts, their mean (the expected cost of a pass when a workload's prompts decode there).
+
+        Between two measured batch sizes, linear in b; a lookup drafter without a measured batch
+        curve makes one call per sequence, b c(n). A batch size outside the measured ones is
+        refused: a pass's cost past the largest batch measured is not a straight line one can trust.
+
+        >>> p = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 10.0}}, "batch_latency": {4: {64: {1: 16.0}}}}])
+        >>> p.cost("t", 64, 2)(1), p.cost("t", 64, 4)(1)
+        (12.0, 16.0)
+        """
+        if batch < 1:
+            raise SolverError(f"a batch holds at least one sequence, got {batch}")
+        model = self.model(name)
+        contexts = [context_len] if isinstance(context_len, int) else list(context_len)
         if not contexts:
             raise SolverError("no context length to read the cost curves at")
-        return lambda n: sum(curve(n, c) for c in contexts) / len(contexts)
+        curves: dict[int, LatencyCurve] = {1: model.latency, **model.batch_latency}
+        sizes, scale = sorted(curves), 1.0
+        if model.lookup and batch not in curves:  # one lookup per sequence
+            lo = hi = 1
+            scale = float(batch)
+        elif batch in curves:
+            lo = hi = batch
+        elif sizes[0] < batch < sizes[-1]:
+            i = bisect.bisect_left(sizes, batch)
+            lo, hi = sizes[i - 1], sizes[i]
+        else:
+            raise SolverError(
+                f"no latency of {name} at batch size {batch} (profiled: {', '.join(map(str, sizes))}); "
+                f"run hsd-plan profile --batch-sizes {','.join(map(str, sorted({*sizes, batch})))}"
+            )
+
+        def at(n: int, c: int) -> float:
+            a, b = curves[lo](n, c), curves[hi](n, c)
+            return scale * (a if hi == lo else a + (b - a) * (batch - lo) / (hi - lo))
+
+        return lambda n: sum(at(n, c) for c in contexts) / len(contexts)
 
     def proposal(self, name: str, context_len: int | Sequence[int]) -> float:
         """ms model ``name`` costs once per proposal beside its passes, at ``context_len`` (or the

@@ -34,6 +34,7 @@ import networkx as nx
 from hsd_runtime.shape import TreeShape, Width
 
 from ..errors import SolverError
+from ..limits import MAX_BRANCHING
 from .config import SOLVE_DEFAULTS, SolveConfig
 from .latency import CostCurve, Prediction, draft_cost, pass_cost
 from .lockstep import max_rounds_table
@@ -43,10 +44,6 @@ from .rounds import RoundLaw, RunLengths, SiblingCurve
 __all__ = ["MAX_BRANCHING", "Candidate", "Solution", "solve_graph", "tree_shapes"]
 
 SOURCE, TARGET = "source", "target"
-
-# the most children per node a tree the solver tries has: A(k) gains little past a few siblings,
-# while the nodes to verify grow with the product of the branching factors
-MAX_BRANCHING = 4
 
 
 @dataclass(frozen=True)
@@ -137,7 +134,6 @@ def solve_graph(
     acceptance: Mapping[tuple[str, str], RunLengths],
     config: SolveConfig = SOLVE_DEFAULTS,
     siblings: Mapping[tuple[str, str], SiblingCurve] | None = None,
-    batch_size: int = 1,
 ) -> Solution:
     """The latency-optimal hierarchies over ``candidates`` for ``target``.
 
@@ -149,12 +145,11 @@ def solve_graph(
             ``max_depth``, ``require`` (names every returned hierarchy must contain), ``trees``
             and ``tree_budget`` (whether level 0 may draft a tree of :func:`tree_shapes`, and
             its most nodes); its profile-level options (acceptance model, contexts, exclusions)
-            are the caller's, already applied to the other arguments.
+            are the caller's, already applied to the other arguments. At ``batch_size`` > 1
+            a level above level 0 runs the expected maximum of the batch's round counts
+            (:mod:`.lockstep`), and ``candidates`` and ``target`` carry their costs at that size.
         siblings: ``(drafter, verifier) -> SiblingCurve``; a pair missing here drafts no tree
             for that verifier (None: no trees at all).
-        batch_size: sequences decoded in lockstep; a level above level 0 then runs the expected
-            maximum of their round counts (:mod:`.lockstep`), and ``candidates`` and ``target``
-            carry their cost curves at this batch size.
 
     >>> flat = lambda ms: (lambda n: ms)
     >>> d, t = Candidate("d", flat(1.0)), Candidate("t", flat(10.0))
@@ -174,7 +169,7 @@ def solve_graph(
     depth_cap = config.max_depth if config.max_depth is not None else len(order)
     curves = siblings or {}
     shapes = tree_shapes(config.t_max, config.tree_budget) if config.trees and curves else []
-    graph = _graph(order, target, acceptance, curves, range(1, config.t_max + 1), shapes, depth_cap >= 1, batch_size)
+    graph = _graph(order, target, acceptance, curves, range(1, config.t_max + 1), shapes, depth_cap >= 1, config.batch_size)
     labels = _labels(graph, config.top_k, depth_cap, {name: 1 << i for i, name in enumerate(require)}, config.max_depth is not None)
     full = (1 << len(require)) - 1
     plans = [_plan(path, target, d, graph) for d, _, mask, path in labels if mask == full]

@@ -11,19 +11,18 @@ measurement) and :mod:`hsd_planner.plan`; nothing imports it but the CLI, valida
 and the demo.
 """
 
-from .config import Candidate, ProfileConfig, ProfileOutcome
-from .hardware import HardwareInfo, detect_hardware
+from .config import ProfileConfig, ProfiledModel, ProfileOutcome
+from .hardware import detect_hardware
 from .runner import PreparedProfile, prepare_profile, run_profile, workload_context_lens
 from .summary import SUMMARY_N, ProfileSummary, profile_summary
 
 __all__ = [
     "SUMMARY_N",
-    "Candidate",
-    "HardwareInfo",
     "PreparedProfile",
     "ProfileConfig",
     "ProfileOutcome",
     "ProfileSummary",
+    "ProfiledModel",
     "detect_hardware",
     "prepare_profile",
     "profile_summary",

@@ -33,7 +33,7 @@ from ..store.records import LatencyKey, LatencyPoint
 from .timing import summarize
 
 if TYPE_CHECKING:
-    from .config import Candidate, ProfileConfig, ProfileOutcome
+    from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 
 __all__ = ["BatchLookupTimer", "BatchPassTimer", "batch_points", "measure_batches"]
 
@@ -88,7 +88,7 @@ class BatchLookupTimer:
         return 1000.0 * (time.perf_counter() - t0)
 
 
-def batch_points(config: ProfileConfig, candidates: list[Candidate], contexts: list[int]) -> list[tuple[Candidate, int, int]]:
+def batch_points(config: ProfileConfig, candidates: list[ProfiledModel], contexts: list[int]) -> list[tuple[ProfiledModel, int, int]]:
     """Every (candidate, context, batch size) group a batch profile measures, b > 1 (block-draft
     heads and steered drafters run one sequence at a time: none for them)."""
     single = [c for c in candidates if c.heads is None and c.spec.steer is None]
@@ -99,7 +99,7 @@ def measure_batches(
     engine: Engine,
     config: ProfileConfig,
     out: ProfileOutcome,
-    candidates: list[Candidate],
+    candidates: list[ProfiledModel],
     contexts: list[int],
     step: Callable[[int], None],
 ) -> None:

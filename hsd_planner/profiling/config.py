@@ -1,6 +1,6 @@
 """What a profiling run is asked to do, what it measures and what it reports having done.
 
-:class:`ProfileConfig` (every default of ``hsd-plan profile``), the :class:`Candidate` models it
+:class:`ProfileConfig` (every default of ``hsd-plan profile``), each :class:`ProfiledModel` it
 measures, and the :class:`ProfileOutcome` it returns. Shared by the run (:mod:`.runner`), its
 latency sweep (:mod:`.sweep`) and the continuations it drafts (:mod:`.continuations`).
 """
@@ -22,7 +22,7 @@ from ..store.records import ModelFacts, RunKeys
 if TYPE_CHECKING:
     from hsd_runtime.bpd import BpdDrafter
 
-__all__ = ["Candidate", "ProfileConfig", "ProfileOutcome"]
+__all__ = ["ProfileConfig", "ProfileOutcome", "ProfiledModel"]
 
 
 class ProfileConfig(BaseModel):
@@ -68,7 +68,7 @@ class ProfileOutcome:
 
 
 @dataclass
-class Candidate:
+class ProfiledModel:
     """A model a profile measures: its spec, the model loaded (None for ngram and bpd; steered
     for a ``steer=`` spec), the block-draft drafter of a ``bpd:`` spec (bound to its host) and its row id."""
 

@@ -18,7 +18,7 @@ from ..plan import LatencyCurve, Level, RunLengths, hierarchy_latency
 from ..store import Engine
 from ..store.measurements import continuations_of, save_continuation, stored_continuation
 from ..store.records import ContinuationKey
-from .config import Candidate, ProfileConfig, ProfileOutcome
+from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 
 __all__ = ["ASSIST_WIDTH", "Assistant", "check_stored_continuations", "verifier_continuation"]
 
@@ -50,7 +50,7 @@ class Assistant:
         total, count = self.alpha.get((drafter, verifier)) or self.alpha.get((drafter, self.last.get(drafter, -1)), (0.5, 1))
         return total / max(1, count)
 
-    def choose(self, drafters: list[Candidate], verifier: Candidate) -> Candidate | None:
+    def choose(self, drafters: list[ProfiledModel], verifier: ProfiledModel) -> ProfiledModel | None:
         """The fastest drafter for ``verifier`` at ASSIST_WIDTH, or None if plain decoding is: the
         latency model's prediction with i.i.d. acceptance (Leviathan et al.'s formula for one drafter)."""
         curve, ctx = self.curves[verifier.row_id], int(self.context)
@@ -67,7 +67,7 @@ class Assistant:
         return best
 
 
-def check_stored_continuations(engine: Engine, content_hash: str, verifiers: list[Candidate]) -> None:
+def check_stored_continuations(engine: Engine, content_hash: str, verifiers: list[ProfiledModel]) -> None:
     """Refuse, before a profile writes anything, stored continuations of this workload that hold
     token ids a verifier has no logits for (an import from a model with a larger vocabulary)."""
     for v in verifiers:
@@ -84,10 +84,10 @@ def verifier_continuation(
     engine: Engine,
     config: ProfileConfig,
     out: ProfileOutcome,
-    verifier: Candidate,
+    verifier: ProfiledModel,
     k: int,
     ids: list[int],
-    assistant: Candidate | None = None,
+    assistant: ProfiledModel | None = None,
 ) -> tuple[list[int], bool]:
     """The verifier's own continuation of prompt ``k``: stored, or generated and committed.
 

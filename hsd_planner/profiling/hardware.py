@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import platform
-from dataclasses import dataclass
 
 import torch
 
@@ -13,37 +12,24 @@ from hsd_runtime.engines import LLAMA_CPP_PYTHON
 
 from ..store.records import HardwareRecord
 
-__all__ = ["HardwareInfo", "cpu_name", "detect_hardware", "this_machine"]
+__all__ = ["cpu_name", "detect_hardware", "hardware_fingerprint", "this_machine"]
 
 
-@dataclass(frozen=True)
-class HardwareInfo:
-    """The machine a latency profile was measured on; ``fingerprint`` is its key in the database."""
+def hardware_fingerprint(device: str, device_name: str, threads: int, torch_version: str, kernels: str = "plain") -> str:
+    """The key of a machine and runtime in the database: latencies measured with other kernels are
+    another machine's. Plain kernels keep the fingerprint profiles had before prepacking existed;
+    the capability is not part of it (profiles taken before it was recorded keep their key)."""
+    blob = f"{device}|{device_name}|{threads}|{torch_version}"
+    if kernels != "plain":
+        blob += f"|{kernels}"
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
-    device: str  # "cpu" or "cuda"
-    device_name: str  # CPU model or GPU name
-    threads: int
-    torch_version: str
-    capability: str = ""  # what the device computes natively (AMX, AVX512-BF16, AVX2, CUDA sm_90); not in the fingerprint
-    kernels: str = "plain"  # "prepacked" (weights packed once at load, see hsd_runtime.packing) or "plain"
 
-    @property
-    def fingerprint(self) -> str:
-        """The key of this machine and runtime: latencies measured with other kernels are another machine's.
-
-        Plain kernels keep the fingerprint profiles had before prepacking existed.
-        """
-        blob = f"{self.device}|{self.device_name}|{self.threads}|{self.torch_version}"
-        if self.kernels != "plain":
-            blob += f"|{self.kernels}"
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-    @property
-    def record(self) -> HardwareRecord:
-        """This machine as the database keeps it."""
-        return HardwareRecord(
-            self.fingerprint, self.device, self.device_name, self.capability or None, self.threads, self.torch_version, self.kernels
-        )
+def _record(device: str, device_name: str, capability: str, kernels: str) -> HardwareRecord:
+    """The machine as the database keeps it, with this process's threads and torch version."""
+    threads, version = torch.get_num_threads(), torch.__version__
+    key = hardware_fingerprint(device, device_name, threads, version, kernels)
+    return HardwareRecord(key, device, device_name, capability or None, threads, version, kernels)
 
 
 def cpu_name() -> str:
@@ -58,15 +44,13 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def detect_hardware(device: torch.device, kernels: str = "plain") -> HardwareInfo:
-    """Describe ``device`` as profiled: GPU name on CUDA, CPU model and thread count on CPU, and
-    the ``kernels`` its models run (``ModelLoader.kernels``)."""
+def detect_hardware(device: torch.device, kernels: str = "plain") -> HardwareRecord:
+    """``device`` as profiled: GPU name on CUDA, CPU model and thread count on CPU, and the
+    ``kernels`` its models run (``ModelLoader.kernels``); no floor probe yet."""
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
-        return HardwareInfo(
-            "cuda", torch.cuda.get_device_name(device), torch.get_num_threads(), torch.__version__, f"CUDA sm_{major}{minor}", kernels
-        )
-    return HardwareInfo("cpu", cpu_name(), torch.get_num_threads(), torch.__version__, cpu_capability(), kernels)
+        return _record("cuda", torch.cuda.get_device_name(device), f"CUDA sm_{major}{minor}", kernels)
+    return _record("cpu", cpu_name(), cpu_capability(), kernels)
 
 
 def this_machine() -> list[str]:

@@ -36,7 +36,7 @@ from .acceptance import (
     visited_run_sums,
 )
 from .batch import batch_points, measure_batches
-from .config import Candidate, ProfileConfig, ProfileOutcome
+from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
@@ -64,7 +64,7 @@ class PreparedProfile:
     """What a profile run measures, loaded and checked before anything is written: the
     candidates (cheapest first), the encoded prompts and the context lengths to time at."""
 
-    candidates: list[Candidate]
+    candidates: list[ProfiledModel]
     encoded: list[list[int]]
     contexts: list[int]
 
@@ -74,7 +74,7 @@ class PreparedProfile:
         return self.candidates[-1].spec
 
 
-def _load(config: ProfileConfig, loader: ModelLoader) -> list[Candidate]:
+def _load(config: ProfileConfig, loader: ModelLoader) -> list[ProfiledModel]:
     specs = [parse_spec(s) for s in config.models]
     seen = set()
     for spec in specs:
@@ -85,7 +85,7 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[Candidate]:
         raise ChainError("acceptance needs at least two models (a drafter and a verifier); add one, or pass --skip-acceptance")
     if all(not s.is_model for s in specs):
         raise ChainError("--models needs at least one model besides ngram and bpd")
-    candidates = [Candidate(s, m) for s, m in zip(specs, loader.load_chain(specs))]
+    candidates = [ProfiledModel(s, m) for s, m in zip(specs, loader.load_chain(specs))]
     width = check_same_tokenizer([c.loaded for c in candidates if c.loaded is not None])
     for c in candidates:
         if c.spec.is_bpd:
@@ -99,7 +99,7 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[Candidate]:
     return out
 
 
-def _bind_steering(cand: Candidate, candidates: list[Candidate]) -> None:
+def _bind_steering(cand: ProfiledModel, candidates: list[ProfiledModel]) -> None:
     """Load a steered candidate's steering; its verifier must be listed too."""
     assert cand.loaded is not None
     cand.loaded = steer_model(cand.loaded)
@@ -110,7 +110,7 @@ def _bind_steering(cand: Candidate, candidates: list[Candidate]) -> None:
     cand.host = str(verifier.spec)
 
 
-def _bind_heads(cand: Candidate, candidates: list[Candidate], width: int, loader: ModelLoader) -> None:
+def _bind_heads(cand: ProfiledModel, candidates: list[ProfiledModel], width: int, loader: ModelLoader) -> None:
     """Load a ``bpd:`` candidate's heads and bind them to their host, which must be listed too."""
     drafter = load_bpd(cand.spec, loader, [c.loaded for c in candidates if c.loaded is not None])
     if drafter.paths > 1:
@@ -185,7 +185,7 @@ def run_profile(
         check_stored_continuations(engine, prompts.content_hash, [c for c in candidates if c.loaded is not None])
     keys, ids = register_run(
         engine,
-        detect_hardware(loader.device, loader.kernels).record,
+        detect_hardware(loader.device, loader.kernels),
         WorkloadRecord(prompts.name, prompts.content_hash, len(prompts.prompts)),
         [len(ids) for ids in encoded],  # the workload's own contexts, for solves that do not name one
         SettingRecord(config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens, config.lenience),
@@ -229,8 +229,8 @@ def run_profile(
 
 
 def _floors(
-    engine: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[Candidate], loader: ModelLoader
-) -> Callable[[Candidate, int, int], float | None]:
+    engine: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[ProfiledModel], loader: ModelLoader
+) -> Callable[[ProfiledModel, int, int], float | None]:
     """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None:
     ngram, and a steered model's projection, n = 0)."""
     models = [c for c in candidates if c.loaded is not None and isinstance(c.loaded.model, nn.Module)]
@@ -247,8 +247,8 @@ def _acceptance_for_verifier(
     config: ProfileConfig,
     encoded: list[list[int]],
     out: ProfileOutcome,
-    drafters: list[Candidate],
-    verifier: Candidate,
+    drafters: list[ProfiledModel],
+    verifier: ProfiledModel,
     step: Callable[[int], None],
     assist: Assistant,
     lenience: float = 1.0,

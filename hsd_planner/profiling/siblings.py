@@ -34,7 +34,7 @@ import torch
 
 from hsd_runtime import SamplingConfig, warp
 
-__all__ = ["SIBLINGS_K", "SIBLING_SAMPLES", "greedy_siblings", "rrs_accept", "sampled_siblings", "sibling_acceptance", "sibling_sums"]
+__all__ = ["SIBLINGS_K", "SIBLING_SAMPLES", "greedy_siblings", "sampled_siblings", "sibling_acceptance", "sibling_sums"]
 
 SIBLINGS_K = 8  # A(1..8): the branchings a draft tree uses
 SIBLING_SAMPLES = 64  # Monte Carlo orders per position (cheap: no [samples, V] tensor exists)
@@ -113,19 +113,6 @@ def _chain(
             keep = ~exists | (mass_next <= 0)
             lam, mass = torch.where(keep, lam, lam_next), torch.where(keep, mass, mass_next)
     return out
-
-
-def rrs_accept(p: torch.Tensor, q: torch.Tensor, orders: torch.Tensor) -> torch.Tensor:
-    """P(one of the first k of ``orders`` accepted by RRS) ``[C, S, K]``.
-
-    ``p``, ``q`` ``[C, V]`` are distributions (float64), ``orders`` ``[C, S, K]`` token ids
-    (distinct per order). The exact per-order probability the Monte Carlo averages.
-    """
-    q_x = q.gather(-1, orders.flatten(1)).view(orders.shape)
-    p_x = p.gather(-1, orders.flatten(1)).view(orders.shape)
-    left = 1.0 - (q_x.cumsum(-1) - q_x)  # mass not drawn before each sibling
-    fresh = torch.zeros_like(p_x[..., 0])
-    return _chain(p_x, q_x, left, _Residual(p, q), fresh, torch.ones_like(fresh))
 
 
 class _Sampler:

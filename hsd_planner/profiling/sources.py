@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from hsd_runtime.files import MAX_CONFIG_BYTES, read_input, stat_path
+from hsd_runtime.files import read_input, stat_path
+from hsd_runtime.limits import MAX_CONFIG_BYTES
 from hsd_runtime.packaged import PACKAGED
 from hsd_runtime.spec import BPD, ModelSpec, parse_spec
 

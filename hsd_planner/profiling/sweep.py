@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ..store import Engine
 from ..store.measurements import save_latency, set_floors, stored_latency
 from ..store.records import LatencyKey, LatencyPoint
-from .config import Candidate, ProfileConfig, ProfileOutcome
+from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .timing import SPREAD_LIMIT, HeadsTimer, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
 __all__ = ["Sweep"]
@@ -32,14 +32,14 @@ class Sweep:
         engine: Engine,
         config: ProfileConfig,
         out: ProfileOutcome,
-        points: list[tuple[Candidate, int, int]],
+        points: list[tuple[ProfiledModel, int, int]],
         step: Callable[[int], None],
-        floor: Callable[[Candidate, int, int], float | None],
+        floor: Callable[[ProfiledModel, int, int], float | None],
     ) -> None:
         self.engine, self.config, self.out, self.step, self.floor = engine, config, out, step, floor
         self.samples: dict[tuple[int, int, int], list[float]] = {}
         self.keys: dict[tuple[int, int, int], LatencyKey] = {}
-        self.by_point: dict[tuple[int, int, int], tuple[Candidate, int, int]] = {}
+        self.by_point: dict[tuple[int, int, int], tuple[ProfiledModel, int, int]] = {}
         self._timers: dict[tuple[int, int], Callable[[int], float]] = {}
         keys = [LatencyKey(c.row_id, out.hardware_id, c.spec.run_dtype(config.dtype), n, ctx) for c, ctx, n in points]
         stored = stored_latency(engine, keys)
@@ -59,7 +59,7 @@ class Sweep:
             step(len(have))
         set_floors(engine, backfill)
 
-    def _timer(self, cand: Candidate, ctx: int) -> Callable[[int], float]:
+    def _timer(self, cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
         if (cand.row_id, ctx) not in self._timers:
             made: Callable[[int], float]
             if cand.heads is not None:

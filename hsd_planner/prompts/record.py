@@ -14,12 +14,12 @@ from pathlib import Path
 
 from hsd_runtime.files import read_input
 
+from ..limits import MAX_RECORD_BYTES
 from .sets import PromptSet, prompt_digest
 
 __all__ = ["TRAINED_PROMPTS", "trained_digests", "trained_on", "write_trained_prompts"]
 
 TRAINED_PROMPTS = "trained_prompts.json"
-MAX_RECORD_BYTES = 1 << 24  # 16 hex digits a prompt: a million prompts
 
 
 def write_trained_prompts(folder: Path, prompts: PromptSet, reserve: int) -> None:

@@ -22,13 +22,11 @@ from typing import Any
 from hsd_runtime.files import open_input
 
 from ..errors import PromptError
+from ..limits import MAX_PROMPT_CHARS, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS
 from .humaneval import HUMANEVAL, humaneval_prompts
 
 __all__ = ["BUILTIN", "TRAIN_RESERVE", "PromptSet", "encode_prompt", "load_prompts", "prompt_digest", "split"]
 
-MAX_PROMPT_CHARS = 200_000  # about 50k tokens: longer than any model here attends over
-MAX_PROMPTS = 100_000
-MAX_PROMPT_FILE_BYTES = 1 << 30  # read line by line, so this only keeps /dev/zero-like files out
 BUILTIN = Path(str(files("hsd_planner.prompts") / "builtin.jsonl"))  # package data: written for this project
 TRAIN_RESERVE = 16  # profiling prompts the trainers leave to `profile` (the first ones: what --max-prompts reads)
 

@@ -7,8 +7,8 @@ the pick, then storing them (:mod:`hsd_planner.store.solves`). Imports plan, sta
 the CLI, validation's demo and the benchmarks import it.
 """
 
-from .batch import BatchSolveReport, solve_batch_schedule
+from .batch import solve_batch_schedule
 from .report import THIN_PROMPTS, SolveReport
 from .runner import predicted_intervals, solve_and_store
 
-__all__ = ["THIN_PROMPTS", "BatchSolveReport", "SolveReport", "predicted_intervals", "solve_and_store", "solve_batch_schedule"]
+__all__ = ["THIN_PROMPTS", "SolveReport", "predicted_intervals", "solve_and_store", "solve_batch_schedule"]

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from hsd_runtime.files import read_input
 
 from ..errors import StoreError
+from ..limits import MAX_DOCUMENT_BYTES
 from ..paths import SQLITE_HEADER, check_output_path, write_atomic
 from .document import (
     SCHEMA_VERSION,
@@ -37,7 +38,6 @@ from .server import advisory_lock
 from .upsert import REGISTRY, insert_missing
 
 __all__ = [
-    "MAX_DOCUMENT_BYTES",
     "SCHEMA_VERSION",
     "ProfileDocument",
     "check_export_path",
@@ -47,8 +47,6 @@ __all__ = [
     "read_document",
     "write_document",
 ]
-
-MAX_DOCUMENT_BYTES = 1 << 30  # the largest export read: 1 GiB of JSON, about 20 times a large database's
 
 
 def _fields(row: Any, cls: type[BaseModel], **extra: Any) -> dict:

@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hsd_runtime.choices import Mode
-from hsd_runtime.shape import Width
 
 from ..choices import AcceptanceModel, PlanKind
-from ..plan import Plan, format_chain, widths_to_json
+from ..plan import Plan
 
 __all__ = [
     "ContinuationKey",
@@ -195,16 +194,12 @@ Ranking = tuple[Plan, PlanKind, tuple[float, float] | None, bool | None]
 
 @dataclass(frozen=True)
 class RankedPlan:
-    """A plan as a solve ranked and stored it: its id, its role, the prediction and how sure it is."""
+    """A plan as a solve ranked and stored it: its id, its role, the plan and how sure it is."""
 
     id: int
     solve_id: int
     kind: PlanKind
-    chain: list[str]
-    widths: list[Width]  # the first may be a draft tree
-    predicted_ms_per_token: float
-    predicted_mean_accepted_length: float
-    predicted_speedup: float
+    plan: Plan  # the first width may be a draft tree
     speedup_interval: tuple[float, float] | None = None  # 5th-95th percentile over bootstrap resamples of the prompts
     tied: bool | None = None  # the interval overlaps the pick's: the profile cannot tell them apart
 
@@ -212,15 +207,8 @@ class RankedPlan:
     def of(cls, plan_id: int, solve_id: int, ranking: Ranking) -> RankedPlan:
         """The plan of ``ranking`` as stored under ``plan_id`` in solve ``solve_id``."""
         plan, kind, interval, tied = ranking
-        p = plan.prediction
-        return cls(
-            plan_id, solve_id, kind, list(plan.chain), list(plan.widths), p.ms_per_token, p.mean_accepted_length, p.speedup, interval, tied
-        )
-
-    @property
-    def label(self) -> str:
-        return format_chain(self.chain, self.widths)
+        return cls(plan_id, solve_id, kind, plan, interval, tied)
 
     def to_dict(self) -> dict:
         """The JSON of a plan in ``hsd-plan solve --json`` (the solve's id is the report's)."""
-        return {**{k: v for k, v in vars(self).items() if k != "solve_id"}, "widths": widths_to_json(self.widths)}
+        return {"id": self.id, "kind": self.kind, **self.plan.to_dict(), "speedup_interval": self.speedup_interval, "tied": self.tied}

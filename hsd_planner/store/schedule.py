@@ -24,23 +24,6 @@ class BatchEntry:
     batch_size: int
     plan: Plan
 
-    @property
-    def tokens_per_s(self) -> float:
-        """Tokens per second of the whole batch."""
-        return 1000.0 * self.batch_size / self.plan.prediction.ms_per_token
-
-    def to_dict(self) -> dict:
-        p = self.plan.prediction
-        return {
-            "batch_size": self.batch_size,
-            "chain": list(self.plan.chain),
-            "widths": list(self.plan.widths),
-            "predicted_ms_per_token": p.ms_per_token,
-            "predicted_mean_accepted_length": p.mean_accepted_length,
-            "predicted_speedup": p.speedup,
-            "predicted_tokens_per_s": self.tokens_per_s,
-        }
-
 
 def save_batch_plans(engine: Engine, solve_id: int, entries: Sequence[BatchEntry]) -> None:
     """Store ``entries`` as solve ``solve_id``'s best chain per batch size, replacing what it had:
@@ -49,19 +32,7 @@ def save_batch_plans(engine: Engine, solve_id: int, entries: Sequence[BatchEntry
         sizes = [e.batch_size for e in entries]
         s.execute(delete(BatchPlanRow).where(BatchPlanRow.solve_id == solve_id, BatchPlanRow.batch_size.not_in(sizes)))
         for e in entries:
-            p = e.plan.prediction
-            upsert(
-                s,
-                BatchPlanRow,
-                {"solve_id": solve_id, "batch_size": e.batch_size},
-                {
-                    "chain": list(e.plan.chain),
-                    "widths": list(e.plan.widths),
-                    "predicted_ms_per_token": p.ms_per_token,
-                    "predicted_mean_accepted_length": p.mean_accepted_length,
-                    "predicted_speedup": p.speedup,
-                },
-            )
+            upsert(s, BatchPlanRow, {"solve_id": solve_id, "batch_size": e.batch_size}, e.plan.to_dict())
 
 
 def load_batch_plans(engine: Engine, solve_id: int) -> list[BatchEntry]:

@@ -52,6 +52,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError, first_line
+from ..limits import MAX_CONNECT_TIMEOUT_S, MAX_HOSTS
 
 __all__ = [
     "BACKENDS",
@@ -75,9 +76,7 @@ __all__ = [
 BACKENDS = ("sqlite", "postgresql")  # the databases hsd-plan stores profiles in
 DRIVER = "psycopg"  # psycopg 3; postgresql:// and postgres:// mean it
 CONNECT_TIMEOUT_S = 10  # an unreachable host fails after this long instead of the system's minutes
-MAX_CONNECT_TIMEOUT_S = 600  # a longer wait for one host is never what an interactive command wants
 MIN_CONNECT_TIMEOUT_S = 2  # libpq (and psycopg) raise a shorter connect_timeout to this
-MAX_HOSTS = 8  # each host waits up to connect_timeout: the number of hosts bounds the whole open
 MIN_SCRUB_LEN = 4  # shorter secrets match ordinary words; removing them would garble every message
 _SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token")  # option names that hold a secret
 _MASK = "***"

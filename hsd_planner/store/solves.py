@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from ..choices import AcceptanceModel
 from ..errors import StoreError
-from ..plan import SolveConfig, widths_to_json
+from ..plan import SolveConfig
 from .measurements import hardware_record, setting_record
 from .profiles import ProfileSource
 from .records import RankedPlan, Ranking, SolveRecord, WorkloadRecord
@@ -44,21 +44,8 @@ def save_solve(engine: Engine, source: ProfileSource, config: SolveConfig, conte
         stored = []
         for rank, ranking in enumerate(ranked):
             plan, kind, interval, tied = ranking
-            p = plan.prediction
             lo, hi = interval or (None, None)
-            plan_row = PlanRow(
-                solve_id=row.id,
-                rank=rank,
-                kind=kind,
-                chain=list(plan.chain),
-                widths=widths_to_json(plan.widths),
-                predicted_ms_per_token=p.ms_per_token,
-                predicted_mean_accepted_length=p.mean_accepted_length,
-                predicted_speedup=p.speedup,
-                speedup_lo=lo,
-                speedup_hi=hi,
-                tied=tied,
-            )
+            plan_row = PlanRow(solve_id=row.id, rank=rank, kind=kind, **plan.to_dict(), speedup_lo=lo, speedup_hi=hi, tied=tied)
             s.add(plan_row)
             s.flush()
             stored.append(RankedPlan.of(plan_row.id, row.id, ranking))

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from ..choices import PlanKind
 from ..errors import StoreError
+from ..plan import Plan, Prediction
 from .plans import stored_widths
 from .records import RankedPlan, SolveRecord
 from .schema import ModelRow, PlanRow, Validation, ValidationRun
@@ -127,15 +128,6 @@ def save_validation(engine: Engine, entry: ValidationEntry, runs: Sequence[Valid
 
 def _plan(row: PlanRow) -> RankedPlan:
     interval = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None else None
-    return RankedPlan(
-        id=row.id,
-        solve_id=row.solve_id,
-        kind=cast(PlanKind, row.kind),
-        chain=list(row.chain),
-        widths=stored_widths(row.widths),
-        predicted_ms_per_token=row.predicted_ms_per_token,
-        predicted_mean_accepted_length=row.predicted_mean_accepted_length,
-        predicted_speedup=row.predicted_speedup,
-        speedup_interval=interval,
-        tied=row.tied,
-    )
+    prediction = Prediction(row.predicted_ms_per_token, row.predicted_mean_accepted_length, row.predicted_speedup)
+    plan = Plan(tuple(row.chain), tuple(stored_widths(row.widths)), prediction)
+    return RankedPlan(row.id, row.solve_id, cast(PlanKind, row.kind), plan, interval, row.tied)

@@ -13,7 +13,7 @@ from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
 from .distiller import Distiller, running_average
 from .divergences import DIVERGENCES, divergence
-from .student import build_student, parse_init, student_acceptance
+from .student import build_student, parse_init
 
 __all__ = [
     "DIVERGENCES",
@@ -26,5 +26,4 @@ __all__ = [
     "model_card",
     "parse_init",
     "running_average",
-    "student_acceptance",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hsd_runtime.choices import Dtype
@@ -12,6 +14,8 @@ from ..limits import MAX_COUNT, MAX_LENGTH
 from ..prompts import TRAIN_RESERVE
 
 __all__ = ["DistillConfig", "DrafterTrainingConfig", "TrainingConfig", "TrimmedOutputConfig"]
+
+C = TypeVar("C", bound="TrainingConfig")
 
 
 class TrainingConfig(BaseModel):
@@ -35,6 +39,17 @@ class TrainingConfig(BaseModel):
     seed: int = Field(0, ge=0, le=MAX_SEED)
     checkpoint_every: int = Field(50, ge=1, le=MAX_COUNT)
     dtype: Dtype = "fp32"  # the frozen teacher's; what trains, trains in fp32
+
+    @classmethod
+    def field_default(cls, name: str) -> Any:
+        """The default of field ``name``: what a trainer command's option shows and falls back to."""
+        return cls.model_fields[name].default
+
+    @classmethod
+    def from_options(cls: type[C], prompts_file: str | None = None, **options: Any) -> C:
+        """The config a trainer command's options ask for, each under its field's name but ``--prompts``
+        (``prompts_file``, as every command that reads prompts calls it); validated, an unknown name refused."""
+        return cls(prompts=prompts_file, **options)
 
 
 class DrafterTrainingConfig(TrainingConfig):

@@ -41,12 +41,14 @@ from torch import nn
 
 from hsd_runtime import LoadedModel, SamplingConfig
 from hsd_runtime.batched import BatchedHierarchy
-from hsd_runtime.files import MAX_CONFIG_BYTES, check_folder, open_input, read_input, staging_folder, stat_input, stat_path
+from hsd_runtime.files import check_folder, open_input, read_input, staging_folder, stat_input, stat_path
+from hsd_runtime.limits import MAX_CONFIG_BYTES
 from hsd_runtime.output import apply_output_layer
 from hsd_runtime.packaged import cache_dir, shareable
 from hsd_runtime.steering import layer_inputs
 
 from ..errors import DistillError, PathError, first_line
+from ..limits import MAX_TRAINING_CORPUS_BYTES
 
 __all__ = [
     "Corpus",
@@ -65,9 +67,6 @@ __all__ = [
 
 FORMAT = 1  # of the cached files; a cache written by another format is refused
 KEY_FILE, DATA_FILE = "key.json", "corpus.pt"  # the files of a cache entry
-# a corpus is read whole (complete rows of a large vocabulary are gigabytes): the bound only ends a
-# read of a file that keeps growing; every file is checked a regular file before it is opened
-MAX_CORPUS_BYTES = 1 << 40
 _SAMPLE_STRIDE = 4099  # model_digest reads every this-many-th weight (and every tensor's sum)
 
 
@@ -159,7 +158,7 @@ def sample_batched(
     done = 0
     for batch in by_length([len(p) for p in prompts], batch_size):
         result = alone.generate([list(prompts[i]) for i in batch], max_new_tokens, sampling, seeds=[seeds[i] for i in batch])
-        for i, tokens in zip(batch, result.tokens):
+        for i, tokens in zip(batch, result.sequences):
             out[i] = tokens
         done += len(batch)
         if progress is not None:
@@ -372,7 +371,7 @@ def check_cache(root: Path | None, request: str, what: str) -> None:
         if check_folder(entry, "the cached corpus", writable=False) and stat_path(entry / KEY_FILE, "the cached corpus") is not None:
             try:  # a FIFO in a file's place would block the read later: refused now
                 stat_input(entry / KEY_FILE, "its key", MAX_CONFIG_BYTES)
-                stat_input(entry / DATA_FILE, "its data", MAX_CORPUS_BYTES)
+                stat_input(entry / DATA_FILE, "its data", MAX_TRAINING_CORPUS_BYTES)
             except PathError as exc:
                 raise DistillError(f"the cached corpus {entry} is damaged ({exc}); delete {entry} to rebuild it") from None
             return  # read, never written: _load checks it against the teacher
@@ -402,8 +401,8 @@ def _load(folder: Path, key: CorpusKey) -> Corpus | None:
         raise DistillError(f"the cached corpus {folder} is stale: it was made with {', '.join(differ)}; {refresh}")
     damaged = f"the cached corpus {folder} is damaged"
     try:
-        with open_input(data_file, "its data", MAX_CORPUS_BYTES) as fh:
-            if _file_digest(fh, MAX_CORPUS_BYTES) != meta.get("sha256"):
+        with open_input(data_file, "its data", MAX_TRAINING_CORPUS_BYTES) as fh:
+            if _file_digest(fh, MAX_TRAINING_CORPUS_BYTES) != meta.get("sha256"):
                 raise DistillError(f"{damaged} (its data does not match its key's checksum); {refresh}")
             fh.seek(0)
             data = torch.load(fh, weights_only=True)
@@ -447,8 +446,8 @@ def _write_entry(stage: Path, corpus: Corpus) -> None:
         "width": s.width,
     }
     torch.save(data, stage / DATA_FILE)
-    with open_input(stage / DATA_FILE, "the corpus just written", MAX_CORPUS_BYTES) as fh:
-        digest = _file_digest(fh, MAX_CORPUS_BYTES)
+    with open_input(stage / DATA_FILE, "the corpus just written", MAX_TRAINING_CORPUS_BYTES) as fh:
+        digest = _file_digest(fh, MAX_TRAINING_CORPUS_BYTES)
     meta = {"key": corpus.key.model_dump(), "sha256": digest, "sequences": len(corpus.prompts)}
     (stage / KEY_FILE).write_text(json.dumps(meta, indent=1))
 

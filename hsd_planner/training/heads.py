@@ -29,12 +29,13 @@ from pydantic import Field
 
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
 from hsd_runtime.heads import BlockHeads, HeadsCard, save_heads
+from hsd_runtime.limits import MAX_HEADS
 from hsd_runtime.loading import trimmed_by_id
 from hsd_runtime.output import apply_output_layer
-from hsd_runtime.trained import write_files
 from hsd_runtime.trim import column_of
 
 from ..errors import DistillError
+from ..limits import MAX_HEAD_INNER
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt
 from .config import TrainingConfig, TrimmedOutputConfig
@@ -50,8 +51,8 @@ class HeadsConfig(TrainingConfig, TrimmedOutputConfig):
     """Everything that determines a heads training run; every default lives here (the shared ones in :class:`TrainingConfig`)."""
 
     model: str = "smollm2-135m"  # the host
-    heads: int = Field(4, ge=2, le=16)  # H, counting the host's own next-token head
-    inner: int | None = Field(None, ge=1, le=1 << 16)  # each block's hidden width (default: the host's)
+    heads: int = Field(4, ge=2, le=MAX_HEADS)  # H, counting the host's own next-token head
+    inner: int | None = Field(None, ge=1, le=MAX_HEAD_INNER)  # each block's hidden width (default: the host's)
     loss: Literal["kl", "ce"] = "kl"
     lr: float = Field(1e-3, gt=0, allow_inf_nan=False)
 
@@ -274,8 +275,7 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
             acceptance={"held_out": acceptance, "untrained": self.initial, "prompts": report.eval_prompts},
         )
         save_heads(self.out, self.heads, card)
-        text = heads_card_text(report)
-        write_files(self.out, "the heads' README.md", lambda stage: (stage / "README.md").write_text(text))
+        self.write_readme(heads_card_text(report), "the heads'")
         return report
 
 

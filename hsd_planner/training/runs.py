@@ -25,6 +25,7 @@ from hsd_runtime.files import check_folder, open_input, stat_path
 from hsd_runtime.trained import write_files
 
 from ..errors import DistillError
+from ..limits import MAX_CHECKPOINT_BYTES
 from ..prompts import PromptSet, load_prompts, split, write_trained_prompts
 from .config import TrainingConfig
 from .data import CorpusKey, check_cache, model_digest
@@ -41,9 +42,6 @@ PASS_GROUP = 4
 EVAL_PROMPTS = 8  # held-out prompts (of the validation split) a run's result is measured on
 # changing these on --resume does not change what the run computes
 RESUMABLE = frozenset({"steps", "checkpoint_every", "gen_batch", "cache"})
-# a checkpoint holds the trained weights and the optimizer's two moments of each: the bound only
-# ends a read of a file that keeps growing (the file is checked a regular file before it is opened)
-MAX_CHECKPOINT_BYTES = 1 << 40
 StepT = TypeVar("StepT")
 ReportT = TypeVar("ReportT")
 
@@ -185,6 +183,11 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
         record = self.train_set, self.config.reserve  # what profile checks its prompts against
         write_files(self.out, "the training-prompt record", lambda stage: write_trained_prompts(stage, *record))
         return folder / STATE
+
+    def write_readme(self, text: str, whose: str) -> None:
+        """Write ``text``, the human-readable card, as ``README.md`` in the run's folder, whole or not
+        at all (``whose`` card it is names it in the one-line error)."""
+        write_files(self.out, f"{whose} README.md", lambda stage: (stage / "README.md").write_text(text))
 
     def resume(self) -> None:
         """Continue from the checkpoint when the run was opened with ``resume`` (else nothing)."""

@@ -45,6 +45,7 @@ from hsd_runtime.trained import write_files
 
 from ..choices import Divergence
 from ..errors import DistillError
+from ..limits import MAX_STALE, MAX_STEER_RANK
 from ..profiling.acceptance import acceptance_from_logits, model_conditionals, start_survival, steered_acceptance, teacher_forced_logits
 from ..prompts import encode_prompt
 from .config import DrafterTrainingConfig
@@ -64,8 +65,8 @@ class SteerConfig(DrafterTrainingConfig):
     drafter: str  # the model steered (a spec)
     verifier: str = "smollm2-135m"  # the model whose hidden states steer it
     form: SteeringForm = "lowrank"
-    rank: int = Field(64, ge=1, le=1 << 14)  # of W_g, lowrank only
-    stale: int = Field(4, ge=1, le=32)  # k: drafted tokens per block, the largest staleness trained
+    rank: int = Field(64, ge=1, le=MAX_STEER_RANK)  # of W_g, lowrank only
+    stale: int = Field(4, ge=1, le=MAX_STALE)  # k: drafted tokens per block, the largest staleness trained
     divergence: Divergence = "fkl"
     finetune: Literal["none", "full"] = "none"
     lr: float = Field(1e-3, gt=0, allow_inf_nan=False)  # the projection's
@@ -310,8 +311,7 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
         if self.config.finetune == "full":
             write_files(self.out / DRAFTER_DIR, "the fine-tuned drafter", self._write_drafter)
         save_steering(self.out, self.projection, card)
-        text = steer_card_text(report)
-        write_files(self.out, "the steering's README.md", lambda stage: (stage / "README.md").write_text(text))
+        self.write_readme(steer_card_text(report), "the steering's")
         return report
 
 

@@ -20,7 +20,7 @@ from hsd_runtime.loading import truncated_config
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 
-__all__ = ["HeldOut", "build_student", "own_student", "parse_init", "sample", "student_acceptance"]
+__all__ = ["HeldOut", "build_student", "own_student", "parse_init", "sample"]
 
 
 def parse_init(text: str) -> tuple[int | None, str | None]:
@@ -99,6 +99,8 @@ class HeldOut:
 
     @staticmethod
     def make(target: LoadedModel, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int = 0) -> HeldOut:
+        """The target's greedy and sampled continuations of ``prompts`` (prompt i sampled with seed
+        ``seed + i``) and its logits over them."""
         conts: dict[str, list[list[int]]] = {}
         logits: dict[str, list[torch.Tensor]] = {}
         for mode in ("greedy", "sample"):
@@ -124,14 +126,3 @@ class HeldOut:
                 total, count = total + float(a.sum()), count + len(a)
             out.append(total / max(count, 1))
         return out[0], out[1]
-
-
-def student_acceptance(
-    target: LoadedModel, student: nn.Module, prompts: list[list[int]], max_new_tokens: int, temperature: float, seed: int = 0
-) -> tuple[float, float]:
-    """(greedy, sampled at ``temperature``) acceptance of ``student`` by ``target``, as ``profile`` measures it.
-
-    The target's own continuation of each prompt (greedy, resp. sampled) is generated, both models
-    are teacher-forced over it, and the per-position acceptance is pooled over all prompts.
-    """
-    return HeldOut.make(target, prompts, max_new_tokens, temperature, seed).acceptance(student)

@@ -66,17 +66,6 @@ class CalibrationRecord:
             },
         }
 
-    @classmethod
-    def from_dict(cls, data: Mapping) -> CalibrationRecord:
-        """The record :meth:`to_dict` wrote."""
-        models = {
-            name: ModelReference(
-                {int(n): float(v) for n, v in ref["profiled_ms"].items()}, {int(n): list(v) for n, v in ref["samples_ms"].items()}
-            )
-            for name, ref in data.get("models", {}).items()
-        }
-        return cls(data.get("context_len"), models)
-
 
 class Calibration:
     """Reference passes of the validated models, and the drift they show against the profile."""

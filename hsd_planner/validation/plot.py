@@ -49,7 +49,7 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
     # leaves a title wider than its panel to be cut at the figure's edge)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5.5), layout="constrained")
     fig.suptitle(f"{report.target} on {report.prompts}: {len(plans)} plans validated")
-    pred = [p.predicted_ms_per_token for p in plans]
+    pred = [p.plan.prediction.ms_per_token for p in plans]
     meas = [p.measured_ms_per_token for p in plans]
     top = max(pred + meas) * 1.1
     ax1.plot([0, top], [0, top], color="grey", lw=1, ls="--", label="y = x")
@@ -65,9 +65,9 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
     )
     ax1.legend(loc="upper left")
     order = sorted(plans, key=lambda p: -p.measured_speedup)
-    labels = [f"#{p.plan_id} {p.label}"[:60] for p in order]
+    labels = [f"#{p.plan_id} {p.plan.label}"[:60] for p in order]
     ax2.barh(labels, [p.measured_speedup for p in order], color="tab:green", label="measured")
-    ax2.scatter([p.predicted_speedup for p in order], labels, color="black", marker="|", s=200, zorder=3, label="predicted")
+    ax2.scatter([p.plan.prediction.speedup for p in order], labels, color="black", marker="|", s=200, zorder=3, label="predicted")
     ax2.axvline(1.0, color="grey", lw=1, ls="--")
     ax2.invert_yaxis()
     ax2.legend(loc="lower right", fontsize=8)

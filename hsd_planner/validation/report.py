@@ -7,10 +7,9 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from hsd_runtime.choices import Mode
-from hsd_runtime.shape import Width
 
-from ..choices import AcceptanceModel, PlanKind
-from ..plan import format_chain, widths_to_json
+from ..choices import AcceptanceModel
+from ..plan import Plan
 from .calibration import CalibrationRecord
 
 __all__ = ["LevelResult", "PlanResult", "ValidationReport"]
@@ -40,18 +39,15 @@ class LevelResult:
 
 @dataclass(frozen=True)
 class PlanResult:
-    """One plan run on every held-out prompt: the prediction and the measurement side by side."""
+    """One plan run on every held-out prompt, ``batch_size`` prompts in lockstep: the prediction
+    and the measurement side by side."""
 
-    plan_id: int
-    kind: PlanKind
-    chain: list[str]
-    widths: list[Width]  # a tree (first drafter only) as a TreeShape
-    predicted_ms_per_token: float
+    plan_id: int | None  # the solve's stored plan; None for one a batch validation ran (its schedule's, a fixed chain)
+    kind: str  # a PlanKind; at a batch size "schedule" (the solve's plan for it), "autoregressive" or "fixed"
+    plan: Plan  # chain, widths (a tree as a TreeShape) and prediction, its speed-up over the autoregressive plan's
     measured_ms_per_token: float
-    predicted_mean_accepted_length: float
     measured_mean_accepted_length: float
-    predicted_speedup: float  # over the autoregressive plan's prediction
-    measured_speedup: float  # over autoregressive decoding measured in the same validation
+    measured_speedup: float  # over autoregressive decoding measured in the same validation (on the same batches)
     prefill_ms: float
     tokens: int
     levels: list[LevelResult]
@@ -59,16 +55,17 @@ class PlanResult:
     tied: bool | None = None  # the solve found its predicted interval overlapping the pick's
     calibrated_ms_per_token: float | None = None  # predicted from the profile scaled by the drift of each model and pass size
     calibrated_speedup: float | None = None  # over the autoregressive plan's calibrated prediction
+    batch_size: int = 1  # sequences decoded in lockstep
 
     @property
     def error(self) -> float:
         """(predicted - measured) / measured ms per token."""
-        return (self.predicted_ms_per_token - self.measured_ms_per_token) / self.measured_ms_per_token
+        return (self.plan.prediction.ms_per_token - self.measured_ms_per_token) / self.measured_ms_per_token
 
     @property
     def speedup_error(self) -> float:
         """Predicted over measured speed-up, minus one: both ratios taken within one run."""
-        return self.predicted_speedup / self.measured_speedup - 1.0
+        return self.plan.prediction.speedup / self.measured_speedup - 1.0
 
     @property
     def calibrated_error(self) -> float | None:
@@ -83,14 +80,21 @@ class PlanResult:
         return None if self.calibrated_speedup is None else self.calibrated_speedup / self.measured_speedup - 1.0
 
     @property
-    def label(self) -> str:
-        return format_chain(self.chain, self.widths)
+    def predicted_tokens_per_s(self) -> float:
+        """Tokens per second of the whole batch, predicted."""
+        return 1000.0 * self.batch_size / self.plan.prediction.ms_per_token
+
+    @property
+    def measured_tokens_per_s(self) -> float:
+        """Tokens per second of the whole batch, measured."""
+        return 1000.0 * self.batch_size / self.measured_ms_per_token
 
     def to_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "levels"}
-        out["widths"] = widths_to_json(self.widths)  # a tree as "3x2x1"
-        derived = {k: getattr(self, k) for k in ("error", "speedup_error", "calibrated_error", "calibrated_speedup_error")}
-        return {**out, **derived, "levels": [lv.to_dict() for lv in self.levels]}
+        """The plan's JSON in a validation report (and, the keys it has, its stored row)."""
+        own = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("plan", "levels")}
+        keys = ("error", "speedup_error", "calibrated_error", "calibrated_speedup_error", "predicted_tokens_per_s", "measured_tokens_per_s")
+        derived = {k: getattr(self, k) for k in keys}
+        return {**own, **self.plan.to_dict(), **derived, "levels": [lv.to_dict() for lv in self.levels]}
 
 
 @dataclass(frozen=True)
@@ -124,12 +128,12 @@ class ValidationReport:
     @property
     def median_abs_speedup_error(self) -> float:
         """The median |speed-up error| of the plans above autoregressive decoding, predicted from the profile as measured."""
-        return _median([abs(p.speedup_error) for p in self.plans if len(p.chain) > 1])
+        return _median([abs(p.speedup_error) for p in self.plans if p.plan.depth])
 
     @property
     def median_abs_speedup_error_calibrated(self) -> float:
         """The same from the calibrated profile: what is left once the machine's change of state is taken out."""
-        return _median([abs(p.calibrated_speedup_error) for p in self.plans if len(p.chain) > 1 and p.calibrated_speedup_error is not None])
+        return _median([abs(p.calibrated_speedup_error) for p in self.plans if p.plan.depth and p.calibrated_speedup_error is not None])
 
     @property
     def regret(self) -> float:
@@ -162,7 +166,7 @@ class ValidationReport:
         """The pick's calibrated speed-up differs from the profile's by more than 5%: the machine
         is in another state than when profiled (see :mod:`.calibration`)."""
         pick = next(p for p in self.plans if p.plan_id == self.pick)
-        return pick.calibrated_speedup is not None and abs(pick.calibrated_speedup / pick.predicted_speedup - 1.0) > 0.05
+        return pick.calibrated_speedup is not None and abs(pick.calibrated_speedup / pick.plan.prediction.speedup - 1.0) > 0.05
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}

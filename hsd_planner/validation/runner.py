@@ -23,13 +23,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 from hsd_runtime import GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
-from hsd_runtime.shape import Width
 
 from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
-from ..plan import Prediction, Profile, predict_over, tokens_per_round, widths_to_json
+from ..plan import Plan, Prediction, Profile, predict_over, tokens_per_round, widths_to_json
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
@@ -49,7 +49,16 @@ from ..store.validations import (
 from .calibration import Calibration
 from .report import LevelResult, PlanResult, ValidationReport
 
-__all__ = ["CANDIDATE_SETS", "run_validation", "select_plans"]
+__all__ = ["CANDIDATE_SETS", "level_results", "plan_result", "run_validation", "select_plans", "store_validation"]
+
+# the summary figures of a validation report that are stored with it
+SUMMARY = (
+    "median_abs_error",
+    "regret",
+    "median_abs_speedup_error",
+    "median_abs_error_calibrated",
+    "median_abs_speedup_error_calibrated",
+)
 
 # which plans of a solve ``--candidates`` runs: (kinds run in full, how many best single drafters
 # besides: None for all); the solve's autoregressive plan always runs as the baseline
@@ -81,7 +90,7 @@ def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> 
     auto = next(r for r in all_rows if r.kind == "autoregressive")
     seen, plans = set(), []
     for r in [*rows, auto]:
-        key = (tuple(r.chain), tuple(widths_to_json(r.widths)))
+        key = (r.plan.chain, tuple(widths_to_json(r.plan.widths)))
         if key not in seen:
             seen.add(key)
             plans.append(r)
@@ -108,13 +117,14 @@ def run_validation(
     runs = _measure(built, encoded, solve, repeats, max_new_tokens, calibration, progress or (lambda _n: None))
     results = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens, calibration, runs).results(plans)
     report = _report(solve, prompts.name, contexts, results, calibration)
-    return replace(report, validation_id=_store(engine, solve, prompts, max_new_tokens, repeats, report))
+    summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": report.calibration.to_dict() if report.calibration else None}
+    return replace(report, validation_id=store_validation(engine, solve, prompts, max_new_tokens, repeats, results, **summary))
 
 
 def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) -> Profile:
     """The profile ``solve`` was made on, after checking that no model of ``plans`` changed on disk since."""
     stored = model_sources(engine)
-    for spec in {name for plan in plans for name in plan.chain}:
+    for spec in {name for ranked in plans for name in ranked.plan.chain}:
         check_source(spec, stored.get(spec))
     setting = solve.setting
     profile, _ = load_profile(
@@ -128,9 +138,9 @@ def _build(plans: list[RankedPlan], loader: ModelLoader) -> dict[int, Hierarchy]
     built = {}
     for plan in plans:
         try:
-            built[plan.id] = build_hierarchy(plan.chain, plan.widths, loader)[0]
+            built[plan.id] = build_hierarchy(plan.plan.chain, plan.plan.widths, loader)[0]
         except HSDError as exc:
-            raise StoreError(f"plan {plan.id} ({','.join(plan.chain)}) cannot be run: {exc}") from None
+            raise StoreError(f"plan {plan.id} ({','.join(plan.plan.chain)}) cannot be run: {exc}") from None
     return built
 
 
@@ -185,14 +195,19 @@ class _Comparison:
 
     def predicted(self, plan: RankedPlan) -> Prediction:
         """The median over the prompts' contexts, from the profile as measured."""
-        return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens)
+        return predict_over(self.profile, plan.plan.chain, plan.plan.widths, self.acceptance, self.contexts, self.max_new_tokens)
 
     def calibrated_ms(self, plan: RankedPlan) -> float:
         """The median over the plan's runs of the prediction from the profile scaled by the drift
         of the reference rounds around each run, at its prompt's context."""
         return statistics.median(
             predict_over(
-                self.calibration.apply(self.profile, at), plan.chain, plan.widths, self.acceptance, [self.contexts[k]], self.max_new_tokens
+                self.calibration.apply(self.profile, at),
+                plan.plan.chain,
+                plan.plan.widths,
+                self.acceptance,
+                [self.contexts[k]],
+                self.max_new_tokens,
             ).ms_per_token
             for (k, at), r in zip(self.runs.around[plan.id], self.runs.results[plan.id])
             if r.tokens
@@ -200,45 +215,68 @@ class _Comparison:
 
     def results(self, plans: list[RankedPlan]) -> list[PlanResult]:
         """Every plan's predictions against its measurements; speed-ups over the autoregressive plan run beside it."""
-        auto = next(p for p in plans if len(p.chain) == 1)
+        auto = next(p for p in plans if not p.plan.depth)
         predicted = {p.id: self.predicted(p) for p in plans}
         calibrated = {p.id: self.calibrated_ms(p) for p in plans}
-        measured = {p.id: _median_ms(self.runs.results[p.id]) for p in plans}
+        runs = self.runs.results
         out = []
-        for plan in plans:
-            mine = self.runs.results[plan.id]
+        for ranked in plans:
+            plan, mine = ranked.plan, runs[ranked.id]
+            levels = level_results(self.profile, plan, mine, self.acceptance)
+            interval = _speedup_interval(runs[auto.id], mine, len(self.contexts))
             out.append(
-                PlanResult(
-                    plan_id=plan.id,
-                    kind=plan.kind,
-                    chain=list(plan.chain),
-                    widths=plan.widths,
-                    predicted_ms_per_token=predicted[plan.id].ms_per_token,
-                    measured_ms_per_token=measured[plan.id],
-                    predicted_mean_accepted_length=predicted[plan.id].mean_accepted_length,
-                    measured_mean_accepted_length=sum(len(r.tokens) for r in mine) / sum(r.target_rounds for r in mine),
-                    predicted_speedup=predicted[auto.id].ms_per_token / predicted[plan.id].ms_per_token,
-                    measured_speedup=measured[auto.id] / measured[plan.id],
-                    prefill_ms=statistics.median(1000 * r.prefill_s for r in mine),
-                    tokens=sum(len(r.tokens) for r in mine),
-                    levels=_levels(self.profile, plan.chain, plan.widths, mine, self.acceptance),
-                    measured_speedup_interval=_speedup_interval(self.runs.results[auto.id], mine, len(self.contexts)),
-                    tied=plan.tied,
-                    calibrated_ms_per_token=calibrated[plan.id],
-                    calibrated_speedup=calibrated[auto.id] / calibrated[plan.id],
+                plan_result(
+                    ranked.id,
+                    ranked.kind,
+                    plan,
+                    (predicted[ranked.id], predicted[auto.id]),
+                    (mine, runs[auto.id]),
+                    levels,
+                    measured_speedup_interval=interval,
+                    tied=ranked.tied,
+                    calibrated_ms_per_token=calibrated[ranked.id],
+                    calibrated_speedup=calibrated[auto.id] / calibrated[ranked.id],
                 )
             )
         return out
 
 
+def plan_result(
+    plan_id: int | None,
+    kind: str,
+    plan: Plan,
+    predicted: tuple[Prediction, Prediction],
+    measured: tuple[list[GenerationResult], list[GenerationResult]],
+    levels: list[LevelResult],
+    **extra: Any,
+) -> PlanResult:
+    """``plan``'s runs against its prediction, ``predicted`` and ``measured`` each (the plan's,
+    the autoregressive plan's beside it: on the same prompts, or batches); ``extra``: the
+    :class:`PlanResult` fields a validation adds (batch size, calibration, interval)."""
+    (mine, auto), (runs, auto_runs) = predicted, measured
+    ms = _median_ms(runs)
+    return PlanResult(
+        plan_id=plan_id,
+        kind=kind,
+        plan=Plan(plan.chain, plan.widths, Prediction(mine.ms_per_token, mine.mean_accepted_length, auto.ms_per_token / mine.ms_per_token)),
+        measured_ms_per_token=ms,
+        measured_mean_accepted_length=sum(r.total_tokens for r in runs) / sum(len(c) for r in runs for c in r.committed),
+        measured_speedup=_median_ms(auto_runs) / ms,
+        prefill_ms=statistics.median(1000 * r.prefill_s for r in runs),
+        tokens=sum(r.total_tokens for r in runs),
+        levels=levels,
+        **extra,
+    )
+
+
 def _median_ms(results: list[GenerationResult]) -> float:
-    return statistics.median(r.ms_per_token for r in results if r.tokens)
+    return statistics.median(r.ms_per_token for r in results if r.total_tokens)
 
 
 def _report(solve: SolveRecord, prompts: str, contexts: list[int], results: list[PlanResult], calibration: Calibration) -> ValidationReport:
     """The validation's report, not yet stored; the solver's pick is its best plan when it was
     run, else the lowest prediction among those run."""
-    pick = next((p for p in results if p.kind == "best"), None) or min(results, key=lambda p: p.predicted_ms_per_token)
+    pick = next((p for p in results if p.kind == "best"), None) or min(results, key=lambda p: p.plan.prediction.ms_per_token)
     return ValidationReport(
         validation_id=0,
         solve_id=solve.id,
@@ -252,25 +290,28 @@ def _report(solve: SolveRecord, prompts: str, contexts: list[int], results: list
         lenience=solve.setting.lenience,
         acceptance=solve.acceptance_model,
         plans=results,
-        pick=pick.plan_id,
+        pick=cast(int, pick.plan_id),
         calibration=calibration.record(),
     )
 
 
 def _calibration(profile: Profile, loader: ModelLoader, plans: list[RankedPlan], context_len: int) -> Calibration:
     """Reference timers for the target and every model the plans run (the n-gram lookup has none)."""
-    names = [profile.target] + sorted({n for p in plans for n in p.chain if n != profile.target and not profile.model(n).lookup})
+    names = [profile.target] + sorted({n for p in plans for n in p.plan.chain if n != profile.target and not profile.model(n).lookup})
     return Calibration(profile, {name: PassTimer(loader.load(name).model, context_len) for name in names}, context_len)
 
 
-def _levels(profile: Profile, chain: list[str], widths: list[Width], results: list, acceptance: AcceptanceModel) -> list[LevelResult]:
-    """Per level: forward passes and acceptance, and tokens per round predicted vs measured."""
-    predicted_rounds = tokens_per_round(profile, chain, widths, acceptance)  # E[X] per level, trees included
+def level_results(
+    profile: Profile, plan: Plan, results: list[GenerationResult], acceptance: AcceptanceModel, batch: int = 1
+) -> list[LevelResult]:
+    """Per level: forward passes and acceptance, summed over ``results``, and tokens per round
+    predicted vs measured (at one sequence only: a batched pass serves several sequences' rounds)."""
+    predicted_rounds = tokens_per_round(profile, plan.chain, plan.widths, acceptance)  # E[X] per level, trees included
     out = []
-    for k, name in enumerate(chain):
+    for k, name in enumerate(plan.chain):
         stats = [r.levels[k] for r in results]
         measured = None
-        if k > 0:
+        if k > 0 and batch == 1:
             below = [r.levels[k - 1] for r in results]
             rounds = sum(x.forward_passes for x in stats) or 1
             measured = (sum(x.accepted for x in below) + rounds) / rounds
@@ -291,38 +332,16 @@ def _levels(profile: Profile, chain: list[str], widths: list[Width], results: li
     return out
 
 
-def _store(engine: Engine, solve: SolveRecord, prompts: PromptSet, max_new_tokens: int, repeats: int, report: ValidationReport) -> int:
-    entry = ValidationEntry(
-        solve_id=solve.id,
-        prompts_name=prompts.name,
-        prompts=len(prompts.prompts),
-        max_new_tokens=max_new_tokens,
-        repeats=repeats,
-        median_abs_error=report.median_abs_error,
-        regret=report.regret,
-        median_abs_speedup_error=report.median_abs_speedup_error,
-        median_abs_error_calibrated=report.median_abs_error_calibrated,
-        median_abs_speedup_error_calibrated=report.median_abs_speedup_error_calibrated,
-        calibration=report.calibration.to_dict() if report.calibration else None,
-    )
-    runs = [
-        ValidationRunEntry(
-            plan_id=p.plan_id,
-            chain=p.chain,
-            widths=widths_to_json(p.widths),
-            predicted_ms_per_token=p.predicted_ms_per_token,
-            calibrated_ms_per_token=p.calibrated_ms_per_token,
-            measured_ms_per_token=p.measured_ms_per_token,
-            error=p.error,
-            measured_speedup=p.measured_speedup,
-            predicted_mean_accepted_length=p.predicted_mean_accepted_length,
-            measured_mean_accepted_length=p.measured_mean_accepted_length,
-            prefill_ms=p.prefill_ms,
-            tokens=p.tokens,
-            levels=[lv.to_dict() for lv in p.levels],
-        )
-        for p in report.plans
-    ]
+def store_validation(
+    engine: Engine, solve: SolveRecord, prompts: PromptSet, max_new_tokens: int, repeats: int, results: list[PlanResult], **summary: Any
+) -> int:
+    """Store a validation of ``solve``: its ``summary`` figures (those of :class:`ValidationEntry`
+    it has; the rest None) and every plan's run; return its id."""
+    absent = {k: None for k in ValidationEntry.__dataclass_fields__}
+    run = {"solve_id": solve.id, "prompts_name": prompts.name, "prompts": len(prompts.prompts), "max_new_tokens": max_new_tokens}
+    entry = ValidationEntry(**(absent | run | {"repeats": repeats} | summary))
+    fields = ValidationRunEntry.__dataclass_fields__
+    runs = [ValidationRunEntry(**{k: v for k, v in r.to_dict().items() if k in fields}) for r in results]
     return save_validation(engine, entry, runs)
 
 
