@@ -1,10 +1,11 @@
-"""The README documents every command and option the CLI has, and its option tables match the CLI:
-every row names real options of its command, and its default column says what click's default is,
-so a changed default fails here until the README says it too."""
+"""The documentation matches the CLI: every generated block (option tables, ``--help`` texts, the demo's
+families, the CLI reference) is what ``python -m hsd_planner.cli.docs`` writes now, every command has
+a page under docs/commands/ with its table and its help, every relative link resolves, and the option
+tables say what click's defaults are, so a changed default fails here until the pages are regenerated.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -13,30 +14,24 @@ import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
-from hsd_planner.demo import FAMILIES
+from hsd_planner.cli import docs as gen
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+FILES = gen.doc_files(ROOT)
+COMMANDS = gen.commands()
+NAMES = list(COMMANDS)
 
 # <!-- options: hsd-plan CMD --> right above a table | option | default | meaning |
 TABLE = re.compile(
     r"<!-- options: hsd-plan (?P<command>[a-z -]+?) -->\n\| option \| default \| meaning \|\n\|---\|---\|---\|\n(?P<rows>(?:\|.*\|\n)+)"
 )
-UNDOCUMENTED = {"--help", "--db", "--json"}  # every command's, described once in the README's prose
+LINK = re.compile(r"\]\((?!https?://|mailto:|#)([^)\s]+)\)")
 
 
-def _leaves(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], click.Command]]:
-    out = []
-    for name, cmd in sorted(group.commands.items()):
-        if isinstance(cmd, click.Group):
-            out += _leaves(cmd, prefix + (name,))
-        else:
-            out.append((prefix + (name,), cmd))
-    return out
-
-
-LEAVES = _leaves(cli)
-IDS = [" ".join(path) for path, _ in LEAVES]
-COMMANDS = {" ".join(path): command for path, command in LEAVES}
+def _page(name: str) -> Path:
+    """The page of ``hsd-plan NAME``: docs/commands/<first word>.md (a group's commands share one)."""
+    return ROOT / "docs" / "commands" / f"{name.split(' ')[0]}.md"
 
 
 def _tables(text: str) -> dict[str, list[tuple[str, str]]]:
@@ -51,15 +46,13 @@ def _tables(text: str) -> dict[str, list[tuple[str, str]]]:
     return tables
 
 
-def _params(command: click.Command, cell: str) -> list[click.Parameter]:
-    """The parameters a row's option cell names (``--a/--no-a`` is one), in order."""
-    out: list[click.Parameter] = []
-    for name in re.findall(r"--[a-z][a-z0-9-]*", cell):
-        param = next((p for p in command.params if name in (*p.opts, *p.secondary_opts)), None)
-        assert param is not None, f"{name} is not an option of this command"
-        if param not in out:
-            out.append(param)
-    return out
+def _param(command: click.Command, cell: str) -> click.Parameter:
+    """The parameter a row's option cell names (``--a/--no-a`` is one; ``FILE`` an argument)."""
+    name = cell.strip("`").split("/")[0]
+    for p in command.params:
+        if name in (*p.opts, *p.secondary_opts) or (isinstance(p, click.Argument) and name == p.human_readable_name):
+            return p
+    raise AssertionError(f"{name} is not a parameter of this command")
 
 
 def _number(text: str) -> float | None:
@@ -69,114 +62,131 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _family_default(param: click.Parameter, text: str) -> bool:
-    """A demo option whose default is its family's: ``qwen 6, smollm2 12``, or one value every family shares."""
-    values = {name: getattr(family, param.name or "") for name, family in FAMILIES.items()}
-    pairs = dict(part.split(" ", 1) for part in text.split(", ")) if " " in text else None
-    if pairs is not None and set(pairs) == set(values):
-        return all(_number(pairs[name]) == value for name, value in values.items())
-    return len(set(values.values())) == 1 and _number(text) == next(iter(values.values()))
-
-
-def _default(command: str, param: click.Parameter) -> object:
-    """Click's default of ``param`` (None where it has none: an option that may be left out)."""
-    default = param.get_default(click.Context(COMMANDS[command]), call=False)
-    return default if isinstance(default, (str, int, float, bool, tuple, list)) else None
-
-
-def _agrees(command: str, param: click.Parameter, text: str) -> bool:
-    """Whether the README's default ``text`` says what click's default of ``param`` is."""
-    text = text.strip("`")
+def _agrees(command: click.Command, param: click.Parameter, text: str) -> bool:
+    """Whether a table's default ``text`` says what click's default of ``param`` is."""
     if param.required:
-        return text in ("required", "(required)")
-    default = _default(command, param)
+        return text == "required"
+    default = param.get_default(click.Context(command), call=False)
     if isinstance(param, click.Option) and param.is_flag:
         return text == ("on" if default else "off")
-    if default in (None, "", ()):
-        if command == "demo" and param.name in FAMILIES["qwen"].__dataclass_fields__ and _number(text.split(" ")[-1]) is not None:
-            return _family_default(param, text)
-        return _number(text) is None and text not in ("on", "off")  # said in words: none, the newest, the built-in set...
+    if isinstance(default, bool) or not isinstance(default, (str, int, float, list, tuple)) or default in ("", ()):
+        return _number(text) is None and text not in ("on", "off")  # said in words: none, the newest, the family's...
+    if isinstance(default, (list, tuple)):
+        return text == ",".join(map(str, default))
     if isinstance(default, (int, float)):
         return _number(text) == default
-    return text == str(default)
+    return text == default
 
 
 def _mismatches(text: str) -> list[str]:
-    """Every disagreement between the README's option tables and the CLI, one line each."""
+    """Every disagreement between the option tables in ``text`` and the CLI, one line each."""
     out = []
-    for command, rows in _tables(text).items():
-        if command not in COMMANDS:
-            out.append(f"a table documents hsd-plan {command}, which does not exist")
+    for name, rows in _tables(text).items():
+        if name not in COMMANDS:
+            out.append(f"a table documents hsd-plan {name}, which does not exist")
             continue
-        cmd, seen = COMMANDS[command], set()
+        command, seen = COMMANDS[name], set()
         for cell, default in rows:
-            params = _params(cmd, cell)
-            seen.update(params)
-            parts = default.split(", ") if len(params) > 1 and ", " in default else [default] * len(params)
-            if len(parts) != len(params):
-                out.append(f"hsd-plan {command} {cell}: {len(params)} options, {len(parts)} defaults ({default})")
-                continue
-            for param, part in zip(params, parts):
-                if not _agrees(command, param, part):
-                    out.append(
-                        f"hsd-plan {command} {param.opts[0]}: the README says {part!r}, the CLI's default is {_default(command, param)!r}"
-                    )
-        missing = [p.opts[0] for p in cmd.params if p not in seen and p.opts and p.opts[0] not in UNDOCUMENTED]
+            param = _param(command, cell)
+            seen.add(param.name)
+            if not _agrees(command, param, default):
+                out.append(f"hsd-plan {name} {cell}: the table says {default!r}, the CLI's default is {param.default!r}")
+        missing = [p.name for p in command.params if p.name not in seen and "--help" not in p.opts]
         if missing:
-            out.append(f"hsd-plan {command}: {', '.join(missing)} missing from its option table")
+            out.append(f"hsd-plan {name}: {', '.join(map(str, missing))} missing from its option table")
     return out
 
 
-@pytest.mark.parametrize("path, command", LEAVES, ids=IDS)
-def test_command_has_help_with_an_example(path, command):
-    result = CliRunner().invoke(cli, [*path, "--help"])
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_generated_blocks_are_current(path):
+    text = path.read_text()
+    assert gen.render(text) == text, "run: python -m hsd_planner.cli.docs"
+
+
+def test_the_generator_covers_readme_and_every_page():
+    assert ROOT / "README.md" in FILES and ROOT / "docs" / "cli-reference.md" in FILES
+    assert len([p for p in FILES if p.parent.name == "commands"]) >= len({n.split(" ")[0] for n in NAMES})
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_command_has_a_page_with_its_table_and_help(name):
+    page = _page(name)
+    assert page.is_file(), f"hsd-plan {name} has no page {page.relative_to(ROOT)}"
+    text = page.read_text()
+    assert f"<!-- options: hsd-plan {name} -->" in text
+    assert f"<!-- help: hsd-plan {name} -->" in text
+    assert f"docs/commands/{page.name}" in README, f"README's command table does not link {page.name}"
+
+
+def test_the_reference_holds_every_command():
+    reference = (ROOT / "docs" / "cli-reference.md").read_text()
+    for name in NAMES:
+        assert f"### `hsd-plan {name} --help`" in reference
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_command_has_help_with_an_example(name):
+    result = CliRunner().invoke(cli, [*name.split(" "), "--help"])
     assert result.exit_code == 0
     assert "Example" in result.output
 
 
-@pytest.mark.parametrize("path, command", LEAVES, ids=IDS)
-def test_command_and_its_options_are_in_the_readme(path, command):
-    assert f"hsd-plan {' '.join(path)}" in README
-    for param in command.params:
-        for opt in param.opts + param.secondary_opts:
-            if opt.startswith("--") and opt != "--help":
-                assert opt in README, f"{opt} of hsd-plan {' '.join(path)} is missing from README.md"
+@pytest.mark.parametrize("name", NAMES)
+def test_every_command_takes_json(name):
+    """The docs say every command takes --json for machine-readable output."""
+    assert any("--json" in p.opts for p in COMMANDS[name].params), f"hsd-plan {name} has no --json"
 
 
-def test_readme_option_tables_match_the_cli():
-    assert set(_tables(README)) >= {"generate", "profile", "solve", "export", "validate", "demo", "distill"}
-    assert _mismatches(README) == []
+def test_option_tables_match_the_cli():
+    tables = {}
+    for path in FILES:
+        tables.update(_tables(path.read_text()))
+    assert set(tables) == set(NAMES)
+    assert [line for path in FILES for line in _mismatches(path.read_text())] == []
 
 
 def test_a_changed_default_fails_the_check(monkeypatch):
-    """The check itself: the README's tables against a CLI whose defaults moved."""
+    """The check itself: the pages against a CLI whose defaults moved."""
+    page = _page("generate").read_text()
     options = {p.name: p for p in COMMANDS["generate"].params}
     monkeypatch.setattr(options["max_new_tokens"], "default", 256)
     monkeypatch.setattr(options["raw"], "default", True)
     monkeypatch.setattr(options["dtype"], "default", "fp32")
-    found = _mismatches(README)
+    found = _mismatches(page)
     assert len(found) == 3 and all("hsd-plan generate" in line for line in found)
-    monkeypatch.setitem(FAMILIES, "qwen", dataclasses.replace(FAMILIES["qwen"], max_prompts=99))
-    assert any("hsd-plan demo --max-prompts" in line for line in _mismatches(README))
+    assert gen.render(page) != page
 
 
-def test_readme_reference_matches_the_help_text():
-    from hsd_planner.cli.docs import BEGIN, END, help_reference
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to hyphens."""
+    headings = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
 
-    section = README.split(BEGIN, 1)[1].split(END, 1)[0].strip()
-    assert section == help_reference().strip(), "run: python -m hsd_planner.cli.docs README.md"
+
+def test_relative_links_resolve():
+    broken = []
+    for path in FILES:
+        for target in LINK.findall(path.read_text()):
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file) if file else path
+            if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in _anchors(linked)):
+                broken.append(f"{path.relative_to(ROOT)}: {target}")
+    assert broken == []
 
 
-@pytest.mark.parametrize("path, command", LEAVES, ids=IDS)
-def test_every_command_takes_json(path, command):
-    """The README says every command takes --json for machine-readable output."""
-    assert any("--json" in p.opts for p in command.params), f"hsd-plan {' '.join(path)} has no --json"
+def test_benchmark_pages_name_their_commit_and_date():
+    pages = sorted((ROOT / "docs" / "benchmarks").glob("*.md"))
+    index = (ROOT / "BENCHMARKS.md").read_text()
+    assert pages
+    for page in pages:
+        assert re.search(r"Measured at commits? [0-9a-f]{7}.*20\d\d-\d\d-\d\d", page.read_text()), page.name
+        assert f"docs/benchmarks/{page.name}" in index, f"BENCHMARKS.md does not list {page.name}"
 
 
 def test_ci_runs_the_readme_test_command():
     """The quick start's test command is the one CI runs (with reporting flags only after it)."""
     quick = README.split("Run the tests", 1)[1]
     command = re.search(r"```bash\n(.+)\n```", quick).group(1).strip()
-    ci = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
     runs = [line.split("#")[0].strip() for line in ci.splitlines() if "pytest" in line and not line.lstrip().startswith("#")]
     assert runs and all(r == command or r.startswith(command + " -") for r in runs), (command, runs)
