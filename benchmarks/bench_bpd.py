@@ -38,8 +38,8 @@ from hsd_planner.training.data import build_corpus
 from hsd_planner.training.heads import HeadsConfig
 from hsd_planner.training.runs import corpus_key
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig, build_hierarchy
-from hsd_runtime.device import auto_dtype, cpu_capability
-from hsd_runtime.heads import read_card
+from hsd_runtime.learned.heads import read_card
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 VARIANTS = {  # label -> the bpd: options (top-4 lattice, bigram rescoring of weight alpha; p-best paths as one tree)
     "argmax": "",

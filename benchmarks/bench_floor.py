@@ -1,7 +1,7 @@
 """Pass cost against the machine's floor, with torch's default kernels and with prepacked weights.
 
 For each model and dtype, a plain copy (torch's default CPU linear) and a prepacked copy
-(``hsd_runtime.packing``) are timed in the same run: every round measures the floor probe
+(``hsd_runtime.models.packing``) are timed in the same run: every round measures the floor probe
 (streaming bandwidth, GEMM throughput) and then one pass of n tokens after ``--context`` cached
 tokens for every (variant, n), in a shuffled order, so drift of the machine hits all alike.
 Reported: medians over rounds of c(n), c(8)/c(1), and c(1)/floor(1) with the floor of the same round.

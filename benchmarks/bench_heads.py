@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmarks.common import machine
 from hsd_planner.training.heads import HeadsConfig, HeadsTrainer
 from hsd_runtime import ModelLoader
-from hsd_runtime.device import cpu_capability
+from hsd_runtime.models.device import cpu_capability
 
 
 def main() -> None:

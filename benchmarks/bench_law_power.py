@@ -20,7 +20,8 @@ import time
 
 import torch
 
-from hsd_runtime import verify, warp
+from hsd_runtime import warp
+from hsd_runtime.decoding import verify
 from tests import law
 from tests.test_exactness import FAST
 

@@ -31,7 +31,7 @@ from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.prompts.humaneval import humaneval_problems, problem_prompt
 from hsd_runtime import ModelLoader, SamplingConfig
 from hsd_runtime.build import build_hierarchy
-from hsd_runtime.device import auto_dtype, cpu_capability
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 CODE = re.compile(r"```(?:python|py)?\n(.*?)(?:```|$)", re.DOTALL)
 

@@ -38,7 +38,7 @@ from benchmarks.common import machine, spec_bench_option, spec_bench_set
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.validation.llama_server import LlamaServer, LlamaServerError
 from hsd_runtime import cpu_capability
-from hsd_runtime.packaged import packaged_gguf
+from hsd_runtime.models.packaged import packaged_gguf
 
 
 def configurations(drafter: str, n_max: list[int]) -> dict[str, list[str]]:

@@ -22,7 +22,7 @@ from torch import nn
 from benchmarks.common import machine
 from hsd_planner.demo import FAMILIES
 from hsd_runtime import Int8Linear, ModelLoader, PackedLinear, parse_spec
-from hsd_runtime.device import cpu_capability
+from hsd_runtime.models.device import cpu_capability
 
 
 def _status_mb() -> dict[str, int]:

@@ -26,7 +26,7 @@ from hsd_planner.profiling.timing import PassTimer
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_runtime import ModelLoader, parse_width
 from hsd_runtime.build import build_hierarchy
-from hsd_runtime.device import auto_dtype, cpu_capability
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 TARGET = "qwen2.5-coder-1.5b"
 

@@ -43,7 +43,7 @@ from hsd_planner.store import open_engine
 from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import Hierarchy, ModelLoader
 from hsd_runtime.build import build_hierarchy
-from hsd_runtime.device import auto_dtype, cpu_capability
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 TARGET = "qwen2.5-coder-1.5b"
 MODELS = [

@@ -10,7 +10,7 @@ Each prompt runs both sides back to back (order alternating), ``--repeats`` time
 taken per prompt in the same run, and the table reports medians. Times are end to end (prefill +
 decode) on both sides, since generate does not report them apart.
 
-Ours runs the kernels of ``--kernels`` (prepacked weights by default, see hsd_runtime.packing);
+Ours runs the kernels of ``--kernels`` (prepacked weights by default, see hsd_runtime.models.packing);
 transformers runs its models as it loads them, on a copy loaded with plain kernels.
 ``--prompts humaneval`` takes the held-out HumanEval problems instead of Spec-Bench categories.
 

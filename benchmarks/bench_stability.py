@@ -38,7 +38,7 @@ from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.validations import stored_validations
 from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import ModelLoader
-from hsd_runtime.device import auto_dtype, cpu_capability
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 FAMILY = FAMILIES["smollm2"]
 TARGET = FAMILY.models.split(",")[-1]

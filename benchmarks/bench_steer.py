@@ -22,7 +22,7 @@ from pathlib import Path
 from benchmarks.common import machine
 from hsd_planner.training.steer import SteerConfig, SteerTrainer
 from hsd_runtime import ModelLoader
-from hsd_runtime.device import cpu_capability
+from hsd_runtime.models.device import cpu_capability
 
 
 def main() -> None:

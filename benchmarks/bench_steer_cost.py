@@ -23,8 +23,8 @@ import torch
 from benchmarks.common import machine
 from hsd_planner.profiling.timing import PassTimer
 from hsd_runtime import ModelLoader
-from hsd_runtime.device import auto_dtype, cpu_capability
-from hsd_runtime.steering import Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
+from hsd_runtime.learned.steering import Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 FORMS = ("full", "lowrank", "simple")
 

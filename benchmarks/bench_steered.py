@@ -28,7 +28,7 @@ import torch
 from benchmarks.common import SPEC_CATEGORIES, machine, mt_bench_set, spec_bench_file, spec_bench_option, spec_bench_set
 from hsd_planner.prompts import encode_prompt, split
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig, build_hierarchy
-from hsd_runtime.device import auto_dtype, cpu_capability
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 
 def main() -> None:

@@ -41,8 +41,8 @@ from hsd_runtime import (
     parse_spec,
     parse_width,
 )
-from hsd_runtime.cache import CachedModel
-from hsd_runtime.tree import DraftTree
+from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.terms.tree import DraftTree
 
 FAMILIES = {
     "smollm2": ("smollm2-135m:layers=8", "smollm2-135m", "fp32"),

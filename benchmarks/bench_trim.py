@@ -31,7 +31,7 @@ from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_for
 from hsd_planner.profiling.timing import PassTimer, sweep_order
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
-from hsd_runtime.device import auto_dtype, cpu_capability
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 SIZES = (8192, 16384, 32768)
 

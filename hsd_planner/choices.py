@@ -1,7 +1,7 @@
 """The planner's closed sets of values, defined once and torch-free: ``Literal`` types every module
 and option uses, each with the tuple of its values.
 
-The runtime's own (model dtypes, decoding modes) are :mod:`hsd_runtime.choices`; the bounds of
+The runtime's own (model dtypes, decoding modes) are :mod:`hsd_runtime.terms.choices`; the bounds of
 numbers are :mod:`.limits`.
 """
 

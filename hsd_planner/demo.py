@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Protocol
 
 from hsd_runtime import ModelLoader, parse_spec
-from hsd_runtime.choices import Dtype
-from hsd_runtime.packaged import PACKAGED, is_converted
+from hsd_runtime.models.packaged import PACKAGED, is_converted
+from hsd_runtime.terms.choices import Dtype
 
 from .errors import ChainError
 from .plan import SolveConfig

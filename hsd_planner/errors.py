@@ -1,13 +1,13 @@
 """The one error hierarchy of hsd-plan, torch-free.
 
-Every error a user can act on derives from :class:`HSDError`, defined in ``hsd_runtime.errors``
+Every error a user can act on derives from :class:`HSDError`, defined in ``hsd_runtime.terms.errors``
 (the runtime cannot import the planner) and re-exported here with the planner's own kinds. The CLI
 turns any of them into one line ``Error: <message>`` and a non-zero exit, never a traceback.
 """
 
 from __future__ import annotations
 
-from hsd_runtime.errors import (
+from hsd_runtime.terms.errors import (
     ChainError,
     HSDError,
     ModelNotFoundError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from hsd_runtime import GenerationResult, ModelLoader, SamplingConfig, build_hierarchy, parse_chain
-from hsd_runtime.shape import Width
+from hsd_runtime.terms.shape import Width
 
 from .errors import PromptError
 from .plan import widths_to_json

@@ -1,7 +1,7 @@
 """Bounds of the numbers a user types or an import holds, and of the files the planner reads,
 checked before anything is written.
 
-The runtime's own bounds (widths, tree nodes, temperatures, seeds, model files) are :mod:`hsd_runtime.limits`.
+The runtime's own bounds (widths, tree nodes, temperatures, seeds, model files) are :mod:`hsd_runtime.terms.limits`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ the command's own ``--db``), or the write-ahead log, shared-memory index or roll
 beside one (``DB-wal``, ``DB-shm``, ``DB-journal``), which a process with the database open
 reads and rewrites. Every file is written to a temporary file beside the target and renamed over
 it, so the target is either whole or untouched. Files read on a user's word are checked by
-:mod:`hsd_runtime.files` (regular, bounded); database arguments by :mod:`hsd_planner.store.db`.
+:mod:`hsd_runtime.models.files` (regular, bounded); database arguments by :mod:`hsd_planner.store.db`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from hsd_runtime.files import describe_mode, stat_path
-from hsd_runtime.packaged import shareable
+from hsd_runtime.models.files import describe_mode, stat_path
+from hsd_runtime.models.packaged import shareable
 
 from .errors import PathError
 

@@ -1,6 +1,6 @@
 """Token rankings for trimmed drafter heads (``vocab=FILE``): the tokens of a workload, most frequent first.
 
-A trimmed head keeps the first N tokens of a ranking (:mod:`hsd_runtime.trim`). Ranking by token
+A trimmed head keeps the first N tokens of a ranking (:mod:`hsd_runtime.models.trim`). Ranking by token
 id (``vocab=N``) needs no data; a ranking counted on the workload's own prompts keeps the tokens
 that workload uses. Tokens never seen follow in id order (the tokenizer's merge order), so a
 ranking covers the whole vocabulary and any N can be cut from it.

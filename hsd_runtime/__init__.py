@@ -1,21 +1,21 @@
 """hsd_runtime: load models, draft, verify and run hierarchies of speculative decoding.
 
-The runtime knows nothing of SQL or printing: it returns tokens and per-level stats.
+The runtime knows nothing of SQL or printing: it returns tokens and per-level stats. Its rooms,
+each importing only the rooms listed before it:
 
-Where things are: model specs (:mod:`.spec`); the closed sets of values (:mod:`.choices`: dtypes,
-decoding modes) and the bounds and defaults of numbers (:mod:`.limits`); devices and dtypes
-(:mod:`.device`); loading, packaged models, int8 copies, trimmed heads and prepacked weights
-(:mod:`.loading`, :mod:`.packaged`, :mod:`.quantize`, :mod:`.trim`, :mod:`.packing`); the decoding
-itself (:mod:`.cache`, :mod:`.drafters`, :mod:`.verify`, :mod:`.ngram`, :mod:`.sampling`, the
-executors for one sequence and for a batch :mod:`.hierarchy` and :mod:`.batched`, :mod:`.stats`);
-building a chain from specs, the one place that knows every kind of drafter (:mod:`.build`); the
-engines a model runs on, torch and llama.cpp, behind one seam (:mod:`.engines`); draft trees (:mod:`.shape`, :mod:`.tree`, :mod:`.rrs`); block-draft heads on the
-level above (:mod:`.heads`, :mod:`.bpd`, :mod:`.lattice`); steering a drafter with the hidden
-states of the level above (:mod:`.steering`); trained weights with their card (:mod:`.trained`).
+- :mod:`.terms`: the torch-free vocabulary - model specs, tree shapes and drafted trees, the closed
+  sets of values, the bounds of numbers, the errors (the planner reads these without torch).
+- :mod:`.models`: loading a spec (packaged models, int8 copies, trimmed heads, prepacked weights,
+  GGUF files), devices and dtypes, and the engines a model runs on, torch and llama.cpp, behind
+  one seam (:mod:`.models.engine`).
+- :mod:`.decoding`: the core, the same on every engine - the cached model, sampling, verification
+  (chains and RRS trees), the model and n-gram drafters, the hierarchy's loop and its results.
+- :mod:`.learned`: drafters with trained weights - block-draft heads (BPD) and steering.
+- :mod:`.batch`: b prompts decoded in lock step over one ragged KV cache.
+- :mod:`.build`: specs to hierarchy members, the one module that knows every drafter kind.
 
-Names are imported on first use (PEP 562), so that the torch-free parts - :mod:`.errors`,
-:mod:`.spec`, :mod:`.shape`, :mod:`.choices` and :mod:`.limits` - can be imported where torch
-is not installed (the planner API needs only those).
+Public names are imported from the package itself, on first use (PEP 562), so that the torch-free
+room can be imported where torch is not installed.
 """
 
 from __future__ import annotations
@@ -26,64 +26,64 @@ from typing import TYPE_CHECKING, Any
 
 # public name -> the module that defines it
 _EXPORTS = {
-    "DraftContext": "drafters",
-    "Drafter": "drafters",
-    "ModelDrafter": "drafters",
-    "Proposal": "drafters",
-    "VerifierLevel": "drafters",
-    "ChainError": "errors",
-    "HSDError": "errors",
-    "ModelNotFoundError": "errors",
-    "ModelOutputError": "errors",
-    "ModelSpecError": "errors",
-    "PackageMissingError": "errors",
-    "PathError": "errors",
-    "PromptError": "errors",
-    "TokenizerMismatchError": "errors",
-    "BatchedHierarchy": "batched",
-    "GgufModel": "engines.llamacpp",
-    "Hierarchy": "hierarchy",
+    "DraftContext": "decoding.drafters",
+    "Drafter": "decoding.drafters",
+    "ModelDrafter": "decoding.drafters",
+    "Proposal": "decoding.drafters",
+    "VerifierLevel": "decoding.drafters",
+    "ChainError": "terms.errors",
+    "HSDError": "terms.errors",
+    "ModelNotFoundError": "terms.errors",
+    "ModelOutputError": "terms.errors",
+    "ModelSpecError": "terms.errors",
+    "PackageMissingError": "terms.errors",
+    "PathError": "terms.errors",
+    "PromptError": "terms.errors",
+    "TokenizerMismatchError": "terms.errors",
+    "BatchedHierarchy": "batch.batched",
+    "GgufModel": "models.llamacpp",
+    "Hierarchy": "decoding.hierarchy",
     "build_hierarchy": "build",
-    "LoadedModel": "loading",
-    "auto_dtype": "device",
-    "cpu_capability": "device",
-    "Int8Linear": "quantize",
-    "quantized_copy": "quantize",
-    "QUANTS": "spec",
-    "ModelLoader": "loading",
-    "check_same_tokenizer": "loading",
-    "head_rows": "loading",
-    "trimmed_model": "loading",
-    "TrimmedHead": "trim",
-    "PackedLinear": "packing",
-    "can_prepack": "packing",
-    "prepack": "packing",
-    "resolve_device": "device",
-    "NgramDrafter": "ngram",
-    "BpdDrafter": "bpd",
-    "BlockHeads": "heads",
-    "SteeredDrafter": "steering",
-    "Steerer": "steering",
-    "SteeringCard": "steering",
-    "ngram_lookup": "ngram",
-    "SamplingConfig": "sampling",
-    "warp": "sampling",
-    "DTYPES": "spec",
-    "Dtype": "spec",
-    "ModelSpec": "spec",
-    "parse_chain": "spec",
-    "parse_spec": "spec",
-    "GenerationResult": "stats",
-    "LevelStats": "stats",
-    "TreeShape": "shape",
-    "Width": "shape",
-    "parse_width": "shape",
-    "DraftTree": "tree",
-    "rrs_node": "rrs",
-    "verify_tree_greedy": "rrs",
-    "verify_tree_sample": "rrs",
-    "verify_greedy": "verify",
-    "verify_sample": "verify",
+    "LoadedModel": "models.loading",
+    "auto_dtype": "models.device",
+    "cpu_capability": "models.device",
+    "Int8Linear": "models.quantize",
+    "quantized_copy": "models.quantize",
+    "QUANTS": "terms.spec",
+    "ModelLoader": "models.loading",
+    "check_same_tokenizer": "models.loading",
+    "head_rows": "models.loading",
+    "trimmed_model": "models.loading",
+    "TrimmedHead": "models.trim",
+    "PackedLinear": "models.packing",
+    "can_prepack": "models.packing",
+    "prepack": "models.packing",
+    "resolve_device": "models.device",
+    "NgramDrafter": "decoding.ngram",
+    "BpdDrafter": "learned.bpd",
+    "BlockHeads": "learned.heads",
+    "SteeredDrafter": "learned.steering",
+    "Steerer": "learned.steering",
+    "SteeringCard": "learned.steering",
+    "ngram_lookup": "decoding.ngram",
+    "SamplingConfig": "decoding.sampling",
+    "warp": "decoding.sampling",
+    "DTYPES": "terms.spec",
+    "Dtype": "terms.spec",
+    "ModelSpec": "terms.spec",
+    "parse_chain": "terms.spec",
+    "parse_spec": "terms.spec",
+    "GenerationResult": "decoding.results",
+    "LevelStats": "decoding.results",
+    "TreeShape": "terms.shape",
+    "Width": "terms.shape",
+    "parse_width": "terms.shape",
+    "DraftTree": "terms.tree",
+    "rrs_node": "decoding.rrs",
+    "verify_tree_greedy": "decoding.rrs",
+    "verify_tree_sample": "decoding.rrs",
+    "verify_greedy": "decoding.verify",
+    "verify_sample": "decoding.verify",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -103,12 +103,23 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers see the eager imports
-    from .batched import BatchedHierarchy
+    from .batch.batched import BatchedHierarchy
     from .build import build_hierarchy
-    from .device import auto_dtype, cpu_capability, resolve_device
-    from .drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
-    from .engines.llamacpp import GgufModel
-    from .errors import (
+    from .decoding.drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
+    from .decoding.hierarchy import Hierarchy
+    from .decoding.ngram import NgramDrafter, ngram_lookup
+    from .decoding.results import GenerationResult, LevelStats
+    from .decoding.rrs import rrs_node, verify_tree_greedy, verify_tree_sample
+    from .decoding.sampling import SamplingConfig, warp
+    from .decoding.verify import verify_greedy, verify_sample
+    from .learned.steering import SteeredDrafter, Steerer, SteeringCard
+    from .models.device import auto_dtype, cpu_capability, resolve_device
+    from .models.llamacpp import GgufModel
+    from .models.loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows, trimmed_model
+    from .models.packing import PackedLinear, can_prepack, prepack
+    from .models.quantize import Int8Linear, quantized_copy
+    from .models.trim import TrimmedHead
+    from .terms.errors import (
         ChainError,
         HSDError,
         ModelNotFoundError,
@@ -119,17 +130,6 @@ if TYPE_CHECKING:  # static checkers see the eager imports
         PromptError,
         TokenizerMismatchError,
     )
-    from .hierarchy import Hierarchy
-    from .loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows, trimmed_model
-    from .ngram import NgramDrafter, ngram_lookup
-    from .packing import PackedLinear, can_prepack, prepack
-    from .quantize import Int8Linear, quantized_copy
-    from .rrs import rrs_node, verify_tree_greedy, verify_tree_sample
-    from .sampling import SamplingConfig, warp
-    from .shape import TreeShape, Width, parse_width
-    from .spec import DTYPES, QUANTS, Dtype, ModelSpec, parse_chain, parse_spec
-    from .stats import GenerationResult, LevelStats
-    from .steering import SteeredDrafter, Steerer, SteeringCard
-    from .tree import DraftTree
-    from .trim import TrimmedHead
-    from .verify import verify_greedy, verify_sample
+    from .terms.shape import TreeShape, Width, parse_width
+    from .terms.spec import DTYPES, QUANTS, Dtype, ModelSpec, parse_chain, parse_spec
+    from .terms.tree import DraftTree

@@ -3,8 +3,8 @@
 A spec becomes a member of a chain here - a torch model as the loader made it (full, trimmed,
 int8, a trained student), a llama.cpp GGUF model, the n-gram lookup (``ngram``), block-draft
 heads on the level above (``bpd:``) or a drafter steered by the level above (``steer=``) - and
-:func:`build_hierarchy` hands the members to an executor: :class:`~hsd_runtime.hierarchy.Hierarchy`
-for one sequence, :class:`~hsd_runtime.batched.BatchedHierarchy` for a batch in lockstep (torch
+:func:`build_hierarchy` hands the members to an executor: :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`
+for one sequence, :class:`~hsd_runtime.batch.batched.BatchedHierarchy` for a batch in lockstep (torch
 models and the n-gram lookup only).
 """
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, overload
 
-from .batched import BatchedHierarchy
-from .bpd import check_host, load_bpd
-from .errors import ChainError
-from .hierarchy import Hierarchy, Member
-from .loading import ModelLoader, check_same_tokenizer
-from .ngram import NgramDrafter
-from .shape import Width
-from .spec import ModelSpec, parse_spec
-from .steering import check_verifier, steer_model
+from .batch.batched import BatchedHierarchy
+from .decoding.hierarchy import Hierarchy, Member
+from .decoding.ngram import NgramDrafter
+from .learned.bpd import check_host, load_bpd
+from .learned.steering import check_verifier, steer_model
+from .models.loading import ModelLoader, check_same_tokenizer
+from .terms.errors import ChainError
+from .terms.shape import Width
+from .terms.spec import ModelSpec, parse_spec
 
 __all__ = ["build_hierarchy"]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hsd_runtime import packing
+from hsd_runtime.models import packing
 from tests import pg
 from tests.helpers import run as run_cli
 from tests.tiny import save_tiny_model

@@ -33,10 +33,10 @@ import torch
 from scipy.stats import chi2
 
 from hsd_runtime import Hierarchy, SamplingConfig, warp
-from hsd_runtime.cache import CachedModel
-from hsd_runtime.drafters import DraftContext, Proposal, VerifierLevel
-from hsd_runtime.verify import residual as right_residual
-from hsd_runtime.verify import verify_sample
+from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.decoding.drafters import DraftContext, Proposal, VerifierLevel
+from hsd_runtime.decoding.verify import residual as right_residual
+from hsd_runtime.decoding.verify import verify_sample
 from tests.tiny import tiny_llama
 
 V = 6  # vocabulary of the law models
@@ -329,7 +329,7 @@ def mixed_residual(eps: float) -> Callable[[torch.Tensor, torch.Tensor], torch.T
     """A residual perturbed with strength ``eps``: (1 - eps) norm(max(0, p - q)) + eps p.
 
     ``eps = 1`` is the wrong rule "replace from p"; small ``eps`` measures the harness's power.
-    Patch it over ``hsd_runtime.verify.residual``.
+    Patch it over ``hsd_runtime.decoding.verify.residual``.
     """
 
     def wrong(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -398,7 +398,7 @@ def argmax_with_q(self, ctx: DraftContext, n: int) -> Proposal:
 def steered_draw_unsteered_q(base: torch.nn.Module) -> Callable:
     """Wrong: a steered drafter that draws its tokens from the steered law but reports ``base``'s
     (its unsteered model's) warped q for them, as if the vector were added after q was read."""
-    from hsd_runtime.steering import SteeredDrafter
+    from hsd_runtime.learned.steering import SteeredDrafter
 
     steered_propose = SteeredDrafter.propose
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hsd_runtime.device import auto_dtype, cpu_capability
+from hsd_runtime.models.device import auto_dtype, cpu_capability
 
 
 def _cpu(monkeypatch, amx: bool = False, avx512_bf16: bool = False, isa: str = "AVX2") -> None:

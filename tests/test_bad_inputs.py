@@ -362,7 +362,7 @@ def test_cache_entries_are_shareable(tmp_path):
     import os
     import tempfile
 
-    from hsd_runtime.packaged import shareable
+    from hsd_runtime.models.packaged import shareable
 
     folder = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as mkdtemp makes it
     (folder / "w.bin").write_bytes(b"x")
@@ -387,7 +387,7 @@ def test_terminal_escapes_from_old_rows_never_reach_the_terminal():
 
 
 def test_a_tokenizer_mismatch_stops_before_the_rest_load(tiny_dirs, monkeypatch):
-    from hsd_runtime.loading import ModelLoader
+    from hsd_runtime.models.loading import ModelLoader
 
     loaded = []
     real = ModelLoader.load

@@ -163,7 +163,7 @@ def test_costs_between_measured_batch_sizes_are_linear_in_b_and_outside_refused(
 
 
 def test_a_tree_is_refused_in_a_batch_plan():
-    from hsd_runtime.shape import TreeShape
+    from hsd_runtime.terms.shape import TreeShape
 
     with pytest.raises(SolverError, match="chain"):
         predict(_profile(), ["small", "big"], [TreeShape((2, 1))], batch_size=4)

@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import torch
 
-from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, quantized_copy, verify
-from hsd_runtime.batched import BatchedHierarchy
-from hsd_runtime.ragged import BatchedCache
-from hsd_runtime.stats import LevelStats
+from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, quantized_copy
+from hsd_runtime.batch.batched import BatchedHierarchy
+from hsd_runtime.batch.ragged import BatchedCache
+from hsd_runtime.decoding import verify
+from hsd_runtime.decoding.results import LevelStats
 from tests import law
 from tests.law import ALPHA, one_thread
 from tests.tiny import tiny_llama

@@ -16,12 +16,12 @@ from hsd_runtime import (
     build_hierarchy,
     parse_spec,
 )
-from hsd_runtime.bpd import BpdDrafter
-from hsd_runtime.cache import CachedModel
-from hsd_runtime.drafters import DraftContext
-from hsd_runtime.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
-from hsd_runtime.stats import LevelStats
-from hsd_runtime.tree import DraftTree
+from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.decoding.drafters import DraftContext
+from hsd_runtime.decoding.results import LevelStats
+from hsd_runtime.learned.bpd import BpdDrafter
+from hsd_runtime.learned.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
+from hsd_runtime.terms.tree import DraftTree
 from tests.helpers import QUICK_PROFILE, fp32_check, one_line_error, run
 from tests.tiny import tiny_llama
 

@@ -277,7 +277,7 @@ _FILL = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import transformers
-    from hsd_runtime import loading
+    from hsd_runtime.models import loading
 
     source = sys.argv[1]
     real_model, real_tok = transformers.AutoModelForCausalLM.from_pretrained, transformers.AutoTokenizer.from_pretrained

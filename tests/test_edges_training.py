@@ -27,10 +27,10 @@ import torch
 
 from hsd_planner.training import data as data_module
 from hsd_runtime import ModelLoader
-from hsd_runtime.errors import PathError
-from hsd_runtime.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
-from hsd_runtime.steering import STEER_CARD, STEER_FILE, SteeringCard, SteeringProjection, default_taps, save_steering
-from hsd_runtime.trained import write_files
+from hsd_runtime.learned.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
+from hsd_runtime.learned.steering import STEER_CARD, STEER_FILE, SteeringCard, SteeringProjection, default_taps, save_steering
+from hsd_runtime.learned.trained import write_files
+from hsd_runtime.terms.errors import PathError
 from tests.helpers import one_line_error
 from tests.helpers import run as run_cli
 from tests.test_edges import deadline, refused, snapshot

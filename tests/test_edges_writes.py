@@ -134,7 +134,7 @@ def test_a_gguf_of_only_a_header_makes_no_cache_entry(scratch, tmp_path, monkeyp
 
 
 def test_a_cut_gguf_is_refused_before_the_cache(scratch, tmp_path, monkeypatch):
-    from hsd_runtime.packaged import packaged_gguf
+    from hsd_runtime.models.packaged import packaged_gguf
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("HSD_PLAN_CACHE", str(cache))

@@ -23,11 +23,12 @@ from functools import cache
 import pytest
 import torch
 
-from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, drafters, parse_spec, quantized_copy, trimmed_model, verify
-from hsd_runtime.bpd import BpdDrafter
-from hsd_runtime.cache import CachedModel
-from hsd_runtime.heads import BlockHeads, HeadsCard
-from hsd_runtime.steering import SteeredDrafter, Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
+from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, parse_spec, quantized_copy, trimmed_model
+from hsd_runtime.decoding import drafters, verify
+from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.learned.bpd import BpdDrafter
+from hsd_runtime.learned.heads import BlockHeads, HeadsCard
+from hsd_runtime.learned.steering import SteeredDrafter, Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
 from tests import law
 from tests.law import ALPHA, RUNS, law_check, law_model
 

@@ -17,7 +17,7 @@ from hsd_planner.solving import solve_and_store
 from hsd_planner.store import open_engine
 from hsd_planner.store.plans import load_plan
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
-from hsd_runtime.shape import TreeShape
+from hsd_runtime.terms.shape import TreeShape
 from tests.helpers import run
 
 # name -> (parameters, c(1) ms, ms per extra token in a pass); the target is "big"

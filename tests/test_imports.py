@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +109,72 @@ def test_a_circle_is_found():
     """The check itself: two modules importing each other make a circle."""
     assert _components({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
     assert _components({"a": ["b"], "b": []}) == []
+
+
+# the runtime's rooms and the rooms each may import (hsd_runtime/__init__.py says what each holds):
+# the vocabulary at the bottom, the engines' models, the engine-neutral core, then the trained
+# drafters and the batched runtime side by side, and one build module over all of them
+ROOMS: dict[str, set[str]] = {
+    "terms": set(),
+    "models": {"terms"},
+    "decoding": {"terms", "models"},
+    "learned": {"terms", "models", "decoding"},
+    "batch": {"terms", "models", "decoding"},
+    "build": {"terms", "models", "decoding", "learned", "batch"},
+}
+
+
+def _room(module: str) -> str | None:
+    """The room of a runtime module (``hsd_runtime.decoding.cache`` -> ``decoding``); None for the
+    package itself and for modules outside the runtime."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "hsd_runtime" and len(parts) > 1 else None
+
+
+def _arrows_against_the_rooms(imports: dict[str, set[str]]) -> list[str]:
+    """Every ``importer -> imported`` pair of runtime modules that the rooms do not allow (the
+    package's own ``__init__`` may import every room; no room imports the package back)."""
+    bad = []
+    for name, targets in sorted(imports.items()):
+        room = _room(name)
+        if room is None:
+            continue
+        for target in sorted(targets):
+            there = _room(target)
+            if target == "hsd_runtime" or (there is not None and there != room and there not in ROOMS[room]):
+                bad.append(f"{name} -> {target}")
+    return bad
+
+
+def test_every_runtime_module_lives_in_a_room():
+    rooms = {_room(name) for name in _modules("hsd_runtime")} - {None}
+    assert rooms == set(ROOMS)
+
+
+def test_runtime_rooms_import_only_the_rooms_below_them():
+    """The decoding core does not know which drafters exist or how a model is built from its spec;
+    the vocabulary imports no other room; trained drafters and the batched runtime stay apart."""
+    imports = {name: {m for m in _imported(name, path) if m.startswith("hsd_runtime")} for name, path in _modules("hsd_runtime").items()}
+    assert _arrows_against_the_rooms(imports) == []
+
+
+def test_an_arrow_against_the_rooms_is_found():
+    """The check itself: the vocabulary importing an engine, or the core importing a trained
+    drafter, are reported; an arrow down is not."""
+    imports = {
+        "hsd_runtime.terms.spec": {"hsd_runtime.models.loading"},
+        "hsd_runtime.decoding.hierarchy": {"hsd_runtime.learned.bpd", "hsd_runtime.terms.spec"},
+        "hsd_runtime.learned.bpd": {"hsd_runtime.decoding.cache"},
+    }
+    assert _arrows_against_the_rooms(imports) == [
+        "hsd_runtime.decoding.hierarchy -> hsd_runtime.learned.bpd",
+        "hsd_runtime.terms.spec -> hsd_runtime.models.loading",
+    ]
+
+
+def test_the_vocabulary_imports_without_torch():
+    """What the planner reads of the runtime loads where torch is not installed."""
+    names = sorted(name for name in _modules("hsd_runtime") if _room(name) == "terms")
+    code = "import sys; sys.modules['torch'] = None; sys.modules['transformers'] = None\n" + "".join(f"import {n}\n" for n in names)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr

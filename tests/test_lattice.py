@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from hsd_runtime.lattice import NgramModel, Path, k_best_paths
+from hsd_runtime.learned.lattice import NgramModel, Path, k_best_paths
 
 VOCAB = 12
 

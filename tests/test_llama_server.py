@@ -24,7 +24,7 @@ import pytest
 from hsd_planner.export.stacks import Served, stack_for
 from hsd_planner.validation import llama_server
 from hsd_planner.validation.llama_server import LLAMA_CPP_PYTHON, LlamaServer, LlamaServerError, llama_server_path
-from hsd_runtime.packaged import packaged_gguf
+from hsd_runtime.models.packaged import packaged_gguf
 from tests.gguf_tiny import char_gguf
 
 SKIPPED = os.environ.get("HSD_PLAN_SKIP_LLAMACPP") == "1"

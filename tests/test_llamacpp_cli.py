@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from hsd_planner.cli import cli
-from hsd_runtime.engines import llamacpp as engine
-from hsd_runtime.packaged import cache_dir, packaged_gguf, quantized_path
+from hsd_runtime.models import llamacpp as engine
+from hsd_runtime.models.packaged import cache_dir, packaged_gguf, quantized_path
 from tests.gguf_tiny import CHAR_TOKENS, char_gguf
 from tests.helpers import one_line_error, run
 

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from hsd_runtime import ChainError, Hierarchy, NgramDrafter, SamplingConfig, TreeShape, verify
-from hsd_runtime.cache import CachedModel
-from hsd_runtime.engines.llamacpp import GgufModel, LlamaCppCache
-from hsd_runtime.stats import LevelStats
-from hsd_runtime.tree import DraftTree
+from hsd_runtime import ChainError, Hierarchy, NgramDrafter, SamplingConfig, TreeShape
+from hsd_runtime.decoding import verify
+from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.decoding.results import LevelStats
+from hsd_runtime.models.llamacpp import GgufModel, LlamaCppCache
+from hsd_runtime.terms.tree import DraftTree
 from tests import law
 from tests.gguf_tiny import write_gguf
 from tests.law import ALPHA, law_check, law_model
@@ -87,7 +88,7 @@ def _keep_the_wrong_branch(self: LlamaCppCache, held: int, path: list[int], fed:
 
 
 def test_a_pass_longer_than_a_batch_is_fed_in_pieces_and_keeps_the_last_rows(zoo, monkeypatch):
-    from hsd_runtime.engines import llamacpp as engine
+    from hsd_runtime.models import llamacpp as engine
 
     tokens = [0, 3, 4, 5, 3, 4, 2, 1, 5, 2, 3]
     whole = zoo["T"].open_cache(law.V).feed(tokens, 0, 7)  # [7, V]: rows 4..10

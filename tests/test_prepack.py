@@ -1,4 +1,4 @@
-"""Prepacked weights (hsd_runtime.packing), the machine's floor (profiling.floor) and the kernels key."""
+"""Prepacked weights (hsd_runtime.models.packing), the machine's floor (profiling.floor) and the kernels key."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from hsd_planner.cli import cli
 from hsd_planner.profiling import floor as floor_mod
 from hsd_planner.profiling.floor import FloorProbe, PassTraffic, pass_floor_ms, pass_traffic, probe_floor
 from hsd_planner.profiling.hardware import detect_hardware, hardware_fingerprint, this_machine
-from hsd_runtime import Hierarchy, Int8Linear, ModelLoader, PackedLinear, SamplingConfig, can_prepack, packing, prepack, quantized_copy
+from hsd_runtime import Hierarchy, Int8Linear, ModelLoader, PackedLinear, SamplingConfig, can_prepack, prepack, quantized_copy
+from hsd_runtime.models import packing
 from tests.conftest import NO_BF16, refuse_bf16_packing
 from tests.tiny import tiny_llama
 

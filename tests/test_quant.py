@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hsd_runtime import Hierarchy, ModelLoader, ModelSpecError, build_hierarchy, parse_spec
-from hsd_runtime.quantize import Int8Linear, quantized_copy
+from hsd_runtime.models.quantize import Int8Linear, quantized_copy
 from tests.tiny import tiny_llama
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hsd_runtime import ModelNotFoundError, PackageMissingError
-from hsd_runtime.packaged import PACKAGED, _split_alias, converted_dir, is_converted, packaged_gguf
+from hsd_runtime.models.packaged import PACKAGED, _split_alias, converted_dir, is_converted, packaged_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 CHUNKS = [bytes([i]) * (1000 + 17 * i) for i in range(1, 4)]  # three chunks of unequal sizes

@@ -52,7 +52,7 @@ def test_smollm2_autoregressive_equals_transformers_generate(loader):
 def test_second_load_of_smollm2_reads_the_cache_and_never_converts(loader, monkeypatch):
     from transformers import AutoModelForCausalLM
 
-    from hsd_runtime.packaged import converted_dir, packaged_gguf
+    from hsd_runtime.models.packaged import converted_dir, packaged_gguf
 
     first = loader.load("smollm2-135m")  # converts the GGUF once, if the cache is cold
     cached = converted_dir(packaged_gguf("smollm2-135m"))

@@ -9,9 +9,9 @@ import torch
 from hsd_planner.store import open_engine
 from hsd_planner.store.profiles import load_profile
 from hsd_runtime import ChainError, Hierarchy, ModelLoader, ModelSpecError, SamplingConfig, build_hierarchy, parse_spec
-from hsd_runtime.cache import CachedModel
-from hsd_runtime.stats import LevelStats
-from hsd_runtime.steering import (
+from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.decoding.results import LevelStats
+from hsd_runtime.learned.steering import (
     STEER_CARD,
     STEER_FILE,
     SteeredDrafter,

@@ -13,11 +13,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from hsd_runtime import ChainError, Hierarchy, NgramDrafter, SamplingConfig, TreeShape, parse_width, rrs
-from hsd_runtime.cache import CachedModel
-from hsd_runtime.rrs import draw_without_replacement, rrs_node, verify_tree_greedy, verify_tree_sample
-from hsd_runtime.stats import LevelStats
-from hsd_runtime.tree import DraftTree
+from hsd_runtime import ChainError, Hierarchy, NgramDrafter, SamplingConfig, TreeShape, parse_width
+from hsd_runtime.decoding import rrs
+from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.decoding.results import LevelStats
+from hsd_runtime.decoding.rrs import draw_without_replacement, rrs_node, verify_tree_greedy, verify_tree_sample
+from hsd_runtime.terms.tree import DraftTree
 from tests.tiny import tiny_llama
 
 TARGET = tiny_llama(21, layers=2, head_scale=4.0)

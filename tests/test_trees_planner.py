@@ -24,7 +24,7 @@ from hsd_planner.store.exchange import import_document, read_document
 from hsd_planner.store.plans import stored_widths
 from hsd_planner.store.records import RankedPlan
 from hsd_planner.store.schema import PlanRow
-from hsd_runtime.shape import TreeShape
+from hsd_runtime.terms.shape import TreeShape
 from tests.test_latency_solver import _brute_force, _instance, _random_levels, affine
 
 # --- the tree round law ---------------------------------------------------------------------------
@@ -321,7 +321,7 @@ def test_planner_solves_and_predicts_trees():
     ],
 )
 def test_predict_tree_errors(chain, widths, fragment):
-    from hsd_runtime.shape import parse_width
+    from hsd_runtime.terms.shape import parse_width
 
     profile = Profile.model_validate(PROFILE)
     widths = [parse_width(w) if isinstance(w, str) else w for w in widths]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hsd_runtime import ModelLoader, ModelSpecError, TokenizerMismatchError, TrimmedHead, parse_spec
-from hsd_runtime.trim import kept_tokens
+from hsd_runtime.models.trim import kept_tokens
 from tests.helpers import QUICK_PROFILE, one_line_error, run
 
 IDS = torch.tensor([[0, 5, 9, 17, 33, 12]])

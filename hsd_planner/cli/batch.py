@@ -7,7 +7,7 @@ from typing import TypeVar
 
 import click
 
-from hsd_runtime.limits import MAX_BATCH
+from hsd_runtime.terms.limits import MAX_BATCH
 
 from ..plan import Plan
 from ..plan.batch import BatchSolution

@@ -29,7 +29,13 @@ __all__ = ["generate"]
 @click.option("--chain", required=True, help="Models, smallest first, target last: a,b,c.")
 @click.option("--widths", default="", help="One proposal width per level below the target: 4,2.")
 @click.option("--prompt", required=True, help="The prompt text.")
-@click.option("--max-new-tokens", type=click.IntRange(1, MAX_LENGTH), default=128, show_default=True, help="Tokens to generate at most (fewer where an end-of-sequence token comes first).")
+@click.option(
+    "--max-new-tokens",
+    type=click.IntRange(1, MAX_LENGTH),
+    default=128,
+    show_default=True,
+    help="Tokens to generate at most (fewer where an end-of-sequence token comes first).",
+)
 @click.option("--raw", is_flag=True, help="Do not wrap the prompt in the tokenizer's chat template.")
 @click.option("--check", is_flag=True, help="Also decode with the target alone (greedy) and compare.")
 @click.option("--warmup/--no-warmup", default=True, show_default=True, help="Run a short untimed generation first.")

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from hsd_runtime import ModelLoader
-from hsd_runtime.limits import MAX_HEADS
+from hsd_runtime.terms.limits import MAX_HEADS
 
 from ..limits import MAX_HEAD_INNER
 from ..training.heads import HeadsConfig, HeadsReport, HeadsTrainer

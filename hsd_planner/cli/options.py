@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from hsd_runtime.choices import DTYPES, MODES
-from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE
-from hsd_runtime.shape import Width, parse_width
+from hsd_runtime.terms.choices import DTYPES, MODES
+from hsd_runtime.terms.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE
+from hsd_runtime.terms.shape import Width, parse_width
 
 from ..choices import ACCEPTANCE_MODELS
 from ..errors import ChainError
@@ -127,7 +127,7 @@ def runtime_options(f: F | None = None, *, dtype: str | None = "auto", dtype_hel
 
 def engine_option(f: F) -> F:
     """``--engine``: what runs the models whose spec names no ``engine=``."""
-    from hsd_runtime.choices import ENGINES
+    from hsd_runtime.terms.choices import ENGINES
 
     return click.option(
         "--engine",

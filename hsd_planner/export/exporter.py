@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from hsd_runtime.shape import TreeShape
-from hsd_runtime.spec import parse_spec
+from hsd_runtime.terms.shape import TreeShape
+from hsd_runtime.terms.spec import parse_spec
 
 from ..errors import ExportError
 from ..plan import Plan, widths_to_json
@@ -61,8 +61,8 @@ class ExportReport:
             "stack": self.stack,
             "version": self.version,
             "plan_id": self.plan_id,
-            "pick": _summary(self.pick),
-            "exported": _summary(self.exported),
+            "pick": self.pick.to_dict(),
+            "exported": self.exported.to_dict(),
             "restriction": self.restriction,
             "payload": self.payload,
         }
@@ -71,17 +71,6 @@ class ExportReport:
 def _speed(plan: Plan) -> str:
     what = plan.label if plan.depth else f"{plan.chain[-1]} autoregressive (no speculation)"
     return f"{what} at {plan.prediction.ms_per_token:.2f} ms/token ({plan.prediction.speedup:.2f}x)"
-
-
-def _summary(plan: Plan) -> dict:
-    p = plan.prediction
-    return {
-        "chain": list(plan.chain),
-        "widths": widths_to_json(plan.widths),
-        "predicted_ms_per_token": p.ms_per_token,
-        "predicted_mean_accepted_length": p.mean_accepted_length,
-        "predicted_speedup": p.speedup,
-    }
 
 
 def check_request(fmt: str, version: str | None, model_map: dict[str, str]) -> Stack | None:

@@ -52,10 +52,10 @@ def gguf_names(chains: Sequence[Sequence[str]]) -> dict[str, str]:
     """The GGUF file of each model of ``chains`` that a llama.cpp server can load as it is: a
     packaged alias's file, a ``.gguf`` path, and llama.cpp's re-quantized copy of either (``quant=``,
     once hsd-plan has made it into the cache). Others are left to ``--model-map``."""
-    from hsd_runtime.choices import GGUF_QUANTS
-    from hsd_runtime.errors import HSDError
-    from hsd_runtime.packaged import PACKAGED, packaged_gguf, quantized_path
-    from hsd_runtime.spec import parse_spec
+    from hsd_runtime.models.packaged import PACKAGED, packaged_gguf, quantized_path
+    from hsd_runtime.terms.choices import GGUF_QUANTS
+    from hsd_runtime.terms.errors import HSDError
+    from hsd_runtime.terms.spec import parse_spec
 
     out: dict[str, str] = {}
     for name in {n for chain in chains for n in chain}:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hsd_runtime.choices import GGUF_QUANTS
-from hsd_runtime.shape import TreeShape
-from hsd_runtime.spec import parse_spec
+from hsd_runtime.terms.choices import GGUF_QUANTS
+from hsd_runtime.terms.shape import TreeShape
+from hsd_runtime.terms.spec import parse_spec
 
 from ..choices import AcceptanceModel
 from ..plan import Plan, Profile, SolveConfig, predict, solve

@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hsd_runtime.choices import Mode
+from hsd_runtime.terms.choices import Mode
 
 from ..errors import ExportError
 from .batch import trtllm_schedule

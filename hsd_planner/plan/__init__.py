@@ -7,8 +7,8 @@ and :class:`Plan`, a hierarchy with its prediction, its label and its JSON width
 (:mod:`.plans`); :mod:`.simulate` checks the latency model by simulation. Pure: imports neither
 torch nor the database, so a serving stack can ``from hsd_planner.plan import Profile, solve,
 predict`` with only pydantic, networkx and numpy installed. May import :mod:`hsd_planner.errors`,
-:mod:`hsd_planner.choices` and the runtime's torch-free :mod:`hsd_runtime.shape` (draft-tree
-shapes), :mod:`hsd_runtime.choices` and :mod:`hsd_runtime.limits`.
+:mod:`hsd_planner.choices` and the runtime's torch-free :mod:`hsd_runtime.terms.shape` (draft-tree
+shapes), :mod:`hsd_runtime.terms.choices` and :mod:`hsd_runtime.terms.limits`.
 """
 
 from .config import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT, SolveConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hsd_runtime.limits import MAX_BATCH, MAX_TREE_NODES, MAX_WIDTH
+from hsd_runtime.terms.limits import MAX_BATCH, MAX_TREE_NODES, MAX_WIDTH
 
 from ..choices import AcceptanceModel
 

@@ -2,7 +2,7 @@
 
 Models m_0 < ... < m_K (m_K the target) with widths T_0..T_{K-1}. Level 0 may draft a tree
 instead (RSD-C): T_0 is then a shape b = (b_1..b_L) with F_l = prod_{j<=l} b_j nodes at depth l
-and N = sum_l F_l nodes in all (:class:`hsd_runtime.shape.TreeShape`); a tree is only ever level
+and N = sum_l F_l nodes in all (:class:`hsd_runtime.terms.shape.TreeShape`); a tree is only ever level
 0's width, and a lookup drafter drafts chains only.
 
 A verification round of level k yields X = A + 1 tokens, A the drafted tokens it accepts along one
@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hsd_runtime.shape import TreeShape, Width
+from hsd_runtime.terms.shape import TreeShape, Width
 
 from .lockstep import active_rounds
 from .rounds import RoundLaw, RunLengths, SiblingCurve

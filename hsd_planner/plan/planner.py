@@ -3,7 +3,7 @@
 ``solve`` ranks hierarchies with the exact DAG solver; ``predict`` gives the latency model's
 prediction for one hierarchy, ``predict_over`` its median over several context lengths, and
 ``tokens_per_round`` the tokens each level's verification rounds yield. A hierarchy's first width
-may be a draft tree (:class:`hsd_runtime.shape.TreeShape`). Defaults come from
+may be a draft tree (:class:`hsd_runtime.terms.shape.TreeShape`). Defaults come from
 :class:`SolveConfig`. Pure: no torch, no database.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from hsd_runtime.shape import TreeShape, Width
+from hsd_runtime.terms.shape import TreeShape, Width
 
 from ..choices import AcceptanceModel
 from ..errors import SolverError

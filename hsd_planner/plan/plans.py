@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hsd_runtime.shape import Width, format_width, parse_width
+from hsd_runtime.terms.shape import Width, format_width, parse_width
 
 from .latency import Prediction
 
@@ -21,7 +21,7 @@ __all__ = ["Plan", "format_chain", "widths_from_json", "widths_to_json"]
 def format_chain(chain: Sequence[str], widths: Sequence[Width]) -> str:
     """``ngram[4] -> m:layers=8[2] -> m``: each drafter with its width (or tree shape), then the target.
 
-    >>> from hsd_runtime.shape import TreeShape
+    >>> from hsd_runtime.terms.shape import TreeShape
     >>> format_chain(["ngram", "t"], [4]), format_chain(["m", "t"], [TreeShape((3, 2, 1))])
     ('ngram[4] -> t', 'm[3x2x1] -> t')
     """
@@ -66,7 +66,7 @@ class Plan:
 def widths_to_json(widths: Sequence[Width]) -> list[int | str]:
     """Widths as stored and printed: numbers stay numbers, a tree becomes ``"3x2x1"``.
 
-    >>> from hsd_runtime.shape import TreeShape
+    >>> from hsd_runtime.terms.shape import TreeShape
     >>> widths_to_json([TreeShape((3, 2, 1)), 4])
     ['3x2x1', 4]
     """

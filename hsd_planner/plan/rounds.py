@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hsd_runtime.shape import TreeShape
+from hsd_runtime.terms.shape import TreeShape
 
 __all__ = ["RoundLaw", "RunLengths", "SiblingCurve", "monotone_probabilities"]
 

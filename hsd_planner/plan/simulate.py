@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from hsd_runtime.shape import TreeShape, Width
+from hsd_runtime.terms.shape import TreeShape, Width
 
 from .latency import Level, draft_cost
 from .rounds import RunLengths, SiblingCurve

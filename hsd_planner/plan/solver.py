@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from hsd_runtime.shape import TreeShape, Width
+from hsd_runtime.terms.shape import TreeShape, Width
 
 from ..errors import SolverError
 from ..limits import MAX_BRANCHING

@@ -44,9 +44,9 @@ import torch
 from torch import nn
 
 from hsd_runtime import SamplingConfig, ngram_lookup, warp
-from hsd_runtime.bpd import BpdDrafter
-from hsd_runtime.output import apply_output_layer
-from hsd_runtime.steering import layer_inputs, stale_sources, steering_delta
+from hsd_runtime.learned.bpd import BpdDrafter
+from hsd_runtime.learned.steering import layer_inputs, stale_sources, steering_delta
+from hsd_runtime.models.output import apply_output_layer
 
 __all__ = [
     "G_MAX",
@@ -172,7 +172,7 @@ def steered_logits(
 ) -> Iterator[torch.Tensor]:
     """A steered ``drafter``'s logits ``[m, width]`` along the continuation (its ``steerer``, under
     its ``verifier``) for staleness offsets 1, 2, ...: each row steered from that many rows back
-    (:func:`~hsd_runtime.steering.stale_sources`). One verifier pass gives its taps first; each
+    (:func:`~hsd_runtime.learned.steering.stale_sources`). One verifier pass gives its taps first; each
     offset is one drafter pass, made when it is asked for."""
     steerer: Any = drafter.steerer
     m = len(continuation)

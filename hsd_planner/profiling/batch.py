@@ -1,6 +1,6 @@
 """c(n, b): the latency of one cached pass over b sequences of n new tokens each.
 
-Measured with the batched runtime's own ragged layout (:class:`hsd_runtime.ragged.BatchedCache`,
+Measured with the batched runtime's own ragged layout (:class:`hsd_runtime.batch.ragged.BatchedCache`,
 its 4-D mask built every pass), so a batch plan is predicted from the passes it will run: b
 sequences with ``context_len`` random tokens cached each, a pass of n new tokens per sequence,
 rolled back again. The n-gram lookup at batch b is b lookups, one per sequence.
@@ -24,8 +24,8 @@ import torch
 from torch import nn
 
 from hsd_runtime import head_rows, ngram_lookup
-from hsd_runtime.ragged import BatchedCache
-from hsd_runtime.stats import LevelStats
+from hsd_runtime.batch.ragged import BatchedCache
+from hsd_runtime.decoding.results import LevelStats
 
 from ..store import Engine
 from ..store.measurements import save_latency, stored_latency

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from hsd_runtime import LoadedModel, ModelSpec
-from hsd_runtime.choices import Dtype, Mode
-from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+from hsd_runtime.terms.choices import Dtype, Mode
+from hsd_runtime.terms.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..store.records import ModelFacts, RunKeys
 
 if TYPE_CHECKING:
-    from hsd_runtime.bpd import BpdDrafter
+    from hsd_runtime.learned.bpd import BpdDrafter
 
 __all__ = ["ProfileConfig", "ProfileOutcome", "ProfiledModel"]
 
@@ -34,7 +34,7 @@ class ProfileConfig(BaseModel):
     mode: Mode = "greedy"
     temperature: float = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_TEMPERATURE)
     top_p: float = Field(1.0, gt=0, le=1)
-    lenience: float = Field(1.0, gt=0, le=1)  # below 1: acceptance under lossy verification (hsd_runtime.verify)
+    lenience: float = Field(1.0, gt=0, le=1)  # below 1: acceptance under lossy verification (hsd_runtime.decoding.verify)
     seed: int = Field(0, ge=0, le=MAX_SEED)
     dtype: Dtype = "fp32"
     max_new_tokens: int = Field(64, ge=1, le=MAX_LENGTH)

@@ -80,7 +80,7 @@ def probe_floor(device: str | torch.device, dtypes: list[str], kernels: str = "p
     oneDNN, as the models run, for each dtype this CPU can pack; ``plain``: torch's default).
     Under a second on a CPU.
     """
-    from hsd_runtime.device import resolve_dtype
+    from hsd_runtime.models.device import resolve_dtype
 
     dev = resolve_device(str(device))
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)

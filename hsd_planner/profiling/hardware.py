@@ -8,7 +8,7 @@ import platform
 import torch
 
 from hsd_runtime import cpu_capability
-from hsd_runtime.engines import LLAMA_CPP_PYTHON
+from hsd_runtime.models.engine import LLAMA_CPP_PYTHON
 
 from ..store.records import HardwareRecord
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from torch import nn
 
 from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
-from hsd_runtime.bpd import load_bpd
-from hsd_runtime.loading import context_limit
-from hsd_runtime.spec import same_model
-from hsd_runtime.steering import steer_model
+from hsd_runtime.learned.bpd import load_bpd
+from hsd_runtime.learned.steering import steer_model
+from hsd_runtime.models.loading import context_limit
+from hsd_runtime.terms.spec import same_model
 
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt

@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from hsd_runtime.files import read_input, stat_path
-from hsd_runtime.limits import MAX_CONFIG_BYTES
-from hsd_runtime.packaged import PACKAGED
-from hsd_runtime.spec import BPD, ModelSpec, parse_spec
+from hsd_runtime.models.files import read_input, stat_path
+from hsd_runtime.models.packaged import PACKAGED
+from hsd_runtime.terms.limits import MAX_CONFIG_BYTES
+from hsd_runtime.terms.spec import BPD, ModelSpec, parse_spec
 
 from ..errors import StoreError
 from ..prompts import PromptSet, trained_on

@@ -19,8 +19,8 @@ import torch
 from torch import nn
 
 from hsd_runtime import SamplingConfig, head_rows, ngram_lookup
-from hsd_runtime.bpd import BpdDrafter
-from hsd_runtime.engines.torch_engine import cache_argument
+from hsd_runtime.learned.bpd import BpdDrafter
+from hsd_runtime.models.torch_engine import cache_argument
 
 __all__ = ["SPREAD_LIMIT", "HeadsTimer", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 

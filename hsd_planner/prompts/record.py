@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hsd_runtime.files import read_input
+from hsd_runtime.models.files import read_input
 
 from ..limits import MAX_RECORD_BYTES
 from .sets import PromptSet, prompt_digest

@@ -19,7 +19,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from hsd_runtime.files import open_input
+from hsd_runtime.models.files import open_input
 
 from ..errors import PromptError
 from ..limits import MAX_PROMPT_CHARS, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hsd_runtime.choices import Mode
+from hsd_runtime.terms.choices import Mode
 
 from ..store.records import RankedPlan
 

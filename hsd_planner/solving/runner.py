@@ -5,8 +5,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from hsd_runtime.choices import Mode
-from hsd_runtime.shape import TreeShape
+from hsd_runtime.terms.choices import Mode
+from hsd_runtime.terms.shape import TreeShape
 
 from ..choices import AcceptanceModel, PlanKind
 from ..plan import SOLVE_DEFAULTS, Plan, Profile, Solution, SolveConfig, predict, solve

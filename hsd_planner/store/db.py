@@ -31,7 +31,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 from sqlalchemy.pool import NullPool
 
-from hsd_runtime.files import describe_mode, stat_path
+from hsd_runtime.models.files import describe_mode, stat_path
 
 from ..errors import StoreError, first_line
 from ..paths import SQLITE_HEADER

@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hsd_runtime.choices import GGUF_QUANTS, Mode
-from hsd_runtime.spec import parse_spec
+from hsd_runtime.terms.choices import GGUF_QUANTS, Mode
+from hsd_runtime.terms.spec import parse_spec
 
 from ..errors import HSDError
 

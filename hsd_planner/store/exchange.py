@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from hsd_runtime.files import read_input
+from hsd_runtime.models.files import read_input
 
 from ..errors import StoreError
 from ..limits import MAX_DOCUMENT_BYTES

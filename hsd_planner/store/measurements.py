@@ -14,7 +14,7 @@ from typing import cast
 from sqlalchemy import Engine, UniqueConstraint, func, select
 from sqlalchemy.orm import Session
 
-from hsd_runtime.choices import Mode
+from hsd_runtime.terms.choices import Mode
 
 from ..plan import LatencyCurve
 from .profiles import latency_curve

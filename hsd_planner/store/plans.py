@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from hsd_runtime.shape import Width
+from hsd_runtime.terms.shape import Width
 
 from ..errors import ChainError, StoreError
 from ..plan import Plan, Prediction, Profile, widths_from_json

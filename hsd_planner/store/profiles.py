@@ -14,7 +14,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime import parse_spec
-from hsd_runtime.choices import Mode
+from hsd_runtime.terms.choices import Mode
 
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hsd_runtime.choices import Mode
+from hsd_runtime.terms.choices import Mode
 
 from ..choices import AcceptanceModel, PlanKind
 from ..plan import Plan
@@ -65,7 +65,7 @@ class SettingRecord:
     top_p: float
     dtype: str
     max_new_tokens: int
-    lenience: float = 1.0  # below 1: lossy verification (hsd_runtime.verify); 1 is the exact rule
+    lenience: float = 1.0  # below 1: lossy verification (hsd_runtime.decoding.verify); 1 is the exact rule
 
 
 @dataclass(frozen=True)

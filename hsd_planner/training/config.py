@@ -6,8 +6,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hsd_runtime.choices import Dtype
-from hsd_runtime.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+from hsd_runtime.terms.choices import Dtype
+from hsd_runtime.terms.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..choices import DistillData, Divergence
 from ..limits import MAX_COUNT, MAX_LENGTH

@@ -35,9 +35,9 @@ import numpy as np
 import torch
 
 from hsd_runtime import ModelLoader, ModelNotFoundError, ModelSpecError, SamplingConfig, check_same_tokenizer, parse_spec
-from hsd_runtime.loading import shallow_module, trimmed_model
-from hsd_runtime.trained import write_files
-from hsd_runtime.trim import kept_tokens
+from hsd_runtime.learned.trained import write_files
+from hsd_runtime.models.loading import shallow_module, trimmed_model
+from hsd_runtime.models.trim import kept_tokens
 
 from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from hsd_runtime.trim import column_of
+from hsd_runtime.models.trim import column_of
 
 from ..choices import Divergence
 from .data import TeacherRows

@@ -1,6 +1,6 @@
 """Block-draft heads for one host model (blockwise parallel decoding; Stern et al. 2018, Kim et al. 2024).
 
-Heads 2..H (:class:`hsd_runtime.heads.BlockHeads`) are trained on the host's own continuations:
+Heads 2..H (:class:`hsd_runtime.learned.heads.BlockHeads`) are trained on the host's own continuations:
 the data engine's corpus (:mod:`.data`) holds, for every continuation position, the host's
 distribution there (top-k logits and the log-partition); one teacher-forced pass per batch gives
 the host's final hidden state h_t at every position, once, kept in memory. Head i at h_t learns
@@ -28,11 +28,11 @@ import torch
 from pydantic import Field
 
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
-from hsd_runtime.heads import BlockHeads, HeadsCard, save_heads
-from hsd_runtime.limits import MAX_HEADS
-from hsd_runtime.loading import trimmed_by_id
-from hsd_runtime.output import apply_output_layer
-from hsd_runtime.trim import column_of
+from hsd_runtime.learned.heads import BlockHeads, HeadsCard, save_heads
+from hsd_runtime.models.loading import trimmed_by_id
+from hsd_runtime.models.output import apply_output_layer
+from hsd_runtime.models.trim import column_of
+from hsd_runtime.terms.limits import MAX_HEADS
 
 from ..errors import DistillError
 from ..limits import MAX_HEAD_INNER

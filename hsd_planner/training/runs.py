@@ -4,7 +4,7 @@ the key of the data engine's corpus it trains on, and the step loop with its che
 
 The output folder and the corpus cache are checked before any model is loaded, so a folder that
 cannot be written is refused in one line at once rather than after minutes of work; every file a
-run writes goes through a private folder and a rename (:func:`hsd_runtime.trained.write_files`),
+run writes goes through a private folder and a rename (:func:`hsd_runtime.learned.trained.write_files`),
 whole or not at all, with the mode the umask allows.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from hsd_runtime.files import check_folder, open_input, stat_path
-from hsd_runtime.trained import write_files
+from hsd_runtime.learned.trained import write_files
+from hsd_runtime.models.files import check_folder, open_input, stat_path
 
 from ..errors import DistillError
 from ..limits import MAX_CHECKPOINT_BYTES
@@ -49,7 +49,7 @@ ReportT = TypeVar("ReportT")
 def check_run_folder(out: Path, resume: bool) -> Path:
     """The checkpoint file of the run in ``out``; refuses, before anything is written: an ``out``
     that is not a folder and cannot be made one, or that this user may not write into
-    (:func:`hsd_runtime.files.check_folder`), ``resume`` without a checkpoint (or with a FIFO or
+    (:func:`hsd_runtime.models.files.check_folder`), ``resume`` without a checkpoint (or with a FIFO or
     a folder in its place), and a new run into a folder that is not empty."""
     exists = check_folder(out, "--out")
     state_file = out / CHECKPOINT / STATE

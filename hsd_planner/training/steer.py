@@ -30,7 +30,7 @@ import torch
 from pydantic import Field
 
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig, parse_spec
-from hsd_runtime.steering import (
+from hsd_runtime.learned.steering import (
     Steerer,
     SteeringCard,
     SteeringForm,
@@ -41,7 +41,7 @@ from hsd_runtime.steering import (
     steered_model,
     steering_delta,
 )
-from hsd_runtime.trained import write_files
+from hsd_runtime.learned.trained import write_files
 
 from ..choices import Divergence
 from ..errors import DistillError

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from hsd_runtime.engines import LLAMA_CPP_PYTHON
-from hsd_runtime.errors import HSDError, first_line
-from hsd_runtime.packaged import cache_dir
+from hsd_runtime.models.engine import LLAMA_CPP_PYTHON
+from hsd_runtime.models.packaged import cache_dir
+from hsd_runtime.terms.errors import HSDError, first_line
 
 __all__ = ["LLAMA_CPP_PYTHON", "Completion", "LlamaServer", "LlamaServerError", "llama_server_path"]
 

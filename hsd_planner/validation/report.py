@@ -6,7 +6,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass
 
-from hsd_runtime.choices import Mode
+from hsd_runtime.terms.choices import Mode
 
 from ..choices import AcceptanceModel
 from ..plan import Plan

@@ -1,0 +1,252 @@
+"""One model's KV cache over one token sequence: the only place a level rolls back.
+
+Callers never crop caches themselves. They ask for logits over a whole sequence; the cache keeps
+the longest prefix it already holds, crops the rest (a rejection below, or a commit above that
+replaced a token) and feeds only the new tokens in one forward pass.
+
+A draft tree can hang after the sequence (:meth:`CachedModel.tree_logits`: nodes fed with a
+tree attention mask). The next call over a sequence settles it: the nodes along the path that
+sequence took through the tree are kept (their keys and values gathered into sequence order),
+the other branches dropped.
+
+This bookkeeping is the same on every engine; the engine (:mod:`hsd_runtime.models.engine`) only feeds tokens,
+crops and keeps a tree's path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..models.engine import EngineCache, TreeFeed
+from ..terms.tree import DraftTree
+from .results import LevelStats
+
+__all__ = ["CachedModel", "common_prefix", "engine_cache"]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def engine_cache(model: Any, width: int, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> EngineCache:
+    """A fresh KV cache for ``model`` on its engine: a transformers ``nn.Module`` (torch) or a
+    model that opens its own caches (``open_cache``, as a llama.cpp GGUF does)."""
+    opener = getattr(model, "open_cache", None)
+    if opener is not None:
+        if keep_hidden:
+            from ..terms.errors import ChainError
+
+            raise ChainError(f"{model}: block-draft heads and steering read hidden states, which the torch engine alone keeps")
+        return opener(width)
+    from ..models.torch_engine import TorchCache
+
+    return TorchCache(model, width, keep_hidden, layers)
+
+
+class CachedModel:
+    """A causal LM with a rolling KV cache and its counters.
+
+    Args:
+        model: a transformers causal LM (or a truncated view of one), or a model of another
+            engine (see :func:`engine_cache`).
+        logits_width: logits are sliced to this many columns (the chain's shared vocabulary).
+        stats: counters to update with each forward pass.
+        keep_hidden: also keep the final hidden state (the output layer's input) of every row it
+            computes logits for, so that block-draft heads can read them (:meth:`hidden_at`).
+            Torch engine only.
+        layers: with ``keep_hidden``, keep instead the inputs of these decoder layers at every such
+            row, side by side (``[len(layers) d]`` per row): what steers the drafter below.
+    """
+
+    def __init__(self, model: Any, logits_width: int, stats: LevelStats, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> None:
+        if layers and not keep_hidden:
+            raise ValueError("layers are kept only with keep_hidden")
+        self.model = model
+        self.engine = engine_cache(model, logits_width, keep_hidden, tuple(layers))
+        self.width = logits_width
+        self.stats = stats
+        self.keep_hidden = keep_hidden
+        self.layers = tuple(layers)
+        self.device = self.engine.device
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the cached sequence (a new prompt)."""
+        self.engine.clear()
+        self._cached: list[int] = []
+        self._last: torch.Tensor | None = None  # [1, V] logits after the last cached token
+        # keep_hidden: the hidden rows [R, d] of the last linear pass, at positions _hid_first..,
+        # and the row after the last cached token (kept beside _last)
+        self._hid: torch.Tensor | None = None
+        self._hid_first = 0
+        self._last_hid: torch.Tensor | None = None
+        self._tree_hid: torch.Tensor | None = None  # [_tree_fed, d], beside _tree_rows
+        self._forward_s = 0.0  # time inside the model since the last logits()/prefill() call
+        # a draft tree whose first `_tree_fed` nodes follow `_cached` in the cache, in order, and
+        # the logits after each of them ([_tree_fed, V]); `_last` stays the row after `_cached`
+        self._tree: DraftTree | None = None
+        self._tree_fed = 0
+        self._tree_rows: torch.Tensor | None = None
+
+    def _settle(self, seq: list[int]) -> None:
+        """Make the cache linear again: keep the hanging tree's nodes along ``seq``, drop the rest."""
+        tree = self._tree
+        if tree is None:
+            return
+        held = len(self._cached)
+        path = []
+        if seq[:held] == self._cached:
+            # nodes are breadth-first, so the fed ones (a prefix) along a path form a prefix of it
+            path = [i for i in tree.follow(seq[held:]) if i < self._tree_fed]
+        if path and self.engine.keep_path(held, path, self._tree_fed):
+            assert self._tree_rows is not None
+            self._cached = self._cached + [tree.tokens[i] for i in path]
+            self._last = self._tree_rows[path[-1] : path[-1] + 1]
+            self._last_hid = None if self._tree_hid is None else self._tree_hid[path[-1] : path[-1] + 1]
+        elif self._tree_fed:  # no path kept (or an engine that cannot keep one): drop the nodes
+            self.engine.drop_tree(self._tree_fed)
+        self._tree, self._tree_fed, self._tree_rows, self._tree_hid = None, 0, None, None
+        self._hid = None
+
+    def _rollback(self, keep: int) -> None:
+        """Drop every cached position from ``keep`` on."""
+        if keep == 0:
+            self.reset()
+        elif keep < len(self._cached):
+            self.engine.crop(keep, len(self._cached))
+            self._cached = self._cached[:keep]
+            self._last = self._last_hid = None
+
+    def _forward(self, seq: list[int], first: int) -> tuple[torch.Tensor, int]:
+        """Logits rows ``first..len(seq)-1`` and the number of tokens fed to get them."""
+        self._settle(seq)
+        common = common_prefix(self._cached, seq)
+        held = len(self._cached)
+        hid: list[torch.Tensor | None] = []
+        if self._last is not None and common == held and first == held - 1:
+            # the first row wanted is the one kept from the previous pass: feed only what is new
+            new = seq[held:]
+            rows = [self._last]
+            hid.append(self._last_hid)
+            if new:
+                rows.append(self._run(new, held, len(new)))
+                hid.append(self._captured())
+        else:
+            start = min(common, first)
+            self._rollback(start)
+            new = seq[start:]
+            rows = [self._run(new, start, len(seq) - first)]
+            hid.append(self._captured())
+        self._cached = list(seq)
+        logits = torch.cat(rows) if len(rows) > 1 else rows[0]  # [len(seq) - first, V]
+        self._last = logits[-1:]
+        if self.keep_hidden:
+            self._hid = torch.cat(hid) if all(h is not None for h in hid) else None  # type: ignore[arg-type]
+            self._hid_first = first
+            self._last_hid = None if self._hid is None else self._hid[-1:]
+        return logits, len(new)
+
+    def _captured(self) -> torch.Tensor | None:
+        """The hidden rows the engine kept in its latest pass (``keep_hidden``), else None."""
+        return getattr(self.engine, "captured", None) if self.keep_hidden else None
+
+    def _run(self, new: list[int], start: int, keep: int, tree: TreeFeed | None = None) -> torch.Tensor:
+        t0 = time.perf_counter()
+        logits = self.engine.feed(new, start, keep, tree)  # [keep, V]; a CUDA device is synchronized
+        self._forward_s += time.perf_counter() - t0
+        return logits
+
+    def hidden_at(self, seq: list[int]) -> tuple[torch.Tensor, int] | None:
+        """The final hidden state ``[1, d]`` (or the kept layers' inputs, ``[1, len(layers) d]``)
+        after ``seq[: j + 1]`` for the largest j whose row the last pass kept (``keep_hidden``),
+        and j; None when no kept row lies along ``seq``.
+
+        A row is valid for ``seq`` only where ``seq`` agrees with the tokens it was computed over:
+        the cached text up to that position, and down a hanging tree, the path to a fed node.
+        """
+        if self._tree is not None:
+            held = len(self._cached)
+            if seq[:held] != self._cached:
+                return None
+            nodes = [i for i in self._tree.follow(seq[held:]) if i < self._tree_fed]
+            if nodes and self._tree_hid is not None:
+                return self._tree_hid[nodes[-1] : nodes[-1] + 1], held + len(nodes) - 1
+            return None if self._last_hid is None else (self._last_hid, held - 1)
+        if self._hid is None:
+            return None
+        j = common_prefix(self._cached, seq) - 1  # rows up to j were computed over seq's own tokens
+        if j < self._hid_first:
+            return None
+        return self._hid[j - self._hid_first : j - self._hid_first + 1], j
+
+    def logits(self, seq: list[int], first: int) -> torch.Tensor:
+        """Logits ``[len(seq) - first, V]``; row i predicts the token after ``seq[first + i]``.
+
+        Counted as one decode forward pass of the tokens not yet cached (none when the rows
+        wanted were all kept from the previous pass, e.g. the prompt's last position).
+        """
+        return self._counted(lambda: self._forward(seq, first))
+
+    def _counted(self, call: Callable[[], tuple[torch.Tensor, int]]) -> torch.Tensor:
+        """Run one (possibly empty) pass and add it to the stats: a pass, its tokens, its time."""
+        t0 = time.perf_counter()
+        self._forward_s = 0.0
+        logits, fed = call()  # each model pass synchronizes a CUDA device itself
+        self.stats.add_pass(fed, time.perf_counter() - t0, self._forward_s)
+        return logits
+
+    def _tree_forward(self, seq: list[int], tree: DraftTree) -> tuple[torch.Tensor, int]:
+        """Feed what is missing of ``seq`` and ``tree``; return rows ``[1 + N, V]`` and tokens fed."""
+        if self._tree is not tree or self._cached != seq:
+            self._settle(seq)
+            common = common_prefix(self._cached, seq)
+            if not (self._last is not None and common == len(self._cached) == len(seq)):
+                start = min(common, len(seq) - 1)
+                self._rollback(start)
+                self._cached = self._cached[:start]  # the tail below is fed again
+        tail = seq[len(self._cached) :]
+        first = self._tree_fed
+        new = tail + tree.tokens[first:]  # [tail + M]: the rest of the text, then the new nodes
+        if new:
+            linear = len(seq)
+            rows = self._run(new, linear - len(tail), len(new), TreeFeed(tree, first, linear))
+            if tail:
+                self._last = rows[len(tail) - 1 : len(tail)]
+            fresh = rows[len(tail) :]
+            self._tree_rows = fresh if self._tree_rows is None or not first else torch.cat([self._tree_rows, fresh])
+            if self.keep_hidden:
+                captured = self._captured()
+                assert captured is not None
+                if tail:
+                    self._last_hid = captured[len(tail) - 1 : len(tail)]
+                nodes = captured[len(tail) :]
+                self._tree_hid = nodes if self._tree_hid is None or not first else torch.cat([self._tree_hid, nodes])
+        self._cached, self._tree, self._tree_fed = list(seq), tree, len(tree)
+        assert self._last is not None and self._tree_rows is not None
+        return torch.cat([self._last, self._tree_rows]), len(new)
+
+    def tree_logits(self, seq: list[int], tree: DraftTree) -> torch.Tensor:
+        """Logits ``[1 + N, V]`` after ``seq`` (row 0) and after every node of ``tree`` (row 1 + i).
+
+        One forward pass with a tree attention mask feeds whatever is not cached yet: the end of
+        ``seq`` and the tree's nodes (a tree grown depth by depth feeds only its new nodes). The
+        tree then hangs in the cache until the next call settles it.
+        """
+        return self._counted(lambda: self._tree_forward(seq, tree))
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Cache the whole prompt and keep the logits that predict the first new token."""
+        self.reset()
+        t0 = time.perf_counter()
+        self._forward(prompt, len(prompt) - 1)
+        self.stats.prefill_tokens += len(prompt)
+        self.stats.prefill_s += time.perf_counter() - t0

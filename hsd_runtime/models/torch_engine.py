@@ -1,0 +1,137 @@
+"""The torch engine: a transformers causal LM with a ``DynamicCache``.
+
+Trees are fed with a 4-D additive attention mask and explicit position ids; a kept path's keys and
+values are gathered into sequence order. With ``keep_hidden`` the pass runs the decoder and the
+output layer apart, so that the final hidden state (or the inputs of chosen layers) of every row
+kept stays readable (:attr:`TorchCache.captured`): what block-draft heads and steering read.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..terms.tree import DraftTree
+from .engine import TreeFeed
+from .output import apply_output_layer
+
+__all__ = ["TorchCache", "cache_argument"]
+
+
+@functools.cache
+def _cache_name(forward: Callable[..., Any]) -> str:
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def cache_argument(module: nn.Module, cache: Any) -> dict[str, Any]:
+    """The keyword that hands ``module`` (a transformers causal LM or its decoder) its KV cache:
+    ``cache`` where its forward takes it (transformers 5.24 on), else ``past_key_values``."""
+    return {_cache_name(type(module).forward): cache}
+
+
+class TorchCache:
+    """A transformers causal LM's KV cache (:class:`~hsd_runtime.models.engine.EngineCache`).
+
+    Args:
+        model: a transformers causal LM (or a truncated, trimmed or quantized view of one).
+        width: logits are sliced to this many columns.
+        keep_hidden: run the decoder and the output layer apart and keep, in :attr:`captured`,
+            the final hidden state of every row whose logits a pass returns.
+        layers: with ``keep_hidden``, keep instead the inputs of these decoder layers, side by side.
+    """
+
+    def __init__(self, model: nn.Module, width: int, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> None:
+        self.model = model
+        self.width = width
+        self.keep_hidden = keep_hidden
+        self.layers = layers
+        self.device = next(model.parameters()).device
+        # the activations' dtype, for the additive tree mask (an int8 copy computes in fp32 like its embeddings)
+        self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        self.captured: torch.Tensor | None = None  # [keep, d] (or [keep, len(layers) d]) of the latest pass
+        self.clear()
+
+    def clear(self) -> None:
+        from transformers import DynamicCache
+
+        self._cache = DynamicCache()
+
+    def crop(self, keep: int, held: int) -> None:
+        # a negative count removes that many positions in every transformers version
+        self._cache.crop(keep - held)
+
+    def drop_tree(self, fed: int) -> None:
+        self._cache.crop(-fed)
+
+    def keep_path(self, held: int, path: list[int], fed: int) -> bool:
+        layers = getattr(self._cache, "layers", None)
+        if layers is None or not all(type(layer).__name__ == "DynamicLayer" for layer in layers):
+            return False  # a cache layout without plain layers: the caller drops the nodes
+        keep = torch.cat([torch.arange(held), held + torch.tensor(path)]).to(self.device)
+        for layer in layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, keep)
+                layer.values = layer.values.index_select(-2, keep)
+        return True
+
+    @torch.inference_mode()
+    def feed(self, tokens: list[int], start: int, keep: int, tree: TreeFeed | None = None) -> torch.Tensor:
+        extra: dict[str, torch.Tensor] = {}
+        if tree is not None:
+            tail = len(tokens) - (len(tree.tree) - tree.first)
+            positions = list(range(start, start + tail)) + tree_positions(tree.tree, tree.linear)[tree.first :]
+            extra["attention_mask"] = tree_mask(tree.tree, tree.linear, tail, tree.first, self.dtype, self.device)
+            extra["position_ids"] = torch.tensor([positions], device=self.device)
+        ids = torch.tensor([tokens], device=self.device)  # [1, new tokens]
+        if self.keep_hidden:  # the decoder, then the output layer on the rows kept: the hidden rows stay
+            decoder: Any = getattr(self.model, str(self.model.base_model_prefix))
+            out = decoder(
+                input_ids=ids, **cache_argument(decoder, self._cache), use_cache=True, output_hidden_states=bool(self.layers), **extra
+            )
+            hidden = out.last_hidden_state[0, -keep:]  # [keep, d]
+            # hidden_states[l] is the input of layer l (hidden_states[0] the embeddings): [keep, len(layers) d]
+            self.captured = torch.cat([out.hidden_states[i][0, -keep:] for i in self.layers], -1) if self.layers else hidden
+            logits = apply_output_layer(self.model, hidden, self.width)
+        else:
+            out = self.model(input_ids=ids, **cache_argument(self.model, self._cache), use_cache=True, logits_to_keep=keep, **extra)
+            logits = out.logits[0, :, : self.width]  # [keep, V]
+        if logits.device.type == "cuda":
+            torch.cuda.synchronize(logits.device)
+        return logits
+
+
+def tree_positions(tree: DraftTree, start: int) -> list[int]:
+    """Position ids of the nodes when the root's children sit at position ``start``."""
+    return [start + d - 1 for d in tree.depths]
+
+
+def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive 4-D attention mask ``[1, 1, tail + M, linear + N']`` of one pass.
+
+    Key positions: ``linear`` positions of linear text (the last ``tail`` of them fed by this
+    pass, causally), then tree nodes 0..N'-1 with N' = ``len(tree)``: nodes before ``first`` are
+    already in the cache, nodes ``first..`` (M of them) are fed by this pass after the tail. A node
+    sees all linear text, its ancestors and itself. 0 where attention is allowed, the dtype's
+    minimum elsewhere (added to the scores by eager and SDPA attention alike).
+    """
+    n = len(tree)
+    m = n - first
+    q, kv = tail + m, linear + n
+    allowed = torch.zeros(q, kv, dtype=torch.bool)
+    past = linear - tail
+    for j in range(tail):  # linear text: causal
+        allowed[j, : past + j + 1] = True
+    allowed[tail:, :linear] = True  # every node sees all linear text
+    for row, i in enumerate(range(first, n), start=tail):
+        node = i
+        while node >= 0:  # itself and its ancestors
+            allowed[row, linear + node] = True
+            node = tree.parents[node]
+    mask = torch.zeros(q, kv, dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask.to(device)[None, None]

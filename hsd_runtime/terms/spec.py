@@ -1,0 +1,279 @@
+"""Model specs: one string names a model, ``NAME[:key=value]...``.
+
+NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5b``,
+``qwen2.5-coder-1.5b``), ``ngram``, a Hugging Face model directory or a ``.gguf`` file. Options:
+``layers=K`` (the first K decoder layers, sharing the parent's weights), ``dtype=bf16|fp16|fp32``,
+``quant=int8`` (a copy whose Linear layers hold int8 weights; it computes in fp32, so it takes no
+``dtype`` other than fp32), ``engine=torch|llamacpp`` (the engine that runs it, else the command's;
+on llama.cpp a spec names a packaged alias or a ``.gguf`` file, run as it is or re-quantized by
+``quant=q8_0|q4_0|q2_k|...``, llama.cpp's file types), ``n=N`` (n-gram order, ``ngram`` only),
+``min=K`` (``ngram`` only: propose nothing unless a suffix of at least K tokens matches; 1 by
+default, so that any repeated token drafts), ``vocab=N`` or ``vocab=FILE``
+(a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
+ranking file lists; see :mod:`hsd_runtime.models.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
+the model directly above it, with the projection trained into DIR; see :mod:`hsd_runtime.learned.steering`).
+
+``bpd:DIR`` is a block-draft drafter: the heads trained into DIR, read off the hidden state of the
+model directly above it in the chain (see :mod:`hsd_runtime.learned.bpd`), with options ``k=`` (top-k tokens per head
+in the lattice), ``p=`` (paths verified together as a tree), ``rescore=none|ngram|MODEL`` (no
+rescoring, a bigram model of the context, or a small language model of the same tokenizer: a
+packaged alias or a directory) and ``alpha=`` (the rescoring's weight), ``vocab=N`` (the heads score the host's first N tokens only, as a
+trimmed drafter head does) and ``corpus=FILE`` (a text file whose bigram counts ``rescore=ngram``
+adds to the context's).
+
+A spec keeps its options in the order they were written, so ``str(parse_spec(s)) == s`` for every
+valid ``s``: the string round-trips through the profiling database unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from .choices import DTYPES, ENGINES, GGUF_QUANTS, TORCH_QUANTS, Dtype
+from .errors import ModelSpecError
+from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS, MAX_SPEC_CHARS, MAX_SPEC_INT
+
+__all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "check_engine", "parse_chain", "parse_spec", "same_model"]
+
+NGRAM = "ngram"
+BPD = "bpd"
+RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
+QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
+_INT_OPTIONS = {"layers", "n", "min"}
+_KNOWN = {"layers", "dtype", "n", "min", "quant", "vocab", "steer", "engine"}
+_BPD_KNOWN = set(BPD_DEFAULTS)
+
+
+class ModelSpec(BaseModel):
+    """A parsed model spec; ``options`` keeps the order in which they were written."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    options: tuple[tuple[str, str], ...] = ()
+
+    def get(self, key: str) -> str | None:
+        """Return the value of option ``key``, or None when it is not set."""
+        return dict(self.options).get(key)
+
+    @property
+    def layers(self) -> int | None:
+        value = self.get("layers")
+        return None if value is None else int(value)
+
+    @property
+    def dtype(self) -> str | None:
+        return self.get("dtype")
+
+    @property
+    def ngram_order(self) -> int:
+        """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
+        value = self.get("n")
+        return DEFAULT_NGRAM_ORDER if value is None else int(value)
+
+    @property
+    def ngram_min(self) -> int:
+        """The shortest suffix match on which an ``ngram`` spec drafts (``min=K``), 1 when unset."""
+        value = self.get("min")
+        return 1 if value is None else int(value)
+
+    def run_dtype(self, default: str) -> str:
+        """The dtype this model runs in: its own ``dtype=``, fp32 for a quantized copy (int8
+        kernels take fp32 activations), else ``default``; ``-`` for ngram."""
+        if self.is_ngram:
+            return "-"
+        if self.quant in GGUF_QUANTS or self.engine == "llamacpp":
+            return self.quant or "gguf"  # llama.cpp runs the file's own types
+        return "fp32" if self.quant else self.dtype or default
+
+    @property
+    def quant(self) -> str | None:
+        """The weight quantization asked for (``quant=int8``), None for full precision."""
+        return self.get("quant")
+
+    @property
+    def engine(self) -> str | None:
+        """The engine this spec names (``engine=torch|llamacpp``), None to run on the command's."""
+        return self.get("engine")
+
+    @property
+    def vocab(self) -> int | str | None:
+        """The trimmed head asked for: N (``vocab=N``), a ranking file's path (``vocab=FILE``), or None."""
+        value = self.get("vocab")
+        if value is None:
+            return None
+        return int(value) if value.isascii() and value.isdigit() else value
+
+    @property
+    def steer(self) -> str | None:
+        """The steering directory of ``steer=DIR``, None when the model is not steered."""
+        return self.get("steer")
+
+    @property
+    def is_ngram(self) -> bool:
+        return self.name == NGRAM
+
+    @property
+    def is_bpd(self) -> bool:
+        """A block-draft drafter (``bpd:DIR``): heads on the hidden state of the level above."""
+        return self.name.startswith(BPD + ":")
+
+    @property
+    def is_model(self) -> bool:
+        """A spec the loader loads (neither ``ngram`` nor ``bpd:``)."""
+        return not (self.is_ngram or self.is_bpd)
+
+    @property
+    def heads_dir(self) -> str:
+        """The directory of a ``bpd:DIR`` spec."""
+        return self.name[len(BPD) + 1 :]
+
+    def bpd_option(self, key: str) -> str:
+        """A ``bpd:`` option's value, its default when unset."""
+        return self.get(key) or BPD_DEFAULTS[key]
+
+    @property
+    def base(self) -> ModelSpec:
+        """The spec of the full model this one is a view of (``layers``, ``vocab`` and ``steer`` dropped)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab", "steer")))
+
+    def __str__(self) -> str:
+        return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
+
+
+def parse_spec(text: str) -> ModelSpec:
+    """Parse ``NAME[:key=value]...`` into a :class:`ModelSpec`.
+
+    >>> str(parse_spec("smollm2-135m:layers=8:dtype=bf16"))
+    'smollm2-135m:layers=8:dtype=bf16'
+    """
+    text = text.strip()
+    if not text:
+        raise ModelSpecError("empty model spec; write NAME[:key=value]..., e.g. smollm2-135m:layers=8")
+    if len(text) > MAX_SPEC_CHARS:
+        raise ModelSpecError(f"model spec {text[:40]!r}... has {len(text):,} characters; a spec has at most {MAX_SPEC_CHARS:,}")
+    name, *parts = text.split(":")
+    if not name:
+        raise ModelSpecError(f"model spec {text!r} has no name before the first ':'")
+    if name == BPD:
+        if not parts or not parts[0] or "=" in parts[0]:
+            raise ModelSpecError(
+                f"model spec {text!r}: write bpd:DIR[:k=K][:p=P][:rescore=none|ngram|MODEL][:alpha=A][:vocab=N][:corpus=FILE], "
+                "DIR a heads directory"
+            )
+        return _parse_bpd(text, f"{BPD}:{parts[0]}", parts[1:])
+    options = _key_values(text, parts, _KNOWN, "model spec")
+    for key, value in options:
+        if key in _INT_OPTIONS and not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_SPEC_INT):
+            raise ModelSpecError(f"option {key}={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {MAX_SPEC_INT:,}")
+        if key == "dtype" and value not in DTYPES:
+            raise ModelSpecError(f"dtype={value} in model spec {text!r}; use one of {', '.join(DTYPES)}")
+        if key == "vocab" and value.isascii() and value.isdigit() and not 1 <= int(value) <= MAX_SPEC_INT:
+            raise ModelSpecError(
+                f"option vocab={value[:40]} in model spec {text[:200]!r} must be an integer from 1 to {MAX_SPEC_INT:,} or a ranking file"
+            )
+        if key == "quant" and value not in QUANTS:
+            raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
+        if key == "engine" and value not in ENGINES:
+            raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
+    spec = ModelSpec(name=name, options=tuple(options))
+    if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine)):
+        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N and min=K")
+    for key, form in (("n", "n=N"), ("min", "min=K")):
+        if not spec.is_ngram and spec.get(key) is not None:
+            raise ModelSpecError(f"model spec {text!r}: option {form} applies to ngram only")
+    if spec.is_ngram and spec.ngram_min > spec.ngram_order:
+        raise ModelSpecError(
+            f"model spec {text!r}: min={spec.ngram_min} exceeds the order n={spec.ngram_order}; no suffix that long is looked up"
+        )
+    if spec.engine is not None:
+        check_engine(spec, spec.engine)
+    if spec.quant in TORCH_QUANTS and spec.dtype not in (None, "fp32"):
+        # the int8 kernels take fp32 activations: a bf16/fp16 quantized copy would not be what was asked
+        raise ModelSpecError(f"model spec {text!r}: quant={spec.quant} computes in fp32; drop dtype={spec.dtype} or write dtype=fp32")
+    return spec
+
+
+def check_engine(spec: ModelSpec, engine: str) -> None:
+    """Refuse, in one line, a model spec that ``engine`` cannot run: llama.cpp runs a GGUF file
+    as it is or re-quantized by its own quantizer (no views, dtypes or int8 copies); torch makes
+    int8 copies, not llama.cpp's file types."""
+    text = str(spec)
+    if engine == "torch":
+        if spec.quant in GGUF_QUANTS:
+            raise ModelSpecError(
+                f"model spec {text!r}: quant={spec.quant} is a llama.cpp file type; add engine=llamacpp (or --engine llamacpp), "
+                "or use quant=int8 on the torch engine"
+            )
+        return
+    torch_only = [k for k in ("layers", "dtype", "vocab", "steer") if spec.get(k) is not None]
+    if torch_only:
+        raise ModelSpecError(
+            f"model spec {text!r}: {', '.join(k + '=' for k in torch_only)} runs on the torch engine only; "
+            "a llama.cpp level runs its GGUF file as it is, or re-quantized with quant="
+        )
+    if spec.quant in TORCH_QUANTS:
+        raise ModelSpecError(f"model spec {text!r}: quant=int8 is the torch engine's; on llama.cpp use one of {', '.join(GGUF_QUANTS)}")
+
+
+def _key_values(text: str, parts: list[str], known: set[str], what: str) -> list[tuple[str, str]]:
+    """The ``key=value`` parts of spec ``text`` in order, each key one of ``known`` and given once."""
+    options: list[tuple[str, str]] = []
+    for part in parts:
+        key, sep, value = part.partition("=")
+        if not sep or not key or not value:
+            raise ModelSpecError(f"option {part!r} in model spec {text!r} is not key=value")
+        if key not in known:
+            raise ModelSpecError(f"unknown option {key!r} in {what} {text!r}; known: {', '.join(sorted(known))}")
+        if any(k == key for k, _ in options):
+            raise ModelSpecError(f"option {key!r} given twice in model spec {text!r}")
+        options.append((key, value))
+    return options
+
+
+def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
+    """The options of a ``bpd:DIR`` spec, each checked."""
+    options = _key_values(text, parts, _BPD_KNOWN, "bpd spec")
+    for key, value in options:
+        bounds = {"k": MAX_BPD_K, "p": MAX_BPD_PATHS, "vocab": MAX_SPEC_INT}
+        if key in bounds and not (value.isascii() and value.isdigit() and 1 <= int(value) <= bounds[key]):
+            raise ModelSpecError(f"option {key}={value[:40]} in bpd spec {text[:200]!r} must be an integer from 1 to {bounds[key]}")
+        if key == "alpha":
+            try:
+                alpha = float(value)
+            except ValueError:
+                alpha = float("nan")
+            if not 0 <= alpha <= 100:
+                raise ModelSpecError(f"alpha={value[:40]} in bpd spec {text[:200]!r} must be a number from 0 to 100")
+    spec = ModelSpec(name=name, options=tuple(options))
+    if spec.bpd_option("k") == "1" and int(spec.bpd_option("p")) > 1:
+        raise ModelSpecError(f"bpd spec {text[:200]!r}: p={spec.bpd_option('p')} paths need k >= 2 tokens per head")
+    if spec.bpd_option("corpus") and spec.bpd_option("rescore") != "ngram":
+        raise ModelSpecError(f"bpd spec {text[:200]!r}: corpus= holds n-gram counts; it takes rescore=ngram")
+    if spec.bpd_option("rescore") not in RESCORERS and int(spec.bpd_option("p")) > 1:
+        raise ModelSpecError(
+            f"bpd spec {text[:200]!r}: a language model rescores one path left to right; p > 1 takes rescore=ngram or none"
+        )
+    return spec
+
+
+def _where(name: str) -> str:
+    """A model name as a comparable place: a directory's resolved path, else the alias itself."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
+def same_model(a: ModelSpec, b: ModelSpec) -> bool:
+    """Whether two specs name the same model and depth (their dtype, quantization, head or
+    steering may differ): what trained heads and steering are checked against."""
+    return a.is_model and b.is_model and (_where(a.name), a.layers) == (_where(b.name), b.layers)
+
+
+def parse_chain(text: str) -> list[ModelSpec]:
+    """Parse a comma-separated chain, smallest model first and the target last."""
+    specs = [parse_spec(part) for part in text.split(",")]
+    if not specs[-1].is_model:
+        raise ModelSpecError(f"the last model of a chain is the target and cannot be {specs[-1].name.split(':')[0]}")
+    return specs
