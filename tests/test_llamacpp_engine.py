@@ -93,7 +93,7 @@ def test_a_pass_longer_than_a_batch_is_fed_in_pieces_and_keeps_the_last_rows(zoo
     tokens = [0, 3, 4, 5, 3, 4, 2, 1, 5, 2, 3]
     whole = zoo["T"].open_cache(law.V).feed(tokens, 0, 7)  # [7, V]: rows 4..10
     cache = zoo["T"].open_cache(law.V)  # a context of 512-token batches, fed in pieces of 4 below
-    monkeypatch.setattr(engine, "MAX_BATCH", 4)  # pieces 0-3, 4-7, 8-10: the rows kept span two of them
+    monkeypatch.setattr(engine, "DECODE_CHUNK", 4)  # pieces 0-3, 4-7, 8-10: the rows kept span two of them
     pieces = cache.feed(tokens, 0, 7)
     torch.testing.assert_close(pieces, whole, rtol=0, atol=2e-3)
 

@@ -48,7 +48,7 @@ __all__ = [
 # quant= values a llama.cpp level may ask for -> the binding's name of that file type
 LLAMACPP_QUANTS = {q: f"LLAMA_FTYPE_MOSTLY_{q.upper()}" for q in GGUF_QUANTS}
 DEFAULT_CTX = 4096  # KV cells per level: a long prompt plus hundreds of new tokens and the drafts
-MAX_BATCH = 512  # tokens per llama_decode call; a longer prompt is fed in pieces
+DECODE_CHUNK = 512  # tokens per llama_decode call (a chunk size, not a bound): a longer pass is fed in pieces
 TREE_SEQS = 64  # sequence ids per context: the linear text and up to 63 tree nodes
 
 _INSTALL = "bash scripts/install.sh (or: pip install llama-cpp-python==" + LLAMA_CPP_PYTHON + ")"
@@ -150,7 +150,7 @@ class LlamaCppCache:
         self.width = width
         params = lib.llama_context_default_params()
         params.n_ctx = model.n_ctx
-        params.n_batch = params.n_ubatch = MAX_BATCH
+        params.n_batch = params.n_ubatch = DECODE_CHUNK
         params.n_seq_max = TREE_SEQS
         params.kv_unified = True  # one cache for every sequence id: a tree node's cell is shared, not copied
         params.n_threads = params.n_threads_batch = model.threads
@@ -162,7 +162,7 @@ class LlamaCppCache:
             )
         self._ctx = ctx
         self._mem = lib.llama_get_memory(ctx)
-        self._batch = lib.llama_batch_init(MAX_BATCH, 0, TREE_SEQS)
+        self._batch = lib.llama_batch_init(DECODE_CHUNK, 0, TREE_SEQS)
         weakref.finalize(self, _free_context, lib, ctx, self._batch, model)  # the model outlives its contexts
         self._positions: list[int] = []  # the positions of the tree nodes fed, by node index
         self._lib = lib
@@ -196,8 +196,8 @@ class LlamaCppCache:
         if positions[-1] >= self.model.n_ctx:
             raise ChainError(f"{self.model.name}: position {positions[-1]} is past its context of {self.model.n_ctx} tokens")
         rows: list[np.ndarray] = []
-        for lo in range(0, n, MAX_BATCH):
-            hi = min(n, lo + MAX_BATCH)
+        for lo in range(0, n, DECODE_CHUNK):
+            hi = min(n, lo + DECODE_CHUNK)
             # the rows kept are the last `keep` of the pass: those of them that fall in [lo, hi)
             rows.append(self._decode(tokens[lo:hi], positions[lo:hi], seqs[lo:hi], min(hi - lo, max(0, keep - (n - hi)))))
         out = np.concatenate(rows) if len(rows) > 1 else rows[0]  # [keep, n_vocab]
