@@ -195,8 +195,10 @@ class Profile(BaseModel):
             )
 
         def at(n: int, c: int) -> float:
-            a, b = curves[lo](n, c), curves[hi](n, c)
-            return scale * (a if hi == lo else a + (b - a) * (batch - lo) / (hi - lo))
+            a = curves[lo](n, c)
+            if hi != lo:  # between two measured batch sizes (the curve at hi read only then)
+                a += (curves[hi](n, c) - a) * (batch - lo) / (hi - lo)
+            return scale * a
 
         return lambda n: sum(at(n, c) for c in contexts) / len(contexts)
 

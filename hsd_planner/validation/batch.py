@@ -60,12 +60,16 @@ class BatchValidationReport:
         errors = [abs(r.speedup_error) for r in self.runs if r.plan.depth]
         return statistics.median(errors) if errors else None
 
+    @property
+    def summary(self) -> dict:
+        """The summary figures, as printed and as stored with the validation."""
+        return {"median_abs_error": self.median_abs_error, "median_abs_speedup_error": self.median_abs_speedup_error}
+
     def to_dict(self) -> dict:
         """What ``validate --batch-sizes --json`` prints."""
-        summary = {"median_abs_error": self.median_abs_error, "median_abs_speedup_error": self.median_abs_speedup_error}
         return {
             **{k: getattr(self, k) for k in self.__dataclass_fields__ if k != "runs"},
-            **summary,
+            **self.summary,
             "runs": [r.to_dict() for r in self.runs],
         }
 
@@ -142,8 +146,7 @@ def run_batch_validation(
             pair = (predicted[plan], predicted[auto]), (measured[plan], measured[auto])
             results.append(plan_result(None, kind, plan, *pair, levels, batch_size=b))
     report = BatchValidationReport(0, solve.id, target, prompts.name, len(encoded), max_new_tokens, results)
-    summary = {"median_abs_error": report.median_abs_error, "median_abs_speedup_error": report.median_abs_speedup_error}
-    return replace(report, validation_id=store_validation(engine, solve, prompts, max_new_tokens, repeats, results, **summary))
+    return replace(report, validation_id=store_validation(engine, solve, prompts, max_new_tokens, repeats, results, **report.summary))
 
 
 def _build(plan: Plan, batched: bool, loader: ModelLoader) -> Hierarchy | BatchedHierarchy:
