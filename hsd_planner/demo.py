@@ -89,8 +89,9 @@ FAMILIES: dict[str, DemoFamily] = {
         measured=(("bf16", 3.3, "a 2-core AMD EPYC with AVX512-BF16"),),
         convert_minutes=4.0,
         # on llama.cpp a pass over a few tokens costs nearly as many one-token passes: a lookup that
-        # drafts only on a 3-token match is the candidate that pays there
-        llamacpp_models="ngram,ngram:min=3,qwen2.5-coder-0.5b:quant=q4_0,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b",
+        # drafts only on a 3-token match is the candidate that pays there. The 0.5B as packaged
+        # (Q4_K_M) is left out: its Q4_0 copy passes in 0.65 of its time with the same acceptance
+        llamacpp_models="ngram,ngram:min=3,qwen2.5-coder-0.5b:quant=q4_0,qwen2.5-coder-1.5b",
     ),
     # the quick one: untrained early exits of a 135M model, where mostly the n-gram lookup pays
     "smollm2": DemoFamily(

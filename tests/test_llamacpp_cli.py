@@ -90,7 +90,8 @@ def test_profile_solve_and_validate_on_llamacpp(tmp_path, isolated_db):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (("--chain", "smollm2-135m:layers=4,smollm2-135m"), "runs on the torch engine only"),
+        (("--chain", "smollm2-135m:dtype=bf16,smollm2-135m"), "runs on the torch engine only"),
+        (("--chain", "smollm2-135m:layers=31,smollm2-135m"), "it has 30 decoder layers (use 1..30)"),
         (("--chain", "smollm2-135m:quant=int8,smollm2-135m"), "quant=int8 is the torch engine's"),
         (("--chain", "qwen2.5-coder-0.5b,smollm2-135m"), "different tokenizers"),
         (("--chain", "{dir},smollm2-135m"), "the llama.cpp engine runs a packaged alias or a .gguf file"),

@@ -140,6 +140,28 @@ def test_a_tree_larger_than_the_engine_holds_is_refused_in_one_line(zoo):
         cached.tree_logits([0, 3], tree)
 
 
+def test_a_context_of_a_few_cells_computes_the_same_and_refuses_a_position_past_them(zoo):
+    from hsd_runtime.models.llamacpp import TREE_SEQS
+
+    tokens = [0, 3, 4, 5, 3, 4, 2, 1, 5]
+    small = zoo["T"].open_cache(law.V, cells=len(tokens))  # a pass over one known text, as teacher forcing opens
+    assert small.n_ctx == TREE_SEQS  # llama.cpp aborts the process on a context of fewer cells than sequence ids
+    torch.testing.assert_close(small.feed(tokens, 0, 3), zoo["T"].open_cache(law.V).feed(tokens, 0, 3), rtol=0, atol=2e-3)
+    with pytest.raises(ChainError, match=f"position {TREE_SEQS} is past its context of {TREE_SEQS} tokens"):
+        small.feed([2], TREE_SEQS, 1)
+
+
+def test_a_timer_reopens_its_cache_for_a_pass_wider_than_its_room(zoo, monkeypatch):
+    from hsd_planner.profiling import timing
+
+    monkeypatch.setattr(timing, "ROOM", 4)
+    timer = timing.PassTimer(zoo["T"], context_len=60)
+    assert timer._engine.n_ctx == 64
+    assert timer(3) > 0 and timer._engine.n_ctx == 64
+    assert timer(20) > 0 and timer._engine.n_ctx == 80  # reopened with room for 20 after the 60 cached
+    assert timer(3) > 0  # the narrower pass still runs on the wider cache
+
+
 CELLS = {
     "depth1": ("B,T", (2,), {}),
     "depth2": ("B,M,T", (1, 2), {}),

@@ -85,8 +85,8 @@ def demo(
         hsd-plan demo --engine llamacpp
 
     --engine llamacpp runs the family's GGUF files on llama.cpp: the n-gram drafter, one that drafts
-    only on a 3-token match (ngram:min=3), the smaller model and a Q4_0 copy of it made by
-    llama.cpp's quantizer, under the target as it is packaged.
+    only on a 3-token match (ngram:min=3) and a Q4_0 copy of the smaller model made by llama.cpp's
+    quantizer, under the target as it is packaged.
     """
 
     def say(text: str) -> None:

@@ -79,7 +79,8 @@ def teacher_forced_logits(model: Any, prompt: list[int], continuation: list[int]
     m = len(continuation)
     opener = getattr(model, "open_cache", None)
     if opener is not None:  # a model of another engine (llama.cpp): one pass in a fresh cache, every row kept
-        return opener(width).feed(prompt + continuation, 0, m + 1)[:m].float()
+        text = prompt + continuation
+        return opener(width, len(text)).feed(text, 0, m + 1)[:m].float()
     device = next(model.parameters()).device
     ids = torch.tensor([prompt + continuation], device=device)  # [1, L + m]
     with torch.inference_mode(not grad):

@@ -28,6 +28,9 @@ P = TypeVar("P", bound=Hashable)  # a latency point
 
 # a point whose p90 / p10 exceeds this is noisy: the sweep gives it more rounds
 SPREAD_LIMIT = 1.25
+# positions a timer's llama.cpp cache holds past its context at first: the profile's default grid
+# (a wider pass reopens it, larger)
+ROOM = 64
 
 
 def summarize(samples_ms: Sequence[float]) -> tuple[float, float, float]:
@@ -85,8 +88,8 @@ class PassTimer:
             self.device = torch.device("cpu")
             self._vocab = model.n_vocab
             self._context_len = context_len
-            self._engine = opener(self._vocab)
-            self._engine.feed(torch.randint(0, self._vocab, (context_len,), generator=self._gen).tolist(), 0, 1)
+            self._context = torch.randint(0, self._vocab, (context_len,), generator=self._gen).tolist()
+            self._open(ROOM)
             return
         self.device = next(model.parameters()).device
         vocab = head_rows(model)
@@ -100,6 +103,14 @@ class PassTimer:
             if self._steerer is not None:
                 self._steerer.steer(self._taps)  # the passes add these vectors; n = 0 times computing them
             model(input_ids=context, **cache_argument(model, self._cache), use_cache=True, logits_to_keep=1)
+
+    def _open(self, room: int) -> None:
+        """(Re)open the other engine's cache with room for passes of up to ``room`` tokens after the
+        context: a cache of the model's whole context would hold keys and values for thousands of
+        positions no pass reaches."""
+        self._room = room
+        self._engine = self.model.open_cache(self._vocab, self._context_len + room)
+        self._engine.feed(self._context, 0, 1)
 
     @torch.inference_mode()
     def _pass(self, n: int) -> float:
@@ -129,6 +140,8 @@ class PassTimer:
         if n == 0 and self._steerer is None:
             raise ValueError("n = 0 times a steered model's projection; this model is not steered")
         if n not in self._new:
+            if self._engine is not None and n > self._room:
+                self._open(max(n, 2 * self._room))
             self._new[n] = torch.randint(0, self._vocab, (1, n), generator=self._gen).to(self.device)
             self._pass(n)  # warm-up
         return 1000.0 * self._pass(n)

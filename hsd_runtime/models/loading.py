@@ -338,7 +338,7 @@ class ModelLoader:
             raise ModelSpecError(f"the llama.cpp engine runs on the CPU here; drop --device {self.device} or use --engine torch")
         self._full: dict[tuple[str, str], LoadedModel] = {}
         self._quantized: dict[tuple[str, str, str], LoadedModel] = {}
-        self._gguf: dict[tuple[str, str], LoadedModel] = {}
+        self._gguf: dict[tuple[str, int, str], LoadedModel] = {}  # (name, layers or 0, quant or "")
 
     @property
     def kernels(self) -> str:
@@ -447,15 +447,19 @@ class ModelLoader:
         return [loaded.get(i) for i in range(len(specs))]
 
     def _load_gguf(self, spec: ModelSpec) -> LoadedModel:
-        """``spec`` on the llama.cpp engine: its GGUF file (re-quantized once where ``quant=`` asks),
-        loaded once per (file, quant) and shared by every level that names it."""
-        from .llamacpp import GgufModel, quantized_gguf
+        """``spec`` on the llama.cpp engine: its GGUF file (its first layers only where ``layers=``
+        asks, then re-quantized where ``quant=`` does; each copy made once into the cache), loaded
+        once per (file, layers, quant) and shared by every level that names it."""
+        from .llamacpp import GgufModel, pruned_gguf, quantized_gguf
 
-        key = (spec.name, spec.quant or "")
+        key = (spec.name, spec.layers or 0, spec.quant or "")
         if key not in self._gguf:
             gguf = _gguf_file(spec)
-            tokenizer = gguf_tokenizer(gguf)
-            path = quantized_gguf(gguf, spec.quant, self.threads) if spec.quant else gguf
+            # a pruned or quantized copy reads its source's tokenizer: one object for all (about 0.1 GB for Qwen's)
+            sibling = next((m for k, m in self._gguf.items() if k[0] == spec.name), None)
+            tokenizer: Any = sibling.tokenizer if sibling is not None else gguf_tokenizer(gguf)
+            path = pruned_gguf(gguf, spec.layers) if spec.layers else gguf
+            path = quantized_gguf(path, spec.quant, self.threads) if spec.quant else path
             model = GgufModel(path, str(spec), self.threads)
             vocab = tokenizer.get_vocab()
             eos_ids = {tokenizer.eos_token_id} - {None}

@@ -38,6 +38,7 @@ __all__ = [
     "converted_dir",
     "is_converted",
     "packaged_gguf",
+    "pruned_path",
     "quantized_path",
 ]
 
@@ -246,6 +247,12 @@ def quantized_path(gguf: Path, quant: str) -> Path:
     """Where llama.cpp's re-quantization of ``gguf`` to ``quant`` is kept in the cache (keyed as
     :func:`converted_dir` keys its entry: path, size and modification time)."""
     return cache_dir() / "gguf-quant" / f"{converted_dir(gguf).name}.{quant}.gguf"
+
+
+def pruned_path(gguf: Path, layers: int) -> Path:
+    """Where the first ``layers`` decoder layers of ``gguf`` are kept in the cache, as a GGUF of
+    their own (keyed as :func:`converted_dir` keys its entry)."""
+    return cache_dir() / "gguf-layers" / f"{converted_dir(gguf).name}.layers{layers}.gguf"
 
 
 def converted_dir(gguf: Path) -> Path:

@@ -198,8 +198,8 @@ def parse_spec(text: str) -> ModelSpec:
 
 def check_engine(spec: ModelSpec, engine: str) -> None:
     """Refuse, in one line, a model spec that ``engine`` cannot run: llama.cpp runs a GGUF file
-    as it is or re-quantized by its own quantizer (no views, dtypes or int8 copies); torch makes
-    int8 copies, not llama.cpp's file types."""
+    as it is, cut to its first layers or re-quantized by its own quantizer (no dtypes, trimmed
+    heads, steering or int8 copies); torch makes int8 copies, not llama.cpp's file types."""
     text = str(spec)
     if engine == "torch":
         if spec.quant in GGUF_QUANTS:
@@ -208,11 +208,11 @@ def check_engine(spec: ModelSpec, engine: str) -> None:
                 "or use quant=int8 on the torch engine"
             )
         return
-    torch_only = [k for k in ("layers", "dtype", "vocab", "steer") if spec.get(k) is not None]
+    torch_only = [k for k in ("dtype", "vocab", "steer") if spec.get(k) is not None]
     if torch_only:
         raise ModelSpecError(
             f"model spec {text!r}: {', '.join(k + '=' for k in torch_only)} runs on the torch engine only; "
-            "a llama.cpp level runs its GGUF file as it is, or re-quantized with quant="
+            "a llama.cpp level runs its GGUF file as it is, its first layers (layers=) or re-quantized (quant=)"
         )
     if spec.quant in TORCH_QUANTS:
         raise ModelSpecError(f"model spec {text!r}: quant=int8 is the torch engine's; on llama.cpp use one of {', '.join(GGUF_QUANTS)}")
