@@ -37,7 +37,8 @@ from pathlib import Path
 from benchmarks.common import machine, spec_bench_option, spec_bench_set
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.validation.llama_server import LlamaServer, LlamaServerError
-from hsd_runtime import cpu_capability
+from hsd_runtime import cpu_capability, parse_spec
+from hsd_runtime.models.llamacpp import quantized_gguf
 from hsd_runtime.models.packaged import packaged_gguf
 
 
@@ -73,6 +74,14 @@ def hsd_plan(*args: str) -> dict:
     return json.loads(done.stdout)
 
 
+def gguf_of(spec: str, threads: int) -> Path:
+    """The GGUF file llama-server runs for the packaged model ``spec``: its own, or its ``quant=``
+    copy (the one our engine runs, made once into the cache)."""
+    parsed = parse_spec(spec)
+    path = packaged_gguf(parsed.name)
+    return quantized_gguf(path, parsed.quant, threads) if parsed.quant else path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="ngram,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b", help="candidates, target last")
@@ -91,7 +100,7 @@ def main() -> None:
     args = ap.parse_args()
 
     models = args.models.split(",")
-    target, drafter = packaged_gguf(models[-1]), packaged_gguf(models[-2])
+    target, drafter = gguf_of(models[-1], args.threads), gguf_of(models[-2], args.threads)
     if args.spec_bench:
         source = ["--prompts", str(args.spec_bench), "--category", args.category]
         prompt_set = spec_bench_set(args.spec_bench, args.category)

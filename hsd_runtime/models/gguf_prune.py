@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..terms.errors import ModelNotFoundError, ModelSpecError
 
-__all__ = ["block_count", "prune_gguf"]
+__all__ = ["block_count", "checked_layers", "prune_gguf"]
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 
@@ -35,6 +35,14 @@ def block_count(path: Path) -> int:
     return int(field.contents())
 
 
+def checked_layers(path: Path, layers: int) -> int:
+    """The decoder blocks of ``path``; :class:`ModelSpecError` in one line where ``layers`` is not 1..that."""
+    total = block_count(path)
+    if not 1 <= layers <= total:
+        raise ModelSpecError(f"layers={layers} is out of range for {path.name}: it has {total} decoder layers (use 1..{total})")
+    return total
+
+
 def prune_gguf(source: Path, out: Path, layers: int) -> None:
     """Write the first ``layers`` decoder blocks of ``source`` with its embedding, final norm and
     head as the GGUF file ``out``; :class:`ModelSpecError` where ``layers`` is not 1..the blocks it has."""
@@ -42,9 +50,7 @@ def prune_gguf(source: Path, out: Path, layers: int) -> None:
 
     reader = GGUFReader(source)
     arch = reader.fields["general.architecture"].contents()
-    total = block_count(source)
-    if not 1 <= layers <= total:
-        raise ModelSpecError(f"layers={layers} is out of range for {source.name}: it has {total} decoder layers (use 1..{total})")
+    total = checked_layers(source, layers)
     writer = GGUFWriter(out, arch)
     for name, field in reader.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":  # the header's own counts; the writer adds the architecture

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..terms.choices import GGUF_QUANTS
-from ..terms.errors import ChainError, ModelNotFoundError, ModelSpecError, PackageMissingError, PathError
+from ..terms.errors import ChainError, ModelNotFoundError, PackageMissingError, PathError
 from .engine import LLAMA_CPP_PYTHON, TreeFeed
 from .gguf_file import check_gguf
 
@@ -287,15 +287,15 @@ def quantize_gguf(source: Path, out: Path, quant: str, threads: int) -> None:
         )
 
 
-def _check_made(source: Path, made: Path, what: str) -> None:
-    """Refuse ``made``, a copy of ``source`` (``what``: how it was made), unless it is a whole GGUF
+def _check_made(source: Path, made: Path, what: str, maker: str) -> None:
+    """Refuse ``made``, a copy of ``source`` (``what``: how ``maker`` made it), unless it is a whole GGUF
     that llama.cpp loads (the quantizer writes what it reads without building the model: a source
     llama.cpp cannot run gives an output it cannot run either); the error names ``source``, the
     file the user gave."""
     try:
         check_gguf(made)
     except ModelNotFoundError:
-        raise ModelNotFoundError(f"llama.cpp's quantizer wrote an incomplete copy of {source} ({what}); nothing was cached") from None
+        raise ModelNotFoundError(f"{maker} wrote an incomplete copy of {source} ({what}); nothing was cached") from None
     lib = binding()
     params = lib.llama_model_default_params()
     params.n_gpu_layers = 0
@@ -306,9 +306,9 @@ def _check_made(source: Path, made: Path, what: str) -> None:
     lib.llama_model_free(handle)
 
 
-def _cached_copy(source: Path, out: Path, what: str, make: Callable[[Path], None]) -> Path:
-    """``out``, a copy of ``source`` that ``make(path)`` writes, made once into the cache and found
-    there afterwards.
+def _cached_copy(source: Path, out: Path, what: str, maker: str, make: Callable[[Path], None]) -> Path:
+    """``out``, a copy of ``source`` that ``make(path)`` writes (``maker`` and ``what`` name it in
+    errors), made once into the cache and found there afterwards.
 
     Made under the entry's lock into a temporary file, checked (a whole GGUF that llama.cpp loads)
     and renamed into place, so the cache never holds a partial or unloadable file and two processes
@@ -326,7 +326,7 @@ def _cached_copy(source: Path, out: Path, what: str, make: Callable[[Path], None
                 tmp = out.with_name(f".{out.name}.tmp")
                 try:
                     make(tmp)
-                    _check_made(source, tmp, what)
+                    _check_made(source, tmp, what, maker)
                     shareable(tmp)
                     tmp.replace(out)
                 finally:
@@ -344,22 +344,19 @@ def quantized_gguf(source: Path, quant: str, threads: int) -> Path:
 
     if quant not in LLAMACPP_QUANTS:
         raise ChainError(f"quant={quant} on the llama.cpp engine; use one of {', '.join(LLAMACPP_QUANTS)}")
+    out = quantized_path(source, quant)
     return _cached_copy(
-        source, quantized_path(source, quant), f"quantized to {quant}", lambda tmp: quantize_gguf(source, tmp, quant, threads)
+        source, out, f"quantized to {quant}", "llama.cpp's quantizer", lambda tmp: quantize_gguf(source, tmp, quant, threads)
     )
 
 
 def pruned_gguf(source: Path, layers: int) -> Path:
     """``source``'s first ``layers`` decoder layers under its own head (:mod:`.gguf_prune`), made
     once into the cache (see :func:`_cached_copy`); ``source`` itself where it has no more layers."""
-    from .gguf_prune import block_count, prune_gguf
+    from .gguf_prune import checked_layers, prune_gguf
     from .packaged import pruned_path
 
-    total = block_count(source)
-    if not 1 <= layers <= total:
-        raise ModelSpecError(f"layers={layers} is out of range for {source.name}: it has {total} decoder layers (use 1..{total})")
-    if layers == total:
+    if layers == checked_layers(source, layers):
         return source
-    return _cached_copy(
-        source, pruned_path(source, layers), f"cut to its first {layers} layers", lambda tmp: prune_gguf(source, tmp, layers)
-    )
+    out = pruned_path(source, layers)
+    return _cached_copy(source, out, f"cut to its first {layers} layers", "pruning", lambda tmp: prune_gguf(source, tmp, layers))
