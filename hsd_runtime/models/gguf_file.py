@@ -22,6 +22,7 @@ __all__ = ["check_gguf"]
 # value type -> bytes of one value (GGUF metadata types 0..12; 8 is a string, 9 an array)
 _FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 _STRING, _ARRAY = 8, 9
+_INTS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 10: "<Q", 11: "<q"}  # integer value types -> struct format
 _REQUIRED = ("general.architecture", "tokenizer.ggml.model")  # what makes a GGUF a language model with its tokenizer
 
 
@@ -75,36 +76,43 @@ class _Cursor:
             raise _Truncated
 
 
-def check_gguf(path: Path) -> None:
+def check_gguf(path: Path) -> dict[str, int | str]:
     """Refuse ``path`` in one line unless it is a whole GGUF (version 2 or 3) of a language model:
-    its metadata names an architecture and a tokenizer, and its tensor data is all there."""
+    its metadata names an architecture and a tokenizer, and its tensor data is all there. Returns
+    its scalar metadata: every integer and string value that is not in an array (the
+    architecture, its block count, ...), read on the way."""
     try:
         with open(path, "rb") as fh:
             if fh.read(4) != b"GGUF":
                 raise ModelNotFoundError(f"{path} is not a GGUF file (no GGUF magic bytes)")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                _walk(path, _Cursor(buf))
+                return _walk(path, _Cursor(buf))
     except _Truncated:
         raise ModelNotFoundError(f"{path} is not a whole GGUF file (it is cut short); is it complete?") from None
     except OSError as exc:
         raise ModelNotFoundError(f"cannot read GGUF file {path}: {exc.strerror or exc}") from None
 
 
-def _walk(path: Path, cur: _Cursor) -> None:
+def _walk(path: Path, cur: _Cursor) -> dict[str, int | str]:
     cur.take(4)
     version = cur.u32()
     if version not in (2, 3):
         raise ModelNotFoundError(f"{path} is GGUF version {version}; versions 2 and 3 are read")
     n_tensors, n_kv = cur.count(), cur.count()
     keys: dict[bytes, int] = {}
-    alignment = 32
+    scalars: dict[str, int | str] = {}
     for _ in range(n_kv):
         key, kind = cur.string(), cur.u32()
         start = cur.at
         cur.skip_value(kind)
         keys[key] = kind
-        if key == b"general.alignment" and kind == 4:
-            alignment = max(1, struct.unpack("<I", cur.buf[start : start + 4])[0])
+        if kind in _INTS:
+            scalars[key.decode(errors="replace")] = struct.unpack(_INTS[kind], cur.buf[start : cur.at])[0]
+        elif kind == _STRING:
+            scalars[key.decode(errors="replace")] = bytes(cur.buf[start + 8 : cur.at]).decode(errors="replace")
+    alignment = (
+        max(1, int(scalars["general.alignment"])) if keys.get(b"general.alignment") == 4 else 32
+    )  # a uint32 only, as the format says
     missing = [k for k in _REQUIRED if k.encode() not in keys]
     if missing or n_tensors == 0:
         what = f"no {', '.join(missing)} in its metadata" if missing else "no tensors"
@@ -122,3 +130,4 @@ def _walk(path: Path, cur: _Cursor) -> None:
     data = -(-cur.at // alignment) * alignment
     if data + max(ends) >= len(cur.buf):
         raise _Truncated  # the last tensor starts at or past the end: the data section is cut off
+    return scalars
