@@ -26,6 +26,11 @@ from tests.helpers import run as run_cli
 from tests.tiny import save_tiny_model
 
 
+# the subprocesses' sitecustomize is no test module: collecting it for doctests imports a second
+# ``sitecustomize`` where the interpreter has its own (Debian's python does)
+collect_ignore = ["cpu_view"]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under ``pytest -n W`` (pytest-xdist) the W workers share the cores: torch and every CLI
     subprocess a test starts get cores // W threads, so the workers do not oversubscribe them."""
@@ -101,16 +106,19 @@ def isolated_db(tmp_path, monkeypatch) -> Path:
 
 
 @pytest.fixture(scope="session")
-def pg_cluster():
-    """A throwaway PostgreSQL server for the whole session (see :mod:`tests.pg`), removed after.
-
-    Where none can start the tests that use it fail, unless ``HSD_PLAN_SKIP_PG=1`` asks to skip them.
-    """
+def pg_programs() -> None:
+    """The PostgreSQL server programs are installed. Where they are not, the tests that need them
+    fail, unless ``HSD_PLAN_SKIP_PG=1`` asks to skip them."""
     reason = pg.missing_reason()
     if reason is not None:
         if os.environ.get(pg.SKIP_ENV) == "1":
             pytest.skip(f"{reason}; skipped as {pg.SKIP_ENV}=1 asks")
         pytest.fail(f"{reason}; set {pg.SKIP_ENV}=1 to skip the PostgreSQL tests", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def pg_cluster(pg_programs):
+    """A throwaway PostgreSQL server for the whole session (see :mod:`tests.pg`), removed after."""
     with pg.Cluster() as cluster:
         yield cluster
 

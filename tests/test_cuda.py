@@ -3,7 +3,8 @@
 The same rules as on the CPU: greedy hierarchies (chains, trees, the n-gram drafter) give the
 target's own greedy tokens, sampled ones follow the target's distribution exactly, and
 ``profile``/``solve``/``validate`` run end to end with ``--device cuda``, storing curves timed with
-the device synchronized.
+the device synchronized; the batched runtime decodes ragged prompts in lockstep, each as if alone,
+and the batch sizes go through profile, solve and validate there too.
 """
 
 import json
@@ -36,6 +37,20 @@ def test_greedy_on_cuda_is_the_targets_greedy(ngram, widths):
     assert got.tokens == auto.tokens and len(got.tokens) == 24
 
 
+@pytest.mark.parametrize("ngram", [False, True], ids=["chain", "ngram-chain"])
+def test_batched_greedy_on_cuda_is_each_prompts_own_greedy(ngram):
+    """Ragged prompts in lockstep on the GPU: every sequence gets the target's greedy tokens of
+    its prompt decoded alone (the ragged cache's left padding and per-row rollback on CUDA)."""
+    from hsd_runtime.batch.batched import BatchedHierarchy
+
+    target, draft = _on_cuda(0, layers=3), _on_cuda(1, layers=1)
+    members: list = [NgramDrafter(), draft, target] if ngram else [draft, target]
+    prompts = [[1, 5, 9, 1, 5, 9, 1, 5], [7, 3], [2, 4, 6, 8, 10, 12, 2, 4, 6, 8, 10]]
+    alone = Hierarchy([target], [])
+    result = BatchedHierarchy(members, [3, 4] if ngram else [4]).generate(prompts, 20)
+    assert result.sequences == [alone.generate(p, 20).tokens for p in prompts]
+
+
 @pytest.mark.parametrize("widths", [[1], [TreeShape((3, 2))], [2, 2]], ids=["chain", "tree", "depth2"])
 def test_sampling_on_cuda_follows_the_target(widths):
     from hsd_runtime import SamplingConfig
@@ -62,9 +77,27 @@ def test_profile_solve_validate_on_cuda(tiny_dirs, tmp_path):
 
     chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
     fast = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6"]
-    run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 6, "--device", "cuda", *fast)
-    solved = json.loads(run("solve", "--t-max", "4", "--json"))
-    assert solved["plans"]
+    run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 6, "--device", "cuda", "--batch-sizes", "1,4", *fast)
+    solved = json.loads(run("solve", "--t-max", "4", "--batch-sizes", "1,4", "--json"))
+    assert solved["plans"] and [e["batch_size"] for e in solved["batch"]["batch_sizes"]] == [1, 4]
+    batched = json.loads(
+        run(
+            "validate",
+            "--batch-sizes",
+            "1,4",
+            "--prompts",
+            prompts,
+            "--max-prompts",
+            3,
+            "--max-new-tokens",
+            6,
+            "--device",
+            "cuda",
+            "--json",
+        )
+    )
+    assert {r["batch_size"] for r in batched["runs"]} == {1, 4}
+    assert all(r["measured_ms_per_token"] > 0 and r["tokens"] % 6 == 0 for r in batched["runs"])
     report = json.loads(
         run(
             "validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 3, "--max-new-tokens", 8, "--device", "cuda", "--json"

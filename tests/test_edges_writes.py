@@ -134,11 +134,11 @@ def test_a_gguf_of_only_a_header_makes_no_cache_entry(scratch, tmp_path, monkeyp
 
 
 def test_a_cut_gguf_is_refused_before_the_cache(scratch, tmp_path, monkeypatch):
-    from hsd_runtime.models.packaged import packaged_gguf
+    from tests.gguf_tiny import char_gguf
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("HSD_PLAN_CACHE", str(cache))
-    data = packaged_gguf("smollm2-135m").read_bytes()
+    data = char_gguf(tmp_path / "whole.gguf", seed=0).read_bytes()
     cut = scratch / "cut.gguf"
     for size in (64, len(data) // 2):
         cut.write_bytes(data[:size])

@@ -321,7 +321,7 @@ def test_a_killed_profiler_resumes_against_the_server(pg_url, tiny_dirs, tmp_pat
     check_consistent(pg_url, repeats=2)
 
 
-def test_a_server_that_dies_mid_profile_loses_nothing_and_the_rerun_resumes(tiny_dirs, tmp_path):
+def test_a_server_that_dies_mid_profile_loses_nothing_and_the_rerun_resumes(pg_programs, tiny_dirs, tmp_path):
     with pg.Cluster(durable=True) as own:  # its own server, which is killed; it keeps every commit, as a real one does
         url = own.url(own.create_database())
         prompts = prompts_file(tmp_path / "many.txt", 0, count=12)
