@@ -25,7 +25,6 @@ from tests import pg
 from tests.helpers import run as run_cli
 from tests.tiny import save_tiny_model
 
-
 # the subprocesses' sitecustomize is no test module: collecting it for doctests imports a second
 # ``sitecustomize`` where the interpreter has its own (Debian's python does)
 collect_ignore = ["cpu_view"]

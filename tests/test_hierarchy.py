@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from hsd_runtime import ChainError, Hierarchy, NgramDrafter, PromptError, SamplingConfig
+from hsd_runtime import ChainError, Hierarchy, NgramDrafter, PromptError, SamplingConfig, TreeShape
 from tests.tiny import tiny_llama
 
 TARGET = tiny_llama(0, layers=4)
@@ -54,6 +54,55 @@ def test_eos_and_max_new_tokens_stop_generation():
     result = Hierarchy([DRAFTERS[0], TARGET], [3], eos_token_ids=[eos]).generate(PROMPTS[0], 20)
     assert result.tokens == ref[: ref.index(eos) + 1]
     assert len(Hierarchy([TARGET, TARGET], [8]).generate(PROMPTS[0], 5).tokens) == 5
+
+
+@pytest.mark.parametrize(
+    "members, widths, eos",
+    [
+        ([], [], False),
+        ([DRAFTERS[0]], [3], False),
+        ([NgramDrafter(), DRAFTERS[1]], [4, 3], True),
+        ([DRAFTERS[2]], [TreeShape((3, 2))], False),
+    ],
+    ids=["alone", "chain", "ngram-depth2-eos", "tree"],
+)
+def test_kept_target_logits_are_a_teacher_forced_pass_over_the_output(members, widths, eos):
+    """keep_logits: the target's rows of every new token, from its verification passes, are the
+    rows of one uncached pass over prompt + output (the last round cut by the length limit or an
+    end-of-sequence token keeps only the rows of what it committed)."""
+    import torch
+
+    prompt = PROMPTS[1]
+    stop = [_reference(prompt, 30)[17]] if eos else []
+    result = Hierarchy([*members, TARGET], widths, eos_token_ids=stop).generate(prompt, 30, keep_logits=True)
+    m = len(result.tokens)
+    assert result.target_logits is not None and result.target_logits.shape[0] == m
+    with torch.inference_mode():
+        whole = TARGET(input_ids=torch.tensor([prompt + result.tokens])).logits[0, len(prompt) - 1 : -1]  # [m, V]
+    torch.testing.assert_close(result.target_logits, whole, rtol=1e-4, atol=1e-4)
+    assert result.target_logits.argmax(-1).tolist() == result.tokens  # greedy: each row's argmax is its token
+    assert Hierarchy([TARGET], []).generate(prompt, 4).target_logits is None  # kept only when asked
+
+
+@pytest.mark.parametrize(
+    "members, widths",
+    [([], []), ([DRAFTERS[0]], [3]), ([NgramDrafter(), DRAFTERS[1]], [4, 3]), ([DRAFTERS[2]], [TreeShape((3, 2))])],
+    ids=["alone", "chain", "ngram-depth2", "tree"],
+)
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_a_reused_prompt_decodes_as_a_fresh_prefill_does(members, widths, mode):
+    """reuse_prompt: a repeat of the last prompt keeps every level's cached prompt and feeds
+    nothing for it, and decodes the same tokens (sampled: with the same seed); another prompt is
+    prefilled afresh even when asked to reuse."""
+    h = Hierarchy([*members, TARGET], widths)
+    sampling = SamplingConfig(mode=mode, seed=5)
+    first = h.generate(PROMPTS[1], 25, sampling)
+    again = h.generate(PROMPTS[1], 25, sampling, reuse_prompt=True)
+    assert again.tokens == first.tokens and again.committed == first.committed
+    assert all(lv.prefill_tokens == 0 for lv in again.levels) and first.levels[-1].prefill_tokens == len(PROMPTS[1])
+    other = h.generate(PROMPTS[0], 25, sampling, reuse_prompt=True)
+    assert other.levels[-1].prefill_tokens == len(PROMPTS[0])
+    assert other.tokens == Hierarchy([*members, TARGET], widths).generate(PROMPTS[0], 25, sampling).tokens
 
 
 def test_autoregressive_chain_counts_one_pass_per_token():

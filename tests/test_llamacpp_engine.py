@@ -130,6 +130,29 @@ def test_the_tree_check_fails_when_another_branch_is_kept(zoo, monkeypatch):
         _tree_and_kept_path(zoo["T"])
 
 
+@pytest.mark.parametrize("chain, widths", [("MT", [3]), ("ST", [TreeShape((2, 2))])], ids=["chain", "tree"])
+def test_kept_target_logits_match_a_pass_over_the_output_on_llamacpp(zoo, chain, widths):
+    """The target's rows kept from its verification passes (keep_logits) against one pass of
+    llama.cpp over prompt + output: equal up to llama.cpp's arithmetic for passes of other sizes."""
+    prompt = [0, 3, 4, 5, 3, 4]
+    result = Hierarchy([zoo[c] for c in chain], widths).generate(prompt, 20, SamplingConfig(mode="sample", seed=3), keep_logits=True)
+    m = len(result.tokens)
+    whole = zoo["T"].open_cache(zoo["T"].n_vocab).feed(prompt + result.tokens, 0, m + 1)[:m]  # [m, V]
+    assert result.target_logits is not None and result.target_logits.shape == whole.shape
+    torch.testing.assert_close(result.target_logits.float(), whole.float(), rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize("chain, widths", [("MT", [3]), ("ST", [TreeShape((2, 2))])], ids=["chain", "tree"])
+def test_a_reused_prompt_on_llamacpp_decodes_as_a_fresh_prefill_does(zoo, chain, widths):
+    """reuse_prompt on llama.cpp: the prompt's cells and its prefill's row are kept (the last
+    generation's cells, a hanging tree's too, removed), and the same seed samples the same tokens."""
+    h = Hierarchy([zoo[c] for c in chain], widths)
+    sampling = SamplingConfig(mode="sample", seed=7)
+    first = h.generate([0, 3, 4, 5, 3, 4], 20, sampling)
+    again = h.generate([0, 3, 4, 5, 3, 4], 20, sampling, reuse_prompt=True)
+    assert again.tokens == first.tokens and all(lv.prefill_tokens == 0 for lv in again.levels)
+
+
 def test_a_tree_larger_than_the_engine_holds_is_refused_in_one_line(zoo):
     cached = CachedModel(zoo["T"], law.V, LevelStats("T"))
     cached.prefill([0, 3])

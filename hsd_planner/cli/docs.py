@@ -187,7 +187,20 @@ def update_readme(path: Path) -> None:
     update_files([path])
 
 
+USAGE = """usage: python -m hsd_planner.cli.docs [--check] [FILE ...]
+
+Regenerate the blocks generated from the command line in README.md and docs/ (or in the FILEs
+given); --check only names the files that are out of date, exiting 1 if any is."""
+
+
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(USAGE)
+        return 0
+    flags = [a for a in argv if a.startswith("-") and a != "--check"]
+    if flags:
+        print(f"unknown option {flags[0]}\n{USAGE}", file=sys.stderr)
+        return 2
     check = "--check" in argv
     names = [a for a in argv if a != "--check"]
     files = [Path(n) for n in names] if names else doc_files(Path.cwd())

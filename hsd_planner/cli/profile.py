@@ -99,7 +99,8 @@ def profile(
 
     Latency: one cached forward pass of n new tokens after each context length. Acceptance: for
     every pair (cheaper drafter, dearer verifier), the verifier's own continuation of each
-    prompt, with each drafter teacher-forced over it. Profiling uses the profiling split of the
+    prompt (its logits kept from the passes that generate it), with each drafter teacher-forced
+    over it. Profiling uses the profiling split of the
     prompts (a quarter is held out for validation); a trained drafter (a distilled student, heads,
     steering) whose training record lists any of them is named in a warning, as its acceptance
     there is its training acceptance. Each measurement is committed as it is taken: rerun an

@@ -83,17 +83,16 @@ def predict(
     (:func:`~.latency.batch_latency`, costs at c(n, b)).
     """
     _check_widths(profile, chain, widths, batch_size)
-    pairs, curves = profile.pairs(acceptance), profile.siblings_curves()
     levels = []
     for k, name in enumerate(chain):
         cost, lookup = profile.cost(name, context_len, batch_size), profile.model(name).lookup
         runs = curve = None
         if k > 0 and isinstance(widths[k - 1], TreeShape):
-            curve = curves.get((chain[k - 1], name))
+            curve = profile.siblings_curves().get((chain[k - 1], name))
             if curve is None:
                 raise SolverError(f"no sibling-acceptance curve for {chain[k - 1]} verified by {name}; profile them again to plan trees")
         elif k > 0:
-            runs = pairs.get((chain[k - 1], name))
+            runs = profile.pair_runs(chain[k - 1], name, acceptance)
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
         levels.append(Level(cost, runs, lookup, curve, profile.proposal(name, context_len)))

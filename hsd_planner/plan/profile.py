@@ -213,6 +213,11 @@ class Profile(BaseModel):
         """``(drafter, verifier) -> RunLengths`` for every measured pair."""
         return {(a.drafter, a.verifier): a.runs(model) for a in self.acceptance}
 
+    def pair_runs(self, drafter: str, verifier: str, model: AcceptanceModel) -> RunLengths | None:
+        """One pair's run lengths (None: not measured), without building every pair's: a
+        prediction reads only its chain's (a bootstrap predicts every plan on 100 resamples)."""
+        return next((a.runs(model) for a in self.acceptance if (a.drafter, a.verifier) == (drafter, verifier)), None)
+
     def siblings_curves(self) -> dict[tuple[str, str], SiblingCurve]:
         """``(drafter, verifier) -> SiblingCurve`` for every pair with a measured A(k): the pairs
         whose drafter may draft a tree for that verifier. The same under either acceptance model

@@ -1,8 +1,9 @@
 """Acceptance measurements without storage.
 
 Acceptance of drafter i by verifier j is measured on the verifier's own continuation of a
-prompt: both are teacher-forced over prompt + continuation in one pass each, and at every
-continuation position t
+prompt: the drafter is teacher-forced over prompt + continuation in one pass, the verifier's rows
+are those of the passes that generated the continuation (one teacher-forced pass too, where the
+continuation was stored by an earlier run), and at every continuation position t
 
 - greedy: a_t = 1 when the drafter's argmax equals the verifier's argmax, else 0;
 - sampling: a_t = sum_x min(p_j(x), q_i(x)) = 1 - TV(p_j, q_i), the probability that the

@@ -274,11 +274,12 @@ def _acceptance_for_verifier(
             continue
         # heads and steered drafters draft under their own verifier only, never the continuation (a plain chain)
         assistants = [d for d in drafters if d.heads is None and d.spec.steer is None]
-        continuation, generated = verifier_continuation(engine, config, out, verifier, k, ids, assist.choose(assistants, verifier))
-        out.measured += generated
-        out.skipped += not generated
+        continuation, rows = verifier_continuation(engine, config, out, verifier, k, ids, assist.choose(assistants, verifier))
+        out.measured += rows is not None
+        out.skipped += rows is None
         step(1)
-        p_logits = teacher_forced_logits(verifier.loaded.model, ids, continuation, width)
+        # the rows its generation computed; a stored continuation is teacher-forced again
+        p_logits = teacher_forced_logits(verifier.loaded.model, ids, continuation, width) if rows is None else rows[:, :width].float()
         out.skipped += len(drafters) - len(todo)
         step(len(drafters) - len(todo))
         for d in todo:

@@ -65,6 +65,9 @@ class CachedModel:
             Torch engine only.
         layers: with ``keep_hidden``, keep instead the inputs of these decoder layers at every such
             row, side by side (``[len(layers) d]`` per row): what steers the drafter below.
+
+    ``keep_prompt``: a prefill of the prompt the cache still holds from the previous prefill (a
+    repeat of one prompt) keeps its keys and values and the row that prefill gave, and feeds nothing.
     """
 
     def __init__(self, model: Any, logits_width: int, stats: LevelStats, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> None:
@@ -77,6 +80,7 @@ class CachedModel:
         self.keep_hidden = keep_hidden
         self.layers = tuple(layers)
         self.device = self.engine.device
+        self.keep_prompt = False
         self.reset()
 
     def reset(self) -> None:
@@ -96,6 +100,9 @@ class CachedModel:
         self._tree: DraftTree | None = None
         self._tree_fed = 0
         self._tree_rows: torch.Tensor | None = None
+        # the last prefill's prompt and the rows it left (_last, _last_hid), for keep_prompt
+        self._prompt: list[int] | None = None
+        self._prompt_rows: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)
 
     def _settle(self, seq: list[int]) -> None:
         """Make the cache linear again: keep the hanging tree's nodes along ``seq``, drop the rest."""
@@ -244,9 +251,18 @@ class CachedModel:
         return self._counted(lambda: self._tree_forward(seq, tree))
 
     def prefill(self, prompt: list[int]) -> None:
-        """Cache the whole prompt and keep the logits that predict the first new token."""
-        self.reset()
+        """Cache the whole prompt and keep the logits that predict the first new token (with
+        ``keep_prompt``, from the previous prefill of the same prompt where the cache still holds it)."""
         t0 = time.perf_counter()
-        self._forward(prompt, len(prompt) - 1)
-        self.stats.prefill_tokens += len(prompt)
+        n = len(prompt)
+        if self.keep_prompt and self._prompt == prompt and self._cached[:n] == prompt:
+            self._settle(prompt)  # a tree hanging after the last generation: dropped
+            self._rollback(n)  # the last generation's tokens: dropped
+            self._last, self._last_hid = self._prompt_rows
+            self._hid, self._hid_first = self._last_hid, n - 1
+        else:
+            self.reset()
+            self._forward(prompt, n - 1)
+            self.stats.prefill_tokens += n
+            self._prompt, self._prompt_rows = list(prompt), (self._last, self._last_hid)
         self.stats.prefill_s += time.perf_counter() - t0

@@ -175,6 +175,10 @@ class VerifierLevel:
             shape of the tree a :class:`ModelDrafter` below drafts each round.
         lenient: verify with the sampling config's lenience (the target only: the levels below
             keep the exact rule, so the lossy step happens once, where tokens are committed).
+
+    ``kept``, when a list, collects this level's logits rows of the tokens each round returns
+    (``[n + 1, V]`` per round, in order): row i predicts the round's i-th token from the text
+    before it, as a pass over the whole text would, computed by the passes the rounds ran anyway.
     """
 
     def __init__(self, cached: CachedModel, lower: Drafter | None, width: Width, lenient: bool = False) -> None:
@@ -183,6 +187,7 @@ class VerifierLevel:
         self.lower = lower
         self.width = width
         self.lenient = lenient
+        self.kept: list[torch.Tensor] | None = None
 
     def prefill(self, prompt: list[int]) -> None:
         self.cached.prefill(prompt)
@@ -215,6 +220,8 @@ class VerifierLevel:
             n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generator, lenience)
             probs = self.emitted_probs(p, draft, n)
         self.stats.verify_s += time.perf_counter() - t0
+        if self.kept is not None:  # a copy: a view would hold the rejected rows of the pass too
+            self.kept.append(logits[: n + 1].clone())
         if self.lower is not None:
             self.lower.stats.proposed += len(draft.tokens)
             self.lower.stats.accepted += n
@@ -234,6 +241,8 @@ class VerifierLevel:
             path, token = verify_tree_sample(tree, p, ctx.generator)
             probs = p[[0] + [1 + i for i in path]]  # p for each emitted token
         self.stats.verify_s += time.perf_counter() - t0
+        if self.kept is not None:
+            self.kept.append(logits[[0] + [1 + i for i in path]])
         self.stats.nodes_verified += len(tree)
         self.lower.stats.proposed += len(tree)
         self.lower.stats.accepted += len(path)

@@ -103,6 +103,7 @@ class Hierarchy:
         self.context_limit: int | None = min((x for x in map(context_limit, models) if x is not None), default=None)
 
         self.levels: list[Drafter] = []
+        self._caches: list[CachedModel] = []  # every model level's cache
         last = len(members) - 1
         if getattr(members[last], "steerer", None) is not None:
             raise ChainError(f"{names[last]} is steered by the model above it; the target has none")
@@ -117,6 +118,7 @@ class Hierarchy:
             steerer: Steering | None = getattr(below, "steerer", None)  # or the inputs of the layers that steer the level below
             taps = steerer.taps if steerer is not None else ()
             cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=reader is not None or bool(taps), layers=taps)
+            self._caches.append(cached)
             if reader is not None:
                 reader.attach(cached)
             level: Drafter
@@ -147,8 +149,20 @@ class Hierarchy:
         prompt: Sequence[int],
         max_new_tokens: int,
         sampling: SamplingConfig | None = None,
+        keep_logits: bool = False,
+        reuse_prompt: bool = False,
     ) -> GenerationResult:
-        """Decode up to ``max_new_tokens`` after ``prompt``, stopping after an EOS token."""
+        """Decode up to ``max_new_tokens`` after ``prompt``, stopping after an EOS token.
+
+        ``reuse_prompt``: where this is the prompt of the previous generation, every model keeps
+        its keys and values and the logits row its prefill gave, and feeds nothing for it: the same
+        generation without the prefill's time (``prefill_s`` near zero, ``prefill_tokens`` 0).
+
+        ``keep_logits``: the result's ``target_logits`` holds the target's logits row of every new
+        token (``[m, V]``, row t predicts token t from the prompt and the tokens before it), kept
+        from its verification passes: what a teacher-forced pass over the output would compute,
+        without running one.
+        """
         sampling = sampling or SamplingConfig()
         prompt = list(prompt)
         if not prompt:
@@ -167,6 +181,9 @@ class Hierarchy:
         for level in self.levels:
             level.stats.reset()
         generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        self.top.kept = [] if keep_logits else None
+        for cache in self._caches:
+            cache.keep_prompt = reuse_prompt
 
         t0 = time.perf_counter()
         self.top.prefill(prompt)
@@ -184,6 +201,8 @@ class Hierarchy:
             if stop is not None:
                 break
         t2 = time.perf_counter()
+        kept, self.top.kept = self.top.kept, None
+        new = len(seq) - len(prompt)
         return GenerationResult(
             sequences=[seq[len(prompt) :]],
             prompt_lengths=[len(prompt)],
@@ -192,4 +211,5 @@ class Hierarchy:
             decode_s=t2 - t1,
             target_rounds=len(per_round),
             committed=[per_round],
+            target_logits=None if kept is None else torch.cat(kept)[:new],  # rows past a cut last round dropped
         )

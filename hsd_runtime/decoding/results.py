@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["GenerationResult", "LevelStats"]
 
@@ -95,6 +99,7 @@ class GenerationResult:
     decode_s: float
     target_rounds: int  # target verification rounds; each commits, for every active sequence, its accepted tokens + 1
     committed: list[list[int]] = field(default_factory=list)  # [b][rounds the sequence took part in]: tokens committed
+    target_logits: torch.Tensor | None = None  # [new tokens, V]: the target's row of each (b = 1, keep_logits)
 
     @property
     def batch(self) -> int:
