@@ -37,6 +37,20 @@ def test_greedy_on_cuda_is_the_targets_greedy(ngram, widths):
     assert got.tokens == auto.tokens and len(got.tokens) == 24
 
 
+def test_kept_target_rows_and_a_reused_prompt_on_cuda():
+    """keep_logits on the GPU gives the rows of one pass over prompt + output; reuse_prompt
+    decodes a repeat of the prompt as its first run did, feeding nothing for the prompt."""
+    target, draft = _on_cuda(0, layers=3), _on_cuda(1, layers=1)
+    prompt = [1, 5, 9, 1, 5, 9, 1, 5]
+    h = Hierarchy([NgramDrafter(), draft, target], [3, 4])
+    first = h.generate(prompt, 24, keep_logits=True)
+    with torch.inference_mode():
+        whole = target(input_ids=torch.tensor([prompt + first.tokens], device="cuda")).logits[0, len(prompt) - 1 : -1]
+    torch.testing.assert_close(first.target_logits, whole, rtol=1e-4, atol=1e-4)
+    again = h.generate(prompt, 24, reuse_prompt=True)
+    assert again.tokens == first.tokens and again.levels[-1].prefill_tokens == 0
+
+
 @pytest.mark.parametrize("ngram", [False, True], ids=["chain", "ngram-chain"])
 def test_batched_greedy_on_cuda_is_each_prompts_own_greedy(ngram):
     """Ragged prompts in lockstep on the GPU: every sequence gets the target's greedy tokens of
