@@ -128,9 +128,12 @@ def test_greedy_output_is_the_targets_with_heads_under_the_target_and_under_a_mi
     reference = Hierarchy([models["T"]], []).generate(PROMPT, 30).tokens
     for members, widths in (([models["T"]], [3]), ([models["M"], models["T"]], [3, 2])):
         drafter = BpdDrafter(random_heads(), card(), parse_spec(spec))
-        result = Hierarchy([drafter, *members], widths).generate(PROMPT, 30)
+        hierarchy = Hierarchy([drafter, *members], widths)
+        result = hierarchy.generate(PROMPT, 30)
         assert result.tokens == reference
         assert result.levels[0].proposed > 0 and result.levels[0].forward_passes > 0
+        again = hierarchy.generate(PROMPT, 30, reuse_prompt=True)  # heads read the prefill's kept hidden row
+        assert again.tokens == reference and again.levels[0].proposed == result.levels[0].proposed
 
 
 def test_heads_draft_after_a_prefill_and_after_each_verification(models):

@@ -133,6 +133,9 @@ def test_greedy_output_is_the_targets_with_steering_anywhere(models, name):
     hierarchy = _chain(models, name)
     out = hierarchy.generate(PROMPT, 20)
     assert out.tokens == _target_greedy(models, 20)
+    again = hierarchy.generate(PROMPT, 20, reuse_prompt=True)  # steered from the prefill's kept taps
+    assert again.tokens == out.tokens and again.levels[-1].prefill_tokens == 0
+    assert again.levels[0].proposed == out.levels[0].proposed
     steered_level = next(level for level in hierarchy.levels if isinstance(level, SteeredDrafter))
     assert steered_level.stats.steers > 1 and steered_level.stats.steer_s > 0
 
