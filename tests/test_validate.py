@@ -98,6 +98,21 @@ def test_validate_one_plan_by_id(solved, prompts):
     assert "median |error|" in result.output and "regret" in result.output
 
 
+@pytest.mark.parametrize("count", [1, 2])
+def test_repeats_reuse_the_prompts_prefill_and_the_prefill_is_still_measured(solved, prompts, count):
+    """With --repeats 2 a run of the prompt a plan ran last reuses its cached prefill (the same
+    tokens, every repeat); every plan still reports a measured prefill, even of one prompt."""
+    args = ["--candidates", "all", "--prompts", prompts, "--max-prompts", count, "--max-new-tokens", 6, "--device", "cpu"]
+    once = json.loads(run("validate", *args, "--json").output)
+    twice = run("validate", *args, "--repeats", 2, "--json")
+    assert twice.exit_code == 0, twice.output
+    report = json.loads(twice.output)
+    assert report["prompt_count"] == count
+    for p in report["plans"]:
+        assert p["prefill_ms"] > 0
+        assert p["tokens"] == 2 * next(q["tokens"] for q in once["plans"] if q["plan_id"] == p["plan_id"])
+
+
 def test_validate_without_a_plan(isolated_db):
     result = run("validate")  # read-only commands do not create a database
     assert result.exit_code == 1 and "there is no database at" in result.output and not isolated_db.exists()

@@ -163,8 +163,9 @@ def _measure(
 ) -> _Runs:
     """Reference rounds first, a warm-up of every plan, then every plan on every prompt ``repeats``
     times, interleaved so that drift of the machine hits every plan alike, a reference round after
-    each run. A run of the prompt a plan ran last (the warm-up's, a repeat's) reuses its cached
-    prefill: the decode, all that is timed, is the same."""
+    each run. A run of the prompt a plan ran last (a repeat's, and the warm-up's where another
+    prompt's run still measures a prefill) reuses its cached prefill: the decode, all that is
+    timed, is the same."""
     s = solve.setting
     sampling = SamplingConfig(mode=s.mode, temperature=s.temperature, top_p=s.top_p, lenience=s.lenience)
     calibration.measure(rounds=3)  # before the plans run
@@ -175,7 +176,8 @@ def _measure(
         for rep in range(repeats):
             seeded = sampling.model_copy(update={"seed": 1000 * k + rep})
             for plan_id, hierarchy in built.items():
-                runs.results[plan_id].append(hierarchy.generate(ids, max_new_tokens, seeded, reuse_prompt=True))
+                reuse = rep > 0 or len(encoded) > 1
+                runs.results[plan_id].append(hierarchy.generate(ids, max_new_tokens, seeded, reuse_prompt=reuse))
                 after = calibration.measure()  # the reference right after every run; the one before is the last round
                 runs.around[plan_id].append((k, [after - 1, after]))
                 step(1)
@@ -264,7 +266,7 @@ def plan_result(
         measured_mean_accepted_length=sum(r.total_tokens for r in runs) / sum(len(c) for r in runs for c in r.committed),
         measured_speedup=_median_ms(auto_runs) / ms,
         # the prefills that fed their prompt (a repeat of a prompt reuses its cached prefill)
-        prefill_ms=statistics.median([1000 * r.prefill_s for r in runs if r.levels[-1].prefill_tokens] or [0.0]),
+        prefill_ms=statistics.median(1000 * r.prefill_s for r in runs if r.levels[-1].prefill_tokens),
         tokens=sum(r.total_tokens for r in runs),
         levels=levels,
         **extra,
