@@ -175,8 +175,8 @@ def _measure(
     for k, ids in enumerate(encoded):
         for rep in range(repeats):
             seeded = sampling.model_copy(update={"seed": 1000 * k + rep})
+            reuse = rep > 0 or len(encoded) > 1
             for plan_id, hierarchy in built.items():
-                reuse = rep > 0 or len(encoded) > 1
                 runs.results[plan_id].append(hierarchy.generate(ids, max_new_tokens, seeded, reuse_prompt=reuse))
                 after = calibration.measure()  # the reference right after every run; the one before is the last round
                 runs.around[plan_id].append((k, [after - 1, after]))

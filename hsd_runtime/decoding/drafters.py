@@ -235,14 +235,15 @@ class VerifierLevel:
         t0 = time.perf_counter()
         if ctx.sampling.greedy:
             path, token = verify_tree_greedy(tree, logits.argmax(-1).tolist())
-            probs = None
+            p = None
         else:
             p = warp(logits, ctx.sampling)
             path, token = verify_tree_sample(tree, p, ctx.generator)
-            probs = p[[0] + [1 + i for i in path]]  # p for each emitted token
+        emitted = [0] + [1 + i for i in path]  # the rows that predict each emitted token
+        probs = None if p is None else p[emitted]  # p for each emitted token
         self.stats.verify_s += time.perf_counter() - t0
         if self.kept is not None:
-            self.kept.append(logits[[0] + [1 + i for i in path]])
+            self.kept.append(logits[emitted])
         self.stats.nodes_verified += len(tree)
         self.lower.stats.proposed += len(tree)
         self.lower.stats.accepted += len(path)
