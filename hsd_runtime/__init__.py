@@ -43,6 +43,7 @@ _EXPORTS = {
     "BatchedHierarchy": "batch.batched",
     "GgufModel": "models.llamacpp",
     "Hierarchy": "decoding.hierarchy",
+    "CachePool": "decoding.cache",
     "build_hierarchy": "build",
     "LoadedModel": "models.loading",
     "auto_dtype": "models.device",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal, overload
 
 from .batch.batched import BatchedHierarchy
+from .decoding.cache import CachePool
 from .decoding.hierarchy import Hierarchy, Member
 from .decoding.ngram import NgramDrafter
 from .learned.bpd import check_host, load_bpd
@@ -28,17 +29,23 @@ __all__ = ["build_hierarchy"]
 
 @overload
 def build_hierarchy(
-    chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader, batched: Literal[False] = False
+    chain: Sequence[str | ModelSpec],
+    widths: Sequence[Width],
+    loader: ModelLoader,
+    batched: Literal[False] = False,
+    caches: CachePool | None = None,
 ) -> tuple[Hierarchy, Any]: ...
 @overload
 def build_hierarchy(
     chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader, batched: Literal[True]
 ) -> tuple[BatchedHierarchy, Any]: ...
 def build_hierarchy(
-    chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader, batched: bool = False
+    chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader, batched: bool = False, caches: CachePool | None = None
 ) -> tuple[Hierarchy | BatchedHierarchy, Any]:
     """Load ``chain`` (smallest first, target last) and build its hierarchy: for one sequence, or
     with ``batched`` for a batch of sequences in lockstep (chains of torch models and ``ngram``).
+    ``caches``: a pool whose caches the one-sequence hierarchy shares with others built on it
+    (see :class:`~hsd_runtime.decoding.cache.CachePool`).
 
     Returns the hierarchy and the target's tokenizer. Raises if the models do not share a
     tokenizer, a spec cannot be loaded, or the runtime asked for cannot run one of its members.
@@ -68,5 +75,8 @@ def build_hierarchy(
                 check_verifier(s, steered.steerer, above)
             members.append(m.model)
     target, names = models[-1], [str(s) for s in specs]
-    runtime = BatchedHierarchy if batched else Hierarchy
-    return runtime(members, widths, names, width, target.eos_token_ids), target.tokenizer
+    if batched:
+        if caches is not None:
+            raise ValueError("a batched hierarchy keeps caches of its own; build it without a pool")
+        return BatchedHierarchy(members, widths, names, width, target.eos_token_ids), target.tokenizer
+    return Hierarchy(members, widths, names, width, target.eos_token_ids, caches), target.tokenizer

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from hsd_runtime import ChainError, Hierarchy, NgramDrafter, PromptError, SamplingConfig, TreeShape
+from hsd_runtime import CachePool, ChainError, Hierarchy, NgramDrafter, PromptError, SamplingConfig, TreeShape
 from tests.tiny import tiny_llama
 
 TARGET = tiny_llama(0, layers=4)
@@ -103,6 +103,31 @@ def test_a_reused_prompt_decodes_as_a_fresh_prefill_does(members, widths, mode):
     other = h.generate(PROMPTS[0], 25, sampling, reuse_prompt=True)
     assert other.levels[-1].prefill_tokens == len(PROMPTS[0])
     assert other.tokens == Hierarchy([*members, TARGET], widths).generate(PROMPTS[0], 25, sampling).tokens
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_hierarchies_on_one_pool_share_a_models_prefill(mode):
+    """Hierarchies built on one CachePool hold one cache per model: a plan decoding the prompt
+    another plan prefilled keeps that prefill for the models they share (its own models feed
+    theirs) and decodes what a fresh hierarchy decodes; results already returned keep their counts."""
+    pool, sampling = CachePool(), SamplingConfig(mode=mode, seed=3)
+    alone = Hierarchy([TARGET], [], caches=pool)
+    chain = Hierarchy([NgramDrafter(), DRAFTERS[0], TARGET], [3, 2], caches=pool)
+    first = alone.generate(PROMPTS[1], 20, sampling)
+    second = chain.generate(PROMPTS[1], 20, sampling, reuse_prompt=True)
+    assert second.levels[-1].prefill_tokens == 0 and second.levels[1].prefill_tokens == len(PROMPTS[1])
+    assert second.tokens == Hierarchy([NgramDrafter(), DRAFTERS[0], TARGET], [3, 2]).generate(PROMPTS[1], 20, sampling).tokens
+    assert first.levels[0].prefill_tokens == len(PROMPTS[1]) and first.levels[0].forward_passes == 19
+    again = alone.generate(PROMPTS[1], 20, sampling, reuse_prompt=True)  # after the chain's decode on the same cache
+    assert again.tokens == first.tokens and again.levels[0].prefill_tokens == 0
+
+
+def test_a_model_listed_twice_keeps_two_caches_in_a_pool():
+    pool = CachePool()
+    twice = Hierarchy([TARGET, TARGET], [4], caches=pool)
+    assert twice.levels[0].cached is not twice.top.cached
+    assert Hierarchy([TARGET], [], caches=pool).top.cached is twice.levels[0].cached  # the first one is the pool's
+    assert twice.generate(PROMPTS[0], 30).tokens == _reference(PROMPTS[0], 30)
 
 
 def test_autoregressive_chain_counts_one_pass_per_token():

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from hsd_runtime import GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
+from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
 
 from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
@@ -134,11 +134,14 @@ def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) 
 
 
 def _build(plans: list[RankedPlan], loader: ModelLoader) -> dict[int, Hierarchy]:
-    """Every plan's hierarchy, loaded; a plan that cannot be run is refused before any runs."""
-    built = {}
+    """Every plan's hierarchy, loaded; a plan that cannot be run is refused before any runs.
+
+    The plans share one cache per model (they run one at a time), so a plan that runs a prompt
+    another plan prefilled keeps that prefill: the decode it times is the same."""
+    built, pool = {}, CachePool()
     for plan in plans:
         try:
-            built[plan.id] = build_hierarchy(plan.plan.chain, plan.plan.widths, loader)[0]
+            built[plan.id] = build_hierarchy(plan.plan.chain, plan.plan.widths, loader, caches=pool)[0]
         except HSDError as exc:
             raise StoreError(f"plan {plan.id} ({','.join(plan.plan.chain)}) cannot be run: {exc}") from None
     return built
@@ -163,25 +166,40 @@ def _measure(
 ) -> _Runs:
     """Reference rounds first, a warm-up of every plan, then every plan on every prompt ``repeats``
     times, interleaved so that drift of the machine hits every plan alike, a reference round after
-    each run. A run of the prompt a plan ran last (a repeat's, and the warm-up's where another
-    prompt's run still measures a prefill) reuses its cached prefill: the decode, all that is
-    timed, is the same."""
+    each run.
+
+    The plans share their models' caches (see :func:`_build`): on each prompt the plans that lead
+    it (:func:`_leads`) run first and feed it afresh, their prefill measured; the others, and
+    every repeat, reuse the prefill their models hold. The decode, all that is timed, is the same."""
     s = solve.setting
     sampling = SamplingConfig(mode=s.mode, temperature=s.temperature, top_p=s.top_p, lenience=s.lenience)
     calibration.measure(rounds=3)  # before the plans run
-    for h in built.values():  # warm-up, untimed
-        h.generate(encoded[0], 4, sampling)
+    for h in built.values():  # warm-up, untimed; the shared models are prefilled once
+        h.generate(encoded[0], 4, sampling, reuse_prompt=True)
     runs = _Runs({i: [] for i in built}, {i: [] for i in built})
+    lead = _leads(len(built), len(encoded))
     for k, ids in enumerate(encoded):
+        leaders = [plan_id for i, plan_id in enumerate(built) if lead[i] == k]
         for rep in range(repeats):
             seeded = sampling.model_copy(update={"seed": 1000 * k + rep})
-            reuse = rep > 0 or len(encoded) > 1
-            for plan_id, hierarchy in built.items():
-                runs.results[plan_id].append(hierarchy.generate(ids, max_new_tokens, seeded, reuse_prompt=reuse))
+            for plan_id in leaders + [p for p in built if p not in leaders]:
+                fresh = rep == 0 and plan_id in leaders
+                runs.results[plan_id].append(built[plan_id].generate(ids, max_new_tokens, seeded, reuse_prompt=not fresh))
                 after = calibration.measure()  # the reference right after every run; the one before is the last round
                 runs.around[plan_id].append((k, [after - 1, after]))
                 step(1)
     return runs
+
+
+def _leads(plans: int, prompts: int) -> list[int]:
+    """The prompt each plan leads: runs first on, feeding it afresh, so that every plan has a
+    measured prefill. Plan i leads prompt i + 1 (cyclically): the warm-up's prompt, 0, which the
+    others reuse, is led only where there are at least as many plans as prompts.
+
+    >>> _leads(2, 3), _leads(3, 3), _leads(3, 1)
+    ([1, 2], [1, 2, 0], [0, 0, 0])
+    """
+    return [(i + 1) % prompts for i in range(plans)]
 
 
 @dataclass

@@ -25,7 +25,7 @@ from ..models.engine import EngineCache, TreeFeed
 from ..terms.tree import DraftTree
 from .results import LevelStats
 
-__all__ = ["CachedModel", "common_prefix", "engine_cache"]
+__all__ = ["CachePool", "CachedModel", "common_prefix", "engine_cache"]
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -266,3 +266,25 @@ class CachedModel:
             self.stats.prefill_tokens += n
             self._prompt, self._prompt_rows = list(prompt), (self._last, self._last_hid)
         self.stats.prefill_s += time.perf_counter() - t0
+
+
+class CachePool:
+    """Caches shared by hierarchies that run one at a time (the plans of one validation).
+
+    A model that several hierarchies hold gets one cache here, so a hierarchy that decodes the
+    prompt another one prefilled last keeps that prefill (``reuse_prompt``) instead of feeding
+    it again, and the model's keys and values are held once. One cache per model object, label,
+    logits width and what it keeps of its hidden rows; a model listed twice in one chain gets a
+    cache of its own for its second level (see :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`).
+    """
+
+    def __init__(self) -> None:
+        # key -> (the model, kept alive so that its id is not reused; its cache)
+        self._caches: dict[tuple[int, str, int, bool, tuple[int, ...]], tuple[Any, CachedModel]] = {}
+
+    def get(self, model: Any, name: str, logits_width: int, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> CachedModel:
+        """The pooled cache of ``model`` (made on first use, its counters labelled ``name``)."""
+        key = (id(model), name, logits_width, keep_hidden, tuple(layers))
+        if key not in self._caches:
+            self._caches[key] = (model, CachedModel(model, logits_width, LevelStats(model=name), keep_hidden, layers))
+        return self._caches[key][1]

@@ -21,7 +21,7 @@ from ..models.loading import context_limit, head_rows
 from ..terms.errors import ChainError, PromptError
 from ..terms.limits import MAX_WIDTH
 from ..terms.shape import TreeShape, Width
-from .cache import CachedModel
+from .cache import CachedModel, CachePool
 from .drafters import DraftContext, Drafter, ModelDrafter, StandaloneDrafter, SteeredLevel, Steering, VerifierLevel, standalone
 from .results import GenerationResult, LevelStats
 from .sampling import SamplingConfig
@@ -79,6 +79,9 @@ class Hierarchy:
         names: one label per level for the stats (defaults to the class names).
         logits_width: columns of the shared vocabulary (defaults to the smallest head).
         eos_token_ids: tokens that end generation.
+        caches: a pool shared with other hierarchies run one at a time: each model level takes
+            its model's cache from it, so a generation of the prompt another of them prefilled
+            last keeps that prefill (with ``reuse_prompt``), and the keys and values are held once.
     """
 
     def __init__(
@@ -88,6 +91,7 @@ class Hierarchy:
         names: Sequence[str] | None = None,
         logits_width: int | None = None,
         eos_token_ids: Sequence[int] = (),
+        caches: CachePool | None = None,
     ) -> None:
         check_chain(members, widths)
         names = list(names) if names is not None else [type(m).__name__ for m in members]
@@ -117,7 +121,11 @@ class Hierarchy:
             reader = below if standalone(below) and below.reads_host else None  # block-draft heads read this level's hidden rows
             steerer: Steering | None = getattr(below, "steerer", None)  # or the inputs of the layers that steer the level below
             taps = steerer.taps if steerer is not None else ()
-            cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=reader is not None or bool(taps), layers=taps)
+            keep_hidden = reader is not None or bool(taps)
+            if caches is not None and not any(c.model is member for c in self._caches):  # a model listed twice: its own second cache
+                cached = caches.get(member, names[k], width, keep_hidden, taps)
+            else:
+                cached = CachedModel(member, width, LevelStats(model=names[k]), keep_hidden=keep_hidden, layers=taps)
             self._caches.append(cached)
             if reader is not None:
                 reader.attach(cached)
