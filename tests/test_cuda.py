@@ -13,7 +13,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from hsd_runtime import Hierarchy, NgramDrafter, TreeShape
+from hsd_runtime import CachePool, Hierarchy, NgramDrafter, TreeShape
 from tests.tiny import tiny_llama
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -49,6 +49,16 @@ def test_kept_target_rows_and_a_reused_prompt_on_cuda():
     torch.testing.assert_close(first.target_logits, whole, rtol=1e-4, atol=1e-4)
     again = h.generate(prompt, 24, reuse_prompt=True)
     assert again.tokens == first.tokens and again.levels[-1].prefill_tokens == 0
+
+
+def test_plans_on_one_pool_share_the_targets_prefill_on_cuda():
+    """Two hierarchies on one CachePool on the GPU: the second keeps the target's prefill of the
+    first and decodes the target's own greedy tokens."""
+    target, draft = _on_cuda(0, layers=3), _on_cuda(1, layers=1)
+    prompt, pool = [1, 5, 9, 1, 5, 9, 1, 5], CachePool()
+    auto = Hierarchy([target], [], caches=pool).generate(prompt, 24)
+    got = Hierarchy([NgramDrafter(), draft, target], [3, 4], caches=pool).generate(prompt, 24, reuse_prompt=True)
+    assert got.tokens == auto.tokens and got.levels[-1].prefill_tokens == 0 and got.levels[1].prefill_tokens == len(prompt)
 
 
 @pytest.mark.parametrize("ngram", [False, True], ids=["chain", "ngram-chain"])
