@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hsd_runtime import ChainError, Hierarchy, NgramDrafter, SamplingConfig, TreeShape
+from hsd_runtime import CachePool, ChainError, Hierarchy, NgramDrafter, PromptError, SamplingConfig, TreeShape
 from hsd_runtime.decoding import verify
 from hsd_runtime.decoding.cache import CachedModel
 from hsd_runtime.decoding.results import LevelStats
@@ -151,6 +151,23 @@ def test_a_reused_prompt_on_llamacpp_decodes_as_a_fresh_prefill_does(zoo, chain,
     first = h.generate([0, 3, 4, 5, 3, 4], 20, sampling)
     again = h.generate([0, 3, 4, 5, 3, 4], 20, sampling, reuse_prompt=True)
     assert again.tokens == first.tokens and all(lv.prefill_tokens == 0 for lv in again.levels)
+
+
+def test_a_pool_with_cells_opens_contexts_that_size_and_plans_share_them(zoo):
+    """A CachePool of 64 cells opens llama.cpp contexts of 64 positions (not the model's 128);
+    two plans on it share the target's prefill and decode what a fresh hierarchy decodes, and a
+    generation that needs more positions than the cells is refused before it starts."""
+    pool, sampling = CachePool(cells=64), SamplingConfig(mode="sample", seed=3)
+    alone = Hierarchy([zoo["T"]], [], caches=pool)
+    chain = Hierarchy([zoo["M"], zoo["T"]], [3], caches=pool)
+    assert alone.top.cached.engine.n_ctx == 64 and chain.top.cached is alone.top.cached
+    prompt = [0, 3, 4, 5, 3, 4]
+    alone.generate(prompt, 20, sampling)
+    got = chain.generate(prompt, 20, sampling, reuse_prompt=True)
+    assert got.levels[-1].prefill_tokens == 0 and got.levels[0].prefill_tokens == len(prompt)
+    assert got.tokens == Hierarchy([zoo["M"], zoo["T"]], [3]).generate(prompt, 20, sampling).tokens
+    with pytest.raises(PromptError, match="context of 64"):
+        chain.generate(prompt, 60, sampling)
 
 
 def test_a_tree_larger_than_the_engine_holds_is_refused_in_one_line(zoo):

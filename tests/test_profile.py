@@ -20,9 +20,11 @@ from hsd_planner.profiling.acceptance import (
     ngram_blocks,
     run_length_sums,
     start_survival,
+    teacher_forced_logits,
     visited_run_sums,
 )
-from hsd_runtime import Hierarchy, SamplingConfig, ngram_lookup
+from hsd_planner.profiling.runner import _pooled_logits
+from hsd_runtime import CachePool, Hierarchy, SamplingConfig, ngram_lookup
 from tests.helpers import QUICK_PROFILE, run
 from tests.tiny import tiny_llama
 
@@ -413,3 +415,19 @@ def test_visited_run_lengths_match_a_sampled_decoder():
             rounds, tokens, t = rounds + 1, tokens + g + 1, t + g + 1
     assert abs(counts[b - 1] - rounds / 20000) < 0.02 * counts[b - 1]
     assert abs(_pooled(sums, counts, bases, b) - tokens / rounds) < 0.01 * tokens / rounds
+
+
+def test_a_drafters_pass_over_a_continuation_keeps_the_prompt_its_own_continuation_prefilled():
+    """Profiling runs a drafter's teacher-forced pass on the cache its own continuation used: the
+    prompt stays, only the verifier's continuation (and the prompt's last token) is fed, and the
+    rows are those of one pass over prompt + continuation."""
+    drafter, verifier, pool = tiny_llama(1, layers=1), tiny_llama(0, layers=3), CachePool()
+    prompt = [0, 5, 9, 5, 9, 13, 4]
+    cand = SimpleNamespace(loaded=SimpleNamespace(model=drafter), spec="draft")
+    Hierarchy([drafter], [], ["draft"], caches=pool).generate(prompt, 12)  # its own continuation
+    continuation = Hierarchy([verifier], []).generate(prompt, 10).tokens
+    stats = pool.get(drafter, "draft", 64).stats
+    before = stats.tokens_fed
+    rows = _pooled_logits(pool, cand, prompt, continuation, 64)
+    assert stats.tokens_fed - before == len(continuation) + 1
+    assert torch.allclose(rows, teacher_forced_logits(drafter, prompt, continuation, 64), atol=1e-4)

@@ -118,22 +118,22 @@ def test_continuations_are_drafted_by_the_drafter_predicted_fastest():
 
 
 def test_latency_rounds_spread_over_the_acceptance_passes(tiny_dirs, tmp_path, isolated_db, monkeypatch):
-    """Half the rounds before acceptance, the rest between the verifiers' passes, none lost."""
+    """Half the rounds before acceptance, the rest between the prompts' acceptance passes, none lost."""
     seen = []
-    acceptance = runner._acceptance_for_verifier
+    acceptance = runner._acceptance_for_prompt
 
     def recording(engine, *args, **kwargs):
         with Session(engine) as s:
             seen.append(sorted({len(r.samples_ms) for r in s.scalars(select(Latency))}))
         return acceptance(engine, *args, **kwargs)
 
-    monkeypatch.setattr(runner, "_acceptance_for_verifier", recording)
+    monkeypatch.setattr(runner, "_acceptance_for_prompt", recording)
     models = ["ngram", str(tiny_dirs["draft"]), str(tiny_dirs["target"])]
     config = ProfileConfig(models=models, latency_grid=[1, 2], context_lens=[8], repeats=5, max_new_tokens=4)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
     engine = open_engine(str(isolated_db))
     run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
-    assert seen == [[3], [4]]  # two verifiers: 3 rounds first, one after the first verifier
+    assert seen == [[3], [3], [4], [4]]  # two prompts, two verifiers each: 3 rounds first, one after the first prompt
     with Session(engine) as s:
         assert min(len(r.samples_ms) for r in s.scalars(select(Latency))) >= 5  # noisy points get more

@@ -10,9 +10,10 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
-from hsd_runtime import ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
+from hsd_runtime import CachePool, ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
 from hsd_runtime.learned.bpd import load_bpd
 from hsd_runtime.learned.steering import steer_model
 from hsd_runtime.models.loading import context_limit
@@ -218,11 +219,18 @@ def run_profile(
         latency_curves(engine, out.hardware_id, {c.row_id: c.spec.run_dtype(config.dtype) for c in candidates}),
         statistics.median(len(ids) for ids in encoded) + config.max_new_tokens // 2,
     )
-    for i, j in enumerate(verifiers):
-        # a lenience relaxes the target's test only (the runtime's rule): the largest model's pairs
-        lenience = config.lenience if j == len(candidates) - 1 else 1.0
-        _acceptance_for_verifier(engine, config, encoded, out, below[j], candidates[j], step, assist, lenience)
-        sweep.to(first + -(-(config.repeats - first) * (i + 1) // len(verifiers)))
+    # prompt by prompt, every verifier's continuation and its drafters' passes over it, on one cache
+    # per model: a drafter's pass over a verifier's continuation keeps the prompt its own
+    # continuation (or its assisting) prefilled and feeds only the continuation. The caches go
+    # with the prompt, each (llama.cpp) holding just the positions it needs
+    for k, ids in enumerate(encoded if verifiers else []):
+        pool = CachePool(len(ids) + config.max_new_tokens + 2 * ASSIST_WIDTH + 1)
+        for j in verifiers:
+            # a lenience relaxes the target's test only (the runtime's rule): the largest model's pairs
+            lenience = config.lenience if j == len(candidates) - 1 else 1.0
+            _acceptance_for_prompt(engine, config, k, ids, out, below[j], candidates[j], step, assist, pool, lenience)
+        del pool
+        sweep.to(first + -(-(config.repeats - first) * (k + 1) // len(encoded)))
     sweep.finish()
     measure_batches(engine, config, out, candidates, contexts, step)
     return out
@@ -242,20 +250,23 @@ def _floors(
     return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic and n else None
 
 
-def _acceptance_for_verifier(
+def _acceptance_for_prompt(
     engine: Engine,
     config: ProfileConfig,
-    encoded: list[list[int]],
+    k: int,
+    ids: list[int],
     out: ProfileOutcome,
     drafters: list[ProfiledModel],
     verifier: ProfiledModel,
     step: Callable[[int], None],
     assist: Assistant,
+    pool: CachePool,
     lenience: float = 1.0,
 ) -> None:
-    """Teacher-force every cheaper drafter over the verifier's continuation of every (encoded) prompt.
+    """Teacher-force every cheaper drafter over the verifier's continuation of prompt ``k`` (encoded: ``ids``).
 
     ``lenience``: the e under which this verifier's acceptance is measured (1 below the target).
+    ``pool``: the models' caches for this prompt, shared by the continuations and the drafters' passes.
 
     The same logits give each model drafter's sibling curve (:mod:`.siblings`). A prompt row
     stored before sibling curves existed keeps none: filling it in needs these passes again, so
@@ -264,57 +275,70 @@ def _acceptance_for_verifier(
     """
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, lenience=lenience)
     width = min([verifier.loaded.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
-    for k, ids in enumerate(encoded):
-        keys = {d.row_id: PromptPairKey(d.row_id, verifier.row_id, out.workload_id, out.setting_id, k) for d in drafters}
-        done = measured_prompts(engine, keys.values())
-        todo = drafters if config.force else [d for d in drafters if keys[d.row_id] not in done]
-        if not todo:
-            out.skipped += 1 + len(drafters)
-            step(1 + len(drafters))
-            continue
-        # heads and steered drafters draft under their own verifier only, never the continuation (a plain chain)
-        assistants = [d for d in drafters if d.heads is None and d.spec.steer is None]
-        continuation, rows = verifier_continuation(engine, config, out, verifier, k, ids, assist.choose(assistants, verifier))
-        out.measured += rows is not None
-        out.skipped += rows is None
+    keys = {d.row_id: PromptPairKey(d.row_id, verifier.row_id, out.workload_id, out.setting_id, k) for d in drafters}
+    done = measured_prompts(engine, keys.values())
+    todo = drafters if config.force else [d for d in drafters if keys[d.row_id] not in done]
+    if not todo:
+        out.skipped += 1 + len(drafters)
+        step(1 + len(drafters))
+        return
+    # heads and steered drafters draft under their own verifier only, never the continuation (a plain chain)
+    assistants = [d for d in drafters if d.heads is None and d.spec.steer is None]
+    continuation, rows = verifier_continuation(engine, config, out, verifier, k, ids, assist.choose(assistants, verifier), pool)
+    out.measured += rows is not None
+    out.skipped += rows is None
+    step(1)
+    # the rows its generation computed; a stored continuation is teacher-forced again
+    p_logits = teacher_forced_logits(verifier.loaded.model, ids, continuation, width) if rows is None else rows[:, :width].float()
+    out.skipped += len(drafters) - len(todo)
+    step(len(drafters) - len(todo))
+    for d in todo:
+        siblings: tuple[list[float] | None, int | None] = (None, None)  # the n-gram drafter drafts chains only
+        lengths = None  # a model drafts every token it is asked for
+        if d.heads is not None:
+            c = bpd_acceptance(d.heads, ids, continuation, p_logits, sampling)
+        elif d.spec.steer is not None:
+            assert d.loaded is not None
+            c, q_logits = steered_acceptance(d.loaded.model, verifier.loaded.model, ids, continuation, p_logits, sampling)
+            if not sampling.lossy:  # siblings from the first depth's staleness, every depth alike
+                siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
+        elif d.loaded is None:
+            blocks = ngram_blocks(d.spec.ngram_order, ids, continuation, min_size=d.spec.ngram_min)  # one lookup per start
+            c, lengths = ngram_acceptance(blocks, p_logits, sampling), [len(b) for b in blocks]
+        else:
+            q_logits = _pooled_logits(pool, d, ids, continuation, width)
+            c = model_conditionals(acceptance_from_logits(q_logits, p_logits, sampling))
+            if not sampling.lossy:  # a lenient target verifies chains only: no tree to price
+                siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
+        survival = start_survival(c)  # [m, G_MAX + 1]
+        run_sum, run_count = run_length_sums(survival)
+        visited = visited_run_sums(survival, lengths=lengths)
+        sums = PromptAcceptance(
+            len(c),
+            run_sum[1],
+            run_sum,
+            run_count,
+            visited.sums,
+            visited.counts,
+            *siblings,
+            visit_base=visited.bases,
+            visit_drafted=visited.drafted,
+        )
+        assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
+        save_prompt_acceptance(engine, keys[d.row_id], sums)
+        out.measured += 1
         step(1)
-        # the rows its generation computed; a stored continuation is teacher-forced again
-        p_logits = teacher_forced_logits(verifier.loaded.model, ids, continuation, width) if rows is None else rows[:, :width].float()
-        out.skipped += len(drafters) - len(todo)
-        step(len(drafters) - len(todo))
-        for d in todo:
-            siblings: tuple[list[float] | None, int | None] = (None, None)  # the n-gram drafter drafts chains only
-            lengths = None  # a model drafts every token it is asked for
-            if d.heads is not None:
-                c = bpd_acceptance(d.heads, ids, continuation, p_logits, sampling)
-            elif d.spec.steer is not None:
-                assert d.loaded is not None
-                c, q_logits = steered_acceptance(d.loaded.model, verifier.loaded.model, ids, continuation, p_logits, sampling)
-                if not sampling.lossy:  # siblings from the first depth's staleness, every depth alike
-                    siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
-            elif d.loaded is None:
-                blocks = ngram_blocks(d.spec.ngram_order, ids, continuation, min_size=d.spec.ngram_min)  # one lookup per start
-                c, lengths = ngram_acceptance(blocks, p_logits, sampling), [len(b) for b in blocks]
-            else:
-                q_logits = teacher_forced_logits(d.loaded.model, ids, continuation, width)
-                c = model_conditionals(acceptance_from_logits(q_logits, p_logits, sampling))
-                if not sampling.lossy:  # a lenient target verifies chains only: no tree to price
-                    siblings = sibling_sums(sibling_acceptance(q_logits, p_logits, sampling, seed=config.seed + k))
-            survival = start_survival(c)  # [m, G_MAX + 1]
-            run_sum, run_count = run_length_sums(survival)
-            visited = visited_run_sums(survival, lengths=lengths)
-            sums = PromptAcceptance(
-                len(c),
-                run_sum[1],
-                run_sum,
-                run_count,
-                visited.sums,
-                visited.counts,
-                *siblings,
-                visit_base=visited.bases,
-                visit_drafted=visited.drafted,
-            )
-            assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
-            save_prompt_acceptance(engine, keys[d.row_id], sums)
-            out.measured += 1
-            step(1)
+
+
+def _pooled_logits(pool: CachePool, drafter: ProfiledModel, prompt: list[int], continuation: list[int], width: int) -> torch.Tensor:
+    """:func:`.acceptance.teacher_forced_logits` of ``drafter`` (``[len(continuation), width]``,
+    fp32) through its cache in ``pool``: the prompt the drafter prefilled for its own
+    continuation, or assisting this one, is kept, and only the continuation is fed."""
+    assert drafter.loaded is not None
+    cache = pool.get(drafter.loaded.model, str(drafter.spec), width)
+    with torch.inference_mode():
+        rows = cache.logits(prompt + continuation, len(prompt) - 1)[: len(continuation)].float()  # row t predicts continuation[t]
+    # its last use on this prompt but for another verifier's: a llama.cpp context keeps the output
+    # rows of its widest pass (100 MB for 129 rows of Qwen's vocabulary), not to be held beside the acceptance's arithmetic
+    pool.release(drafter.loaded.model)
+    return rows

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
+from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, TreeShape, build_hierarchy
 
 from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
@@ -110,8 +110,8 @@ def run_validation(
     """Run every plan on every prompt ``repeats`` times, store the validation, return a report."""
     profile = _solve_profile(engine, solve, plans)
     loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the plans run on the kernels their latencies were measured with
-    built = _build(plans, loader)
     encoded = [encode_prompt(loader.load(solve.target).tokenizer, p) for p in prompts.prompts]
+    built = _build(plans, loader, _cells(plans, encoded, max_new_tokens))
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
     calibration = _calibration(profile, loader, plans, int(statistics.median(contexts)))
     runs = _measure(built, encoded, solve, repeats, max_new_tokens, calibration, progress or (lambda _n: None))
@@ -133,12 +133,20 @@ def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) 
     return profile
 
 
-def _build(plans: list[RankedPlan], loader: ModelLoader) -> dict[int, Hierarchy]:
+def _cells(plans: list[RankedPlan], encoded: list[list[int]], max_new_tokens: int) -> int:
+    """The positions the longest run of any plan can reach: the longest prompt, the new tokens,
+    and twice the drafts ahead of them (a tree's nodes), the size of each llama.cpp context."""
+    ahead = max(sum(w.nodes if isinstance(w, TreeShape) else w for w in p.plan.widths) for p in plans)
+    return max(map(len, encoded)) + max_new_tokens + 2 * ahead + 1
+
+
+def _build(plans: list[RankedPlan], loader: ModelLoader, cells: int | None = None) -> dict[int, Hierarchy]:
     """Every plan's hierarchy, loaded; a plan that cannot be run is refused before any runs.
 
     The plans share one cache per model (they run one at a time), so a plan that runs a prompt
-    another plan prefilled keeps that prefill: the decode it times is the same."""
-    built, pool = {}, CachePool()
+    another plan prefilled keeps that prefill: the decode it times is the same. ``cells``: the
+    positions each cache of an engine that allocates them up front holds (None: the model's context)."""
+    built, pool = {}, CachePool(cells)
     for plan in plans:
         try:
             built[plan.id] = build_hierarchy(plan.plan.chain, plan.plan.widths, loader, caches=pool)[0]

@@ -37,16 +37,17 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return i
 
 
-def engine_cache(model: Any, width: int, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> EngineCache:
+def engine_cache(model: Any, width: int, keep_hidden: bool = False, layers: tuple[int, ...] = (), cells: int | None = None) -> EngineCache:
     """A fresh KV cache for ``model`` on its engine: a transformers ``nn.Module`` (torch) or a
-    model that opens its own caches (``open_cache``, as a llama.cpp GGUF does)."""
+    model that opens its own caches (``open_cache``, as a llama.cpp GGUF does; ``cells``: the
+    positions such a cache allocates up front, None for the model's whole context)."""
     opener = getattr(model, "open_cache", None)
     if opener is not None:
         if keep_hidden:
             from ..terms.errors import ChainError
 
             raise ChainError(f"{model}: block-draft heads and steering read hidden states, which the torch engine alone keeps")
-        return opener(width)
+        return opener(width, cells)
     from ..models.torch_engine import TorchCache
 
     return TorchCache(model, width, keep_hidden, layers)
@@ -65,16 +66,26 @@ class CachedModel:
             Torch engine only.
         layers: with ``keep_hidden``, keep instead the inputs of these decoder layers at every such
             row, side by side (``[len(layers) d]`` per row): what steers the drafter below.
+        cells: the positions an engine that allocates its cache up front (llama.cpp) allocates;
+            None: the model's whole context.
 
     ``keep_prompt``: a prefill of the prompt the cache still holds from the previous prefill (a
     repeat of one prompt) keeps its keys and values and the row that prefill gave, and feeds nothing.
     """
 
-    def __init__(self, model: Any, logits_width: int, stats: LevelStats, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        model: Any,
+        logits_width: int,
+        stats: LevelStats,
+        keep_hidden: bool = False,
+        layers: tuple[int, ...] = (),
+        cells: int | None = None,
+    ) -> None:
         if layers and not keep_hidden:
             raise ValueError("layers are kept only with keep_hidden")
         self.model = model
-        self.engine = engine_cache(model, logits_width, keep_hidden, tuple(layers))
+        self.engine = engine_cache(model, logits_width, keep_hidden, tuple(layers), cells)
         self.width = logits_width
         self.stats = stats
         self.keep_hidden = keep_hidden
@@ -276,9 +287,15 @@ class CachePool:
     it again, and the model's keys and values are held once. One cache per model object, label,
     logits width and what it keeps of its hidden rows; a model listed twice in one chain gets a
     cache of its own for its second level (see :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`).
+
+    ``cells``: where the caller knows the longest text its hierarchies run (prompt, new tokens and
+    drafts), the positions each cache of an engine that allocates them up front (llama.cpp) holds,
+    instead of the model's whole context: a 1.5B's context of 4096 cells takes about 150 MB, one
+    of 512 about 40 MB. A hierarchy on the pool refuses a longer generation before it starts.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cells: int | None = None) -> None:
+        self.cells = cells
         # key -> (the model, kept alive so that its id is not reused; its cache)
         self._caches: dict[tuple[int, str, int, bool, tuple[int, ...]], tuple[Any, CachedModel]] = {}
 
@@ -286,5 +303,9 @@ class CachePool:
         """The pooled cache of ``model`` (made on first use, its counters labelled ``name``)."""
         key = (id(model), name, logits_width, keep_hidden, tuple(layers))
         if key not in self._caches:
-            self._caches[key] = (model, CachedModel(model, logits_width, LevelStats(model=name), keep_hidden, layers))
+            self._caches[key] = (model, CachedModel(model, logits_width, LevelStats(model=name), keep_hidden, layers, self.cells))
         return self._caches[key][1]
+
+    def release(self, model: Any) -> None:
+        """Drop the pool's caches of ``model`` (their memory goes with the last hierarchy holding them)."""
+        self._caches = {key: held for key, held in self._caches.items() if held[0] is not model}

@@ -103,8 +103,12 @@ class Hierarchy:
         top_model = models[-1]
         # a model of another engine (llama.cpp) runs on the CPU
         self.device = next(top_model.parameters()).device if isinstance(top_model, nn.Module) else torch.device("cpu")
-        # the shortest context any level can attend over (None: no model declares one)
-        self.context_limit: int | None = min((x for x in map(context_limit, models) if x is not None), default=None)
+        # the shortest context any level can attend over (None: no model declares one); a pool's
+        # caches of an engine that allocates them up front hold its cells
+        limits = [x for x in map(context_limit, models) if x is not None]
+        if caches is not None and caches.cells is not None and any(hasattr(m, "open_cache") for m in models):
+            limits.append(caches.cells)
+        self.context_limit: int | None = min(limits, default=None)
 
         self.levels: list[Drafter] = []
         self._caches: list[CachedModel] = []  # every model level's cache
