@@ -79,6 +79,7 @@ _EXPORTS = {
     "TreeShape": "terms.shape",
     "Width": "terms.shape",
     "parse_width": "terms.shape",
+    "positions_needed": "terms.shape",
     "DraftTree": "terms.tree",
     "rrs_node": "decoding.rrs",
     "verify_tree_greedy": "decoding.rrs",

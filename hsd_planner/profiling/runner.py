@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from hsd_runtime import CachePool, ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec
+from hsd_runtime import CachePool, ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec, positions_needed
 from hsd_runtime.learned.bpd import load_bpd
 from hsd_runtime.learned.steering import steer_model
 from hsd_runtime.models.loading import context_limit
@@ -146,7 +146,7 @@ def prepare_profile(config: ProfileConfig, prompts: PromptSet, loader: ModelLoad
     contexts = config.context_lens or workload_context_lens([len(ids) for ids in encoded], config.max_new_tokens)
     if limit is not None:
         longest = max(range(len(encoded)), key=lambda k: len(encoded[k]))
-        needed = len(encoded[longest]) + config.max_new_tokens + 2 * ASSIST_WIDTH + 1
+        needed = positions_needed(len(encoded[longest]), config.max_new_tokens, [ASSIST_WIDTH])
         if needed > limit:
             raise PromptError(
                 f"prompt {longest + 1} of {prompts.name} has {len(encoded[longest])} tokens; with {config.max_new_tokens} new tokens "
@@ -224,7 +224,7 @@ def run_profile(
     # continuation (or its assisting) prefilled and feeds only the continuation. The caches go
     # with the prompt, each (llama.cpp) holding just the positions it needs
     for k, ids in enumerate(encoded if verifiers else []):
-        pool = CachePool(len(ids) + config.max_new_tokens + 2 * ASSIST_WIDTH + 1)
+        pool = CachePool(positions_needed(len(ids), config.max_new_tokens, [ASSIST_WIDTH]))
         for j in verifiers:
             # a lenience relaxes the target's test only (the runtime's rule): the largest model's pairs
             lenience = config.lenience if j == len(candidates) - 1 else 1.0

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, TreeShape, build_hierarchy
+from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy, positions_needed
 
 from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
@@ -136,8 +136,7 @@ def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) 
 def _cells(plans: list[RankedPlan], encoded: list[list[int]], max_new_tokens: int) -> int:
     """The positions the longest run of any plan can reach: the longest prompt, the new tokens,
     and twice the drafts ahead of them (a tree's nodes), the size of each llama.cpp context."""
-    ahead = max(sum(w.nodes if isinstance(w, TreeShape) else w for w in p.plan.widths) for p in plans)
-    return max(map(len, encoded)) + max_new_tokens + 2 * ahead + 1
+    return max(positions_needed(max(map(len, encoded)), max_new_tokens, p.plan.widths, tree_nodes=True) for p in plans)
 
 
 def _build(plans: list[RankedPlan], loader: ModelLoader, cells: int | None = None) -> dict[int, Hierarchy]:

@@ -33,7 +33,7 @@ from ..decoding.verify import verify_greedy, verify_sample
 from ..models.loading import context_limit, head_rows
 from ..terms.errors import ChainError, PromptError
 from ..terms.limits import MAX_BATCH
-from ..terms.shape import Width
+from ..terms.shape import Width, positions_needed
 from .ragged import BatchedCache
 
 __all__ = ["BatchedHierarchy"]
@@ -250,7 +250,7 @@ class BatchedHierarchy:
         if max_new_tokens < 1:
             raise ChainError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         # drafts run ahead of the committed text by at most twice the widths; all must fit every level
-        needed = max(len(p) for p in prompts) + max_new_tokens + 2 * sum(self.widths) + 1
+        needed = positions_needed(max(len(p) for p in prompts), max_new_tokens, self.widths)
         if self.context_limit is not None and needed > self.context_limit:
             raise PromptError(
                 f"the longest prompt has {max(len(p) for p in prompts)} tokens; with {max_new_tokens} new tokens and the drafts it needs "

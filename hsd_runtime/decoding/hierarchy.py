@@ -20,7 +20,7 @@ from torch import nn
 from ..models.loading import context_limit, head_rows
 from ..terms.errors import ChainError, PromptError
 from ..terms.limits import MAX_WIDTH
-from ..terms.shape import TreeShape, Width
+from ..terms.shape import TreeShape, Width, positions_needed
 from .cache import CachedModel, CachePool
 from .drafters import DraftContext, Drafter, ModelDrafter, StandaloneDrafter, SteeredLevel, Steering, VerifierLevel, standalone
 from .results import GenerationResult, LevelStats
@@ -183,8 +183,7 @@ class Hierarchy:
             raise ChainError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         # drafts run ahead of the committed text by at most twice the widths (a tree by its depth in
         # positions); all must fit every level
-        ahead = sum(w.depth if isinstance(w, TreeShape) else w for w in self.widths)
-        needed = len(prompt) + max_new_tokens + 2 * ahead + 1
+        needed = positions_needed(len(prompt), max_new_tokens, self.widths)
         if self.context_limit is not None and needed > self.context_limit:
             raise PromptError(
                 f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens and the drafts it needs {needed} positions, "

@@ -10,12 +10,13 @@ alone is a chain of 4 tokens).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import ChainError
 from .limits import MAX_TREE_NODES, MAX_WIDTH
 
-__all__ = ["TreeShape", "Width", "format_width", "parse_width"]
+__all__ = ["TreeShape", "Width", "format_width", "parse_width", "positions_needed"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +83,15 @@ def parse_width(text: str) -> Width:
 def format_width(width: Width) -> str:
     """The text :func:`parse_width` reads back."""
     return str(width)
+
+
+def positions_needed(prompt_len: int, max_new_tokens: int, widths: Sequence[Width], tree_nodes: bool = False) -> int:
+    """The positions a generation can reach: the prompt, the new tokens, and twice the drafts that
+    run ahead of the committed text (a tree by its depth; with ``tree_nodes`` by its nodes, the
+    cells an engine that keeps every node in its cache needs), plus one.
+
+    >>> positions_needed(10, 20, [4, 2]), positions_needed(10, 20, [TreeShape((3, 2))]), positions_needed(10, 20, [TreeShape((3, 2))], True)
+    (43, 35, 49)
+    """
+    ahead = sum((w.nodes if tree_nodes else w.depth) if isinstance(w, TreeShape) else w for w in widths)
+    return prompt_len + max_new_tokens + 2 * ahead + 1
