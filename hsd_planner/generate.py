@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from hsd_runtime import GenerationResult, ModelLoader, SamplingConfig, build_hierarchy, parse_chain
+from hsd_runtime import CachePool, GenerationResult, ModelLoader, SamplingConfig, build_hierarchy, parse_chain, positions_needed
 from hsd_runtime.terms.shape import Width
 
 from .errors import PromptError
@@ -80,13 +81,20 @@ def generate_text(
     """Run ``chain`` with ``widths`` on ``prompt``; with ``check``, also decode with the target alone.
 
     A short warm-up generation runs first (when ``warmup``), so that one-off start-up costs of
-    the framework do not land in the measured ms per token.
+    the framework do not land in the measured ms per token. The hierarchy and the check's
+    reference share one cache per model, sized to the positions this generation needs where an
+    engine allocates its cache up front (llama.cpp), not to the model's whole context.
     """
     if not prompt.strip():  # before any model loads
         raise PromptError("the prompt is empty; pass some text with --prompt")
     specs = parse_chain(chain)
-    hierarchy, tokenizer = build_hierarchy(specs, widths, loader)
+    # load first (the loader keeps what it loaded for the build): the prompt's length sizes the caches
+    target = loader.load_chain(specs)[-1]
+    assert target is not None  # parse_chain refuses a chain whose target is not a model
+    tokenizer: Any = target.tokenizer
     ids = encode_prompt(tokenizer, prompt, chat)
+    pool = CachePool(positions_needed(len(ids), max_new_tokens, widths, tree_nodes=True))
+    hierarchy, _ = build_hierarchy(specs, widths, loader, caches=pool)
     if warmup:
         hierarchy.generate(ids, min(4, max_new_tokens), sampling)
     result = hierarchy.generate(ids, max_new_tokens, sampling)
@@ -102,7 +110,7 @@ def generate_text(
         lenience=sampling.lenience,
     )
     if check:
-        reference, _ = build_hierarchy(specs[-1:], [], loader)
+        reference, _ = build_hierarchy(specs[-1:], [], loader, caches=pool)
         ref = reference.generate(ids, max_new_tokens, SamplingConfig(mode="greedy"))
         report.check = compare_tokens(result.tokens, ref.tokens, exact=target_dtype == "fp32")
     return report

@@ -169,6 +169,24 @@ def test_tiny_ggufs_run_and_a_quantized_copy_is_cached(ggufs, cache):
     assert [name.endswith(".q4_0.gguf") for name in _quant_entries(cache)] == [True]
 
 
+def test_generate_opens_contexts_of_the_cells_it_needs_and_its_check_shares_the_targets(ggufs, cache, monkeypatch):
+    """A few-token generation opens contexts of llama.cpp's fewest cells (64), not the model's 512,
+    and ``--check`` decodes the reference on the target's context instead of opening a third."""
+    from hsd_runtime.models import llamacpp
+
+    opened, real = [], llamacpp.LlamaCppCache.__init__
+
+    def spy(self, model, width, cells=None):
+        real(self, model, width, cells)
+        opened.append(self.n_ctx)
+
+    monkeypatch.setattr(llamacpp.LlamaCppCache, "__init__", spy)
+    ok = _generate(f"{ggufs['draft']},{ggufs['target']}", "--check", "--json")
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["check"]["identical"] in (True, False)
+    assert opened == [llamacpp.TREE_SEQS, llamacpp.TREE_SEQS]
+
+
 def test_a_missing_binding_is_one_line_naming_the_install_step(ggufs, cache, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp fails as where it is not installed
     monkeypatch.setattr(engine, "_state", {})

@@ -156,7 +156,8 @@ def test_a_reused_prompt_on_llamacpp_decodes_as_a_fresh_prefill_does(zoo, chain,
 def test_a_pool_with_cells_opens_contexts_that_size_and_plans_share_them(zoo):
     """A CachePool of 64 cells opens llama.cpp contexts of 64 positions (not the model's 128);
     two plans on it share the target's prefill and decode what a fresh hierarchy decodes, and a
-    generation that needs more positions than the cells is refused before it starts."""
+    generation that needs more cells than the pool holds (a tree counted by its nodes) is refused
+    before it starts."""
     pool, sampling = CachePool(cells=64), SamplingConfig(mode="sample", seed=3)
     alone = Hierarchy([zoo["T"]], [], caches=pool)
     chain = Hierarchy([zoo["M"], zoo["T"]], [3], caches=pool)
@@ -166,8 +167,13 @@ def test_a_pool_with_cells_opens_contexts_that_size_and_plans_share_them(zoo):
     got = chain.generate(prompt, 20, sampling, reuse_prompt=True)
     assert got.levels[-1].prefill_tokens == 0 and got.levels[0].prefill_tokens == len(prompt)
     assert got.tokens == Hierarchy([zoo["M"], zoo["T"]], [3]).generate(prompt, 20, sampling).tokens
-    with pytest.raises(PromptError, match="context of 64"):
+    with pytest.raises(PromptError, match="needs 73 cache cells, more than the 64 its caches hold"):
         chain.generate(prompt, 60, sampling)
+    # a tree of depth 2 reaches 4 positions ahead but holds 20 nodes, each in a cell of its own
+    tree = Hierarchy([zoo["M"], zoo["T"]], [TreeShape((4, 4))], caches=pool)
+    with pytest.raises(PromptError, match="needs 67 cache cells, more than the 64"):
+        tree.generate(prompt, 20, sampling)
+    assert len(tree.generate(prompt, 16, sampling).tokens) == 16
 
 
 def test_a_tree_larger_than_the_engine_holds_is_refused_in_one_line(zoo):

@@ -291,7 +291,8 @@ class CachePool:
     ``cells``: where the caller knows the longest text its hierarchies run (prompt, new tokens and
     drafts), the positions each cache of an engine that allocates them up front (llama.cpp) holds,
     instead of the model's whole context: a 1.5B's context of 4096 cells takes about 150 MB, one
-    of 512 about 40 MB. A hierarchy on the pool refuses a longer generation before it starts.
+    of 512 about 40 MB. A hierarchy on the pool refuses a generation that needs more cells (a
+    tree's every node holds one) before it starts.
     """
 
     def __init__(self, cells: int | None = None) -> None:

@@ -103,12 +103,14 @@ class Hierarchy:
         top_model = models[-1]
         # a model of another engine (llama.cpp) runs on the CPU
         self.device = next(top_model.parameters()).device if isinstance(top_model, nn.Module) else torch.device("cpu")
-        # the shortest context any level can attend over (None: no model declares one); a pool's
-        # caches of an engine that allocates them up front hold its cells
-        limits = [x for x in map(context_limit, models) if x is not None]
-        if caches is not None and caches.cells is not None and any(hasattr(m, "open_cache") for m in models):
-            limits.append(caches.cells)
-        self.context_limit: int | None = min(limits, default=None)
+        # the shortest context any level can attend over (None: no model declares one)
+        self.context_limit: int | None = min((x for x in map(context_limit, models) if x is not None), default=None)
+        # the fewest cells any cache of an engine that allocates them up front (llama.cpp) holds: its
+        # context, or a pool's cells; such a cache holds every node of a tree in a cell of its own
+        cells = [x for x in map(context_limit, (m for m in models if hasattr(m, "open_cache"))) if x is not None]
+        if cells and caches is not None and caches.cells is not None:
+            cells.append(caches.cells)
+        self.cell_limit: int | None = min(cells, default=None)
 
         self.levels: list[Drafter] = []
         self._caches: list[CachedModel] = []  # every model level's cache
@@ -188,6 +190,13 @@ class Hierarchy:
             raise PromptError(
                 f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens and the drafts it needs {needed} positions, "
                 f"more than the models' context of {self.context_limit}: shorten the prompt or lower --max-new-tokens"
+            )
+        cells = positions_needed(len(prompt), max_new_tokens, self.widths, tree_nodes=True)
+        if self.cell_limit is not None and cells > self.cell_limit:
+            raise PromptError(
+                f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens and the drafts (a tree's every node) it "
+                f"needs {cells} cache cells, more than the {self.cell_limit} its caches hold: shorten the prompt, "
+                "lower --max-new-tokens or draft a smaller tree"
             )
         for level in self.levels:
             level.stats.reset()
