@@ -3,6 +3,7 @@
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from hsd_planner.plan import Plan, Prediction, Profile, predict
@@ -92,8 +93,6 @@ def test_calibration_scales_each_model_by_its_drift_at_each_pass_size():
 def test_calibrated_figures_in_the_report():
     from dataclasses import replace
 
-    import pytest
-
     from hsd_planner.cli.render import format_validation
     from hsd_planner.validation.calibration import CalibrationRecord, ModelReference
     from hsd_planner.validation.report import PlanResult, ValidationReport
@@ -138,6 +137,40 @@ def test_calibrated_figures_in_the_report():
     assert "another state" in format_validation(noted)
     same = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [auto, replace(plan, calibrated_speedup=2.05)], 2)
     assert not same.state_changed and "another state" not in format_validation(same)
+
+
+def test_a_pick_whose_levels_drafted_otherwise_than_predicted_is_noted():
+    """A level of the pick more than 10% off its predicted rounds (the target: tokens per round; a
+    middle level: rounds per round above) is named in the report and in a note; within 10%, nothing."""
+    from hsd_planner.cli.render import format_validation
+    from hsd_planner.validation.report import LevelResult, PlanResult, ValidationReport
+
+    def report(middle_rounds: float, tokens: float) -> ValidationReport:
+        levels = [
+            LevelResult("ngram", 30, 90, 40, 0.01),
+            LevelResult("m", 30, 80, 75, 1.0, 2.3, 3.0, predicted_rounds=2.5, measured_rounds=middle_rounds),
+            LevelResult("t", 10, 0, 0, 2.0, tokens, 8.5),
+        ]
+        auto = PlanResult(1, "autoregressive", Plan(("t",), (), Prediction(40.0, 1.0, 1.0)), 40.0, 1.0, 1.0, 1.0, 8, levels[2:])
+        pick = PlanResult(
+            2, "best", Plan(("ngram", "m", "t"), (4, 8), Prediction(10.0, 8.5, 4.0)), 11.0, tokens, 40.0 / 11.0, 1.0, 8, levels
+        )
+        return ValidationReport(1, 1, "t", "w", "p", 3, 100, [100] * 3, "greedy", "empirical", [auto, pick], 2)
+
+    shifted = report(middle_rounds=3.0, tokens=7.0)
+    assert [(x.drafter, x.verifier, x.what) for x in shifted.acceptance_shift] == [
+        ("m", "t", "tokens per round"),
+        ("ngram", "m", "rounds per round above"),
+    ]
+    assert shifted.acceptance_shift[1].change == pytest.approx(0.2)
+    assert shifted.to_dict()["acceptance_shift"][1]["change"] == pytest.approx(0.2)
+    note = format_validation(shifted).splitlines()[-1]
+    assert (
+        note.startswith("note: these prompts draft otherwise")
+        and "ngram under m: 3.00 rounds per round above, 2.50 predicted (+20%)" in note
+    )
+    steady = report(middle_rounds=2.6, tokens=8.0)
+    assert steady.acceptance_shift == [] and "draft otherwise" not in format_validation(steady)
 
 
 def test_a_run_is_calibrated_by_the_reference_rounds_around_it():

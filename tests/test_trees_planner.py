@@ -13,7 +13,17 @@ from pydantic import ValidationError
 
 from hsd_planner.cli import cli
 from hsd_planner.errors import SolverError, StoreError
-from hsd_planner.plan import Profile, SolveConfig, predict, predict_over, solve, tokens_per_round, widths_from_json, widths_to_json
+from hsd_planner.plan import (
+    Profile,
+    SolveConfig,
+    predict,
+    predict_over,
+    rounds_per_round,
+    solve,
+    tokens_per_round,
+    widths_from_json,
+    widths_to_json,
+)
 from hsd_planner.plan.latency import Level, draft_cost, hierarchy_latency
 from hsd_planner.plan.rounds import RoundLaw, RunLengths, SiblingCurve
 from hsd_planner.plan.simulate import simulate
@@ -290,6 +300,16 @@ PROFILE = {
         {"drafter": "small", "verifier": "big", "alpha": 0.5, "siblings": [0.5, 0.75, 0.85, 0.9, 0.92, 0.93, 0.94, 0.94]},
     ],
 }
+
+
+def test_a_middle_level_runs_the_renewal_of_its_round_law_per_round_above():
+    """``rounds_per_round`` gives what the latency model prices a middle level by: m(T_1) rounds
+    of ``small`` over the lookup's batch of 3 to hand up 4 tokens; nothing for level 0 and the target."""
+    profile = Profile.model_validate(PROFILE)
+    # alpha 0.3, a batch of 3: P(X = 1..4) = 0.7, 0.21, 0.063, 0.027; m(1) = 1, m(2) = 1.7, m(3) = 2.4,
+    # m(4) = 1 + 0.7 m(3) + 0.21 m(2) + 0.063 m(1) = 3.1
+    assert rounds_per_round(profile, ["ngram", "small", "big"], [3, 4], "iid") == [None, pytest.approx(3.1), None]
+    assert rounds_per_round(profile, ["small", "big"], [4], "iid") == [None, None]
 
 
 def test_planner_solves_and_predicts_trees():

@@ -61,6 +61,13 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
         assert p["tokens"] == auto[0]["tokens"] and p["measured_mean_accepted_length"] >= 1.0
         # speed-up over the target's own decoding measured in the same validation
         assert p["measured_speedup"] == pytest.approx(auto[0]["measured_ms_per_token"] / p["measured_ms_per_token"])
+        # a middle level: its rounds per round of the level above, predicted and measured; no other level has them
+        for k, level in enumerate(p["levels"]):
+            middle = 0 < k < len(p["chain"]) - 1
+            assert (level["predicted_rounds"] is not None, level["measured_rounds"] is not None) == (middle, middle)
+            if middle:
+                assert level["measured_rounds"] == pytest.approx(level["forward_passes"] / p["levels"][k + 1]["forward_passes"])
+    assert all(abs(x["change"]) > 0.1 for x in report["acceptance_shift"])
     # the solver's pick is the solve's best plan; regret is its measured latency over the best measured, minus one
     best = solved["plans"][0]
     assert report["pick"] == best["id"]
@@ -93,6 +100,21 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
     assert calibrated == {p["plan_id"]: pytest.approx(p["calibrated_ms_per_token"]) for p in report["plans"]}
     assert summary == pytest.approx(report["median_abs_speedup_error_calibrated"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_three_level_plans_middle_level_reports_its_rounds_per_round_above(solved, prompts, tiny_dirs):
+    result = run("solve", "--t-max", "4", "--require", f"ngram,{tiny_dirs['draft']}", "--json")
+    assert result.exit_code == 0, result.output
+    best = json.loads(result.output)["plans"][0]
+    assert len(best["chain"]) == 3
+    result = run(
+        "validate", "--plan", best["id"], "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 8, "--device", "cpu", "--json"
+    )
+    assert result.exit_code == 0, result.output
+    plan = next(p for p in json.loads(result.output)["plans"] if p["plan_id"] == best["id"])
+    lookup, middle, target = plan["levels"]
+    assert middle["measured_rounds"] == pytest.approx(middle["forward_passes"] / target["forward_passes"])
+    assert middle["predicted_rounds"] >= 1.0 and lookup["predicted_rounds"] is None and target["predicted_rounds"] is None
 
 
 def test_validate_one_plan_by_id(solved, prompts):

@@ -341,4 +341,13 @@ def format_validation(report: ValidationReport) -> str:
             f"here the pick's speed-up is {pick.calibrated_speedup:.2f}x calibrated, not the profile's {pick.plan.prediction.speedup:.2f}x. "
             "Profile again to plan for this state."
         )
+    if report.acceptance_shift:
+        levels = "; ".join(
+            f"{x.drafter} under {x.verifier}: {x.measured:.2f} {x.what}, {x.predicted:.2f} predicted ({x.change:+.0%})"
+            for x in report.acceptance_shift
+        )
+        lines.append(
+            f"note: these prompts draft otherwise than the profiled ones ({levels}); the prediction rests on the profiled "
+            "prompts' acceptance. Profile more prompts like these to plan for them."
+        )
     return "\n".join(lines)

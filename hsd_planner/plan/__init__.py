@@ -13,7 +13,7 @@ shapes), :mod:`hsd_runtime.terms.choices` and :mod:`hsd_runtime.terms.limits`.
 
 from .config import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT, SolveConfig
 from .latency import Level, Prediction, hierarchy_latency
-from .planner import predict, predict_over, solve, tokens_per_round
+from .planner import predict, predict_over, rounds_per_round, solve, tokens_per_round
 from .plans import Plan, format_chain, widths_from_json, widths_to_json
 from .profile import LatencyCurve, ModelProfile, PairAcceptance, Profile
 from .rounds import RoundLaw, RunLengths, SiblingCurve, monotone_probabilities
@@ -42,6 +42,7 @@ __all__ = [
     "monotone_probabilities",
     "predict",
     "predict_over",
+    "rounds_per_round",
     "simulate",
     "solve",
     "solve_graph",

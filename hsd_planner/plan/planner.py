@@ -2,7 +2,8 @@
 
 ``solve`` ranks hierarchies with the exact DAG solver; ``predict`` gives the latency model's
 prediction for one hierarchy, ``predict_over`` its median over several context lengths, and
-``tokens_per_round`` the tokens each level's verification rounds yield. A hierarchy's first width
+``tokens_per_round`` the tokens each level's verification rounds yield and ``rounds_per_round``
+the rounds a middle level runs for each round of the level above. A hierarchy's first width
 may be a draft tree (:class:`hsd_runtime.terms.shape.TreeShape`). Defaults come from
 :class:`SolveConfig`. Pure: no torch, no database.
 """
@@ -23,7 +24,7 @@ from .profile import Profile
 from .rounds import RoundLaw
 from .solver import Candidate, Solution, solve_graph
 
-__all__ = ["predict", "predict_over", "solve", "tokens_per_round"]
+__all__ = ["predict", "predict_over", "rounds_per_round", "solve", "tokens_per_round"]
 
 
 def solve(profile: Profile, config: SolveConfig = _D, contexts: int | Sequence[int] | None = None) -> Solution:
@@ -119,15 +120,33 @@ def tokens_per_round(profile: Profile, chain: Sequence[str], widths: Sequence[Wi
     """Per level of ``chain``, the expected tokens E[X] one of its verification rounds yields over
     the batch of the level below (a chain of ``widths[k - 1]`` or the tree); None for level 0 and
     for a pair without the acceptance data its batch needs."""
+    return [None if law is None else law.mean for law in _round_laws(profile, chain, widths, acceptance)]
+
+
+def rounds_per_round(profile: Profile, chain: Sequence[str], widths: Sequence[Width], acceptance: AcceptanceModel) -> list[float | None]:
+    """Per level of ``chain``, the expected rounds m(T_k) it runs for each round of the level above
+    to hand up its ``widths[k]`` tokens (the renewal the latency model prices a middle level by);
+    None for level 0, the target and a pair without the acceptance data."""
+    laws = _round_laws(profile, chain, widths, acceptance)
+    out: list[float | None] = [None] * len(chain)
+    for k in range(1, len(chain) - 1):
+        law, t = laws[k], widths[k]
+        if law is not None and isinstance(t, int):
+            out[k] = law.rounds(t)[t]
+    return out
+
+
+def _round_laws(profile: Profile, chain: Sequence[str], widths: Sequence[Width], acceptance: AcceptanceModel) -> list[RoundLaw | None]:
+    """Per level, the law of one of its rounds over the batch of the level below (None: level 0, or no data)."""
     _check_widths(profile, chain, widths)
     pairs, curves = profile.pairs(acceptance), profile.siblings_curves()
-    out: list[float | None] = [None]
+    out: list[RoundLaw | None] = [None]
     for k in range(1, len(chain)):
         pair, below = (chain[k - 1], chain[k]), widths[k - 1]
         if isinstance(below, TreeShape):
             curve = curves.get(pair)
-            out.append(RoundLaw.tree(below, curve).mean if curve is not None else None)
+            out.append(RoundLaw.tree(below, curve) if curve is not None else None)
         else:
             runs = pairs.get(pair)
-            out.append(RoundLaw.chain(runs, below).mean if runs is not None else None)
+            out.append(RoundLaw.chain(runs, below) if runs is not None else None)
     return out

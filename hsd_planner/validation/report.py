@@ -12,7 +12,9 @@ from ..choices import AcceptanceModel
 from ..plan import Plan
 from .calibration import CalibrationRecord
 
-__all__ = ["LevelResult", "PlanResult", "ValidationReport"]
+__all__ = ["SHIFT", "LevelResult", "PlanResult", "Shift", "ValidationReport"]
+
+SHIFT = 0.10  # a level of the pick drafted more than this off its prediction: the held-out prompts draft otherwise
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,10 @@ class LevelResult:
     time_s: float  # model passes with their cache work (see hsd_runtime.LevelStats)
     measured_tokens_per_round: float | None = None
     predicted_tokens_per_round: float | None = None
+    # a middle level: its rounds per round of the level above, m(T_k) predicted and measured (its
+    # tokens per round are not comparable: the last round of each is cut to the tokens still needed)
+    predicted_rounds: float | None = None
+    measured_rounds: float | None = None
     forward_s: float = 0.0  # of time_s: inside the model
     cache_s: float = 0.0  # of time_s: prefix matching, rollback, logits bookkeeping
     draft_s: float = 0.0  # choosing drafted tokens from a level-0 model's logits
@@ -95,6 +101,23 @@ class PlanResult:
         keys = ("error", "speedup_error", "calibrated_error", "calibrated_speedup_error", "predicted_tokens_per_s", "measured_tokens_per_s")
         derived = {k: getattr(self, k) for k in keys}
         return {**own, **self.plan.to_dict(), **derived, "levels": [lv.to_dict() for lv in self.levels]}
+
+
+@dataclass(frozen=True)
+class Shift:
+    """One level of the pick whose rounds went otherwise on the held-out prompts than the profile
+    predicts: the target's tokens per round, or a middle level's rounds per round of the level above."""
+
+    drafter: str  # the level below, whose batch this level verifies
+    verifier: str
+    what: str  # "tokens per round" or "rounds per round above"
+    predicted: float
+    measured: float
+
+    @property
+    def change(self) -> float:
+        """Measured over predicted, minus one."""
+        return self.measured / self.predicted - 1.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +191,25 @@ class ValidationReport:
         pick = next(p for p in self.plans if p.plan_id == self.pick)
         return pick.calibrated_speedup is not None and abs(pick.calibrated_speedup / pick.plan.prediction.speedup - 1.0) > 0.05
 
+    @property
+    def acceptance_shift(self) -> list[Shift]:
+        """The pick's levels whose rounds on the held-out prompts differ from the profile's
+        prediction by more than :data:`SHIFT`: these prompts draft otherwise than the profiled ones
+        (the latency model's inputs beside the passes' costs; a middle level's shift shows as the
+        rounds it runs, since its tokens per round are cut to what the level above still needs)."""
+        pick = next(p for p in self.plans if p.plan_id == self.pick)
+        chain, out = pick.plan.chain, []
+        if pick.plan.depth and pick.batch_size == 1:
+            out.append(
+                Shift(
+                    chain[-2], chain[-1], "tokens per round", pick.plan.prediction.mean_accepted_length, pick.measured_mean_accepted_length
+                )
+            )
+        for k, level in enumerate(pick.levels[:-1]):
+            if level.predicted_rounds is not None and level.measured_rounds is not None:
+                out.append(Shift(chain[k - 1], chain[k], "rounds per round above", level.predicted_rounds, level.measured_rounds))
+        return [x for x in out if x.predicted > 0 and abs(x.change) > SHIFT]
+
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}
         out["calibration"] = self.calibration.to_dict() if self.calibration else None
@@ -182,6 +224,7 @@ class ValidationReport:
             "state_changed",
         )
         summary = {k: getattr(self, k) for k in keys}
+        summary["acceptance_shift"] = [{**asdict(x), "change": x.change} for x in self.acceptance_shift]
         return {**out, **summary, "plans": [p.to_dict() for p in self.plans]}
 
 

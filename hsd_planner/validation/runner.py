@@ -29,7 +29,7 @@ from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelL
 
 from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
-from ..plan import Plan, Prediction, Profile, predict_over, tokens_per_round, widths_to_json
+from ..plan import Plan, Prediction, Profile, predict_over, rounds_per_round, tokens_per_round, widths_to_json
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
@@ -335,23 +335,29 @@ def level_results(
 ) -> list[LevelResult]:
     """Per level: forward passes and acceptance, summed over ``results``, and tokens per round
     predicted vs measured (at one sequence only: a batched pass serves several sequences' rounds)."""
-    predicted_rounds = tokens_per_round(profile, plan.chain, plan.widths, acceptance)  # E[X] per level, trees included
+    predicted_tokens = tokens_per_round(profile, plan.chain, plan.widths, acceptance)  # E[X] per level, trees included
+    predicted_rounds = rounds_per_round(profile, plan.chain, plan.widths, acceptance)  # m(T_k) per middle level
+    passes = [sum(r.levels[k].forward_passes for r in results) for k in range(len(plan.chain))]
     out = []
     for k, name in enumerate(plan.chain):
         stats = [r.levels[k] for r in results]
-        measured = None
+        measured = rounds = None
         if k > 0 and batch == 1:
             below = [r.levels[k - 1] for r in results]
-            rounds = sum(x.forward_passes for x in stats) or 1
-            measured = (sum(x.accepted for x in below) + rounds) / rounds
+            made = passes[k] or 1
+            measured = (sum(x.accepted for x in below) + made) / made
+            if predicted_rounds[k] is not None and passes[k + 1]:
+                rounds = passes[k] / passes[k + 1]
         out.append(
             LevelResult(
                 model=name,
-                forward_passes=sum(x.forward_passes for x in stats),
+                forward_passes=passes[k],
                 proposed=sum(x.proposed for x in stats),
                 accepted=sum(x.accepted for x in stats),
                 measured_tokens_per_round=measured,
-                predicted_tokens_per_round=predicted_rounds[k],
+                predicted_tokens_per_round=predicted_tokens[k],
+                predicted_rounds=predicted_rounds[k],
+                measured_rounds=rounds,
                 **{
                     key: sum(getattr(x, key) for x in stats)
                     for key in ("time_s", "forward_s", "cache_s", "draft_s", "verify_s", "steers", "steer_s")
