@@ -8,7 +8,7 @@ from ..errors import PathError
 from ..paths import check_output_path, write_atomic
 from .report import ValidationReport
 
-__all__ = ["check_plot_path", "plot_validation"]
+__all__ = ["check_plot_path", "plot_validation", "shared_prefix"]
 
 
 FORMATS = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -65,14 +65,15 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
     )
     ax1.legend(loc="upper left")
     order = sorted(plans, key=lambda p: -p.measured_speedup)
-    labels = [f"#{p.plan_id} {p.plan.label}"[:60] for p in order]
+    family = shared_prefix([name for p in order for name in p.plan.chain])
+    labels = [_cut(f"#{p.plan_id} {p.plan.label.replace(family, '')}", 60) for p in order]
     ax2.barh(labels, [p.measured_speedup for p in order], color="tab:green", label="measured")
     ax2.scatter([p.plan.prediction.speedup for p in order], labels, color="black", marker="|", s=200, zorder=3, label="predicted")
     ax2.axvline(1.0, color="grey", lw=1, ls="--")
     ax2.invert_yaxis()
     ax2.legend(loc="lower right", fontsize=8)
     ax2.set(
-        xlabel="speed-up over autoregressive",
+        xlabel="speed-up over autoregressive" + (f" (models {family}...)" if family else ""),
         title=f"median |speed-up error| {report.median_abs_speedup_error:.1%}",
     )
     ax2.tick_params(axis="y", labelsize=7)
@@ -81,3 +82,26 @@ def plot_validation(report: ValidationReport, path: Path) -> None:
         write_atomic(path, "--plot", lambda tmp: fig.savefig(tmp, dpi=110, format=fmt))
     finally:
         plt.close(fig)
+
+
+def shared_prefix(names: list[str]) -> str:
+    """The start, up to and including a ``-``, that every model name (the lookup's aside) shares,
+    so that a plan's label can leave it out: "" when there is none or only one name.
+
+    >>> shared_prefix(["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-1.5b"])
+    'qwen2.5-coder-'
+    >>> shared_prefix(["smollm2-135m:layers=4", "smollm2-135m"]), shared_prefix(["a-1", "b-1"]), shared_prefix(["t"])
+    ('smollm2-', '', '')
+    """
+    models = sorted({n for n in names if not n.startswith("ngram")})
+    if len(models) < 2:
+        return ""
+    first, last = models[0], models[-1]
+    common = next((i for i, (a, b) in enumerate(zip(first, last)) if a != b), min(len(first), len(last)))
+    cut = first.rfind("-", 0, common) + 1  # end at a dash, so that no name loses part of a word
+    return first[:cut] if cut < min(len(first), len(last)) else ""
+
+
+def _cut(text: str, width: int) -> str:
+    """``text``, cut to ``width`` characters with an ellipsis where longer."""
+    return text if len(text) <= width else text[: width - 3] + "..."
