@@ -205,7 +205,8 @@ class ValidationReport:
                     chain[-2], chain[-1], "tokens per round", pick.plan.prediction.mean_accepted_length, pick.measured_mean_accepted_length
                 )
             )
-        for k, level in enumerate(pick.levels[:-1]):
+        for k in range(1, len(chain) - 1):  # the middle levels
+            level = pick.levels[k]
             if level.predicted_rounds is not None and level.measured_rounds is not None:
                 out.append(Shift(chain[k - 1], chain[k], "rounds per round above", level.predicted_rounds, level.measured_rounds))
         return [x for x in out if x.predicted > 0 and abs(x.change) > SHIFT]
