@@ -84,8 +84,8 @@ class PassTimer:
         self._steerer: Any = getattr(model, "steerer", None)
         self._gen = torch.Generator().manual_seed(seed)
         opener = getattr(model, "open_cache", None)
-        if opener is not None:  # another engine's model (llama.cpp): its own cache, every row's logits asked for
-            self.device = torch.device("cpu")
+        if opener is not None:  # another engine's model (llama.cpp, static): its own cache, every row's logits asked for
+            self.device = model.device
             self._vocab = model.n_vocab
             self._context_len = context_len
             self._context = torch.randint(0, self._vocab, (context_len,), generator=self._gen).tolist()

@@ -63,7 +63,8 @@ class Hardware(Base):
     threads: Mapped[int] = mapped_column(Integer)
     torch_version: Mapped[str] = mapped_column(String(40))
     capability: Mapped[str | None] = mapped_column(String(40))  # AMX, AVX512-BF16, AVX2, ... or CUDA
-    kernels: Mapped[str | None] = mapped_column(String(16))  # "prepacked" or "plain" (None: older rows, plain)
+    # "prepacked", "plain", "llamacpp-VERSION" or the static engine's "static-..." (None: older rows, plain)
+    kernels: Mapped[str | None] = mapped_column(String(64))
     # the last floor probe (hsd_planner.profiling.floor): medians, and p90/p10 spreads
     bandwidth_gbs: Mapped[float | None] = mapped_column(Float)
     bandwidth_spread: Mapped[float | None] = mapped_column(Float)

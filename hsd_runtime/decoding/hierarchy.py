@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union, cast
 
 import torch
 from torch import nn
@@ -101,8 +101,8 @@ class Hierarchy:
         self.widths = list(widths)
         self.eos_token_ids = frozenset(eos_token_ids)
         top_model = models[-1]
-        # a model of another engine (llama.cpp) runs on the CPU
-        self.device = next(top_model.parameters()).device if isinstance(top_model, nn.Module) else torch.device("cpu")
+        # a model of another engine says where its logits come back (llama.cpp: the CPU)
+        self.device = next(top_model.parameters()).device if isinstance(top_model, nn.Module) else cast(Any, top_model).device
         # the shortest context any level can attend over (None: no model declares one)
         self.context_limit: int | None = min((x for x in map(context_limit, models) if x is not None), default=None)
         # the fewest cells any cache of an engine that allocates them up front (llama.cpp) holds: its

@@ -111,6 +111,8 @@ class GgufModel:
         n_ctx: KV cells of each context opened on it.
     """
 
+    device = torch.device("cpu")  # where its logits come back
+
     def __init__(self, path: Path, name: str, threads: int, n_ctx: int = DEFAULT_CTX) -> None:
         lib = binding()
         self.path = path

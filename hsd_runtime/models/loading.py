@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -37,6 +37,7 @@ from .llamacpp import GgufModel
 from .packaged import PACKAGED, cache_folder, cache_lock, converted_dir, packaged_gguf, shareable
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
+from .static_engine import StaticModel, static_kernels
 from .trim import TrimmedHead, kept_tokens, read_ranking
 
 __all__ = [
@@ -59,7 +60,7 @@ class LoadedModel:
     """A model ready to run, with what a chain needs to know about it."""
 
     spec: ModelSpec
-    model: Any  # a transformers *ForCausalLM in eval mode, or a GgufModel on the llama.cpp engine
+    model: Any  # a transformers *ForCausalLM in eval mode, a GgufModel on llama.cpp, a StaticModel on the static engine
     tokenizer: object  # transformers PreTrainedTokenizerBase
     num_layers: int
     logits_width: int  # lm_head rows; may exceed the tokenizer's size by padding
@@ -87,18 +88,18 @@ def head_rows(model: Any) -> int:
     """Rows of the output layer: the logits width, which may exceed the tokenizer by padding.
 
     Read from the layer's shape, never its weight: a packed or int8 head has no dense weight to read.
-    A GGUF on llama.cpp scores its vocabulary.
+    A model that opens its own caches (a GGUF on llama.cpp, a static-engine model) says how many it scores.
     """
-    if isinstance(model, GgufModel):
-        return model.n_vocab
-    return int(model.get_output_embeddings().out_features)
+    if not isinstance(model, nn.Module):  # a model that opens its own caches (llama.cpp, static)
+        return int(model.n_vocab)
+    return int(cast(Any, model).get_output_embeddings().out_features)
 
 
 def context_limit(model: Any) -> int | None:
     """The positions ``model`` attends over: its config's ``max_position_embeddings``, a llama.cpp
     GGUF's context cells; None where it declares none."""
-    if isinstance(model, GgufModel):
-        return model.n_ctx
+    if not isinstance(model, nn.Module):  # a model that opens its own caches (llama.cpp, static)
+        return int(model.n_ctx)
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     return limit if isinstance(limit, int) else None
 
@@ -339,6 +340,7 @@ class ModelLoader:
         self._full: dict[tuple[str, str], LoadedModel] = {}
         self._quantized: dict[tuple[str, str, str], LoadedModel] = {}
         self._gguf: dict[tuple[str, int, str], LoadedModel] = {}  # (name, layers or 0, quant or "")
+        self._static: dict[str, StaticModel] = {}
 
     @property
     def kernels(self) -> str:
@@ -348,11 +350,19 @@ class ModelLoader:
         (an AVX2-only CPU packs fp32 but not bf16: bf16 models then run the plain kernels, and a
         profile taken with them is stored as plain). A model whose own ``dtype=`` cannot be packed
         runs plain inside a prepacked loader. A loader whose engine is llama.cpp runs llama.cpp's
-        kernels: ``llamacpp-VERSION``, the binding's version.
+        kernels: ``llamacpp-VERSION``, the binding's version. The static engine's name its graphs
+        and attention backend (:func:`~.static_engine.static_kernels`).
         """
         if self.engine == "llamacpp":
             return f"llamacpp-{LLAMA_CPP_PYTHON}"
-        return "prepacked" if self.prepack and self.device.type == "cpu" and self.prepack_refusal is None else "plain"
+        if self.engine == "static":
+            return static_kernels(self.device, self.packs)
+        return "prepacked" if self.packs else "plain"
+
+    @property
+    def packs(self) -> bool:
+        """Whether this loader's torch models multiply by weights packed once at load (the CPU only)."""
+        return self.prepack and self.device.type == "cpu" and self.prepack_refusal is None
 
     @property
     def prepack_refusal(self) -> str | None:
@@ -371,6 +381,15 @@ class ModelLoader:
                     f"profiled with llama.cpp's binding {kernels.removeprefix('llamacpp-')}; this install has {LLAMA_CPP_PYTHON}: profile again"
                 )
             return ModelLoader(str(self.device), self.default_dtype, engine="llamacpp", threads=self.threads)
+        if kernels.startswith("static-"):
+            loader = ModelLoader(
+                str(self.device), self.default_dtype, prepack=kernels.endswith("-prepacked"), engine="static", threads=self.threads
+            )
+            if loader.kernels != kernels:
+                raise ModelSpecError(
+                    f"profiled with the static engine's {kernels} kernels; this device runs {loader.kernels}: profile again"
+                )
+            return loader
         return ModelLoader(str(self.device), self.default_dtype, prepack=kernels == "prepacked", threads=self.threads)
 
     def run_dtype(self, spec: ModelSpec) -> str:
@@ -385,6 +404,7 @@ class ModelLoader:
         self._full.clear()
         self._quantized.clear()
         self._gguf.clear()
+        self._static.clear()
 
     def load(self, spec: ModelSpec | str) -> LoadedModel:
         """Load one model spec (not ``ngram``)."""
@@ -417,6 +437,10 @@ class ModelLoader:
             model, layers = truncated_view(full.model, k), k
         if spec.vocab is not None:
             model = self._trimmed(spec, full, model)
+        if engine == "static":  # one static model per spec: its cache buffers and graphs are shared by every level naming it
+            if str(spec) not in self._static:
+                self._static[str(spec)] = StaticModel(model, str(spec))
+            model = self._static[str(spec)]
         return LoadedModel(**{**full.__dict__, "spec": spec, "model": model, "num_layers": layers})
 
     def _trimmed(self, spec: ModelSpec, full: LoadedModel, model: Any) -> Any:
@@ -450,7 +474,7 @@ class ModelLoader:
         """``spec`` on the llama.cpp engine: its GGUF file (its first layers only where ``layers=``
         asks, then re-quantized where ``quant=`` does; each copy made once into the cache), loaded
         once per (file, layers, quant) and shared by every level that names it."""
-        from .llamacpp import GgufModel, pruned_gguf, quantized_gguf
+        from .llamacpp import pruned_gguf, quantized_gguf
 
         key = (spec.name, spec.layers or 0, spec.quant or "")
         if key not in self._gguf:
@@ -510,7 +534,7 @@ class ModelLoader:
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {type(exc).__name__}: {first_line(exc)}") from None
         model.to(self.device).eval()
         logits_width = head_rows(model)
-        if pack and self.kernels == "prepacked" and prepack(model):  # in place, before any view or quantized copy is taken of it
+        if pack and self.packs and prepack(model):  # in place, before any view or quantized copy is taken of it
             _own_unpacked_tensors(model)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])

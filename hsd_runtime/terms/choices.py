@@ -17,7 +17,7 @@ DTYPES: tuple[str, ...] = get_args(Dtype)
 Mode = Literal["greedy", "sample"]  # argmax at every level, or sampling from warped distributions
 MODES: tuple[str, ...] = get_args(Mode)
 
-Engine = Literal["torch", "llamacpp"]  # what runs a model's passes (see hsd_runtime.models.engine)
+Engine = Literal["torch", "static", "llamacpp"]  # what runs a model's passes (see hsd_runtime.models.engine)
 ENGINES: tuple[str, ...] = get_args(Engine)
 
 TORCH_QUANTS = ("int8",)  # the torch engine's int8 copy (hsd_runtime.models.quantize)

@@ -201,7 +201,7 @@ def check_engine(spec: ModelSpec, engine: str) -> None:
     as it is, cut to its first layers or re-quantized by its own quantizer (no dtypes, trimmed
     heads, steering or int8 copies); torch makes int8 copies, not llama.cpp's file types."""
     text = str(spec)
-    if engine == "torch":
+    if engine in ("torch", "static"):  # the static engine runs the torch engine's models over its own caches
         if spec.quant in GGUF_QUANTS:
             raise ModelSpecError(
                 f"model spec {text!r}: quant={spec.quant} is a llama.cpp file type; add engine=llamacpp (or --engine llamacpp), "
