@@ -112,8 +112,12 @@ def verifier_continuation(
         spec = assistant.spec
         members.insert(0, NgramDrafter(spec.ngram_order, min_size=spec.ngram_min) if assistant.loaded is None else assistant.loaded.model)
         names.insert(0, str(spec))
-    # the hierarchy slices logits to the narrower output layer itself
-    target = Hierarchy(members, [ASSIST_WIDTH] if assistant else [], names, eos_token_ids=verifier.loaded.eos_token_ids, caches=caches)
+    # over the tokenizer's columns: a padded row of the verifier's output layer is no token, and a
+    # smaller drafter could not embed its id
+    width = min(m.logits_width for m in (verifier.loaded, assistant.loaded if assistant else None) if m is not None)
+    target = Hierarchy(
+        members, [ASSIST_WIDTH] if assistant else [], names, logits_width=width, eos_token_ids=verifier.loaded.eos_token_ids, caches=caches
+    )
     # a model that holds this prompt already (an assistant that verified it below) keeps it
     result = target.generate(ids, config.max_new_tokens, sampling, keep_logits=True, reuse_prompt=True)
     save_continuation(engine, key, result.tokens)

@@ -63,7 +63,9 @@ class LoadedModel:
     model: Any  # a transformers *ForCausalLM in eval mode, a GgufModel on llama.cpp, a StaticModel on the static engine
     tokenizer: object  # transformers PreTrainedTokenizerBase
     num_layers: int
-    logits_width: int  # lm_head rows; may exceed the tokenizer's size by padding
+    # the columns its logits are compared over: the tokenizer's vocabulary, where the output layer
+    # is padded past it (Qwen2.5: 151,936 rows for the 0.5B and 1.5B, 152,064 for the 7B, one tokenizer)
+    logits_width: int
     fingerprint: str  # digest of the tokenizer's vocabulary and special tokens
     eos_token_ids: tuple[int, ...] = field(default=())
 
@@ -93,6 +95,18 @@ def head_rows(model: Any) -> int:
     if not isinstance(model, nn.Module):  # a model that opens its own caches (llama.cpp, static)
         return int(model.n_vocab)
     return int(cast(Any, model).get_output_embeddings().out_features)
+
+
+def vocabulary_width(model: Any, tokenizer: Any) -> int:
+    """The logits columns of ``model`` that name its tokenizer's tokens: its output layer's rows,
+    cut to the tokenizer's size where the layer is padded past it.
+
+    Models of one tokenizer may pad their output layers to different sizes, and a padded row is
+    no token: random or untrained, it can win the argmax, and its id is one a smaller model of the
+    family cannot embed. Every level, the target decoding alone included, compares and samples
+    over the tokenizer's columns only, so a chain's levels agree on what a token is.
+    """
+    return min(head_rows(model), len(tokenizer))
 
 
 def context_limit(model: Any) -> int | None:
@@ -494,7 +508,7 @@ class ModelLoader:
                 model=model,
                 tokenizer=tokenizer,
                 num_layers=model.num_layers,
-                logits_width=model.n_vocab,
+                logits_width=vocabulary_width(model, tokenizer),
                 fingerprint=tokenizer_fingerprint(tokenizer),
                 eos_token_ids=tuple(sorted(eos_ids)),
             )
@@ -533,7 +547,7 @@ class ModelLoader:
             # (an unexpected config shape, weights that weights-only unpickling refuses): a user acts on the file, not the type
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {type(exc).__name__}: {first_line(exc)}") from None
         model.to(self.device).eval()
-        logits_width = head_rows(model)
+        logits_width = vocabulary_width(model, tokenizer)
         if pack and self.packs and prepack(model):  # in place, before any view or quantized copy is taken of it
             _own_unpacked_tensors(model)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
@@ -575,8 +589,8 @@ def _own_unpacked_tensors(model: nn.Module) -> None:
 def check_same_tokenizer(models: list[LoadedModel]) -> int:
     """Raise unless all ``models`` share one tokenizer; return the shared logits width.
 
-    Models of one family may pad their output layer differently; logits are then sliced to the
-    smallest width, which still covers the shared vocabulary.
+    Models of one family may pad their output layer differently; each one's width is already cut
+    to the tokenizer's vocabulary (:func:`vocabulary_width`), and the smallest is taken.
     """
     if not models:
         raise TokenizerMismatchError("no model to take the tokenizer from: a chain needs a model besides ngram")
