@@ -179,3 +179,29 @@ def test_refusals_are_one_line():
     cache = _static(TARGET, "t").open_cache(64, 16)
     with pytest.raises(PromptError, match="reaches position 20 of a cache of 16"):
         cache.feed(list(range(3, 23)), 0, 1)
+
+
+def test_random_weights_are_timed_and_never_compared(tmp_path):
+    """``weights=random``: the config's shape with random weights (no checkpoint read), timed by
+    ``profile`` on any engine and left out of every acceptance pair."""
+    import sqlite3
+
+    from tests.helpers import QUICK_PROFILE, one_line_error, run
+    from tests.tiny import save_tiny_model
+
+    target = save_tiny_model(tmp_path / "target", seed=0, layers=2)
+    for weights in target.glob("*.safetensors"):
+        weights.unlink()  # a folder with the config and tokenizer only: what a machine without the weights has
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
+    db = tmp_path / "p.db"
+    result = run(
+        "profile", "--models", f"ngram,{target}:weights=random", "--engine", "static", "--prompts", prompts, "--db", db, *QUICK_PROFILE
+    )
+    assert result.exit_code == 0, result.output
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM latency").fetchone()[0] > 0
+        assert conn.execute("SELECT COUNT(*) FROM acceptance").fetchone()[0] == 0
+        assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-eager-prepacked"
+    one_line_error(run("generate", "--chain", f"{target}:weights=real", "--prompt", "w1"), "the one choice is weights=random")
+    one_line_error(run("generate", "--chain", f"{target}:weights=random:engine=llamacpp", "--prompt", "w1"), "weights=")

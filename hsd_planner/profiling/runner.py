@@ -197,11 +197,15 @@ def run_profile(
     for c, row_id in zip(candidates, ids):
         c.row_id = out.model_ids[str(c.spec)] = row_id
     # a steered model's own distribution depends on the level above it: it verifies nothing here
-    verifiers = (
-        [j for j, c in enumerate(candidates) if c.loaded is not None and c.spec.steer is None and j > 0] if config.acceptance else []
-    )
+    # a model of random weights (weights=random) is timed only: what it drafts or verifies means nothing
+    verifiers = [
+        j for j, c in enumerate(candidates) if c.loaded is not None and c.spec.steer is None and not c.spec.random_weights and j > 0
+    ]
+    verifiers = verifiers if config.acceptance else []
     # every cheaper candidate drafts for a verifier, block-draft heads for their own host only
-    below = {j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec))] for j in verifiers}
+    below = {
+        j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec)) and not d.spec.random_weights] for j in verifiers
+    }
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     # n = 0: a steered model's projection, which it runs once per proposal, beside its passes
     points += [(c, ctx, 0) for c in candidates if c.spec.steer is not None for ctx in contexts]

@@ -201,6 +201,17 @@ def _silence_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+def _random_model(source: Path, dtype: str, device: torch.device) -> Any:
+    """The model of ``source``'s config with random weights (``weights=random``), made on ``device``
+    (a 7B is initialised in seconds on a GPU, minutes on a CPU): no weight file is read."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(source), trust_remote_code=False)
+    torch.manual_seed(0)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype), trust_remote_code=False)
+
+
 def _check_model_dir(source: Path, spec: ModelSpec) -> None:
     """Refuse a model directory whose configs are not JSON objects, or map to the model's own
     Python code (``auto_map``), which loading would run, or that holds a FIFO, device or socket
@@ -351,8 +362,8 @@ class ModelLoader:
         resolve_dtype(dtype)
         if engine == "llamacpp" and self.device.type != "cpu":
             raise ModelSpecError(f"the llama.cpp engine runs on the CPU here; drop --device {self.device} or use --engine torch")
-        self._full: dict[tuple[str, str], LoadedModel] = {}
-        self._quantized: dict[tuple[str, str, str], LoadedModel] = {}
+        self._full: dict[tuple[str, str, bool], LoadedModel] = {}  # (name, dtype, random weights)
+        self._quantized: dict[tuple[str, str, str, bool], LoadedModel] = {}
         self._gguf: dict[tuple[str, int, str], LoadedModel] = {}  # (name, layers or 0, quant or "")
         self._static: dict[str, StaticModel] = {}
 
@@ -431,9 +442,9 @@ class ModelLoader:
             return self._load_gguf(spec)
         # int8 kernels take fp32 activations: a quantized copy is made from the fp32 parent
         dtype = spec.run_dtype(self.default_dtype)
-        key = (spec.name, dtype)
+        key = (spec.name, dtype, spec.random_weights)
         if spec.quant:
-            qkey = (spec.name, dtype, spec.quant)
+            qkey = (spec.name, dtype, spec.quant, spec.random_weights)
             if qkey not in self._quantized:
                 self._quantized[qkey] = self._quantize(spec, dtype)
             full = self._quantized[qkey]
@@ -523,7 +534,7 @@ class ModelLoader:
         copy, 6.2 GB for the fp32 1.5B beside a bf16 target. The copy then owns what it shares, so
         the parent's memory-mapped checkpoint is closed.
         """
-        key = (spec.name, dtype)
+        key = (spec.name, dtype, spec.random_weights)
         if key in self._full:
             parent = self._full[key]
             return replace(parent, model=quantized_copy(parent.model, spec.quant or ""))
@@ -542,7 +553,9 @@ class ModelLoader:
             with warnings.catch_warnings():  # torch's remarks on a refused pickle would break the one-line error
                 warnings.simplefilter("ignore", UserWarning)
                 tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
-                model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype), trust_remote_code=False)
+                model: Any = _random_model(source, dtype, self.device) if spec.random_weights else AutoModelForCausalLM.from_pretrained(
+                    str(source), dtype=resolve_dtype(dtype), trust_remote_code=False
+                )
         except Exception as exc:  # a damaged directory fails anywhere in transformers, with any kind of error
             # (an unexpected config shape, weights that weights-only unpickling refuses): a user acts on the file, not the type
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {type(exc).__name__}: {first_line(exc)}") from None

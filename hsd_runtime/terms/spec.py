@@ -42,7 +42,7 @@ BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
 _INT_OPTIONS = {"layers", "n", "min"}
-_KNOWN = {"layers", "dtype", "n", "min", "quant", "vocab", "steer", "engine"}
+_KNOWN = {"layers", "dtype", "n", "min", "quant", "vocab", "steer", "engine", "weights"}
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
 
@@ -112,6 +112,13 @@ class ModelSpec(BaseModel):
         return self.get("steer")
 
     @property
+    def random_weights(self) -> bool:
+        """``weights=random``: the model's shape from its config, its weights random and no
+        checkpoint read. A pass costs what the trained model's does, so it is timed as that model
+        (on a machine without its weights); what it drafts means nothing, so its acceptance is never measured."""
+        return self.get("weights") == "random"
+
+    @property
     def is_ngram(self) -> bool:
         return self.name == NGRAM
 
@@ -176,10 +183,12 @@ def parse_spec(text: str) -> ModelSpec:
             )
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
+        if key == "weights" and value != "random":
+            raise ModelSpecError(f"weights={value[:40]} in model spec {text[:200]!r}; the one choice is weights=random (the config's shape, random weights)")
         if key == "engine" and value not in ENGINES:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
     spec = ModelSpec(name=name, options=tuple(options))
-    if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine)):
+    if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"))):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N and min=K")
     for key, form in (("n", "n=N"), ("min", "min=K")):
         if not spec.is_ngram and spec.get(key) is not None:
@@ -208,7 +217,7 @@ def check_engine(spec: ModelSpec, engine: str) -> None:
                 "or use quant=int8 on the torch engine"
             )
         return
-    torch_only = [k for k in ("dtype", "vocab", "steer") if spec.get(k) is not None]
+    torch_only = [k for k in ("dtype", "vocab", "steer", "weights") if spec.get(k) is not None]
     if torch_only:
         raise ModelSpecError(
             f"model spec {text!r}: {', '.join(k + '=' for k in torch_only)} runs on the torch engine only; "
