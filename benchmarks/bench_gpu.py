@@ -1,0 +1,266 @@
+"""The GPU path, measured on a bare device in a few minutes: Qwen2.5 shapes with random weights.
+
+A pass costs the same whatever the weights' values, so the real Qwen2.5 shapes (0.5B, 1.5B, 3B,
+7B; bf16; configs as published by Qwen) are built with random weights on the device: no weights,
+tokenizer or network needed. For each shape:
+
+- the floor: the weights' bytes at the card's measured copy bandwidth;
+- c(n), one pass of n new tokens after a context of L, for n = 1..64 and L = 256, 1024: the static
+  engine with CUDA graphs, the static engine eager, transformers eager (``DynamicCache``);
+- greedy decoding, ms/token over 128 new tokens: the static engine (graphs), the torch engine
+  (transformers over a ``DynamicCache``), and with ``--compile`` transformers' static cache +
+  ``torch.compile`` (what users run instead);
+
+then the planner on the GPU: the curves above with the acceptance of the shipped Qwen2.5-Coder
+profile (the same weights' acceptance, measured on a CPU: it does not depend on the machine), the
+solver's pick for the 1.5B target and its predicted speed-up over autoregressive decoding and over
+the best single drafter. Output: one JSON object per line on stdout and in ``--out``.
+
+    python -m benchmarks.bench_gpu --device cuda --sizes q05,q15,q7 --out gpu.jsonl
+    python -m benchmarks.bench_gpu --device cpu --sizes tiny --grid 1,4 --contexts 32   # the logic, on a CPU
+
+On a bare GPU machine: ``benchmarks/gpu/run.sh`` installs the project from carried wheels first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# (hidden, intermediate, layers, heads, kv heads, tied embeddings, output rows): Qwen2.5's configs
+SHAPES = {
+    "q05": (896, 4864, 24, 14, 2, True, 151936),
+    "q15": (1536, 8960, 28, 12, 2, True, 151936),
+    "q3": (2048, 11008, 36, 16, 2, True, 151936),
+    "q7": (3584, 18944, 28, 28, 4, False, 152064),
+    "tiny": (64, 128, 2, 4, 2, True, 1024),
+}
+# the shipped profile's models that each shape stands for
+PROFILED = {"q05": "qwen2.5-coder-0.5b", "q15": "qwen2.5-coder-1.5b"}
+PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "amd-epyc-avx512bf16-qwen2.5-coder-humaneval.json"
+
+
+def emit(record: dict[str, Any], out: Any) -> None:
+    line = json.dumps(record)
+    print(line, flush=True)
+    if out is not None:
+        out.write(line + "\n")
+        out.flush()
+
+
+def build(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
+    """A random-weight Qwen2 causal LM of ``shape``, made on ``device``."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    h, inter, layers, heads, kv, tied, rows = SHAPES[shape]
+    cfg = Qwen2Config(
+        hidden_size=h, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
+        tie_word_embeddings=tied, vocab_size=rows, rope_theta=1e6, max_position_embeddings=32768, rms_norm_eps=1e-6,
+        use_sliding_window=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    with torch.device(device):
+        return Qwen2ForCausalLM(cfg).to(dtype).eval()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bandwidth_gbs(device: torch.device) -> float:
+    """The median copy bandwidth (bytes read + written per second) over 256 MiB buffers."""
+    src = torch.empty(128 << 20, dtype=torch.float16, device=device)
+    dst = torch.empty_like(src)
+    samples = []
+    for _ in range(12):
+        sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        sync(device)
+        samples.append(2 * src.numel() * 2 / (time.perf_counter() - t0) / 1e9)
+    return statistics.median(samples[2:])
+
+
+def median_ms(fn: Any, device: torch.device, repeats: int) -> float:
+    fn()  # warm-up (a graph's capture, a kernel's first launch)
+    samples = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        samples.append(1000 * (time.perf_counter() - t0))
+    return statistics.median(samples)
+
+
+def static_curve(model: Any, graphs: bool, grid: list[int], contexts: list[int], repeats: int) -> dict[int, dict[int, float]]:
+    """c(n) of the static engine: a cache holding ``L`` random tokens, then passes of n at L (rolled back after each)."""
+    from hsd_runtime.models.static_engine import StaticModel
+
+    static = StaticModel(model, "bench", n_ctx=max(contexts) + max(grid) + 16, graphs=graphs)
+    gen = torch.Generator().manual_seed(0)
+    curve: dict[int, dict[int, float]] = {}
+    for ctx in contexts:
+        cache = static.open_cache(static.n_vocab, ctx + max(grid) + 1)
+        cache.feed(torch.randint(0, 1000, (ctx,), generator=gen).tolist(), 0, 1)
+        curve[ctx] = {}
+        for n in grid:
+            new = torch.randint(0, 1000, (n,), generator=gen).tolist()
+            curve[ctx][n] = median_ms(lambda new=new, ctx=ctx: cache.feed(new, ctx, n), static.device, repeats)
+    return curve
+
+
+def dynamic_curve(model: Any, grid: list[int], contexts: list[int], repeats: int) -> dict[int, dict[int, float]]:
+    """c(n) of transformers eager over a ``DynamicCache`` (the torch engine's pass)."""
+    from transformers import DynamicCache
+
+    from hsd_runtime.models.torch_engine import cache_argument
+
+    device = next(model.parameters()).device
+    curve: dict[int, dict[int, float]] = {}
+    for ctx in contexts:
+        cache = DynamicCache()
+        with torch.inference_mode():
+            model(
+                input_ids=torch.randint(0, 1000, (1, ctx), device=device), **cache_argument(model, cache), use_cache=True, logits_to_keep=1
+            )
+        curve[ctx] = {}
+        for n in grid:
+            ids = torch.randint(0, 1000, (1, n), device=device)
+
+            def one(ids: torch.Tensor = ids, n: int = n) -> None:
+                with torch.inference_mode():
+                    model(input_ids=ids, **cache_argument(model, cache), use_cache=True, logits_to_keep=n)
+                cache.crop(-n)
+
+            curve[ctx][n] = median_ms(one, device, repeats)
+    return curve
+
+
+def greedy_ms(members: list[Any], new: int, prompt_len: int = 64) -> float:
+    """ms per token of greedy decoding of ``new`` tokens after a random prompt (after one warm-up run)."""
+    from hsd_runtime import Hierarchy
+
+    prompt = torch.randint(0, 1000, (prompt_len,), generator=torch.Generator().manual_seed(1)).tolist()
+    hierarchy = Hierarchy(members, [])
+    hierarchy.generate(prompt, new)
+    t0 = time.perf_counter()
+    result = hierarchy.generate(prompt, new)
+    return 1000 * (time.perf_counter() - t0) / max(1, len(result.tokens))
+
+
+def compiled_greedy_ms(model: Any, new: int, prompt_len: int = 64) -> float:
+    """transformers' own static cache + ``torch.compile`` (reduce-overhead: CUDA graphs), greedy."""
+    from transformers import GenerationConfig
+
+    device = next(model.parameters()).device
+    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    ids = torch.randint(0, 1000, (1, prompt_len), device=device)
+    config = GenerationConfig(max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static", pad_token_id=0)
+    for _ in range(2):  # compilation, then the graphs' capture
+        model.generate(ids, generation_config=config)
+    sync(device)
+    t0 = time.perf_counter()
+    model.generate(ids, generation_config=config)
+    sync(device)
+    return 1000 * (time.perf_counter() - t0) / new
+
+
+def plan_on_gpu(curves: dict[str, dict[int, dict[int, float]]], target: str) -> dict[str, Any]:
+    """The solver's pick with these GPU curves and the shipped profile's acceptance."""
+    from hsd_planner.plan import Profile, SolveConfig, solve
+    from hsd_planner.store import open_memory_engine
+    from hsd_planner.store.exchange import import_document, read_document
+    from hsd_planner.store.profiles import load_profile
+
+    engine = open_memory_engine()
+    import_document(engine, read_document(PROFILE, "profile"))
+    cpu, _source = load_profile(engine, target=PROFILED[target])
+    names = {name: shape for shape, name in PROFILED.items() if shape in curves}
+    models = []
+    for m in cpu.models:
+        if m.name in names:
+            models.append({"name": m.name, "latency": curves[names[m.name]]})
+        elif m.lookup:
+            models.append({"name": m.name, "lookup": True, "latency": m.latency.points})  # host work: the CPU's figure
+    kept = {m["name"] for m in models}
+    acceptance = [a.model_dump() for a in cpu.acceptance if a.drafter in kept and a.verifier in kept]
+    profile = Profile(target=PROFILED[target], models=models, acceptance=acceptance)
+    solution = solve(profile, SolveConfig(t_max=8))
+    single = solution.best_single
+    return {
+        "target": PROFILED[target],
+        "pick": solution.best.label,
+        "predicted_speedup": round(solution.best.prediction.speedup, 3),
+        "best_single": None if single is None else single.label,
+        "pick_over_best_single": None
+        if single is None
+        else round(single.prediction.ms_per_token / solution.best.prediction.ms_per_token, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--sizes", default="q05,q15,q7")
+    ap.add_argument("--grid", default="1,2,3,4,5,6,8,12,16,24,32,48,64")
+    ap.add_argument("--contexts", default="256,1024")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--compile", default="", help="shapes to time with transformers' static cache + torch.compile (slow to compile)")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args(argv)
+    device = torch.device(args.device)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    grid = [int(x) for x in args.grid.split(",")]
+    contexts = [int(x) for x in args.contexts.split(",")]
+    out = args.out.open("a") if args.out else None
+    info: dict[str, Any] = {"torch": torch.__version__, "device": str(device)}
+    if device.type == "cuda":
+        info |= {"gpu": torch.cuda.get_device_name(device), "cuda": torch.version.cuda}
+    info["bandwidth_gbs"] = round(bandwidth_gbs(device), 1)
+    emit(info, out)
+    from hsd_runtime.models.static_engine import StaticModel
+
+    graphs = device.type == "cuda"
+    static_curves: dict[str, dict[int, dict[int, float]]] = {}
+    for shape in args.sizes.split(","):
+        t0 = time.perf_counter()
+        model = build(shape, device, dtype)
+        params = sum(p.numel() for p in model.parameters())
+        floor = params * model.dtype.itemsize / (info["bandwidth_gbs"] * 1e9) * 1000
+        rec: dict[str, Any] = {"shape": shape, "params": params, "floor_ms": round(floor, 3), "built_s": round(time.perf_counter() - t0, 1)}
+        static_curves[shape] = static_curve(model, graphs, grid, contexts, args.repeats)
+        rec["static"] = static_curves[shape]
+        few = [n for n in grid if n in (1, 8, 32)] or grid[:1]
+        if graphs:
+            rec["static_eager"] = static_curve(model, False, few, contexts[:1], 5)
+        rec["transformers_eager"] = dynamic_curve(model, few, contexts[:1], 5)
+        c1 = static_curves[shape][contexts[0]][grid[0]]
+        rec["c1_over_floor"] = round(c1 / floor, 2)
+        if 8 in grid:
+            rec["c8_over_c1"] = round(static_curves[shape][contexts[0]][8] / c1, 3)
+        rec["greedy_static_ms"] = round(greedy_ms([StaticModel(model, shape, n_ctx=1024)], args.new_tokens), 3)
+        rec["greedy_torch_ms"] = round(greedy_ms([model], min(args.new_tokens, 32)), 3)
+        if shape in args.compile.split(","):
+            rec["greedy_compiled_transformers_ms"] = round(compiled_greedy_ms(model, args.new_tokens), 3)
+        rec["total_s"] = round(time.perf_counter() - t0, 1)
+        emit(rec, out)
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if {"q05", "q15"} <= static_curves.keys():
+        emit({"plan": plan_on_gpu(static_curves, "q15")}, out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
