@@ -134,7 +134,8 @@ def engine_option(f: F) -> F:
         type=click.Choice(ENGINES),
         default="torch",
         show_default=True,
-        help="What runs the models whose spec sets no engine=: torch (transformers, any device and dtype) or llamacpp "
+        help="What runs the models whose spec sets no engine=: torch (transformers, any device and dtype), static "
+        "(Llama/Qwen2 models over preallocated caches, CUDA graphs on a GPU) or llamacpp "
         "(the GGUF files on llama.cpp, CPU; installed by scripts/install.sh). Profiles are kept apart by engine.",
     )(f)
 
