@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from hsd_runtime.models.packaged import shareable
+from hsd_runtime.models.cache import shareable
 from hsd_runtime.models.files import describe_mode, stat_path
 
 from .errors import PathError

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -29,12 +28,13 @@ from torch import nn
 from ..terms.errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
 from ..terms.limits import MAX_CONFIG_BYTES, MAX_DIR_ENTRIES, MAX_GGUF_BYTES
 from ..terms.spec import ModelSpec, check_engine, parse_spec
+from .cache import cache_lock, write_entry
 from .device import resolve_device, resolve_dtype
 from .engine import ENGINES, LLAMA_CPP_PYTHON
 from .files import describe_mode, read_input, stat_input, stat_path
 from .gguf_file import check_gguf
 from .llamacpp import GgufModel
-from .packaged import PACKAGED, cache_folder, cache_lock, converted_dir, packaged_gguf, shareable
+from .packaged import PACKAGED, converted_dir, packaged_gguf
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
 from .trim import TrimmedHead, kept_tokens, read_ranking
@@ -243,14 +243,12 @@ def _convert_into(gguf: Path, out: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        shareable(tmp)  # mkdtemp makes it private (0700); a team may share the cache
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(path: Path) -> None:
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+    write_entry(out, write)
 
 
 def _gguf_file(spec: ModelSpec) -> Path:
@@ -276,20 +274,13 @@ def gguf_tokenizer(gguf: Path) -> Any:
     out = converted.with_name(converted.name + "-tokenizer")
     if not (out / "tokenizer_config.json").is_file():
         check_gguf(gguf)  # before the cache entry's folder and lock exist
-        cache_folder(out.parent)
         with cache_lock(out):
             if not (out / "tokenizer_config.json").is_file():
                 try:
                     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
                     raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
-                tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
-                try:
-                    tokenizer.save_pretrained(tmp)
-                    shareable(tmp)
-                    os.replace(tmp, out)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
+                write_entry(out, tokenizer.save_pretrained)
     return AutoTokenizer.from_pretrained(str(out))
 
 
