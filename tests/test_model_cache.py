@@ -2,8 +2,10 @@
 
 What someone else put in a shared cache is never followed or opened: a symbolic link or a FIFO
 at a name a writer of an earlier version used for its temporary file is left as it is, and a
-lock file that is a link or a FIFO is refused in one line. A cache that cannot be written into
-but holds every entry a run needs is only read.
+lock file that is a link or a FIFO is refused in one line. A refused command leaves the cache as
+it found it, whatever made it refuse (a file llama.cpp cannot run, a spec past the file, a
+prompt past the context, a tree llama.cpp cannot verify), and keeps what earlier runs made. A
+cache that cannot be written into but holds every entry a run needs is only read.
 """
 
 from __future__ import annotations
@@ -135,8 +137,39 @@ def test_a_lock_file_that_is_a_link_or_a_fifo_is_refused(ggufs, cache, tmp_path,
         lock.symlink_to(mine)
     else:
         os.mkfifo(lock)
+    before = _tree(cache)
     one_line_error(_generate(f"{ggufs['target']}:quant=q8_0,{ggufs['target']}"), f"lock file {lock} {what}, not a regular file")
+    assert _tree(cache) == before
     assert mine.read_text() == "my notes\n" and stat.S_IMODE(mine.stat().st_mode) == 0o600
+
+
+# a late refusal -> (the chain, its widths, what the one line says); each level after a drafter
+# that loads, so the refusal comes after that drafter's tokenizer entry is in the cache
+LATE = {
+    "layers past the file": ("{draft},{target}:layers=3", "2", "it has 2 decoder layers"),
+    "a file llama.cpp cannot load": ("{draft},{headless}", "2", "headless.gguf"),
+    "a copy llama.cpp cannot load": ("{draft},{headless}:quant=q4_0", "2", "headless.gguf quantized to q4_0"),
+    "a file cut short": ("{draft},{cut}", "2", "cut.gguf"),
+    "an unknown architecture": ("{draft},{foreign}", "2", "foreign.gguf"),
+    "blocks the tensors lack": ("{draft},{blocks}", "2", "blocks.gguf"),
+    "a context of one cell": ("{draft},{one-cell}", "2", "more than the models' context of 1"),
+    "a tree of 64 nodes": ("{draft},{target}", "8x7", "at most 63 nodes"),
+}
+
+
+@pytest.mark.parametrize("case", LATE)
+def test_a_late_refusal_leaves_an_empty_cache_empty(ggufs, cache, case):
+    chain, widths, message = LATE[case]
+    one_line_error(_generate(chain.format(**ggufs), widths), message)
+    assert _tree(cache) == {}
+
+
+def test_a_refusal_keeps_what_earlier_runs_cached(ggufs, cache):
+    ok = _generate(f"{ggufs['target']}:quant=q8_0,{ggufs['target']}")
+    assert ok.exit_code == 0, ok.output
+    before = _tree(cache)
+    one_line_error(_generate(f"{ggufs['target']}:quant=q8_0,{ggufs['target']}", "8x7"), "at most 63 nodes")
+    assert _tree(cache) == before
 
 
 def test_a_read_only_cache_that_holds_the_copies_is_only_read(ggufs, cache, monkeypatch):

@@ -1,5 +1,5 @@
-"""The model cache on disk: its folders, the locks its entries are filled under, and how an entry
-is written.
+"""The model cache on disk: its folders, the locks its entries are filled under, how an entry is
+written, and how a refused command takes back what it wrote there.
 
 A cache may be shared by a team, so any name in it may hold what someone else put there (a
 symbolic link to their own file, a FIFO). Nothing here writes to a name it did not just make:
@@ -8,6 +8,10 @@ is written by :func:`write_entry` inside a new private folder beside it (``mkdte
 its own, made exclusively, mode 0700, so no other writer's name and nothing planted is followed
 or overwritten), then renamed into place whole. A lock file is opened without following a link
 and without blocking, and used only when it is a regular file.
+
+A command refused after it wrote to the cache (a late check, a copy llama.cpp cannot load, a
+prompt past the context) takes back what it made there (:func:`taken_back_on_refusal`): the
+entries, lock files and folders this process created, so the cache is as it was.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import shutil
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,7 +28,11 @@ from pathlib import Path
 from ..terms.errors import PathError
 from .files import describe_mode, staging_folder
 
-__all__ = ["cache_dir", "cache_folder", "cache_lock", "shareable", "write_entry"]
+__all__ = ["cache_dir", "cache_folder", "cache_lock", "shareable", "taken_back_on_refusal", "write_entry"]
+
+# What the running command made in the cache, oldest first, while one is recorded: (path, kind),
+# kind "folder" (removed only where empty), "lock" (a lock file) or "entry" (a file or folder).
+_made: list[tuple[Path, str]] | None = None
 
 
 def cache_dir() -> Path:
@@ -32,11 +41,24 @@ def cache_dir() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "hsd-plan"
 
 
+def _record(path: Path, kind: str) -> None:
+    if _made is not None:
+        _made.append((path, kind))
+
+
 def cache_folder(folder: Path) -> Path:
     """Create the cache folder ``folder`` (and its parents) if needed; refuse, before any long
     conversion, a cache that cannot hold it (``$HSD_PLAN_CACHE`` naming a regular file, say)."""
+    missing = [p for p in (folder, *folder.parents) if not os.path.lexists(p)][::-1]  # topmost first
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        for path in missing:
+            try:
+                path.mkdir()
+                _record(path, "folder")
+            except FileExistsError:  # made by another process meanwhile
+                pass
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
     except OSError as exc:
         raise PathError(
             f"the model cache {cache_dir()} cannot hold {folder}: {exc.strerror}; point HSD_PLAN_CACHE at a writable folder"
@@ -52,8 +74,9 @@ def cache_lock(entry: Path) -> Iterator[None]:
 
     The lock is ``flock`` on ``.NAME.lock`` beside the entry; it is released when the process
     ends however it ends, and the file stays (removing it would let a third process lock a file
-    the second already waits on). The caller checks again, under the lock, whether the entry was
-    finished meanwhile.
+    the second already waits on), unless the command that made it is refused
+    (:func:`taken_back_on_refusal`). The caller checks again, under the lock, whether the entry
+    was finished meanwhile.
     """
     cache_folder(entry.parent)
     fd = _open_lock(entry)
@@ -73,6 +96,7 @@ def _open_lock(entry: Path) -> int:
     try:
         try:
             fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+            _record(path, "lock")
         except FileExistsError:
             fd = os.open(path, flags)
     except OSError as exc:
@@ -116,3 +140,43 @@ def write_entry(out: Path, write: Callable[[Path], object]) -> None:
             os.replace(made, out)  # a link planted at ``out`` is replaced itself, never followed
     except OSError as exc:
         raise _cannot_hold(out, exc) from None
+    _record(out, "entry")
+
+
+@contextmanager
+def taken_back_on_refusal() -> Iterator[None]:
+    """Run a command; where it raises an ``Exception`` (a refusal; not Ctrl-C, which keeps what
+    was finished for the next run), remove what it made in the cache: its entries, its lock files
+    and the folders it created that are empty then, newest first."""
+    global _made
+    outer, _made = _made, []
+    mine = _made
+    try:
+        yield
+    except Exception:
+        _take_back(mine)
+        mine.clear()
+        raise
+    finally:
+        _made = outer
+        if outer is not None:
+            outer.extend(mine)
+
+
+def _take_back(made: list[tuple[Path, str]]) -> None:
+    """Remove ``made``, newest first; what is gone already or no longer removable is left.
+
+    Another process that found one of these entries finished meanwhile keeps reading the files
+    it opened (an unlinked file stays readable); one that waited on a removed lock file fills
+    the entry again under it, at a name of its own, so nothing is ever half-written.
+    """
+    for path, kind in reversed(made):
+        try:
+            if kind == "folder":
+                path.rmdir()  # only when empty: another process may be filling it
+            elif kind == "entry" and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except OSError:
+            pass

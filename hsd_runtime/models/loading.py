@@ -261,7 +261,7 @@ def _gguf_file(spec: ModelSpec) -> Path:
         what = "does not exist" if st is None else "is not a .gguf file"
         raise ModelNotFoundError(f"{spec.name!r} {what}; the llama.cpp engine runs a packaged alias or a .gguf file")
     stat_input(path, "GGUF file", MAX_GGUF_BYTES)
-    return path  # its layout is walked by gguf_tokenizer, which every load calls next, before any cache entry
+    return path  # its layout is walked by the load, before any cache entry
 
 
 def gguf_tokenizer(gguf: Path) -> Any:
@@ -273,13 +273,13 @@ def gguf_tokenizer(gguf: Path) -> Any:
     converted = converted_dir(gguf)
     out = converted.with_name(converted.name + "-tokenizer")
     if not (out / "tokenizer_config.json").is_file():
-        check_gguf(gguf)  # before the cache entry's folder and lock exist
+        check_gguf(gguf)
+        try:  # read before the cache entry's folder and lock exist: a file it fails on leaves nothing
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
+            raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
         with cache_lock(out):
-            if not (out / "tokenizer_config.json").is_file():
-                try:
-                    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-                except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
-                    raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
+            if not (out / "tokenizer_config.json").is_file():  # not saved by another process while this one waited
                 write_entry(out, tokenizer.save_pretrained)
     return AutoTokenizer.from_pretrained(str(out))
 
@@ -446,12 +446,15 @@ class ModelLoader:
         key = (spec.name, spec.layers or 0, spec.quant or "")
         if key not in self._gguf:
             gguf = _gguf_file(spec)
-            # a pruned or quantized copy reads its source's tokenizer: one object for all (about 0.1 GB for Qwen's)
-            sibling = next((m for k, m in self._gguf.items() if k[0] == spec.name), None)
-            tokenizer: Any = sibling.tokenizer if sibling is not None else gguf_tokenizer(gguf)
+            check_gguf(gguf)  # its layout, before anything is made from it
+            # the copies (each checked by llama.cpp before it enters the cache) and the model load
+            # refuse what llama.cpp cannot run before the tokenizer's cache entry is written
             path = pruned_gguf(gguf, spec.layers) if spec.layers else gguf
             path = quantized_gguf(path, spec.quant, self.threads) if spec.quant else path
             model = GgufModel(path, str(spec), self.threads)
+            # a pruned or quantized copy reads its source's tokenizer: one object for all (about 0.1 GB for Qwen's)
+            sibling = next((m for k, m in self._gguf.items() if k[0] == spec.name), None)
+            tokenizer: Any = sibling.tokenizer if sibling is not None else gguf_tokenizer(gguf)
             vocab = tokenizer.get_vocab()
             eos_ids = {tokenizer.eos_token_id} - {None}
             if spec.name in PACKAGED:
