@@ -2,14 +2,15 @@
 
 An output path is absent or a regular file: never a folder, a FIFO, a device or a socket, and a
 symbolic link only with ``--force`` (the link itself is then replaced, never the file it points
-to). A name typed with a trailing ``/`` names a folder, not a file: refused, as is an empty name.
-An existing regular file is replaced only where its command allows it (``--force``, or a figure
-of the same format for ``--plot``), and never when SQLite owns it: a database (by its header, or
-the command's own ``--db``), or the write-ahead log, shared-memory index or rollback journal
-beside one (``DB-wal``, ``DB-shm``, ``DB-journal``), which a process with the database open
-reads and rewrites. Every file is written to a temporary file beside the target and renamed over
-it, so the target is either whole or untouched. Files read on a user's word are checked by
-:mod:`hsd_runtime.models.files` (regular, bounded); database arguments by :mod:`hsd_planner.store.db`.
+to). A name typed with a final ``/``, ``.`` or ``..`` names a folder, not a file: refused, as is
+an empty name. An existing regular file is replaced only where its command allows it
+(``--force``, or a figure of the same format for ``--plot``), and never when SQLite owns it: a
+database (by its header, or the command's own ``--db``), or the write-ahead log, shared-memory
+index or rollback journal beside one (``DB-wal``, ``DB-shm``, ``DB-journal``), which a process
+with the database open reads and rewrites. Every file is written to a temporary file beside the
+target and renamed over it, so the target is either whole or untouched. Files read on a user's
+word are checked by :mod:`hsd_runtime.models.files` (regular, bounded); database arguments by
+:mod:`hsd_planner.store.db`.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from hsd_runtime.models.cache import shareable
 from hsd_runtime.models.files import describe_mode, stat_path
-from hsd_runtime.models.packaged import shareable
 
 from .errors import PathError
 
@@ -42,17 +43,17 @@ def check_output_path(
 ) -> Path:
     """The path ``text`` (as the user typed it, for option ``what``) checked as a file to write.
 
-    Refused: an empty name, a name ending in ``/``, a folder, FIFO, device or socket, a symbolic
-    link or symbolic link loop without ``force``, an SQLite database or a file SQLite keeps beside
-    one (``database``: the file the command itself opens, refused even while it is empty), an
-    existing regular file unless ``force`` or ``replaceable(path)``, a missing or unwritable
-    folder. ``hint`` ends the message for an existing file (how to replace it).
+    Refused: an empty name, a name ending in ``/``, ``.`` or ``..``, a folder, FIFO, device or
+    socket, a symbolic link or symbolic link loop without ``force``, an SQLite database or a file
+    SQLite keeps beside one (``database``: the file the command itself opens, refused even while it
+    is empty), an existing regular file unless ``force`` or ``replaceable(path)``, a missing or
+    unwritable folder. ``hint`` ends the message for an existing file (how to replace it).
     """
     raw = str(text)
     if not raw.strip():
         raise PathError(f"{what} is empty; give a file name")
-    if raw.endswith(("/", os.sep)):
-        raise PathError(f"{what} {raw!r} ends with '/', which names a folder; give a file name")
+    if raw.endswith(("/", os.sep)) or raw.rsplit(os.sep, 1)[-1] in (".", ".."):  # pathlib reads "FILE/." as FILE
+        raise PathError(f"{what} {raw!r} ends with '/', '.' or '..', which names a folder; give a file name")
     path = Path(raw).expanduser()
     st = stat_path(path, what, follow=False)
     if st is not None:

@@ -362,7 +362,7 @@ def test_cache_entries_are_shareable(tmp_path):
     import os
     import tempfile
 
-    from hsd_runtime.models.packaged import shareable
+    from hsd_runtime.models.cache import shareable
 
     folder = Path(tempfile.mkdtemp(dir=tmp_path))  # 0700, as mkdtemp makes it
     (folder / "w.bin").write_bytes(b"x")

@@ -161,6 +161,12 @@ def test_an_export_name_ending_in_a_slash_names_a_folder(scratch):
     refused(scratch, ["profiles", "export", "out dir/", "--db", "base.db"], "ends with '/'")
 
 
+@pytest.mark.parametrize("name", ["base.json/.", "p.txt/..", ".", ".."])
+def test_an_output_name_ending_in_a_dot_names_a_folder(scratch, name):
+    """``FILE/.`` reads as FILE once the path is normalized: even with --force, FILE is never replaced."""
+    refused(scratch, ["profiles", "export", name, "--db", "base.db", "--force"], "ends with '/', '.' or '..'")
+
+
 def test_an_import_with_an_undefined_model_creates_no_database(scratch):
     doc = _doc(scratch)
     doc["latency"][0]["model"] = "ngram:n=5"

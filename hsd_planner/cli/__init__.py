@@ -5,14 +5,17 @@ and :mod:`.docs`, the generated option tables and help of docs/.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
 ``Error: ...`` on stderr and exit status 1, never a traceback; a malformed option or a command
-group without its command exits 2, Ctrl-C 130, each with one line too. Imports every other subpackage;
-nothing imports it.
+group without its command exits 2, Ctrl-C 130, each with one line too. A refused command takes
+back what it wrote to the model cache (:func:`~hsd_runtime.models.cache.taken_back_on_refusal`).
+Imports every other subpackage; nothing imports it.
 """
 
 from __future__ import annotations
 
 import click
 from pydantic import ValidationError
+
+from hsd_runtime.models.cache import taken_back_on_refusal
 
 from ..errors import HSDError
 from ..store import DatabaseError
@@ -49,7 +52,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> object:
         try:
-            return super().invoke(ctx)
+            with taken_back_on_refusal():  # a refused command leaves the model cache as it found it
+                return super().invoke(ctx)
         except click.exceptions.NoArgsIsHelpError as exc:  # a bare command group: name its commands, not its whole help
             group = exc.ctx.command if exc.ctx else None
             names = ", ".join(sorted(group.commands)) if isinstance(group, click.Group) else "a command"

@@ -42,9 +42,9 @@ from torch import nn
 from hsd_runtime import LoadedModel, SamplingConfig
 from hsd_runtime.batch.batched import BatchedHierarchy
 from hsd_runtime.learned.steering import layer_inputs
+from hsd_runtime.models.cache import cache_dir, shareable
 from hsd_runtime.models.files import check_folder, open_input, read_input, staging_folder, stat_input, stat_path
 from hsd_runtime.models.output import apply_output_layer
-from hsd_runtime.models.packaged import cache_dir, shareable
 from hsd_runtime.terms.limits import MAX_CONFIG_BYTES
 
 from ..errors import DistillError, PathError, first_line

@@ -20,8 +20,8 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 from torch import nn
 
+from ..models.cache import shareable
 from ..models.files import open_input, read_input, staging_folder, stat_path
-from ..models.packaged import shareable
 from ..terms.errors import ModelSpecError, PathError, first_line
 from ..terms.limits import MAX_CONFIG_BYTES
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ..terms.choices import GGUF_QUANTS
-from ..terms.errors import ChainError, ModelNotFoundError, PackageMissingError, PathError
+from ..terms.errors import ChainError, ModelNotFoundError, PackageMissingError
 from .engine import LLAMA_CPP_PYTHON, TreeFeed
 from .gguf_file import check_gguf
 
@@ -312,31 +312,25 @@ def _cached_copy(source: Path, out: Path, what: str, maker: str, make: Callable[
     """``out``, a copy of ``source`` that ``make(path)`` writes (``maker`` and ``what`` name it in
     errors), made once into the cache and found there afterwards.
 
-    Made under the entry's lock into a temporary file, checked (a whole GGUF that llama.cpp loads)
-    and renamed into place, so the cache never holds a partial or unloadable file and two processes
-    that need it at once make it once. Where making it fails, or the cache cannot hold the copy,
-    the error is one line and the temporary file is removed.
+    A copy found there is only read (no lock, no write: a team may share a read-only cache).
+    Otherwise it is made under the entry's lock by :func:`~.cache.write_entry`, at a fresh private
+    name, checked (a whole GGUF that llama.cpp loads) and renamed into place, so the cache never
+    holds a partial or unloadable file and two processes that need it at once make it once. Where
+    making it fails, or the cache cannot hold the copy, the error is one line and nothing of the
+    copy is left.
     """
-    from .packaged import cache_folder, cache_lock, shareable
+    from .cache import cache_lock, write_entry
 
-    cache_folder(out.parent)
     if out.is_file():
         return out
-    try:
-        with cache_lock(out):
-            if not out.is_file():
-                tmp = out.with_name(f".{out.name}.tmp")
-                try:
-                    make(tmp)
-                    _check_made(source, tmp, what, maker)
-                    shareable(tmp)
-                    tmp.replace(out)
-                finally:
-                    tmp.unlink(missing_ok=True)
-    except OSError as exc:  # the lock, the write or the rename, in a cache folder that is full or not ours
-        raise PathError(
-            f"the model cache folder {out.parent} cannot hold {out.name}: {exc.strerror or exc}; free space there or point HSD_PLAN_CACHE elsewhere"
-        ) from None
+
+    def write(path: Path) -> None:
+        make(path)
+        _check_made(source, path, what, maker)
+
+    with cache_lock(out):
+        if not out.is_file():
+            write_entry(out, write)
     return out
 
 

@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import stat
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -29,12 +28,13 @@ from torch import nn
 from ..terms.errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
 from ..terms.limits import MAX_CONFIG_BYTES, MAX_DIR_ENTRIES, MAX_GGUF_BYTES
 from ..terms.spec import ModelSpec, check_engine, parse_spec
+from .cache import cache_lock, write_entry
 from .device import resolve_device, resolve_dtype
 from .engine import ENGINES, LLAMA_CPP_PYTHON
 from .files import describe_mode, read_input, stat_input, stat_path
 from .gguf_file import check_gguf
 from .llamacpp import GgufModel
-from .packaged import PACKAGED, cache_folder, cache_lock, converted_dir, packaged_gguf, shareable
+from .packaged import PACKAGED, converted_dir, packaged_gguf
 from .packing import PackedLinear, can_prepack, prepack
 from .quantize import Int8Linear, quantized_copy
 from .static_engine import StaticModel, static_kernels
@@ -269,14 +269,12 @@ def _convert_into(gguf: Path, out: Path) -> None:
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
-    try:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        shareable(tmp)  # mkdtemp makes it private (0700); a team may share the cache
-        os.replace(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    def write(path: Path) -> None:
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+    write_entry(out, write)
 
 
 def _gguf_file(spec: ModelSpec) -> Path:
@@ -289,7 +287,7 @@ def _gguf_file(spec: ModelSpec) -> Path:
         what = "does not exist" if st is None else "is not a .gguf file"
         raise ModelNotFoundError(f"{spec.name!r} {what}; the llama.cpp engine runs a packaged alias or a .gguf file")
     stat_input(path, "GGUF file", MAX_GGUF_BYTES)
-    return path  # its layout is walked by gguf_tokenizer, which every load calls next, before any cache entry
+    return path  # its layout is walked by the load, before any cache entry
 
 
 def gguf_tokenizer(gguf: Path) -> Any:
@@ -301,21 +299,14 @@ def gguf_tokenizer(gguf: Path) -> Any:
     converted = converted_dir(gguf)
     out = converted.with_name(converted.name + "-tokenizer")
     if not (out / "tokenizer_config.json").is_file():
-        check_gguf(gguf)  # before the cache entry's folder and lock exist
-        cache_folder(out.parent)
+        check_gguf(gguf)
+        try:  # read before the cache entry's folder and lock exist: a file it fails on leaves nothing
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
+            raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
         with cache_lock(out):
-            if not (out / "tokenizer_config.json").is_file():
-                try:
-                    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-                except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
-                    raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
-                tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".tmp-"))
-                try:
-                    tokenizer.save_pretrained(tmp)
-                    shareable(tmp)
-                    os.replace(tmp, out)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
+            if not (out / "tokenizer_config.json").is_file():  # not saved by another process while this one waited
+                write_entry(out, tokenizer.save_pretrained)
     return AutoTokenizer.from_pretrained(str(out))
 
 
@@ -504,12 +495,15 @@ class ModelLoader:
         key = (spec.name, spec.layers or 0, spec.quant or "")
         if key not in self._gguf:
             gguf = _gguf_file(spec)
-            # a pruned or quantized copy reads its source's tokenizer: one object for all (about 0.1 GB for Qwen's)
-            sibling = next((m for k, m in self._gguf.items() if k[0] == spec.name), None)
-            tokenizer: Any = sibling.tokenizer if sibling is not None else gguf_tokenizer(gguf)
+            check_gguf(gguf)  # its layout, before anything is made from it
+            # the copies (each checked by llama.cpp before it enters the cache) and the model load
+            # refuse what llama.cpp cannot run before the tokenizer's cache entry is written
             path = pruned_gguf(gguf, spec.layers) if spec.layers else gguf
             path = quantized_gguf(path, spec.quant, self.threads) if spec.quant else path
             model = GgufModel(path, str(spec), self.threads)
+            # a pruned or quantized copy reads its source's tokenizer: one object for all (about 0.1 GB for Qwen's)
+            sibling = next((m for k, m in self._gguf.items() if k[0] == spec.name), None)
+            tokenizer: Any = sibling.tokenizer if sibling is not None else gguf_tokenizer(gguf)
             vocab = tokenizer.get_vocab()
             eos_ids = {tokenizer.eos_token_id} - {None}
             if spec.name in PACKAGED:

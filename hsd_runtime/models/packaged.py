@@ -9,32 +9,27 @@ cache never holds a partial or unverified file). Dequantizing a GGUF through tra
 20 s (135M) to minutes (1.5B), so the result is written once as a Hugging Face directory
 (safetensors) under the cache and loaded from there.
 
-Every cache entry is filled under an exclusive lock (:func:`cache_lock`, ``flock`` on a file
-beside the entry): when two processes on one machine need the same entry for the first time, one
-fills it and the other waits, then finds it finished.
+Every cache entry is filled under an exclusive lock (:func:`~.cache.cache_lock`, ``flock`` on a
+file beside the entry): when two processes on one machine need the same entry for the first time,
+one fills it and the other waits, then finds it finished. How the cache is written is
+:mod:`.cache`'s.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import importlib.util
-import os
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..terms.errors import ModelNotFoundError, PackageMissingError, PathError
+from ..terms.errors import ModelNotFoundError, PackageMissingError
+from .cache import cache_dir, cache_lock, write_entry
 
 __all__ = [
     "PACKAGED",
     "PackagedModel",
     "cache_dir",
-    "cache_folder",
-    "cache_lock",
     "converted_dir",
     "is_converted",
     "packaged_gguf",
@@ -117,44 +112,6 @@ PACKAGED: dict[str, PackagedModel] = {
 }
 
 
-def cache_dir() -> Path:
-    """The cache root: ``$HSD_PLAN_CACHE``, else ``~/.cache/hsd-plan``."""
-    root = os.environ.get("HSD_PLAN_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "hsd-plan"
-
-
-def cache_folder(folder: Path) -> Path:
-    """Create the cache folder ``folder`` (and its parents) if needed; refuse, before any long
-    conversion, a cache that cannot hold it (``$HSD_PLAN_CACHE`` naming a regular file, say)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise PathError(
-            f"the model cache {cache_dir()} cannot hold {folder}: {exc.strerror}; point HSD_PLAN_CACHE at a writable folder"
-        ) from None
-    if not os.access(folder, os.W_OK):
-        raise PathError(f"the model cache folder {folder} is not writable; point HSD_PLAN_CACHE at a writable folder")
-    return folder
-
-
-@contextmanager
-def cache_lock(entry: Path) -> Iterator[None]:
-    """Hold the exclusive lock of the cache entry ``entry`` while it is filled.
-
-    The lock is ``flock`` on ``.NAME.lock`` beside the entry; it is released when the process
-    ends however it ends, and the file stays (removing it would let a third process lock a file
-    the second already waits on). The caller checks again, under the lock, whether the entry was
-    finished meanwhile.
-    """
-    cache_folder(entry.parent)
-    fd = os.open(entry.parent / f".{entry.name}.lock", os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
 def _package_dir(import_name: str, pip: str) -> Path:
     found = importlib.util.find_spec(import_name)
     if found is None or not found.submodule_search_locations:
@@ -202,22 +159,19 @@ def _chunks(pm: PackagedModel, dirs: list[Path]) -> list[Path]:
 
 def _assemble(chunks: list[Path], out: Path, pm: PackagedModel) -> None:
     """Concatenate ``chunks`` into ``out``, checking size and SHA256 on the way; atomic, never partial."""
-    digest = hashlib.sha256()
-    size = 0
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{pm.gguf_name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as tmp:
+
+    def write(path: Path) -> None:
+        digest = hashlib.sha256()
+        size = 0
+        with open(path, "xb") as tmp:
             for chunk in chunks:
                 size += _copy_chunk(chunk, tmp, digest, pm)
         if pm.size is not None and size != pm.size:
             raise ModelNotFoundError(f"assembled {pm.gguf_name} has {size} bytes, expected {pm.size}; reinstall with: {pm.pip}")
         if pm.sha256 and digest.hexdigest() != pm.sha256:
             raise ModelNotFoundError(f"assembled {pm.gguf_name} fails its SHA256 check; reinstall with: {pm.pip}")
-        shareable(Path(tmp_name))
-        os.replace(tmp_name, out)
-    finally:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
+
+    write_entry(out, write)
 
 
 def _copy_chunk(chunk: Path, tmp: BinaryIO, digest: Any, pm: PackagedModel) -> int:
@@ -232,15 +186,6 @@ def _copy_chunk(chunk: Path, tmp: BinaryIO, digest: Any, pm: PackagedModel) -> i
     except OSError as exc:  # vanished or unreadable since the glob found it
         raise ModelNotFoundError(f"cannot read chunk {chunk}: {exc.strerror}; reinstall with: {pm.pip}") from None
     return size
-
-
-def shareable(path: Path) -> None:
-    """Give a cache entry the permissions the umask allows (temporary files start private, 0600
-    or 0700), so that a cache shared by a team works for every member."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for p in [path, *(path.rglob("*") if path.is_dir() else [])]:
-        p.chmod((0o777 if p.is_dir() else 0o666) & ~umask)
 
 
 def quantized_path(gguf: Path, quant: str) -> Path:
