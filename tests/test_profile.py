@@ -151,9 +151,11 @@ def test_latency_only_profile_of_one_model(tiny_dirs, prompt_file, isolated_db):
     "content, fragment",
     [
         ("", "has no prompts"),
-        ('{"prompt": "fine"}\n{"prompt": broken\n', "prompts.jsonl:2: malformed JSON"),
+        ('{"prompt": "fine"}\n{"prompt": broken\n', "prompts.jsonl:2: the line is not JSON"),
+        ('{"prompt": "fine", "id": ' + "9" * 5000 + "}\n", "prompts.jsonl:1: the line holds a number written with 5,000 characters"),
         ('{"text": "no prompt field"}\n', "prompts.jsonl:1: no 'prompt'"),
     ],
+    ids=["empty", "broken", "long number", "no prompt"],
 )
 def test_bad_prompt_files(tiny_dirs, tmp_path, content, fragment):
     path = tmp_path / "prompts.jsonl"

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hsd_runtime.models.files import open_input
+from hsd_runtime.terms.json_text import JSONTextError, parse_json
 
 from ..errors import PromptError
 from ..limits import MAX_PROMPT_CHARS, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS
@@ -70,9 +71,9 @@ def split(prompts: PromptSet, part: str, limit: int | None = None, reserve: int 
 
 def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) -> str | None:
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise PromptError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        row = parse_json(line)
+    except JSONTextError as exc:
+        raise PromptError(f"{path}:{number}: the line {exc}") from None
     if not isinstance(row, dict):
         raise PromptError(f"{path}:{number}: expected a JSON object with a 'prompt' or 'turns' field")
     if category is not None and row.get("category") != category:
