@@ -364,6 +364,26 @@ def test_relative_paths_are_absolute_and_changed_models_refused(tiny_dirs, tmp_p
     one_line_error(run("validate", "--max-prompts", 1, "--prompts", prompts, "--device", "cpu"), "changed on disk since it was profiled")
 
 
+@pytest.mark.parametrize("how", ["named", "working folder"])
+def test_a_model_path_with_a_newline_is_refused_before_anything_is_written(tiny_dirs, tmp_path, monkeypatch, isolated_db, how):
+    """A model whose path holds a line break, typed or reached through the working folder (stored
+    absolute), would break every export's comment into a line of its own: refused where it enters."""
+    import shutil
+
+    folder = tmp_path / ("work\ntouch injected" if how == "working folder" else "work")
+    name = "m" if how == "working folder" else "m\ntouch injected"
+    shutil.copytree(tiny_dirs["target"], folder / name)
+    (folder / "p.txt").write_text("w1 w2 w3\nw2 w3 w4\n")
+    monkeypatch.chdir(folder)
+    result = run("profile", "--models", f"ngram,./{name}", "--prompts", "p.txt", *FAST)
+    one_line_error(result, "holds the control character U+000A")
+    assert not isolated_db.exists() and sorted(p.name for p in folder.iterdir()) == sorted([name, "p.txt"])
+
+
+def test_a_served_name_with_a_newline_is_refused(profiled):
+    one_line_error(run("export", "--format", "vllm", "--model-map", "ngram=x\ntouch injected"), "holds the control character U+000A")
+
+
 # --- 3/7. model files that cannot or must not be loaded ---------------------------------------
 
 
