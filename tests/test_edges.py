@@ -225,7 +225,16 @@ def test_bounds_are_shown_in_help():
     assert "1<=x<=1000" in run("profile", "--help").output
 
 
-@pytest.mark.parametrize("config, fragment", [("5", "holds a JSON int"), ("[]", "holds a JSON list"), ("{", "is not JSON")])
+@pytest.mark.parametrize(
+    "config, fragment",
+    [
+        ("5", "holds a JSON int"),
+        ("[]", "holds a JSON list"),
+        ("{", "is not JSON"),
+        ('{"vocab_size": ' + "9" * 5000 + "}", "config.json holds a number written with 5,000 characters"),
+    ],
+    ids=["int", "list", "broken", "long number"],
+)
 def test_model_folders_with_odd_configs(scratch, tiny_dirs, config, fragment):
     model = scratch / "m"
     shutil.copytree(tiny_dirs["target"], model)

@@ -202,12 +202,17 @@ def test_a_fifo_in_a_model_directory_is_refused_without_blocking(tiny_dirs, fold
 # --- tracebacks: cards nested past the parser, links that lead nowhere ------------------------------
 
 
+@pytest.mark.parametrize(
+    "text, fragment",
+    [("[" * 100_000, "is nested too deeply"), ('{"format": ' + "9" * 5000 + "}", "holds a number written with 5,000 characters")],
+    ids=["deep", "long number"],
+)
 @pytest.mark.parametrize("kind", list(TRAINED))
-def test_a_card_of_deeply_nested_json_is_one_line(tiny_dirs, folder, kind):
+def test_a_card_the_json_reader_refuses_is_one_line(tiny_dirs, folder, kind, text, fragment):
     make, _, card = TRAINED[kind]
     directory, chain = make(tiny_dirs, folder)
-    (directory / card).write_text("[" * 100_000)
-    refused(folder, generate(chain), "is not a valid card (RecursionError)")
+    (directory / card).write_text(text)
+    refused(folder, generate(chain), f"is not a valid card: it {fragment}")
 
 
 @pytest.mark.parametrize("option", ["--cache", "--out"])

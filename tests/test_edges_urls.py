@@ -160,6 +160,56 @@ def test_a_url_from_the_environment_is_masked(monkeypatch):
     checked(result, "postgresql://alice:***@127.0.0.1:abc/db: port 'abc'", ("Env5Secret",))
 
 
+# --- libpq's keyword/value form -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "conninfo, shown",
+    [
+        ("host=127.0.0.1 port=1 user=alice password=Kv1Secret dbname=db", f"postgresql://alice:***@{CLOSED}/db"),
+        ("  dbname = db  password = 'Kv1 Secret'  user=alice host=127.0.0.1 port=1", f"postgresql://alice:***@{CLOSED}/db"),
+        (r"host=127.0.0.1 port=1 user=alice password='Kv1\'Secret' dbname=db", f"postgresql://alice:***@{CLOSED}/db"),
+        (
+            "host=127.0.0.1 port=1 user=alice password=Kv1Secret sslpassword=Kv2Secret sslmode=disable dbname=db",
+            f"postgresql://alice:***@{CLOSED}/db?sslpassword=***&sslmode=disable",
+        ),
+    ],
+)
+def test_a_libpq_keyword_string_is_a_connection_with_its_password_masked(conninfo, shown):
+    """libpq's other form of a connection (what psql takes): read as the URL it stands for, never as a file name."""
+    line = refused(conninfo, "no database server answers there", ("Kv1Secret", "Kv1 Secret", "Kv1'Secret", "Kv2Secret"))
+    assert f"cannot open {shown}:" in line
+
+
+@pytest.mark.parametrize(
+    "conninfo, fragment",
+    [
+        ("host=db user=alice password=Kv1 Secret dbname=db", "every word must be keyword=value"),
+        ("host=db user=alice password='Kv1Secret dbname=db", "the quoted value of password has no closing quote"),
+        ("passwrod=Kv1Secret host=db dbname=db", "'passwrod' is not a libpq connection keyword"),
+        ("host=db password=Kv1Secret", "names no database; add dbname=NAME"),
+        ("host=db password=Kv1Secret password=Kv1Secret dbname=db", "'password' is given more than once"),
+        ("host=db port=abc password=Kv1Secret dbname=db", "port 'abc' is not a whole number from 1 to 65535"),
+    ],
+)
+def test_a_malformed_libpq_keyword_string_is_one_line_without_its_values(conninfo, fragment):
+    refused(conninfo, fragment, ("Kv1Secret",))
+
+
+def test_a_libpq_keyword_string_from_the_environment_is_masked(monkeypatch):
+    monkeypatch.setenv("HSD_PLAN_DB", "host=127.0.0.1 port=1 user=alice password=Env6Secret dbname=db")
+    with deadline():
+        result = run_cli("solve")
+    checked(result, f"cannot open postgresql://alice:***@{CLOSED}/db", ("Env6Secret",))
+
+
+def test_a_file_whose_name_starts_like_a_keyword_is_named_as_a_path(folder):
+    from hsd_planner.store.db import resolve_url
+
+    assert resolve_url("./host=x.db").database == str(folder / "host=x.db")
+    assert resolve_url("hosts=x.db").database == str(folder / "hosts=x.db")
+
+
 # --- each malformed part is one line that names it ------------------------------------------------
 
 

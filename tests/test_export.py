@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import shlex
+import sqlite3
+import subprocess
 
 import pytest
+import yaml
 from sqlalchemy.orm import Session
 
 from hsd_planner.export import STACKS, PlanDocument, json_schema, plan_document
@@ -18,7 +22,7 @@ from hsd_planner.store import open_engine
 from hsd_planner.store.plans import load_plan
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
 from hsd_runtime.terms.shape import TreeShape
-from tests.helpers import run
+from tests.helpers import one_line_error, run
 
 # name -> (parameters, c(1) ms, ms per extra token in a pass); the target is "big"
 MODELS = {
@@ -276,3 +280,53 @@ def test_solve_exports_its_pick(solved):
     assert text.exit_code == 0 and "GenerationConfig(" in text.output and "transformers 5.23:" in text.output
     bad = run("solve", "--model-map", "big=x", "--hardware", "hw1")
     assert bad.exit_code == 1 and "give --export FORMAT too" in bad.output
+
+
+# --- a name that holds a newline never leaves its string ---------------------------------------------
+
+HOSTILE_TARGET = "/m/t\ntouch injected-target\n.gguf"
+HOSTILE_DRAFTER = "/m/d\n__import__('os').system('touch injected-drafter')\n#\u2028x"
+
+
+@pytest.mark.parametrize("stack", [s for versions in STACKS.values() for s in versions], ids=lambda s: f"{s.format}-{s.version}")
+def test_a_name_with_a_newline_stays_inside_its_string_in_every_export(stack, tmp_path):
+    """Whatever a name holds, the export's comment stays one line and every name stays one word of
+    a command or one string of the code: running the file runs nothing it names."""
+    from hsd_planner.export.stacks import Served, comment_line
+
+    served = Served(HOSTILE_TARGET, HOSTILE_DRAFTER, False, 3, 0, "greedy", None)
+    text = "\n".join(
+        [comment_line(f"hsd-plan plan 1 for {stack.label}: {HOSTILE_DRAFTER} -> {HOSTILE_TARGET}"), *stack.render(served).lines]
+    )
+    assert text.splitlines()[0].startswith("# hsd-plan plan 1") and "\n" not in comment_line(HOSTILE_TARGET + HOSTILE_DRAFTER)
+    if stack.format == "hf":  # imports and assignments only; the names are string constants
+        tree = ast.parse(text)
+        assert all(isinstance(node, (ast.ImportFrom, ast.Assign)) for node in tree.body), ast.dump(tree)
+        names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        assert {HOSTILE_TARGET, HOSTILE_DRAFTER} <= names
+    elif stack.format == "trtllm":  # YAML: the comment, then the drafter as one string
+        config = yaml.safe_load(text)
+        assert set(config) == {"disable_overlap_scheduler", "speculative_config"}
+        assert config["speculative_config"]["speculative_model"] == HOSTILE_DRAFTER
+    else:  # shell: each command a function that records its words
+        stubs = "".join(f'{c}() {{ printf "%s\\0" "$@" >> words; }}\n' for c in ("vllm", "python", "llama-server"))
+        (tmp_path / "export.sh").write_text(stubs + text + "\n")
+        done = subprocess.run(["bash", "export.sh"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["export.sh", "words"]  # nothing injected ran
+        words = (tmp_path / "words").read_text().split("\0")
+        assert HOSTILE_TARGET in words and (HOSTILE_DRAFTER in words or stack.format == "vllm")
+
+
+def test_a_stored_name_with_a_newline_is_refused_by_export(solved, tmp_path, isolated_db):
+    """A profile written past hsd-plan's checks (straight into the database) whose model name holds
+    a newline: every export is one line that names it, and writes nothing."""
+    _, plans = solved
+    with sqlite3.connect(isolated_db) as con:
+        con.execute("UPDATE models SET spec = 'mid' || char(10) || 'touch injected' WHERE spec = 'mid'")
+        con.execute("UPDATE plans SET chain = replace(chain, '\"mid\"', '\"mid\\ntouch injected\"')")
+    for fmt in ("hf", "vllm", "llamacpp", "json"):
+        out = tmp_path / f"plan.{fmt}"
+        result = run("export", "--plan", plans["depth 2"], "--format", fmt, "--out", out)
+        one_line_error(result, "holds the control character U+000A")
+        assert not out.exists()

@@ -280,3 +280,26 @@ def test_a_profile_stopped_by_the_quantizer_runs_whole_when_rerun(ggufs, cache, 
     ok = run(*args)
     assert ok.exit_code == 0, ok.output
     assert f"{ggufs['draft']}:quant=q8_0:engine=llamacpp" in ok.output
+
+
+def test_every_llamacpp_profile_is_shown_exported_and_imported(ggufs, cache, isolated_db, tmp_path):
+    """What profile stores on llama.cpp (re-quantized and cut copies, an n-gram with min=, a GGUF
+    converted for torch beside them), profiles show and export write and an import reads back whole."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("\n".join(["ab cd ef gh", "ij kl mn op", "qr st uv wx", "yz ab cd ef"]) + "\n")
+    draft, target = ggufs["draft"], ggufs["target"]
+    specs = ["ngram:n=4:min=2", f"{draft}:quant=q8_0", f"{target}:layers=1:quant=f16", f"{draft}:engine=torch:dtype=fp32", str(target)]
+    result = run("profile", "--engine", "llamacpp", "--models", ",".join(specs), "--prompts", prompts, "--max-prompts", "2",
+                 "--max-new-tokens", "4", "--latency-grid", "1,2", "--context-lens", "8", "--repeats", "1")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert run("profiles", "show").exit_code == 0
+    exported = tmp_path / "export.json"
+    assert run("profiles", "export", exported).exit_code == 0
+    stored = {m["spec"] for m in json.loads(exported.read_text())["models"]}
+    assert stored == {"ngram:n=4:min=2", f"{draft}:quant=q8_0:engine=llamacpp", f"{target}:layers=1:quant=f16:engine=llamacpp",
+                      f"{draft}:engine=torch:dtype=fp32", f"{target}:engine=llamacpp"}  # fmt: skip
+    fresh = tmp_path / "fresh.db"
+    assert run("profiles", "import", exported, "--db", fresh).exit_code == 0
+    again = tmp_path / "again.json"
+    assert run("profiles", "export", again, "--db", fresh).exit_code == 0
+    assert json.loads(again.read_text()) == json.loads(exported.read_text())

@@ -118,6 +118,39 @@ def test_export_then_import_into_a_fresh_db_reproduces_the_rows(tiny_dirs, promp
     assert "acceptance ngram ->" in shown.output
 
 
+def test_every_profile_profile_stores_is_shown_exported_and_imported(tiny_dirs, tmp_path, isolated_db):
+    """Specs with every option the torch engine takes, on prompts whose file name holds a tab: what
+    profile stores, profiles show and export show and write, and an import reads back whole."""
+    prompts = tmp_path / "code\tprompts.txt"
+    prompts.write_text("\n".join(f"w{i} w{i + 1} w{i + 2} w{i} w{i + 1}" for i in range(12)))
+    draft, target = tiny_dirs["draft"], tiny_dirs["target"]
+    specs = ["ngram:n=4:min=2", f"{draft}:quant=int8", f"{draft}:vocab=16", f"{target}:layers=2:dtype=fp32", str(target)]
+    result = run("profile", "--models", ",".join(specs), "--prompts", prompts, "--max-prompts", "2", *FAST)
+    assert result.exit_code == 0, result.output
+    shown = run("profiles", "show")
+    assert shown.exit_code == 0 and "code\\tprompts:profile" in shown.output, shown.output
+    exported = tmp_path / "export.json"
+    assert run("profiles", "export", exported).exit_code == 0
+    assert {m["spec"] for m in json.loads(exported.read_text())["models"]} == set(specs)
+    fresh = tmp_path / "fresh.db"
+    assert run("profiles", "import", exported, "--db", fresh).exit_code == 0
+    again = tmp_path / "again.json"
+    assert run("profiles", "export", again, "--db", fresh).exit_code == 0
+    assert json.loads(again.read_text()) == json.loads(exported.read_text())
+
+
+def test_a_spec_too_long_to_store_is_refused_before_anything_loads(tiny_dirs, prompt_file, tmp_path, isolated_db):
+    """A model path deep enough that its absolute spec passes the database's column is refused up
+    front, not stored where profiles show and export would refuse it."""
+    import shutil
+
+    deep = tmp_path.joinpath(*["d" * 100] * 5) / "draft"
+    shutil.copytree(tiny_dirs["draft"], deep)
+    result = run("profile", "--models", f"{deep},{tiny_dirs['target']}", "--prompts", prompt_file, *FAST)
+    assert result.exit_code == 1 and "characters as stored (its absolute path); a profile keeps at most 500" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not isolated_db.exists()
+
+
 def test_import_of_a_wrong_schema_version_is_refused(tmp_path):
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"schema_version": 0, "models": []}))
@@ -151,9 +184,11 @@ def test_latency_only_profile_of_one_model(tiny_dirs, prompt_file, isolated_db):
     "content, fragment",
     [
         ("", "has no prompts"),
-        ('{"prompt": "fine"}\n{"prompt": broken\n', "prompts.jsonl:2: malformed JSON"),
+        ('{"prompt": "fine"}\n{"prompt": broken\n', "prompts.jsonl:2: the line is not JSON"),
+        ('{"prompt": "fine", "id": ' + "9" * 5000 + "}\n", "prompts.jsonl:1: the line holds a number written with 5,000 characters"),
         ('{"text": "no prompt field"}\n', "prompts.jsonl:1: no 'prompt'"),
     ],
+    ids=["empty", "broken", "long number", "no prompt"],
 )
 def test_bad_prompt_files(tiny_dirs, tmp_path, content, fragment):
     path = tmp_path / "prompts.jsonl"

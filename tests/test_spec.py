@@ -43,3 +43,12 @@ def test_chain_target_cannot_be_ngram():
     with pytest.raises(ModelSpecError, match="target"):
         parse_chain("m,ngram")
     assert [str(s) for s in parse_chain("ngram,m:layers=2,m")] == ["ngram", "m:layers=2", "m"]
+
+
+@pytest.mark.parametrize("char", ["\n", "\r", "\x00", "\x1b", "\x7f", "\x85", "\u2028", "\u2029"])
+@pytest.mark.parametrize("where", ["/models/{}x.gguf", "m:steer=/s/{}x", "bpd:/h/x:rescore=ngram:corpus=/c{}x"])
+def test_a_control_character_anywhere_in_a_spec_is_refused(char, where):
+    """A name goes into the database and into every export's comments and commands, where a line
+    break (C0 and C1 controls, DEL, U+2028, U+2029) would start a line of its own."""
+    with pytest.raises(ModelSpecError, match=f"holds the control character U\\+{ord(char):04X}"):
+        parse_spec(where.format(char))

@@ -164,6 +164,19 @@ def test_bad_servers_are_one_line_each(pg_cluster, pg_url, tiny_dirs, tmp_path):
     assert run("profiles", "show", "--db", right).exit_code == 0
 
 
+def test_a_libpq_keyword_string_opens_the_database_its_url_names(pg_cluster):
+    """psql's keyword/value spelling of a connection reaches the same database as the URL; a wrong
+    password in it is one line that never shows it."""
+    fresh = pg_cluster.create_database()
+    conninfo = f"host='{pg_cluster.root}' user={pg.PASSWORD_USER} password='{pg.PASSWORD}' dbname={fresh}"
+    open_engine(conninfo).dispose()  # migrated through the keyword form
+    assert run("profiles", "show", "--db", pg_cluster.url(fresh, pg.PASSWORD_USER, pg.PASSWORD)).exit_code == 0
+    assert run("profiles", "show", "--db", conninfo).exit_code == 0
+    wrong = run("profiles", "show", "--db", conninfo.replace(pg.PASSWORD, "s3cret-guess"))
+    one_line_error(wrong, f'wrong password for user "{pg.PASSWORD_USER}"')
+    assert "s3cret-guess" not in wrong.output
+
+
 def test_a_database_of_a_newer_hsd_plan_is_refused_before_a_profile_loads(pg_cluster, pg_url, tiny_dirs, tmp_path):
     open_engine(pg_url).dispose()
     name = make_url(pg_url).database

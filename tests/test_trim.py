@@ -97,6 +97,7 @@ def test_bad_trims_are_refused(tiny_dirs, tmp_path):
     bad = tmp_path / "bad.json"
     for text, fragment in [
         ("not json", "is not JSON"),
+        ("[" + "9" * 5000 + "]", "holds a number written with 5,000 characters"),
         ("[]", "non-empty list"),
         ("[1, 1]", "names a token twice"),
         ("[1, 2.5]", "non-empty list"),

@@ -27,7 +27,7 @@ from .schema import (
     StackScheduleEntry,
     WorkloadInfo,
 )
-from .stacks import STACKS, Served, Stack, stack_for
+from .stacks import STACKS, Served, Stack, comment_line, stack_for
 
 __all__ = ["ExportReport", "check_request", "export_plan", "plan_document"]
 
@@ -120,7 +120,7 @@ def export_plan(
         names = {**gguf_names([exported.chain]), **names}
     rendered = stack.render(replace(_served(stored, exported, names), schedule=schedule))
     reasons = reasons + why
-    comment = f"# hsd-plan plan {stored.plan_id} for {stack.label}: {_speed(exported)}"
+    comment = comment_line(f"hsd-plan plan {stored.plan_id} for {stack.label}: {_speed(exported)}")
     text = "\n".join([comment, *rendered.lines]) + "\n"
     return ExportReport(fmt, stack.name, stack.version, stored.plan_id, stored.plan, exported, reasons, rendered.payload, text)
 

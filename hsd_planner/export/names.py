@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from hsd_runtime.terms.spec import check_printable
+
 from ..errors import ExportError, ModelSpecError
 from ..profiling.sources import absolute_spec
 
@@ -31,6 +33,7 @@ def parse_model_map(entries: Iterable[str]) -> dict[str, str]:
             raise ExportError(f"--model-map {entry!r} is not spec=served-name")
         try:
             key = absolute_spec(spec)
+            check_printable(name, f"the served name {name.strip()[:200]!r}")  # it goes into the export's commands and code
         except ModelSpecError as exc:
             raise ExportError(f"--model-map {entry!r}: {exc}") from None
         if key in out:

@@ -22,7 +22,7 @@ from hsd_runtime.terms.choices import Mode
 from ..errors import ExportError
 from .batch import trtllm_schedule
 
-__all__ = ["FORMATS", "STACKS", "Rendered", "Served", "Stack", "stack_for"]
+__all__ = ["FORMATS", "STACKS", "Rendered", "Served", "Stack", "comment_line", "stack_for"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,17 @@ class Stack:
     @property
     def label(self) -> str:
         return f"{self.name} {self.version}"
+
+
+def comment_line(text: str) -> str:
+    """``# text`` as one line of a shell, Python or YAML file, whatever ``text`` holds: a character
+    that is not printable (a newline above all, which would end the comment and begin a command or
+    a statement of its own) is written as its escape (``\\n``, ``\\u2028``).
+
+    >>> comment_line("plan 3: m\\ntouch x")
+    '# plan 3: m\\\\ntouch x'
+    """
+    return "# " + "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def _py(value: object) -> str:
@@ -204,7 +215,7 @@ def _trtllm(s: Served) -> Rendered:
         # {key: k}: a batch of s requests drafts the k of the smallest key >= s, none above the largest
         spec["draft_len_schedule"] = schedule
     command = f"trtllm-serve {shlex.quote(s.target)} --extra_llm_api_options extra-llm-api-options.yaml"
-    lines = [f"# {command}"]
+    lines = [comment_line(command)]
     if spec is None:
         lines.append("{}")
     else:

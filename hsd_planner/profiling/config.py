@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hsd_runtime import LoadedModel, ModelSpec
 from hsd_runtime.terms.choices import Dtype, Mode
 from hsd_runtime.terms.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
-from ..limits import MAX_LENGTH, MAX_REPEATS
+from ..limits import MAX_LENGTH, MAX_NAME_CHARS, MAX_REPEATS
 from ..store.records import ModelFacts, RunKeys
 
 if TYPE_CHECKING:
@@ -46,6 +46,19 @@ class ProfileConfig(BaseModel):
     batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH)]] = Field(default_factory=lambda: [1], min_length=1)
     acceptance: bool = True
     force: bool = False
+
+    @field_validator("models")
+    @classmethod
+    def _storable(cls, models: list[str]) -> list[str]:
+        """Each spec as it is stored (a path made absolute, the engine appended) fits the database's
+        column, and so the export every profile can be shown and moved as."""
+        for spec in models:
+            if len(spec) > MAX_NAME_CHARS:
+                raise ValueError(
+                    f"model spec {spec[:60]}... is {len(spec):,} characters as stored (its absolute path); a profile keeps "
+                    f"at most {MAX_NAME_CHARS}: move or link the model to a shorter path"
+                )
+        return models
 
 
 @dataclass

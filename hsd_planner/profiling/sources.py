@@ -13,7 +13,7 @@ from pathlib import Path
 from hsd_runtime.models.files import read_input, stat_path
 from hsd_runtime.models.packaged import PACKAGED
 from hsd_runtime.terms.limits import MAX_CONFIG_BYTES
-from hsd_runtime.terms.spec import BPD, ModelSpec, parse_spec
+from hsd_runtime.terms.spec import BPD, ModelSpec, check_printable, parse_spec
 
 from ..errors import StoreError
 from ..prompts import PromptSet, trained_on
@@ -57,7 +57,8 @@ def trained_overlaps(specs: list[str], prompts: PromptSet) -> list[tuple[str, in
 
 def absolute_spec(text: str) -> str:
     """``text`` with a local model path and the files its options name (steering directory, vocab
-    ranking, n-gram corpus) made absolute (other specs unchanged).
+    ranking, n-gram corpus) made absolute (other specs unchanged). The absolute form is checked for
+    control characters as the typed one was: the working folder or a link may add them.
 
     >>> absolute_spec("ngram:n=4")
     'ngram:n=4'
@@ -67,10 +68,11 @@ def absolute_spec(text: str) -> str:
     if files:
         spec = spec.model_copy(update={"options": tuple((k, files.get(k, v)) for k, v in spec.options)})
     path = _local_path(spec)
-    if path is None:
-        return str(spec)
-    name = str(path.resolve())
-    return str(spec.model_copy(update={"name": f"{BPD}:{name}" if spec.is_bpd else name}))
+    if path is not None:
+        name = str(path.resolve())
+        spec = spec.model_copy(update={"name": f"{BPD}:{name}" if spec.is_bpd else name})
+    check_printable(str(spec), f"model spec {text[:200]!r}, made absolute ({str(spec)[:200]!r}),")
+    return str(spec)
 
 
 def absolute_specs(texts: list[str] | tuple[str, ...]) -> list[str]:

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from hsd_runtime.models.files import read_input
+from hsd_runtime.terms.json_text import parse_json
 
 from ..limits import MAX_RECORD_BYTES
 from .sets import PromptSet, prompt_digest
@@ -34,7 +35,7 @@ def trained_digests(folder: Path) -> set[str]:
     if not path.is_file():
         return set()
     try:
-        return {str(d) for d in json.loads(read_input(path, "trained-prompts record", MAX_RECORD_BYTES))["digests"]}
+        return {str(d) for d in parse_json(read_input(path, "trained-prompts record", MAX_RECORD_BYTES))["digests"]}
     except (ValueError, KeyError, TypeError):
         return set()  # a damaged record says nothing; the drafter itself is checked where it is loaded
 

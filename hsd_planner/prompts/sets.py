@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from hsd_runtime.models.files import open_input
+from hsd_runtime.terms.json_text import JSONTextError, parse_json
 
 from ..errors import PromptError
-from ..limits import MAX_PROMPT_CHARS, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS
+from ..limits import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS
 from .humaneval import HUMANEVAL, humaneval_prompts
 
 __all__ = ["BUILTIN", "TRAIN_RESERVE", "PromptSet", "encode_prompt", "load_prompts", "prompt_digest", "split"]
@@ -70,9 +71,9 @@ def split(prompts: PromptSet, part: str, limit: int | None = None, reserve: int 
 
 def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) -> str | None:
     try:
-        row = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise PromptError(f"{path}:{number}: malformed JSON ({exc.msg})") from None
+        row = parse_json(line)
+    except JSONTextError as exc:
+        raise PromptError(f"{path}:{number}: the line {exc}") from None
     if not isinstance(row, dict):
         raise PromptError(f"{path}:{number}: expected a JSON object with a 'prompt' or 'turns' field")
     if category is not None and row.get("category") != category:
@@ -124,7 +125,19 @@ def load_prompts(path: str | Path | None = None, category: str | None = None) ->
     name = "builtin" if path is None else file.stem
     if category:
         name += f"/{category}"
-    return PromptSet(name, tuple(prompts))
+    return PromptSet(_label(name), tuple(prompts))
+
+
+def _label(name: str) -> str:
+    """A prompt set's name as the database keeps it and every listing shows it: each character
+    that is not printable (a tab or an escape sequence in a file name or a category) written as
+    its escape, and no longer than a stored name may be with a split's suffix (``:validate``).
+
+    >>> _label("p\\tq/" + "c" * 600)[:8], len(_label("c" * 600))
+    ('p\\\\tq/ccc', 484)
+    """
+    shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in name)
+    return shown[: MAX_NAME_CHARS - 16]
 
 
 def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:

@@ -35,7 +35,7 @@ from hsd_runtime.models.files import describe_mode, stat_path
 
 from ..errors import StoreError, first_line
 from ..paths import SQLITE_HEADER
-from .server import advisory_lock, connect_args, describe_failure, is_server, parse_url, redact, shown
+from .server import advisory_lock, connect_args, conninfo_url, describe_failure, is_conninfo, is_server, parse_url, redact, shown
 
 __all__ = [
     "StoreError",
@@ -68,8 +68,11 @@ def default_db_path() -> Path:
 def resolve_url(db: str | None = None) -> URL:
     """The database named by ``--db``, else ``$HSD_PLAN_DB``, else the default path, as a URL.
 
-    Only a string that starts with ``scheme://`` is a URL; anything else is a file path, taken
-    literally (``new?x=1.db`` is a file of that name, never a URL with a query). A server's URL is
+    A string that starts with ``scheme://`` is a URL, and one that starts with a libpq keyword and
+    ``=`` (``host=db user=ann dbname=team``) is libpq's keyword/value form of a PostgreSQL
+    connection, read as the URL it stands for (:func:`.server.conninfo_url`); anything else is a
+    file path, taken literally (``new?x=1.db`` is a file of that name, never a URL with a query,
+    and ``./host=x.db`` a file whose name starts like a keyword). A server's URL is
     read by :func:`.server.parse_url`, which refuses any it could misread. An in-memory SQLite URL
     is refused (nothing would be kept), and so are SQLite URI filenames and query options
     (``sqlite:///file:x.db?uri=true``), which would bypass the file checks below, and a user, a
@@ -79,6 +82,8 @@ def resolve_url(db: str | None = None) -> URL:
         raise StoreError("--db is empty; pass a database path or URL, or leave --db out for the default")
     option = "--db" if db is not None else "HSD_PLAN_DB" if os.environ.get("HSD_PLAN_DB") else "the default database"
     text = db or os.environ.get("HSD_PLAN_DB") or str(default_db_path())
+    if is_conninfo(text):
+        return conninfo_url(text, option)
     if not _URL_SCHEME.match(text):
         return URL.create("sqlite", database=os.path.abspath(os.path.expanduser(text)))
     if text.partition("://")[0].partition("+")[0] != "sqlite":

@@ -20,6 +20,7 @@ from hsd_runtime.terms.choices import GGUF_QUANTS, Mode
 from hsd_runtime.terms.spec import parse_spec
 
 from ..errors import HSDError
+from ..limits import MAX_NAME_CHARS
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -42,7 +43,7 @@ Prob = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # alpha, P(G >=
 Sum = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # sums of probabilities over positions
 Count = Annotated[int, Field(ge=0, le=10**12)]
 Small = Annotated[int, Field(ge=1, le=10**7)]  # widths, threads, lengths
-Name = Annotated[str, Field(min_length=1, max_length=500)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]
 
 
 def _spec(value: str) -> str:

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime.models.files import read_input
+from hsd_runtime.terms.json_text import JSONTextError, parse_json
 
 from ..errors import StoreError
 from ..limits import MAX_DOCUMENT_BYTES
@@ -136,13 +137,11 @@ def read_document(path: Path, what: str = "profile file") -> ProfileDocument:
     if data.startswith(SQLITE_HEADER):
         raise StoreError(f"{what} {path} is an SQLite database, not an exported profile (JSON); pass a database with --db")
     try:
-        raw = json.loads(data.decode("utf-8"))
+        raw = parse_json(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise StoreError(f"{what} {path} is not UTF-8 text, so not an exported profile (JSON)") from None
-    except json.JSONDecodeError as exc:
-        raise StoreError(f"{what} {path} is not JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise StoreError(f"{what} {path} is nested too deeply to be an hsd-plan export") from None
+    except JSONTextError as exc:
+        raise StoreError(f"{what} {path} {exc}, so it is no hsd-plan export") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if type(version) is not int or version != SCHEMA_VERSION:  # True and 1.0 equal 1 but are not a version
         raise StoreError(f"{path} has profile schema version {version!r}; this hsd-plan reads version {SCHEMA_VERSION}")

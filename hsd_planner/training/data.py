@@ -45,6 +45,7 @@ from hsd_runtime.learned.steering import layer_inputs
 from hsd_runtime.models.cache import cache_dir, shareable
 from hsd_runtime.models.files import check_folder, open_input, read_input, staging_folder, stat_input, stat_path
 from hsd_runtime.models.output import apply_output_layer
+from hsd_runtime.terms.json_text import JSONTextError, parse_json
 from hsd_runtime.terms.limits import MAX_CONFIG_BYTES
 
 from ..errors import DistillError, PathError, first_line
@@ -389,10 +390,10 @@ def _load(folder: Path, key: CorpusKey) -> Corpus | None:
     try:
         if stat_path(meta_file, "the cached corpus key") is None:
             return None
-        meta = json.loads(read_input(meta_file, "the cached corpus key", MAX_CONFIG_BYTES))
+        meta = parse_json(read_input(meta_file, "the cached corpus key", MAX_CONFIG_BYTES))
         stored = CorpusKey(**meta["key"])
     except Exception as exc:  # a FIFO, bad JSON, a foreign key: any unreadable key is a damaged entry
-        why = str(exc) if isinstance(exc, PathError) else type(exc).__name__
+        why = str(exc) if isinstance(exc, (PathError, JSONTextError)) else type(exc).__name__
         raise DistillError(f"the cached corpus {folder} has an unreadable key ({why}); {refresh}") from None
     if stored != key:
         differ = [

@@ -11,7 +11,6 @@ opened, so a FIFO or a device in its place never blocks the read.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from torch import nn
 from ..models.cache import shareable
 from ..models.files import open_input, read_input, staging_folder, stat_path
 from ..terms.errors import ModelSpecError, PathError, first_line
+from ..terms.json_text import JSONTextError, parse_json
 from ..terms.limits import MAX_CONFIG_BYTES
 
 __all__ = ["load_weights", "read_card_file", "save_trained", "write_files"]
@@ -88,15 +88,18 @@ def read_card_file(folder: Path, card_file: str, kind: type[C], fmt: int, what: 
 
     ``what`` names the directory's kind (``a heads directory``) and ``remedy`` the command that
     makes one, for the one-line errors. A FIFO, device or folder in the card's place is refused
-    before it is opened; JSON nested too deep for the parser is refused as invalid.
+    before it is opened; text :func:`~hsd_runtime.terms.json_text.parse_json` refuses (malformed,
+    nested too deep, a number of hundreds of digits) is refused as invalid.
     """
     path = folder / card_file
     if stat_path(path, f"card of {what}") is None:
         raise ModelSpecError(f"{folder} is not {what} (no {card_file}); make one with {remedy}")
     data = read_input(path, "card", MAX_CONFIG_BYTES)
     try:
-        card = kind.model_validate(json.loads(data))
-    except (ValueError, ValidationError, RecursionError) as exc:
+        card = kind.model_validate(parse_json(data))
+    except JSONTextError as exc:
+        raise ModelSpecError(f"{path} is not a valid card: it {exc}; run {remedy} again") from None
+    except (ValueError, ValidationError) as exc:
         raise ModelSpecError(f"{path} is not a valid card ({type(exc).__name__}); run {remedy} again") from None
     if getattr(card, "format", None) != fmt:
         raise ModelSpecError(f"{path} has format {getattr(card, 'format', None)}, this hsd-plan reads {fmt}; run {remedy} again")

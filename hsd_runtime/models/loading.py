@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from ..terms.errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
+from ..terms.json_text import JSONTextError, parse_json
 from ..terms.limits import MAX_CONFIG_BYTES, MAX_DIR_ENTRIES, MAX_GGUF_BYTES
 from ..terms.spec import ModelSpec, check_engine, parse_spec
 from .cache import cache_lock, write_entry
@@ -227,9 +228,9 @@ def _check_model_dir(source: Path, spec: ModelSpec) -> None:
             continue  # a tokenizer config is optional (one that is there is checked: a FIFO would block transformers)
         data = read_input(path, f"{spec.name}:", MAX_CONFIG_BYTES)
         try:
-            config = json.loads(data)
-        except (ValueError, RecursionError):
-            raise ModelNotFoundError(f"{spec.name}: {name} is not JSON; it is not a Hugging Face model directory") from None
+            config = parse_json(data)
+        except JSONTextError as exc:
+            raise ModelNotFoundError(f"{spec.name}: {name} {exc}; it is not a Hugging Face model directory") from None
         if not isinstance(config, dict):
             raise ModelNotFoundError(f"{spec.name}: {name} holds a JSON {type(config).__name__}, not an object of settings")
         if "auto_map" in config:

@@ -18,7 +18,6 @@ end of an answer.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch
 from torch import nn
 
 from ..terms.errors import ModelSpecError
+from ..terms.json_text import JSONTextError, parse_json
 from ..terms.limits import MAX_RANKING_BYTES
 from .files import read_input
 
@@ -85,9 +85,9 @@ def read_ranking(path: Path) -> tuple[list[int], str | None]:
     the tokenizer fingerprint it was counted with (None for a bare list)."""
     text = read_input(path, "vocab ranking", MAX_RANKING_BYTES)
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        raise ModelSpecError(f"vocab ranking {path} is not JSON; write a list of token ids, most frequent first") from None
+        data = parse_json(text)
+    except JSONTextError as exc:
+        raise ModelSpecError(f"vocab ranking {path} {exc}; write a list of token ids, most frequent first") from None
     fingerprint = None
     if isinstance(data, dict):  # the file hsd-plan vocab writes: {"tokens": [...], "fingerprint": ..., ...}
         fingerprint = data.get("fingerprint") if isinstance(data.get("fingerprint"), str) else None

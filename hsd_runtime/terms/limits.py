@@ -16,6 +16,7 @@ __all__ = [
     "MAX_GGUF_BYTES",
     "MAX_GGUF_ENTRIES",
     "MAX_HEADS",
+    "MAX_JSON_NUMBER_CHARS",
     "MAX_RANKING_BYTES",
     "MAX_SEED",
     "MAX_SPEC_CHARS",
@@ -59,6 +60,7 @@ MAX_SPEC_INT = 10**6  # layers=, n=, min=, vocab=: far above any model's layer c
 # files read on a user's word: regular and bounded (hsd_runtime.models.files)
 MAX_CONFIG_BYTES = 16 << 20  # a model's config.json or tokenizer_config.json (chat templates make the latter long)
 MAX_RANKING_BYTES = 16 << 20  # a ranking of every token of a 262k vocabulary is about 2 MB of JSON
+MAX_JSON_NUMBER_CHARS = 100  # the longest number in a JSON file read (a tokenizer's "no limit" 10**30 has 31 digits)
 MAX_DIR_ENTRIES = 10_000  # entries of a model directory checked (a model has a dozen; the bound keeps a huge folder quick)
 MAX_GGUF_BYTES = 1 << 40  # a GGUF is read by transformers in pieces; the bound only keeps devices and FIFOs out
 MAX_GGUF_ENTRIES = 1 << 24  # a GGUF header's keys, tensors, dimensions: far above any model's, far below a garbage count

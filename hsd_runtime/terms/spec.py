@@ -27,6 +27,7 @@ valid ``s``: the string round-trips through the profiling database unchanged.
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -35,7 +36,20 @@ from .choices import DTYPES, ENGINES, GGUF_QUANTS, TORCH_QUANTS, Dtype
 from .errors import ModelSpecError
 from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS, MAX_SPEC_CHARS, MAX_SPEC_INT
 
-__all__ = ["BPD", "DTYPES", "NGRAM", "QUANTS", "RESCORERS", "Dtype", "ModelSpec", "check_engine", "parse_chain", "parse_spec", "same_model"]
+__all__ = [
+    "BPD",
+    "DTYPES",
+    "NGRAM",
+    "QUANTS",
+    "RESCORERS",
+    "Dtype",
+    "ModelSpec",
+    "check_engine",
+    "check_printable",
+    "parse_chain",
+    "parse_spec",
+    "same_model",
+]
 
 NGRAM = "ngram"
 BPD = "bpd"
@@ -150,6 +164,26 @@ class ModelSpec(BaseModel):
         return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
 
 
+_LINE_BREAKING = ("Cc", "Zl", "Zp")  # C0, DEL and C1 controls; U+2028 and U+2029, the line and paragraph separators
+
+
+def check_printable(text: str, what: str | None = None) -> None:
+    """Refuse ``text`` (a spec, or the absolute form of one) holding a control character: a name
+    goes into messages, the database and the comments and commands of every export, where a
+    newline would start a line of its own (a shell command, a Python statement). ``what`` names
+    ``text`` in the message (default: ``model spec 'TEXT'``).
+
+    >>> check_printable("/models/a\\nb.gguf")
+    Traceback (most recent call last):
+    ...
+    hsd_runtime.terms.errors.ModelSpecError: model spec '/models/a\\nb.gguf' holds the control character U+000A; rename it without control characters
+    """
+    bad = next((ch for ch in text if unicodedata.category(ch) in _LINE_BREAKING), None)
+    if bad is not None:
+        named = what or f"model spec {text[:200]!r}"
+        raise ModelSpecError(f"{named} holds the control character U+{ord(bad):04X}; rename it without control characters")
+
+
 def parse_spec(text: str) -> ModelSpec:
     """Parse ``NAME[:key=value]...`` into a :class:`ModelSpec`.
 
@@ -159,6 +193,7 @@ def parse_spec(text: str) -> ModelSpec:
     text = text.strip()
     if not text:
         raise ModelSpecError("empty model spec; write NAME[:key=value]..., e.g. smollm2-135m:layers=8")
+    check_printable(text)
     if len(text) > MAX_SPEC_CHARS:
         raise ModelSpecError(f"model spec {text[:40]!r}... has {len(text):,} characters; a spec has at most {MAX_SPEC_CHARS:,}")
     name, *parts = text.split(":")
