@@ -70,6 +70,9 @@ class LatencyCurve(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     points: dict[int, dict[int, float]] = Field(min_length=1)
+    # ms of host work a decoder spends per pass of this model beside the pass (its cache
+    # bookkeeping, drafting and verification): part of every pass's cost in a plan (Profile.cost)
+    host_ms: float = Field(default=0.0, ge=0.0)
 
     def __call__(self, n: int, context_len: int) -> float:
         """Interpolated ms of a pass of ``n`` >= 1 tokens after ``context_len`` cached ones."""
@@ -162,7 +165,8 @@ class Profile(BaseModel):
 
     def cost(self, name: str, context_len: int | Sequence[int], batch: int = 1) -> CostCurve:
         """c(n, b) in ms of model ``name`` at ``context_len`` and ``batch`` sequences; for several
-        contexts, their mean (the expected cost of a pass when a workload's prompts decode there).
+        contexts, their mean (the expected cost of a pass when a workload's prompts decode there),
+        plus the host work a decoder spends per pass of it (:attr:`LatencyCurve.host_ms`).
 
         Between two measured batch sizes, linear in b; a lookup drafter without a measured batch
         curve makes one call per sequence, b c(n). A batch size outside the measured ones is
@@ -200,7 +204,8 @@ class Profile(BaseModel):
                 a += (curves[hi](n, c) - a) * (batch - lo) / (hi - lo)
             return scale * a
 
-        return lambda n: sum(at(n, c) for c in contexts) / len(contexts)
+        host = model.latency.host_ms  # the decoding loop's work per pass, beside the pass
+        return lambda n: sum(at(n, c) for c in contexts) / len(contexts) + host
 
     def proposal(self, name: str, context_len: int | Sequence[int]) -> float:
         """ms model ``name`` costs once per proposal beside its passes, at ``context_len`` (or the

@@ -73,6 +73,8 @@ class ProfileOutcome:
     workload_id: int = 0
     setting_id: int = 0
     model_ids: dict[str, int] = field(default_factory=dict)  # spec -> id, cheapest first
+    # model row id -> the host work per pass of each generation this run made with it (profiling.host)
+    host_samples: dict[int, list[float]] = field(default_factory=dict)
 
     @property
     def keys(self) -> RunKeys:

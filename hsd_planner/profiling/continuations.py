@@ -21,6 +21,7 @@ from ..store import Engine
 from ..store.measurements import continuations_of, save_continuation, stored_continuation
 from ..store.records import ContinuationKey
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
+from .host import host_ms_per_pass
 
 __all__ = ["ASSIST_WIDTH", "Assistant", "check_stored_continuations", "verifier_continuation"]
 
@@ -120,5 +121,9 @@ def verifier_continuation(
     )
     # a model that holds this prompt already (an assistant that verified it below) keeps it
     result = target.generate(ids, config.max_new_tokens, sampling, keep_logits=True, reuse_prompt=True)
+    rows = [verifier] if assistant is None else [assistant, verifier]
+    for row, ms in zip(rows, host_ms_per_pass(result, [r.loaded is not None for r in rows])):
+        if ms is not None:
+            out.host_samples.setdefault(row.row_id, []).append(ms)
     save_continuation(engine, key, result.tokens)
     return result.tokens, result.target_logits

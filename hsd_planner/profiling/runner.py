@@ -22,7 +22,7 @@ from hsd_runtime.terms.spec import same_model
 from ..errors import ChainError, PromptError
 from ..prompts import PromptSet, encode_prompt
 from ..store import Engine
-from ..store.measurements import latency_curves, measured_prompts, record_floor_probe, register_run, save_prompt_acceptance
+from ..store.measurements import latency_curves, measured_prompts, record_floor_probe, register_run, save_prompt_acceptance, set_host_cost
 from ..store.records import PromptAcceptance, PromptPairKey, SettingRecord, WorkloadRecord
 from .acceptance import (
     acceptance_from_logits,
@@ -203,9 +203,7 @@ def run_profile(
     ]
     verifiers = verifiers if config.acceptance else []
     # every cheaper candidate drafts for a verifier, block-draft heads for their own host only
-    below = {
-        j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec)) and not d.spec.random_weights] for j in verifiers
-    }
+    below = {j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec)) and not d.spec.random_weights] for j in verifiers}
     points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
     # n = 0: a steered model's projection, which it runs once per proposal, beside its passes
     points += [(c, ctx, 0) for c in candidates if c.spec.steer is not None for ctx in contexts]
@@ -237,6 +235,9 @@ def run_profile(
         sweep.to(first + -(-(config.repeats - first) * (k + 1) // len(encoded)))
     sweep.finish()
     measure_batches(engine, config, out, candidates, contexts, step)
+    dtypes = {c.row_id: c.spec.run_dtype(config.dtype) for c in candidates}
+    for row_id, samples in out.host_samples.items():  # after every curve's rows exist: stored on each of them
+        set_host_cost(engine, row_id, out.hardware_id, dtypes[row_id], statistics.median(samples))
     return out
 
 

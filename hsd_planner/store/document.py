@@ -145,6 +145,7 @@ class LatencyOut(_Row):
     samples_ms: list[Ms] | None = None  # absent in exports made before interleaved sweeps
     floor_ms: Ms | None = None  # absent before the floor probe
     batch_size: Small = 1  # sequences per pass; absent before batch profiles
+    host_ms: Ms | None = None  # the decoding loop's host work per pass; absent where not measured
 
 
 class ContinuationOut(_Row):

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict
 from typing import cast
 
-from sqlalchemy import Engine, UniqueConstraint, func, select
+from sqlalchemy import Engine, UniqueConstraint, func, select, update
 from sqlalchemy.orm import Session
 
 from hsd_runtime.terms.choices import Mode
@@ -51,6 +51,7 @@ __all__ = [
     "save_latency",
     "save_prompt_acceptance",
     "set_floors",
+    "set_host_cost",
     "stored_continuation",
     "stored_latency",
 ]
@@ -111,6 +112,13 @@ def set_floors(engine: Engine, floors: Mapping[LatencyKey, float | None]) -> Non
             row = s.scalars(select(Latency).filter_by(**asdict(key))).first()
             if row is not None:
                 row.floor_ms = value
+
+
+def set_host_cost(engine: Engine, model_id: int, hardware_id: int, dtype: str, host_ms: float) -> None:
+    """Store a model's host work per pass (the decoding loop's, beside the pass) on every row of
+    its curves on ``hardware_id`` in ``dtype``."""
+    with Session(engine) as s, s.begin():
+        s.execute(update(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype).values(host_ms=host_ms))
 
 
 def save_latency(engine: Engine, key: LatencyKey, point: LatencyPoint) -> None:

@@ -6,6 +6,7 @@ measures one into the database (:mod:`hsd_planner.profiling`); this module reads
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -42,9 +43,11 @@ def latency_curve(session: Session, model_id: int, hardware_id: int, dtype: str)
     """The stored cost curve of one model on one hardware in ``dtype`` (the dtype it runs in:
     never another dtype's latency, a profile predicts its own); None when nothing is stored."""
     points: dict[int, dict[int, float]] = {}
+    host = []
     for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype, batch_size=1)):
         points.setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
-    return LatencyCurve(points=points) if points else None
+        host += [r.host_ms] if r.host_ms is not None else []
+    return LatencyCurve(points=points, host_ms=statistics.median(host) if host else 0.0) if points else None
 
 
 def load_profile(

@@ -136,6 +136,9 @@ class Latency(Base):
     samples_ms: Mapped[list | None] = mapped_column(JSON)  # every sample, in the order taken (interleaved rounds)
     floor_ms: Mapped[float | None] = mapped_column(Float)  # the machine's floor for this pass (profiling.floor)
     batch_size: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
+    # the decoding loop's host work per pass of this model beside the pass (bookkeeping, drafting,
+    # verification), measured on the profile's own generations; one value on every row of the curve
+    host_ms: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
