@@ -94,6 +94,8 @@ def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = N
     return path
 
 
-def char_gguf(path: Path, seed: int, layers: int = 1, tokens: list[str] = CHAR_TOKENS, head_count: bool = True) -> Path:
-    """A tiny random Llama over ``tokens`` (by default :data:`CHAR_TOKENS`) written to ``path``."""
-    return write_gguf(tiny_llama(seed, layers=layers, vocab=len(tokens)), path, tokens=tokens, head_count=head_count)
+def char_gguf(path: Path, seed: int, layers: int = 1, tokens: list[str] = CHAR_TOKENS, head_count: bool = True, kv_heads: int = 2) -> Path:
+    """A tiny random Llama over ``tokens`` (by default :data:`CHAR_TOKENS`) written to ``path``; its 4
+    attention heads share ``kv_heads`` key/value heads (3: unevenly, which llama.cpp aborts on)."""
+    model = tiny_llama(seed, layers=layers, vocab=len(tokens), kv_heads=kv_heads)
+    return write_gguf(model, path, tokens=tokens, head_count=head_count)

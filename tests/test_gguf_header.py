@@ -1,5 +1,5 @@
-"""GGUF files that claim too much: each refused in one line, quickly, before anything is made
-from them in the model cache.
+"""GGUF files that claim too much or that llama.cpp would abort on: each refused in one line,
+quickly, before anything is made from them in the model cache.
 
 Headers are written byte by byte here (the layout of the GGUF spec); a claim larger than the disk
 is a sparse file (``truncate``), which reads as zeros: empty strings, zero lengths.
@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from hsd_runtime.models.gguf_file import check_gguf
+from hsd_runtime.models.gguf_hparams import hparams_refusal
 from hsd_runtime.terms.errors import ModelNotFoundError
 from hsd_runtime.terms.limits import MAX_GGUF_ARRAY, MAX_GGUF_HEADER
+from tests.gguf_tiny import char_gguf
 from tests.helpers import one_line_error, run
 
 _STRING, _ARRAY, _UINT8 = 8, 9, 0
@@ -83,3 +85,75 @@ def test_a_vocabulary_is_walked_in_milliseconds(tmp_path):
     with pytest.raises(ModelNotFoundError, match=r"no general\.architecture"):
         check_gguf(full)
     assert time.monotonic() - started < 3
+
+
+# --- what llama.cpp asserts on ------------------------------------------------------------------
+
+
+def _llama(**more: int | str) -> dict[str, int | str]:
+    meta: dict[str, int | str] = {"general.architecture": "llama", "llama.block_count": 2, "llama.embedding_length": 32}
+    meta.update({"llama." + k.replace("__", "."): v for k, v in more.items()})
+    return meta
+
+
+@pytest.mark.parametrize(
+    "meta, arrays, fragment",
+    [
+        (_llama(attention__head_count=4, attention__head_count_kv=3), {}, "head_count 4 over head_count_kv 3 in block 0"),
+        (_llama(attention__head_count=4, attention__head_count_kv=0), {}, "head_count_kv 0"),
+        (_llama(attention__head_count=4), {"llama.attention.head_count_kv": (2, 3)}, "head_count_kv 3 in block 1"),
+        (_llama(attention__head_count=5), {}, "embedding_length 32 over attention.head_count 5"),
+        (_llama(attention__head_count=4, rope__dimension_count=4), {}, "rope.dimension_count 4 and attention.key_length 8"),
+        (_llama(attention__head_count=4, attention__value_length=16), {}, "key_length 8 and value_length 16"),
+        (_llama(rope__scaling__type="bogus"), {}, "rope.scaling.type 'bogus'"),
+        (_llama(expert_count=8, expert_used_count=9), {}, "expert_count 8 with expert_used_count 9"),
+        (_llama(expert_group_count=2), {}, "no experts, so none used and no groups"),
+        ({**_llama(), "llama.block_count": 600}, {}, "block_count 600"),
+    ],
+)
+def test_what_llama_cpp_asserts_on_is_found(meta, arrays, fragment):
+    reason = hparams_refusal(meta, arrays)
+    assert reason is not None and fragment in reason, reason
+
+
+@pytest.mark.parametrize(
+    "meta, arrays",
+    [
+        (_llama(attention__head_count=4, attention__head_count_kv=2, rope__dimension_count=8), {}),
+        (_llama(), {"llama.attention.head_count": (4, 0), "llama.attention.head_count_kv": (1, 0)}),  # block 1 has no attention
+        (_llama(expert_count=8, expert_used_count=2), {}),
+        ({**_llama(attention__head_count=4, attention__key_length=16, attention__value_length=8), "general.architecture": "gemma3"}, {}),
+    ],
+)
+def test_what_llama_cpp_runs_is_let_through(meta, arrays):
+    meta = {k.replace("llama.", f"{meta['general.architecture']}.", 1): v for k, v in meta.items()}
+    assert hparams_refusal(meta, arrays) is None
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory) -> Path:
+    """A whole tiny GGUF whose 4 heads share 3 key/value heads: llama.cpp loads it, then aborts
+    the process (signal 6) building its first graph."""
+    return char_gguf(tmp_path_factory.mktemp("gguf") / "uneven.gguf", seed=0, layers=2, kv_heads=3)
+
+
+@pytest.mark.skipif(not _LLAMACPP, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")
+def test_heads_llama_cpp_aborts_on_are_refused_before_it_runs(uneven, tmp_path, monkeypatch, isolated_db):
+    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
+    fragment = "head_count 4 over head_count_kv 3 in block 0"
+    one_line_error(run("generate", "--engine", "llamacpp", "--chain", uneven, "--prompt", "ab cd"), fragment)
+    one_line_error(run("profile", "--engine", "llamacpp", "--models", f"ngram,{uneven}", "--max-prompts", 1), fragment)
+    assert not Path(isolated_db).exists()  # profile stored nothing
+    one_line_error(run("generate", "--engine", "llamacpp", "--chain", f"{uneven}:quant=q8_0,{uneven}", "--prompt", "ab cd"), fragment)
+    assert not list((tmp_path / "cache").rglob("*.gguf"))
+
+
+@pytest.mark.skipif(not _LLAMACPP, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")
+def test_the_quantizer_is_never_handed_such_a_file(uneven, tmp_path, monkeypatch):
+    """Its source is checked before llama.cpp's quantizer reads it, whatever the cache already holds."""
+    from hsd_runtime.models.llamacpp import quantized_gguf
+
+    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ModelNotFoundError, match=r"llama\.cpp would abort on it"):
+        quantized_gguf(uneven, "q8_0", threads=1)
+    assert not list((tmp_path / "cache").rglob("*.gguf"))

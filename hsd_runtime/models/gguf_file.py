@@ -12,7 +12,8 @@ bounded before it is believed: a count of entries times the fewest bytes each ca
 what is left of the file (a header that declares 2^62 strings is refused at once, not walked), an
 array holds at most :data:`MAX_GGUF_ARRAY` entries and the metadata with the tensor table at most
 :data:`MAX_GGUF_HEADER` bytes. Arrays of fixed-size values are stepped over, never read; arrays
-of strings are walked by their lengths alone.
+of strings are walked by their lengths alone. Last, the hyperparameters llama.cpp asserts on are
+checked (:mod:`.gguf_hparams`): it aborts the whole process where they do not hold.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from ..terms.errors import ModelNotFoundError
 from ..terms.limits import MAX_GGUF_ARRAY, MAX_GGUF_ENTRIES, MAX_GGUF_HEADER
+from .gguf_hparams import hparams_refusal
 
 __all__ = ["check_gguf"]
 
@@ -32,6 +34,7 @@ _STRING, _ARRAY = 8, 9
 _INTS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 10: "Q", 11: "q"}  # integer value types -> struct format
 _REQUIRED = ("general.architecture", "tokenizer.ggml.model")  # what makes a GGUF a language model with its tokenizer
 _U32, _U64 = struct.Struct("<I"), struct.Struct("<Q")
+_MAX_LAYER_ARRAY = 512  # integer arrays kept for the hyperparameter checks: one entry per block (llama.cpp's most)
 _MIN_KV, _MIN_TENSOR = 13, 24  # bytes of the smallest key-value pair (empty key, one byte) and tensor info (empty name, no dims)
 
 
@@ -124,8 +127,8 @@ class _Cursor:
 
 def check_gguf(path: Path) -> dict[str, int | str]:
     """Refuse ``path`` in one line unless it is a whole GGUF (version 2 or 3) of a language model:
-    its metadata names an architecture and a tokenizer, claims no more than the file holds, and
-    its tensor data is all there. Returns its
+    its metadata names an architecture and a tokenizer, claims no more than the file holds, its
+    hyperparameters hold what llama.cpp asserts, and its tensor data is all there. Returns its
     scalar metadata: every integer and string value that is not in an array (the architecture,
     its block count, ...), read on the way."""
     try:
@@ -151,6 +154,7 @@ def _walk(path: Path, cur: _Cursor) -> dict[str, int | str]:
     n_kv = cur.count("metadata keys", _MIN_KV)
     keys: dict[str, int] = {}
     scalars: dict[str, int | str] = {}
+    arrays: dict[str, tuple[int, ...]] = {}  # the short integer arrays: per-block hyperparameters
     for _ in range(n_kv):
         key, kind = cur.string().decode(errors="replace"), cur.u32()
         start = cur.at
@@ -160,6 +164,10 @@ def _walk(path: Path, cur: _Cursor) -> dict[str, int | str]:
             scalars[key] = struct.unpack_from("<" + _INTS[kind], cur.buf, start)[0]
         elif kind == _STRING:
             scalars[key] = bytes(cur.buf[start + 8 : cur.at]).decode(errors="replace")
+        elif kind == _ARRAY:
+            item, n = _U32.unpack_from(cur.buf, start)[0], _U64.unpack_from(cur.buf, start + 4)[0]
+            if item in _INTS and n <= _MAX_LAYER_ARRAY:
+                arrays[key] = struct.unpack_from(f"<{n}{_INTS[item]}", cur.buf, start + 12)
     alignment = max(1, int(scalars["general.alignment"])) if keys.get("general.alignment") == 4 else 32  # a uint32 only, as the format says
     missing = [k for k in _REQUIRED if k not in keys]
     if missing or n_tensors == 0:
@@ -177,4 +185,7 @@ def _walk(path: Path, cur: _Cursor) -> dict[str, int | str]:
     data = -(-cur.at // alignment) * alignment
     if data + max(ends) >= len(cur.buf):
         raise _Truncated  # the last tensor starts at or past the end: the data section is cut off
+    reason = hparams_refusal(scalars, arrays)
+    if reason is not None:
+        raise ModelNotFoundError(f"{path} declares {reason}; llama.cpp would abort on it")
     return scalars
