@@ -1,5 +1,5 @@
-"""GGUF files that claim too much or that llama.cpp would abort on: each refused in one line,
-quickly, before anything is made from them in the model cache.
+"""GGUF files that claim too much, that llama.cpp would abort on, or that lack a block's weights:
+each refused in one line, quickly, before anything is made from them in the model cache.
 
 Headers are written byte by byte here (the layout of the GGUF spec); a claim larger than the disk
 is a sparse file (``truncate``), which reads as zeros: empty strings, zero lengths.
@@ -157,3 +157,29 @@ def test_the_quantizer_is_never_handed_such_a_file(uneven, tmp_path, monkeypatch
     with pytest.raises(ModelNotFoundError, match=r"llama\.cpp would abort on it"):
         quantized_gguf(uneven, "q8_0", threads=1)
     assert not list((tmp_path / "cache").rglob("*.gguf"))
+
+
+# --- a block without its weights on the torch engine --------------------------------------------
+
+
+def test_a_gguf_lacking_a_blocks_weight_is_refused_on_the_torch_engine(tmp_path, monkeypatch):
+    """transformers would initialise the weight at random and the model would run, wrong."""
+    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
+    gguf = char_gguf(tmp_path / "lacking.gguf", seed=0, layers=2, leave_out=("blk.1.attn_q.weight",))
+    result = run("generate", "--engine", "torch", "--chain", gguf, "--prompt", "ab cd", "--max-new-tokens", 2)
+    one_line_error(result, "lacks weights its config declares (model.layers.1.self_attn.q_proj.weight)")
+    assert not list((tmp_path / "cache").rglob("config.json"))  # nothing converted
+
+
+def test_a_model_folder_lacking_a_weight_is_refused(tiny_dirs, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "lacking"
+    shutil.copytree(tiny_dirs["draft"], folder)
+    weights = load_file(folder / "model.safetensors")
+    del weights["model.layers.1.mlp.down_proj.weight"]
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    result = run("generate", "--chain", folder, "--prompt", "w1 w2", "--max-new-tokens", 2, "--device", "cpu")
+    one_line_error(result, "lacks weights its config declares (model.layers.1.mlp.down_proj.weight)")

@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import itertools
 import json
 import os
 import shutil
 import stat
+import sys
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -230,13 +233,44 @@ def _convert_gguf(gguf: Path) -> Path:
     return out
 
 
+def _causal_lm(source: Path, name: str, **options: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(source, **options)``, refusing in one line a checkpoint
+    that lacks weights its config declares (a GGUF without one block's tensors, a directory with a
+    shard left out): transformers would leave them as initialised, at random, and the model would run,
+    wrong and without a word."""
+    from transformers import AutoModelForCausalLM
+
+    loaded: Any = AutoModelForCausalLM.from_pretrained(str(source), output_loading_info=True, **options)
+    model, info = loaded  # the model, and what the checkpoint lacked, held extra or held in another shape
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ModelNotFoundError(f"{name} lacks weights its config declares ({missing[0]}{more}); is it complete?")
+    return model
+
+
+@contextmanager
+def _bar_on_terminal_only() -> Iterator[None]:
+    """transformers draws the dequantization's progress bar (tqdm, on ``sys.stderr`` as each bar
+    starts) whatever stderr is: it is shown on a terminal only, as the CLI's own bars are, so that
+    a refusal read by a program or a log is its one line."""
+    if sys.stderr.isatty():
+        yield
+        return
+    with redirect_stderr(io.StringIO()):
+        yield
+
+
 def _convert_into(gguf: Path, out: Path) -> None:
     """Dequantize ``gguf`` and save it as the Hugging Face directory ``out`` (atomic rename)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     try:
-        model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with _bar_on_terminal_only():
+            model: Any = _causal_lm(gguf.parent, str(gguf), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except ModelNotFoundError:
+        raise
     except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
         raise ModelNotFoundError(f"cannot read GGUF file {gguf} ({type(exc).__name__}: {first_line(exc)}); is it complete?") from None
     # The weights are plain fp32 tensors after dequantization; drop the marker that forbids saving.
@@ -495,7 +529,7 @@ class ModelLoader:
         return replace(parent, model=copy)
 
     def _load_full(self, spec: ModelSpec, dtype: str, pack: bool = True) -> LoadedModel:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         _silence_transformers()
         source = _source_dir(spec)
@@ -504,7 +538,9 @@ class ModelLoader:
             with warnings.catch_warnings():  # torch's remarks on a refused pickle would break the one-line error
                 warnings.simplefilter("ignore", UserWarning)
                 tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
-                model: Any = AutoModelForCausalLM.from_pretrained(str(source), dtype=resolve_dtype(dtype), trust_remote_code=False)
+                model: Any = _causal_lm(source, spec.name, dtype=resolve_dtype(dtype), trust_remote_code=False)
+        except ModelNotFoundError:
+            raise
         except Exception as exc:  # a damaged directory fails anywhere in transformers, with any kind of error
             # (an unexpected config shape, weights that weights-only unpickling refuses): a user acts on the file, not the type
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {type(exc).__name__}: {first_line(exc)}") from None
