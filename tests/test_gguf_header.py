@@ -1,5 +1,6 @@
 """GGUF files that claim too much, that llama.cpp would abort on, or that lack a block's weights:
-each refused in one line, quickly, before anything is made from them in the model cache.
+each refused in one line, quickly, before anything is made from them in the model cache; and the
+cache's entries made from a GGUF, made again where one was damaged since.
 
 Headers are written byte by byte here (the layout of the GGUF spec); a claim larger than the disk
 is a sparse file (``truncate``), which reads as zeros: empty strings, zero lengths.
@@ -183,3 +184,35 @@ def test_a_model_folder_lacking_a_weight_is_refused(tiny_dirs, tmp_path):
     save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
     result = run("generate", "--chain", folder, "--prompt", "w1 w2", "--max-new-tokens", 2, "--device", "cpu")
     one_line_error(result, "lacks weights its config declares (model.layers.1.mlp.down_proj.weight)")
+
+
+# --- a cache entry damaged since it was made --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kept", ["tokenizer_config.json", "tokenizer.json"])
+def test_a_damaged_tokenizer_entry_is_made_again(tmp_path, monkeypatch, kept):
+    """Its folder holding one file of the two (the other deleted by hand): extracted again from the
+    GGUF, not read as it is (transformers would ask for sentencepiece)."""
+    from hsd_runtime.models.loading import gguf_tokenizer
+
+    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
+    gguf = char_gguf(tmp_path / "m.gguf", seed=0)
+    first = gguf_tokenizer(gguf)
+    entry = Path(first.name_or_path)
+    for file in entry.iterdir():
+        if file.name != kept:
+            file.unlink()
+    again = gguf_tokenizer(gguf)
+    assert again.get_vocab() == first.get_vocab() and (entry / "tokenizer.json").is_file()
+
+
+def test_a_damaged_conversion_is_made_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
+    gguf = char_gguf(tmp_path / "m.gguf", seed=0)
+    generate = ("generate", "--engine", "torch", "--chain", gguf, "--prompt", "ab cd", "--max-new-tokens", 2, "--json")
+    assert run(*generate).exit_code == 0
+    (entry,) = (tmp_path / "cache" / "converted").glob("m-*")
+    (entry / "tokenizer.json").unlink()
+    result = run(*generate)
+    assert result.exit_code == 0, result.output
+    assert (entry / "tokenizer.json").is_file()

@@ -215,6 +215,19 @@ def _check_model_dir(source: Path, spec: ModelSpec) -> None:
             )
 
 
+_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")  # what a fast tokenizer is loaded from
+_CONVERTED_FILES = ("config.json", *_TOKENIZER_FILES)
+_WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")  # one file, or the index of its shards
+
+
+def _whole(entry: Path, names: Sequence[str], weights: bool = False) -> bool:
+    """Whether the cache entry ``entry`` holds the files ``names`` (and, with ``weights``, its weights).
+    Entries appear whole, by a rename: one that lacks a file was damaged since (a file deleted by
+    hand) and is made again."""
+    files = all((entry / name).is_file() for name in names)
+    return files and (not weights or any((entry / name).is_file() for name in _WEIGHTS_FILES))
+
+
 def _convert_gguf(gguf: Path) -> Path:
     """Dequantize ``gguf`` once into a Hugging Face directory in the cache; return that directory.
 
@@ -222,11 +235,11 @@ def _convert_gguf(gguf: Path) -> Path:
     the same time waits and then loads the finished directory.
     """
     out = converted_dir(gguf)
-    if (out / "config.json").is_file():
+    if _whole(out, _CONVERTED_FILES, weights=True):
         return out
     check_gguf(gguf)  # before the cache entry's folder and lock exist
     with cache_lock(out):
-        if not (out / "config.json").is_file():  # not converted by another process while this one waited
+        if not _whole(out, _CONVERTED_FILES, weights=True):  # not converted by another process while this one waited
             if out.exists():  # only finished directories are renamed in: this one was damaged since
                 shutil.rmtree(out)
             _convert_into(gguf, out)
@@ -308,11 +321,13 @@ def gguf_tokenizer(gguf: Path) -> Any:
     _silence_transformers()
     converted = converted_dir(gguf)
     out = converted.with_name(converted.name + "-tokenizer")
-    if not (out / "tokenizer_config.json").is_file():
+    if not _whole(out, _TOKENIZER_FILES):
         check_gguf(gguf)  # before the cache entry's folder and lock exist
         cache_folder(out.parent)
         with cache_lock(out):
-            if not (out / "tokenizer_config.json").is_file():
+            if not _whole(out, _TOKENIZER_FILES):  # not extracted by another process while this one waited
+                if out.exists():  # damaged since it was renamed in whole
+                    shutil.rmtree(out)
                 try:
                     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
                 except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
@@ -324,7 +339,12 @@ def gguf_tokenizer(gguf: Path) -> Any:
                     os.replace(tmp, out)
                 finally:
                     shutil.rmtree(tmp, ignore_errors=True)
-    return AutoTokenizer.from_pretrained(str(out))
+    try:
+        return AutoTokenizer.from_pretrained(str(out))
+    except Exception as exc:  # its files are there, but damaged: transformers fails with any kind of error
+        raise ModelNotFoundError(
+            f"cannot read the cached tokenizer {out} ({type(exc).__name__}: {first_line(exc)}); delete that folder to have it made again"
+        ) from None
 
 
 def _source_dir(spec: ModelSpec) -> Path:
