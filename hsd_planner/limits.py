@@ -20,6 +20,7 @@ __all__ = [
     "MAX_PROMPT_CHARS",
     "MAX_PROMPT_FILE_BYTES",
     "MAX_RECORD_BYTES",
+    "MAX_RENDERED_CHARS",
     "MAX_REPEATS",
     "MAX_STALE",
     "MAX_STEER_RANK",
@@ -41,6 +42,7 @@ MAX_PROMPT_CHARS = 200_000  # about 50k tokens: longer than any model here atten
 MAX_PROMPTS = 100_000
 MAX_PROMPT_FILE_BYTES = 1 << 30  # read line by line, so this only keeps /dev/zero-like files out
 MAX_RECORD_BYTES = 1 << 24  # a trained-prompts record: 16 hex digits a prompt, a million prompts
+MAX_RENDERED_CHARS = 1_000_000  # a prompt in its chat template: the longest prompt and a long system text beside it
 
 # trained drafters' shapes (the heads' count is the runtime's MAX_HEADS)
 MAX_HEAD_INNER = 1 << 16  # a block-draft head's hidden width: far above any host's hidden size

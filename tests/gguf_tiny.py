@@ -34,12 +34,15 @@ def _interleave_heads(weight: torch.Tensor, heads: int) -> np.ndarray:
     return w.reshape(out, inner).numpy()
 
 
-def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = None, head_count: bool = True) -> Path:
+def write_gguf(
+    model: LlamaForCausalLM, path: Path, tokens: list[str] | None = None, head_count: bool = True, leave_out: tuple[str, ...] = ()
+) -> Path:
     """Write ``model`` (a transformers Llama) as a llama.cpp GGUF file with fp32 weights.
 
     ``tokens`` names each id (default ``t0, t1, ...``); id 0 is BOS and id 1 EOS, as in the tiny
     models of the tests. ``head_count=False`` leaves the attention head count out of the metadata:
-    a whole GGUF that llama.cpp's quantizer copies but its loader refuses.
+    a whole GGUF that llama.cpp's quantizer copies but its loader refuses. ``leave_out`` names
+    tensors not written (``blk.1.attn_q.weight``: a block that lacks a weight).
     """
     import gguf
 
@@ -70,6 +73,8 @@ def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = N
     writer.add_add_bos_token(False)
 
     def put(name: str, tensor: torch.Tensor | np.ndarray) -> None:
+        if name in leave_out:
+            return
         array = tensor if isinstance(tensor, np.ndarray) else tensor.detach().float().numpy()
         writer.add_tensor(name, np.ascontiguousarray(array, dtype=np.float32))
 
@@ -94,6 +99,17 @@ def write_gguf(model: LlamaForCausalLM, path: Path, tokens: list[str] | None = N
     return path
 
 
-def char_gguf(path: Path, seed: int, layers: int = 1, tokens: list[str] = CHAR_TOKENS, head_count: bool = True) -> Path:
-    """A tiny random Llama over ``tokens`` (by default :data:`CHAR_TOKENS`) written to ``path``."""
-    return write_gguf(tiny_llama(seed, layers=layers, vocab=len(tokens)), path, tokens=tokens, head_count=head_count)
+def char_gguf(
+    path: Path,
+    seed: int,
+    layers: int = 1,
+    tokens: list[str] = CHAR_TOKENS,
+    head_count: bool = True,
+    kv_heads: int = 2,
+    leave_out: tuple[str, ...] = (),
+) -> Path:
+    """A tiny random Llama over ``tokens`` (by default :data:`CHAR_TOKENS`) written to ``path``; its 4
+    attention heads share ``kv_heads`` key/value heads (3: unevenly, which llama.cpp aborts on);
+    ``head_count`` and ``leave_out`` as :func:`write_gguf` takes them."""
+    model = tiny_llama(seed, layers=layers, vocab=len(tokens), kv_heads=kv_heads)
+    return write_gguf(model, path, tokens=tokens, head_count=head_count, leave_out=leave_out)

@@ -223,6 +223,19 @@ def test_a_dangling_symbolic_link_is_refused_before_any_model_loads(tiny_dirs, f
     refused(folder, args, f"{option} link is a symbolic link to nowhere, which does not exist")
 
 
+@pytest.mark.parametrize(
+    "command, option, field",
+    [("distill", "--target", "target"), ("distill", "--init", "init_model"), ("heads", "--model", "model"),
+     ("steer", "--drafter", "drafter"), ("steer", "--verifier", "verifier")],
+)  # fmt: skip
+def test_a_model_on_the_llama_cpp_engine_is_refused_before_any_model_loads(tiny_dirs, folder, no_model_loads, command, option, field):
+    """A trainer reads hidden states and trains weights, which llama.cpp does not expose: decided
+    with the options, before a model, a cache entry or --out is made."""
+    args = trainer(command, tiny_dirs, "out", "--cache", "cache")
+    args[args.index(option) + 1] = "m.gguf:engine=llamacpp"
+    refused(folder, args, f"{field}: 'm.gguf:engine=llamacpp' runs on the llama.cpp engine", env={"HSD_PLAN_CACHE": str(folder / "models")})
+
+
 # --- checks that came after minutes of work ----------------------------------------------------------
 
 

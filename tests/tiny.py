@@ -9,9 +9,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 
 def tiny_llama(
-    seed: int, layers: int = 2, vocab: int = 64, hidden: int = 32, head_scale: float = 1.0, bias: bool = False
+    seed: int, layers: int = 2, vocab: int = 64, hidden: int = 32, head_scale: float = 1.0, bias: bool = False, kv_heads: int = 2
 ) -> LlamaForCausalLM:
-    """A random fp32 Llama; ``head_scale`` sharpens its distributions; ``bias`` gives its Linear layers biases (as Qwen's)."""
+    """A random fp32 Llama of 4 attention heads over ``kv_heads`` key/value heads; ``head_scale``
+    sharpens its distributions; ``bias`` gives its Linear layers biases (as Qwen's)."""
     torch.manual_seed(seed)
     cfg = LlamaConfig(
         vocab_size=vocab,
@@ -19,7 +20,7 @@ def tiny_llama(
         intermediate_size=2 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
-        num_key_value_heads=2,
+        num_key_value_heads=kv_heads,
         max_position_embeddings=512,
         tie_word_embeddings=False,
         bos_token_id=0,

@@ -24,6 +24,7 @@ from hsd_runtime.terms.json_text import JSONTextError, parse_json
 
 from ..errors import PromptError
 from ..limits import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MAX_PROMPT_FILE_BYTES, MAX_PROMPTS
+from .chat import render_chat
 from .humaneval import HUMANEVAL, humaneval_prompts
 
 __all__ = ["BUILTIN", "TRAIN_RESERVE", "PromptSet", "encode_prompt", "load_prompts", "prompt_digest", "split"]
@@ -141,11 +142,11 @@ def _label(name: str) -> str:
 
 
 def encode_prompt(tokenizer: Any, text: str, chat: bool = True) -> list[int]:
-    """Token ids of ``text``; wrapped in the tokenizer's chat template when it has one and ``chat``."""
+    """Token ids of ``text``; wrapped in the tokenizer's chat template when it has one and ``chat``
+    (rendered with bounds: :func:`~.chat.render_chat`)."""
     if not text.strip():
         raise PromptError("the prompt is empty; pass some text with --prompt")
     if chat and getattr(tokenizer, "chat_template", None):
-        # render then encode: apply_chat_template's tokenized return type differs across versions
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
-        return list(tokenizer.encode(text, add_special_tokens=False))
+        # render (bounded: the template is the model author's code) then encode
+        return list(tokenizer.encode(render_chat(tokenizer, text), add_special_tokens=False))
     return list(tokenizer.encode(text))

@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from hsd_runtime.terms.choices import Dtype
 from hsd_runtime.terms.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
+from hsd_runtime.terms.spec import parse_spec
 
 from ..choices import DistillData, Divergence
 from ..limits import MAX_COUNT, MAX_LENGTH
 from ..prompts import TRAIN_RESERVE
 
-__all__ = ["DistillConfig", "DrafterTrainingConfig", "TrainingConfig", "TrimmedOutputConfig"]
+__all__ = ["DistillConfig", "DrafterTrainingConfig", "TorchSpec", "TrainingConfig", "TrimmedOutputConfig"]
 
 C = TypeVar("C", bound="TrainingConfig")
+
+
+def _on_torch(spec: str) -> str:
+    """Refuse a model spec that names the llama.cpp engine: a trainer reads a model's hidden states
+    and trains weights, which a model on llama.cpp does not expose. Decided with the options, before
+    any model is loaded or anything written."""
+    if parse_spec(spec).engine == "llamacpp":
+        raise ValueError(f"{spec!r} runs on the llama.cpp engine; the trainers run their models on the torch engine: drop engine=llamacpp")
+    return spec
+
+
+TorchSpec = Annotated[str, AfterValidator(_on_torch)]  # a model spec a trainer loads
 
 
 class TrainingConfig(BaseModel):
@@ -80,10 +93,10 @@ class TrimmedOutputConfig(BaseModel):
 class DistillConfig(DrafterTrainingConfig, TrimmedOutputConfig):
     """Everything that determines a distillation run; every default lives here."""
 
-    target: str = "smollm2-135m"
+    target: TorchSpec = "smollm2-135m"
     # where the student starts: the target's first K decoder layers, or another model of its tokenizer (a spec)
     layers: int | None = None
-    init_model: str | None = None
+    init_model: TorchSpec | None = None
     divergence: Divergence = "fkl"
     data: DistillData = "target"
     lr: float = Field(1e-4, gt=0, allow_inf_nan=False)

@@ -38,7 +38,7 @@ from ..errors import DistillError
 from ..limits import MAX_HEAD_INNER
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt
-from .config import TrainingConfig, TrimmedOutputConfig
+from .config import TorchSpec, TrainingConfig, TrimmedOutputConfig
 from .data import Corpus, build_corpus, continuation_hidden, corpus_hidden
 from .divergences import sparse_divergence
 from .runs import TrainingRun, corpus_key
@@ -50,7 +50,7 @@ __all__ = ["HeadsConfig", "HeadsReport", "HeadsTrainer", "head_acceptance"]
 class HeadsConfig(TrainingConfig, TrimmedOutputConfig):
     """Everything that determines a heads training run; every default lives here (the shared ones in :class:`TrainingConfig`)."""
 
-    model: str = "smollm2-135m"  # the host
+    model: TorchSpec = "smollm2-135m"  # the host
     heads: int = Field(4, ge=2, le=MAX_HEADS)  # H, counting the host's own next-token head
     inner: int | None = Field(None, ge=1, le=MAX_HEAD_INNER)  # each block's hidden width (default: the host's)
     loss: Literal["kl", "ce"] = "kl"

@@ -48,7 +48,7 @@ from ..errors import DistillError
 from ..limits import MAX_STALE, MAX_STEER_RANK
 from ..profiling.acceptance import acceptance_from_logits, model_conditionals, start_survival, steered_acceptance, teacher_forced_logits
 from ..prompts import encode_prompt
-from .config import DrafterTrainingConfig
+from .config import DrafterTrainingConfig, TorchSpec
 from .data import Corpus, build_corpus, by_length, continuation_logits, corpus_hidden, last_tokens
 from .divergences import sparse_divergence
 from .runs import PASS_GROUP, TrainingRun, corpus_key
@@ -62,8 +62,8 @@ DRAFTER_DIR = "drafter"  # where a fine-tuned drafter is saved, inside --out
 class SteerConfig(DrafterTrainingConfig):
     """Everything that determines a steering run; every default lives here (the shared ones in :class:`DrafterTrainingConfig`)."""
 
-    drafter: str  # the model steered (a spec)
-    verifier: str = "smollm2-135m"  # the model whose hidden states steer it
+    drafter: TorchSpec  # the model steered (a spec)
+    verifier: TorchSpec = "smollm2-135m"  # the model whose hidden states steer it
     form: SteeringForm = "lowrank"
     rank: int = Field(64, ge=1, le=MAX_STEER_RANK)  # of W_g, lowrank only
     stale: int = Field(4, ge=1, le=MAX_STALE)  # k: drafted tokens per block, the largest staleness trained

@@ -114,6 +114,7 @@ class GgufModel:
     device = torch.device("cpu")  # where its logits come back
 
     def __init__(self, path: Path, name: str, threads: int, n_ctx: int = DEFAULT_CTX) -> None:
+        check_gguf(path)  # what llama.cpp would abort on (not return an error for) is refused before it sees the file
         lib = binding()
         self.path = path
         self.name = name
@@ -275,6 +276,7 @@ def quantize_gguf(source: Path, out: Path, quant: str, threads: int) -> None:
     """Write ``source`` re-quantized to ``quant`` (a key of :data:`LLAMACPP_QUANTS`) as ``out``,
     with llama.cpp's quantizer; ``ModelNotFoundError`` with its reason where it fails (a source it
     cannot read, a folder it cannot write or that fills up). ``out`` may be left partial then."""
+    check_gguf(source)  # the quantizer loads its hyperparameters: what llama.cpp asserts on would abort it
     lib = binding()
     params = lib.llama_model_quantize_default_params()
     params.ftype = getattr(lib, LLAMACPP_QUANTS[quant])

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import itertools
 import json
 import os
 import shutil
 import stat
+import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, redirect_stderr
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, cast
@@ -239,6 +242,19 @@ def _check_model_dir(source: Path, spec: ModelSpec) -> None:
             )
 
 
+_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")  # what a fast tokenizer is loaded from
+_CONVERTED_FILES = ("config.json", *_TOKENIZER_FILES)
+_WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")  # one file, or the index of its shards
+
+
+def _whole(entry: Path, names: Sequence[str], weights: bool = False) -> bool:
+    """Whether the cache entry ``entry`` holds the files ``names`` (and, with ``weights``, its weights).
+    Entries appear whole, by a rename: one that lacks a file was damaged since (a file deleted by
+    hand) and is made again."""
+    files = all((entry / name).is_file() for name in names)
+    return files and (not weights or any((entry / name).is_file() for name in _WEIGHTS_FILES))
+
+
 def _convert_gguf(gguf: Path) -> Path:
     """Dequantize ``gguf`` once into a Hugging Face directory in the cache; return that directory.
 
@@ -246,24 +262,55 @@ def _convert_gguf(gguf: Path) -> Path:
     the same time waits and then loads the finished directory.
     """
     out = converted_dir(gguf)
-    if (out / "config.json").is_file():
+    if _whole(out, _CONVERTED_FILES, weights=True):
         return out
     check_gguf(gguf)  # before the cache entry's folder and lock exist
     with cache_lock(out):
-        if not (out / "config.json").is_file():  # not converted by another process while this one waited
+        if not _whole(out, _CONVERTED_FILES, weights=True):  # not converted by another process while this one waited
             if out.exists():  # only finished directories are renamed in: this one was damaged since
                 shutil.rmtree(out)
             _convert_into(gguf, out)
     return out
 
 
+def _causal_lm(source: Path, name: str, **options: Any) -> Any:
+    """``AutoModelForCausalLM.from_pretrained(source, **options)``, refusing in one line a checkpoint
+    that lacks weights its config declares (a GGUF without one block's tensors, a directory with a
+    shard left out): transformers would leave them as initialised, at random, and the model would run,
+    wrong and without a word."""
+    from transformers import AutoModelForCausalLM
+
+    loaded: Any = AutoModelForCausalLM.from_pretrained(str(source), output_loading_info=True, **options)
+    model, info = loaded  # the model, and what the checkpoint lacked, held extra or held in another shape
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise ModelNotFoundError(f"{name} lacks weights its config declares ({missing[0]}{more}); is it complete?")
+    return model
+
+
+@contextmanager
+def _bar_on_terminal_only() -> Iterator[None]:
+    """transformers draws the dequantization's progress bar (tqdm, on ``sys.stderr`` as each bar
+    starts) whatever stderr is: it is shown on a terminal only, as the CLI's own bars are, so that
+    a refusal read by a program or a log is its one line."""
+    if sys.stderr.isatty():
+        yield
+        return
+    with redirect_stderr(io.StringIO()):
+        yield
+
+
 def _convert_into(gguf: Path, out: Path) -> None:
     """Dequantize ``gguf`` and save it as the Hugging Face directory ``out`` (atomic rename)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     try:
-        model: Any = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        with _bar_on_terminal_only():
+            model: Any = _causal_lm(gguf.parent, str(gguf), gguf_file=gguf.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except ModelNotFoundError:
+        raise
     except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
         raise ModelNotFoundError(f"cannot read GGUF file {gguf} ({type(exc).__name__}: {first_line(exc)}); is it complete?") from None
     # The weights are plain fp32 tensors after dequantization; drop the marker that forbids saving.
@@ -299,16 +346,23 @@ def gguf_tokenizer(gguf: Path) -> Any:
     _silence_transformers()
     converted = converted_dir(gguf)
     out = converted.with_name(converted.name + "-tokenizer")
-    if not (out / "tokenizer_config.json").is_file():
+    if not _whole(out, _TOKENIZER_FILES):
         check_gguf(gguf)
         try:  # read before the cache entry's folder and lock exist: a file it fails on leaves nothing
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
             raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
         with cache_lock(out):
-            if not (out / "tokenizer_config.json").is_file():  # not saved by another process while this one waited
+            if not _whole(out, _TOKENIZER_FILES):  # not saved by another process while this one waited
+                if out.exists():  # damaged since it was renamed in whole
+                    shutil.rmtree(out)
                 write_entry(out, tokenizer.save_pretrained)
-    return AutoTokenizer.from_pretrained(str(out))
+    try:
+        return AutoTokenizer.from_pretrained(str(out))
+    except Exception as exc:  # its files are there, but damaged: transformers fails with any kind of error
+        raise ModelNotFoundError(
+            f"cannot read the cached tokenizer {out} ({type(exc).__name__}: {first_line(exc)}); delete that folder to have it made again"
+        ) from None
 
 
 def _source_dir(spec: ModelSpec) -> Path:
@@ -539,7 +593,7 @@ class ModelLoader:
         return replace(parent, model=copy)
 
     def _load_full(self, spec: ModelSpec, dtype: str, pack: bool = True) -> LoadedModel:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         _silence_transformers()
         source = _source_dir(spec)
@@ -548,9 +602,13 @@ class ModelLoader:
             with warnings.catch_warnings():  # torch's remarks on a refused pickle would break the one-line error
                 warnings.simplefilter("ignore", UserWarning)
                 tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
-                model: Any = _random_model(source, dtype, self.device) if spec.random_weights else AutoModelForCausalLM.from_pretrained(
-                    str(source), dtype=resolve_dtype(dtype), trust_remote_code=False
+                model: Any = (
+                    _random_model(source, dtype, self.device)
+                    if spec.random_weights
+                    else _causal_lm(source, spec.name, dtype=resolve_dtype(dtype), trust_remote_code=False)
                 )
+        except ModelNotFoundError:
+            raise
         except Exception as exc:  # a damaged directory fails anywhere in transformers, with any kind of error
             # (an unexpected config shape, weights that weights-only unpickling refuses): a user acts on the file, not the type
             raise ModelNotFoundError(f"cannot load {spec.name!r}: {type(exc).__name__}: {first_line(exc)}") from None

@@ -13,8 +13,10 @@ __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_CORPUS_BYTES",
     "MAX_DIR_ENTRIES",
+    "MAX_GGUF_ARRAY",
     "MAX_GGUF_BYTES",
     "MAX_GGUF_ENTRIES",
+    "MAX_GGUF_HEADER",
     "MAX_HEADS",
     "MAX_JSON_NUMBER_CHARS",
     "MAX_RANKING_BYTES",
@@ -63,4 +65,8 @@ MAX_RANKING_BYTES = 16 << 20  # a ranking of every token of a 262k vocabulary is
 MAX_JSON_NUMBER_CHARS = 100  # the longest number in a JSON file read (a tokenizer's "no limit" 10**30 has 31 digits)
 MAX_DIR_ENTRIES = 10_000  # entries of a model directory checked (a model has a dozen; the bound keeps a huge folder quick)
 MAX_GGUF_BYTES = 1 << 40  # a GGUF is read by transformers in pieces; the bound only keeps devices and FIFOs out
-MAX_GGUF_ENTRIES = 1 << 24  # a GGUF header's keys, tensors, dimensions: far above any model's, far below a garbage count
+MAX_GGUF_ENTRIES = 1 << 16  # a GGUF header's keys and tensors: far above any model's (a few thousand), far below a garbage count
+# what a GGUF header may declare beside that: every reader (transformers, the gguf package, llama.cpp)
+# decodes the whole metadata into memory, so a claim is bounded before anything reads it
+MAX_GGUF_ARRAY = 1 << 21  # entries of one metadata array: 8x Gemma 3's vocabulary (262,144 tokens)
+MAX_GGUF_HEADER = 1 << 26  # bytes of the metadata and tensor table together: 10x Gemma 3's (6.5 MB)

@@ -219,11 +219,15 @@ def parse_spec(text: str) -> ModelSpec:
         if key == "quant" and value not in QUANTS:
             raise ModelSpecError(f"quant={value} in model spec {text!r}; use one of {', '.join(QUANTS)}")
         if key == "weights" and value != "random":
-            raise ModelSpecError(f"weights={value[:40]} in model spec {text[:200]!r}; the one choice is weights=random (the config's shape, random weights)")
+            raise ModelSpecError(
+                f"weights={value[:40]} in model spec {text[:200]!r}; the one choice is weights=random (the config's shape, random weights)"
+            )
         if key == "engine" and value not in ENGINES:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
     spec = ModelSpec(name=name, options=tuple(options))
-    if spec.is_ngram and any(v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"))):
+    if spec.is_ngram and any(
+        v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"))
+    ):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N and min=K")
     for key, form in (("n", "n=N"), ("min", "min=K")):
         if not spec.is_ngram and spec.get(key) is not None:
