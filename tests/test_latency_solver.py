@@ -28,6 +28,26 @@ def test_single_drafter_equals_leviathan_closed_form():
         assert steered == pytest.approx((t * c0 + 0.7 + c1) * (1 - a) / (1 - a ** (t + 1)), rel=1e-12)
 
 
+def test_host_work_is_paid_once_a_pass_of_each_level():
+    """A profile's host work per pass (h0 beside each drafting pass, h1 beside each verification)
+    enters Leviathan's formula as part of each pass's cost, and the solver's edges with it."""
+    from hsd_planner.plan import Profile, predict
+
+    a, t, c0, c1, h0, h1 = 0.7, 4, 2.0, 30.0, 0.4, 1.5
+    profile = Profile(
+        target="big",
+        models=[
+            {"name": "small", "latency": {"points": {64: {1: c0, 8: c0}}, "host_ms": h0}},
+            {"name": "big", "latency": {"points": {64: {1: c1, 8: c1}}, "host_ms": h1}},
+        ],
+        acceptance=[{"drafter": "small", "verifier": "big", "alpha": a}],
+    )
+    assert profile.cost("big", 64)(1) == pytest.approx(c1 + h1)
+    got = predict(profile, ["small", "big"], [t], acceptance="iid", context_len=64).ms_per_token
+    assert got == pytest.approx((t * (c0 + h0) + c1 + h1) * (1 - a) / (1 - a ** (t + 1)), rel=1e-12)
+    assert profile.model("big").latency.host_ms == h1
+
+
 def test_expected_rounds_by_hand():
     # b = 1, always accepted: every round yields 2 tokens; 5 tokens take 3 rounds
     assert RoundLaw.chain(RunLengths.iid(1.0), 1).rounds(5)[5] == pytest.approx(3.0)

@@ -73,6 +73,11 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
         assert json.loads(drafted[str(tiny_dirs["draft"])]) is None
         tables = json.loads(drafted["ngram"])
         assert len(tables) == 32 and all(len(t) == b + 2 and t[0] == 1.0 for b, t in enumerate(tables))
+        # the decoding loop's host work per pass, on every row of the models' curves; none for the lookup
+        host = dict(con.execute("SELECT m.spec, MIN(l.host_ms) FROM latency l JOIN models m ON m.id = l.model_id GROUP BY m.spec"))
+        assert host["ngram"] is None and host[str(tiny_dirs["draft"])] > 0 and host[str(tiny_dirs["target"])] > 0
+        assert con.execute("SELECT COUNT(DISTINCT host_ms) FROM latency l JOIN models m ON m.id = l.model_id WHERE m.spec = ?",
+                           (str(tiny_dirs["target"]),)).fetchone()[0] == 1  # fmt: skip
     again = json.loads(run(*args).output)
     assert again["measured"] == 0 and again["skipped"] == summary["measured"]
     forced = json.loads(run(*args, "--force").output)
