@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from hsd_runtime import parse_spec
+
 from ..errors import StoreError
 from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
@@ -143,7 +145,10 @@ def profile(
             err=True,
         )
     check_db(db)  # a bad --db fails before the models load
-    loader = make_loader(device, dtype, prepack, engine)
+    # the kernels the profile is stored under are its models' engine's: where every model spec
+    # names one engine (engine=static on each, say), that engine's, not the command's default
+    named = {parse_spec(m).engine or engine for m in config.models if parse_spec(m).is_model}
+    loader = make_loader(device, dtype, prepack, named.pop() if len(named) == 1 else engine)
     prepared = prepare_profile(config, prompts, loader)  # every refusal before the database is created or written
     engine = open_engine(db)
     bars = Bars()
