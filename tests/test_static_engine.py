@@ -203,5 +203,11 @@ def test_random_weights_are_timed_and_never_compared(tmp_path):
         assert conn.execute("SELECT COUNT(*) FROM latency").fetchone()[0] > 0
         assert conn.execute("SELECT COUNT(*) FROM acceptance").fetchone()[0] == 0
         assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-eager-prepacked"
+    # engine=static on every spec, the command's --engine left alone: stored under the static engine's kernels too
+    other = tmp_path / "q.db"
+    result = run("profile", "--models", f"ngram,{target}:weights=random:engine=static", "--prompts", prompts, "--db", other, *QUICK_PROFILE)
+    assert result.exit_code == 0, result.output
+    with sqlite3.connect(other) as conn:
+        assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-eager-prepacked"
     one_line_error(run("generate", "--chain", f"{target}:weights=real", "--prompt", "w1"), "the one choice is weights=random")
     one_line_error(run("generate", "--chain", f"{target}:weights=random:engine=llamacpp", "--prompt", "w1"), "weights=")
