@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+from collections.abc import Iterator
 
 from click.testing import CliRunner, Result
 
@@ -53,3 +56,19 @@ def fp32_check(chain: str, widths: object, max_new_tokens: int, prompt: str = "w
     )
     assert result.exit_code == 0, result.output
     return json.loads(result.output)["check"]
+
+
+@contextlib.contextmanager
+def deadline(seconds: int = 60) -> Iterator[None]:
+    """Fail instead of hanging: a FIFO opened for reading (or writing) blocks until its other end comes."""
+
+    def expired(_signum: int, _frame: object) -> None:
+        raise TimeoutError(f"the command ran longer than {seconds} s (blocked?)")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -11,49 +11,30 @@ at every command's options and at import documents.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import json
 import os
 import pickle
 import shutil
-import signal
 import sqlite3
 import stat
 import subprocess
 import sys
 import textwrap
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import EDGE_PROFILE as PROFILE
 from tests.gguf_tiny import write_gguf
-from tests.helpers import one_line_error
+from tests.helpers import deadline, one_line_error
 from tests.helpers import run as run_cli
 from tests.tiny import tiny_llama
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="creating a device node (mknod) needs root")
-
-
-@contextlib.contextmanager
-def deadline(seconds: int = 60) -> Iterator[None]:
-    """Fail instead of hanging: a read of a FIFO would block the test forever."""
-
-    def expired(_signum: int, _frame: object) -> None:
-        raise TimeoutError(f"the command ran longer than {seconds} s (blocked?)")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def run(*args: object, env: dict[str, str] | None = None):

@@ -10,18 +10,16 @@ cache that cannot be written into but holds every entry a run needs is only read
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from hsd_runtime.models.packaged import pruned_path, quantized_path
 from tests.gguf_tiny import CHAR_TOKENS, char_gguf, write_gguf
-from tests.helpers import one_line_error, run
+from tests.helpers import deadline, one_line_error, run
 from tests.tiny import tiny_llama
 
 pytestmark = pytest.mark.skipif(
@@ -63,24 +61,8 @@ def cache(tmp_path, monkeypatch) -> Path:
 
 
 def _generate(chain: str, widths: str = "2") -> object:
-    with deadline():
+    with deadline(120):
         return run("generate", "--engine", "llamacpp", "--chain", chain, "--widths", widths, "--prompt", "ab cd", "--max-new-tokens", "4")
-
-
-@contextlib.contextmanager
-def deadline(seconds: int = 120) -> Iterator[None]:
-    """Fail instead of hanging: opening a FIFO for writing blocks until a reader comes."""
-
-    def expired(_signum: int, _frame: object) -> None:
-        raise TimeoutError(f"the command ran longer than {seconds} s (blocked?)")
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, int, int]]:
