@@ -20,6 +20,7 @@ from hsd_planner.store.db import alembic_config
 from hsd_planner.store.exchange import export_document, import_document
 from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
+from hsd_planner.validation import batch as batch_validation
 
 FAST = ["--latency-grid", "1,2,4", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
 
@@ -176,7 +177,7 @@ def prompts(tmp_path):
     return path
 
 
-def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompts, isolated_db):
+def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompts, isolated_db, monkeypatch):
     chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
     result = run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--batch-sizes", "1,2,4", *FAST)
     assert result.exit_code == 0, result.output
@@ -207,7 +208,24 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
         from hsd_planner.store.schema import ValidationRun
 
         assert {r.batch_size for r in s.query(ValidationRun).filter_by(validation_id=report["validation_id"])} == {1, 4}
-    assert run("validate", "--batch-sizes", "8", *fixed).exit_code == 1  # outside the solve's schedule
+
+    # refusals change nothing, and come before any plan runs
+    monkeypatch.setattr(batch_validation, "_generate", lambda *_: pytest.fail("a plan ran before the refusal"))
+    with sqlite3.connect(isolated_db) as con:  # the target's curve at b = 4 gone: b = 3 cannot be priced
+        con.execute(f"DELETE FROM latency WHERE batch_size = 4 AND model_id = (SELECT id FROM models WHERE spec = '{tiny_dirs['target']}')")
+        con.commit()
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before, counts = isolated_db.read_bytes(), _rows(isolated_db)
+    for sizes, fragment in (("8", "outside the schedule"), ("2,3", f"no latency of {tiny_dirs['target']} at batch size 3")):
+        result = run("validate", "--batch-sizes", sizes, *fixed)
+        assert result.exit_code == 1 and fragment in result.output and len(result.output.strip().splitlines()) == 1, result.output
+        assert isolated_db.read_bytes() == before and _rows(isolated_db) == counts
+
+
+def _rows(db) -> dict[str, int]:
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
 
 
 def test_the_batch_timer_feeds_n_tokens_per_sequence_every_pass(tiny_dirs):

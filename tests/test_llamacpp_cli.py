@@ -195,6 +195,29 @@ def test_generate_opens_contexts_of_the_cells_it_needs_and_its_check_shares_the_
     assert opened == [llamacpp.TREE_SEQS, llamacpp.TREE_SEQS]
 
 
+def test_a_long_prompt_is_prefilled_once(ggufs, cache, monkeypatch):
+    """The warm-up runs on the prompt's first tokens: a long prompt (here 300 tokens, where a user's
+    2,400 took minutes on two cores) is fed to the target once, by the timed generation."""
+    from hsd_planner.generate import WARMUP_TOKENS
+    from hsd_runtime.models import llamacpp
+
+    fed, real = [], llamacpp.LlamaCppCache.feed
+
+    def spy(self, tokens, start, keep, tree=None):
+        if self.model.path == ggufs["target"]:
+            fed.append(len(tokens))
+        return real(self, tokens, start, keep, tree)
+
+    monkeypatch.setattr(llamacpp.LlamaCppCache, "feed", spy)
+    prompt = " ".join(["ab cd ef gh ij"] * 20)  # 300 tokens of one character each
+    ok = run("generate", "--engine", "llamacpp", "--chain", f"ngram,{ggufs['target']}", "--widths", "2", "--prompt", prompt,
+             "--max-new-tokens", "4", "--json")  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    prompt_tokens = json.loads(ok.output)["prompt_tokens"]
+    assert prompt_tokens >= 300 and fed[0] <= WARMUP_TOKENS and fed.count(prompt_tokens) == 1, fed
+    assert sum(fed) < prompt_tokens + 2 * WARMUP_TOKENS  # the prompt once, the warm-up and a few short passes
+
+
 def test_a_missing_binding_is_one_line_naming_the_install_step(ggufs, cache, monkeypatch):
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # import llama_cpp fails as where it is not installed
     monkeypatch.setattr(engine, "_state", {})

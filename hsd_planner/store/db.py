@@ -68,8 +68,8 @@ def default_db_path() -> Path:
 def resolve_url(db: str | None = None) -> URL:
     """The database named by ``--db``, else ``$HSD_PLAN_DB``, else the default path, as a URL.
 
-    A string that starts with ``scheme://`` is a URL, and one that starts with a libpq keyword and
-    ``=`` (``host=db user=ann dbname=team``) is libpq's keyword/value form of a PostgreSQL
+    A string that starts with ``scheme://`` is a URL, and one that starts with ``word=`` and names
+    a libpq keyword (``host=db user=ann dbname=team``) is libpq's keyword/value form of a PostgreSQL
     connection, read as the URL it stands for (:func:`.server.conninfo_url`); anything else is a
     file path, taken literally (``new?x=1.db`` is a file of that name, never a URL with a query,
     and ``./host=x.db`` a file whose name starts like a keyword). A server's URL is

@@ -123,10 +123,16 @@ def run_batch_validation(
         plans[b] = {}
         for kind, chain, widths in kinds:
             plans[b].setdefault(Plan(chain, widths, _UNKNOWN), kind)
-    built = {(b > 1, plan): _build(plan, b > 1, loader) for b, group in plans.items() for plan in group}
     tokenizer = loader.load(target).tokenizer
     encoded = [encode_prompt(tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
+    # predicted before anything runs: a batch size the profile cannot price is refused up front
+    # (costs averaged over the prompts' contexts)
+    predicted = {
+        b: {plan: predict(profile, plan.chain, plan.widths, solve.acceptance_model, contexts, max_new_tokens, b) for plan in group}
+        for b, group in plans.items()
+    }
+    built = {(b > 1, plan): _build(plan, b > 1, loader) for b, group in plans.items() for plan in group}
     for runner in built.values():  # warm-up, untimed
         _generate(runner, encoded[:1], 4, sampling)
 
@@ -138,12 +144,10 @@ def run_batch_validation(
             for plan in group:  # interleaved
                 measured[plan].append(_generate(built[(b > 1, plan)], batch, max_new_tokens, seeded))
                 step(1)
-        # costs averaged over the prompts' contexts
-        predicted = {plan: predict(profile, plan.chain, plan.widths, solve.acceptance_model, contexts, max_new_tokens, b) for plan in group}
         auto = Plan((target,), (), _UNKNOWN)
         for plan, kind in group.items():
             levels = level_results(profile, plan, measured[plan], solve.acceptance_model, b)
-            pair = (predicted[plan], predicted[auto]), (measured[plan], measured[auto])
+            pair = (predicted[b][plan], predicted[b][auto]), (measured[plan], measured[auto])
             results.append(plan_result(None, kind, plan, *pair, levels, batch_size=b))
     report = BatchValidationReport(0, solve.id, target, prompts.name, len(encoded), max_new_tokens, results)
     return replace(report, validation_id=store_validation(engine, solve, prompts, max_new_tokens, repeats, results, **report.summary))

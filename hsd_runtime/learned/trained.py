@@ -89,7 +89,7 @@ def read_card_file(folder: Path, card_file: str, kind: type[C], fmt: int, what: 
     ``what`` names the directory's kind (``a heads directory``) and ``remedy`` the command that
     makes one, for the one-line errors. A FIFO, device or folder in the card's place is refused
     before it is opened; text :func:`~hsd_runtime.terms.json_text.parse_json` refuses (malformed,
-    nested too deep, a number of hundreds of digits) is refused as invalid.
+    nested too deep, an overlong number) is refused as invalid.
     """
     path = folder / card_file
     if stat_path(path, f"card of {what}") is None:
