@@ -4,6 +4,7 @@
     python -m benchmarks.bench_tests --cpu avx2           # the same under the AVX2 view
     python -m benchmarks.bench_tests -- -m "not slow"     # extra pytest arguments after --
     python -m benchmarks.bench_tests --cpu avx2 --command "bash .ci/run"   # all of CI, install included
+    python -m benchmarks.bench_tests --empty-cache        # as on a new machine: nothing converted or extracted yet
 
 The command runs as CI runs it (``python -m pytest -ra --durations=N``). Every ``--interval``
 seconds the resident memory of its whole process tree (pytest, its xdist workers and the commands
@@ -20,8 +21,10 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +77,8 @@ def run(args: argparse.Namespace) -> dict:
     env = dict(os.environ)
     if args.cpu == "avx2":
         env.update(AVX2_ENV)
+    if args.empty_cache:  # a model cache of the run's own, empty: every conversion and extraction a new machine makes
+        env["HSD_PLAN_CACHE"] = tempfile.mkdtemp(prefix="hsd-plan-cache-")
     command = (
         shlex.split(args.command)
         if args.command
@@ -98,6 +103,8 @@ def run(args: argparse.Namespace) -> dict:
                 own_peak[name] = max(own_peak.get(name, 0), rss)
             time.sleep(args.interval)
     wall = time.perf_counter() - start
+    if args.empty_cache:
+        shutil.rmtree(env["HSD_PLAN_CACHE"], ignore_errors=True)
     text = log_path.read_text(errors="replace")
     closing = [line for line in text.splitlines() if re.search(r"\d+ (passed|failed)", line)]
     slowest = re.findall(r"^([\d.]+)s (call|setup|teardown)\s+(\S+)", text, flags=re.M)
@@ -109,6 +116,7 @@ def run(args: argparse.Namespace) -> dict:
         "command": " ".join(command),
         "cpu_view": args.cpu,
         "env": {k: env[k] for k in AVX2_ENV if k in env},
+        "empty_cache": args.empty_cache,
         "returncode": proc.returncode,
         "wall_s": round(wall, 1),
         "peak_rss_gib": round(peak_total / GIB, 2),
@@ -130,6 +138,9 @@ def main() -> None:
     ap.add_argument("--durations", type=int, default=40, help="how many of the slowest tests pytest lists")
     ap.add_argument("--command", default=None, help="run this command line instead of the test command (e.g. 'bash .ci/run')")
     ap.add_argument("--interval", type=float, default=0.5, help="seconds between memory samples")
+    ap.add_argument(
+        "--empty-cache", action="store_true", help="run on an empty model cache of its own (HSD_PLAN_CACHE), as a new machine does"
+    )
     ap.add_argument("--out", type=Path, default=None, help="JSON result (default benchmarks/out/tests-CPU.json)")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = ap.parse_args()
