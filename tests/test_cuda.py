@@ -170,3 +170,45 @@ def test_training_on_cuda_gives_a_drafter_that_decodes_exactly(method, tiny_dirs
     )
     assert checked.exit_code == 0, checked.output
     assert json.loads(checked.output)["check"]["identical"]
+
+
+# --- the static engine: CUDA graphs --------------------------------------------------------------
+
+
+def _static(model: torch.nn.Module, name: str, **kwargs):
+    from hsd_runtime.models.static_engine import StaticModel
+
+    return StaticModel(model, name, n_ctx=256, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "ngram, widths",
+    [(False, [4]), (False, [TreeShape((3, 2))]), (True, [3, 4])],
+    ids=["chain", "tree", "ngram-chain"],
+)
+def test_static_engine_graphs_decode_the_targets_greedy(ngram, widths):
+    """Captured graphs replayed over static caches give the dynamic-cache target's greedy tokens,
+    prefills longer than one captured pass (chunks of 5 here) included."""
+    target, draft = _on_cuda(0, layers=3), _on_cuda(1, layers=1)
+    prompt = [1, 5, 9, 1, 5, 9, 1, 5, 7, 3, 11, 5]
+    auto = Hierarchy([target], []).generate(prompt, 24)
+    members: list = [_static(draft, "draft", chunk=5), _static(target, "target", chunk=5)]
+    got = Hierarchy([NgramDrafter(), *members] if ngram else members, widths).generate(prompt, 24)
+    assert got.tokens == auto.tokens and len(got.tokens) == 24
+
+
+def test_static_engine_graph_passes_equal_its_eager_passes():
+    """Every pass shape replayed from its graph gives the eager forward's logits, through a rollback."""
+    from hsd_runtime.decoding.cache import CachedModel
+    from hsd_runtime.decoding.results import LevelStats
+
+    target = _on_cuda(0, layers=3)
+    graphs = CachedModel(_static(target, "g"), 64, LevelStats(model="g"))
+    eager = CachedModel(_static(target, "e", graphs=False), 64, LevelStats(model="e"))
+    seq = [1, 5, 9, 1, 5, 9, 1, 5]
+    for cached in (graphs, eager):
+        cached.prefill(seq)
+    for extra, first in (([7, 3, 11], 8), ([12], 11), ([4, 4], 10)):
+        seq = seq[:first] + extra if first < len(seq) else seq + extra
+        torch.testing.assert_close(graphs.logits(seq, first), eager.logits(seq, first), rtol=1e-4, atol=1e-4)
+    assert graphs.engine.buffers.graphs  # the passes were replayed from captured graphs

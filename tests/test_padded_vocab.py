@@ -83,3 +83,5 @@ def test_profile_feeds_the_drafter_only_ids_it_embeds(dirs, tmp_path, mode):
     assert result.exit_code == 0, result.output
     solved = run("solve", "--db", db, "--mode", mode, "--json")
     assert solved.exit_code == 0, solved.output
+    validated = run("validate", "--db", db, "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--json")
+    assert validated.exit_code == 0, validated.output
