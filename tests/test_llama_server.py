@@ -97,6 +97,7 @@ def test_a_missing_server_is_one_line_naming_the_install_step(monkeypatch, tmp_p
         llama_server_path()
     monkeypatch.delenv("HSD_PLAN_LLAMA_SERVER")
     monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path))
+    monkeypatch.setenv("HOME", str(tmp_path))  # nor in the default cache the install step builds into
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(LlamaServerError, match=r"install_llamacpp\.sh"):
         llama_server_path()

@@ -389,13 +389,14 @@ def test_export_and_import_between_sqlite_and_the_server_lose_nothing(exported, 
 
 
 def _other_machine(doc: dict, slower: float) -> dict:
-    """``doc`` as if profiled on another machine: another fingerprint and name, every pass ``slower``."""
+    """``doc`` as if profiled on another machine: another fingerprint and name, every pass (and the
+    host work beside it) ``slower``."""
     other = json.loads(json.dumps(doc))
     (hw,) = other["hardware"]
     hw["fingerprint"], hw["device_name"] = "a" * 16, "Team GPU box"
     for r in other["latency"]:
         r["hardware"] = hw["fingerprint"]
-        for field in ("median_ms", "p10_ms", "p90_ms", "floor_ms"):
+        for field in ("median_ms", "p10_ms", "p90_ms", "floor_ms", "host_ms"):
             if r.get(field) is not None:
                 r[field] *= slower
         r["samples_ms"] = [x * slower for x in r["samples_ms"]]

@@ -46,16 +46,19 @@ class LlamaServerError(HSDError):
 
 def llama_server_path() -> Path:
     """The llama-server binary: ``$HSD_PLAN_LLAMA_SERVER``, else the one the install step built into
-    the cache, else ``llama-server`` on ``PATH``."""
+    the cache (this run's, else the default ``~/.cache/hsd-plan`` the install step uses when
+    ``$HSD_PLAN_CACHE`` was not set: a program, not a model, it serves a run on an empty model
+    cache too), else ``llama-server`` on ``PATH``."""
     named = os.environ.get("HSD_PLAN_LLAMA_SERVER")
     if named:
         path = Path(named).expanduser()
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise LlamaServerError(f"HSD_PLAN_LLAMA_SERVER={named}: not an executable file")
         return path
-    built = cache_dir() / "llama.cpp" / LLAMA_CPP_PYTHON / "bin" / "llama-server"
-    if built.is_file() and os.access(built, os.X_OK):
-        return built
+    for root in dict.fromkeys([cache_dir(), Path.home() / ".cache" / "hsd-plan"]):
+        built = root / "llama.cpp" / LLAMA_CPP_PYTHON / "bin" / "llama-server"
+        if built.is_file() and os.access(built, os.X_OK):
+            return built
     found = shutil.which("llama-server")
     if found:
         return Path(found)

@@ -81,7 +81,7 @@ class _Cursor:
         """A count of ``what``, each of at least ``least`` bytes: refused past :data:`MAX_GGUF_ENTRIES` or the file's end."""
         n = self.u64()
         if n * least > self.left:
-            raise _Refused(f"declares {n:,} {what}, more than the {self.left:,} bytes left in it hold; is it complete?")
+            raise _Refused(f"is not a whole GGUF file: it declares {n:,} {what}, more than the {self.left:,} bytes left in it hold")
         if n > MAX_GGUF_ENTRIES:
             raise _Refused(f"declares {n:,} {what}; a model has at most {MAX_GGUF_ENTRIES:,}")
         return n
@@ -103,7 +103,7 @@ class _Cursor:
             least = _FIXED.get(item, 8)  # a string takes its 8-byte length at least
             if n * least > self.left:
                 raise _Refused(
-                    f"declares {n:,} entries in its metadata {key}, more than the {self.left:,} bytes left in it hold; is it complete?"
+                    f"is not a whole GGUF file: it declares {n:,} entries in its metadata {key}, more than the {self.left:,} bytes left in it hold"
                 )
             if n > MAX_GGUF_ARRAY:
                 raise _Refused(f"declares {n:,} entries in its metadata {key}; a model's arrays hold at most {MAX_GGUF_ARRAY:,}")
