@@ -88,6 +88,14 @@ COPIES: dict[str, Callable[[Path], Path]] = {
 }
 
 
+def _plant(path: Path, planted: str, target: Path) -> None:
+    """Put at ``path`` what a teammate sharing the cache might: a symbolic link to ``target``, or a FIFO."""
+    if planted == "link":
+        path.symlink_to(target)
+    else:
+        os.mkfifo(path)
+
+
 @pytest.mark.parametrize("option", COPIES)
 @pytest.mark.parametrize("planted", ["link", "fifo"])
 def test_what_is_planted_at_a_copys_old_temporary_name_is_left_alone(ggufs, cache, tmp_path, option, planted):
@@ -98,10 +106,7 @@ def test_what_is_planted_at_a_copys_old_temporary_name_is_left_alone(ggufs, cach
     entry = COPIES[option](ggufs["target"])
     entry.parent.mkdir(parents=True)
     old_name = entry.parent / f".{entry.name}.tmp"
-    if planted == "link":
-        old_name.symlink_to(mine)
-    else:
-        os.mkfifo(old_name)
+    _plant(old_name, planted, mine)
     ok = _generate(f"{ggufs['target']}:{option},{ggufs['target']}")
     assert ok.exit_code == 0, ok.output
     assert entry.is_file() and entry.stat().st_size > 1000
@@ -115,10 +120,7 @@ def test_a_lock_file_that_is_a_link_or_a_fifo_is_refused(ggufs, cache, tmp_path,
     entry = quantized_path(ggufs["target"], "q8_0")
     entry.parent.mkdir(parents=True)
     lock = entry.parent / f".{entry.name}.lock"
-    if planted == "link":
-        lock.symlink_to(mine)
-    else:
-        os.mkfifo(lock)
+    _plant(lock, planted, mine)
     before = _tree(cache)
     one_line_error(_generate(f"{ggufs['target']}:quant=q8_0,{ggufs['target']}"), f"lock file {lock} {what}, not a regular file")
     assert _tree(cache) == before
