@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 
 from ..terms.errors import ChainError, ModelSpecError, PromptError
-from ..terms.tree import DraftTree
 from .engine import TreeFeed
 from .output import apply_output_layer
+from .torch_engine import tree_allowed
 
 __all__ = ["ARCHITECTURES", "DEFAULT_STATIC_CTX", "StaticCache", "StaticModel", "static_kernels"]
 
@@ -242,7 +242,9 @@ class StaticCache:
             nodes = range(tree.first, len(tree.tree))
             positions = positions[:tail] + [tree.linear + tree.tree.depths[i] - 1 for i in nodes]
             slots = slots[:tail] + [tree.linear + i for i in nodes]
-            blocked = _tree_blocked(tree.tree, tree.linear, tail, tree.first)
+            blocked = ~tree_allowed(
+                tree.tree, tree.linear, tail, tree.first
+            )  # [tail + M, linear + N]: past the slot rule, a node's non-ancestors
         end = max(slots) + 1
         if end > self.cells:
             raise PromptError(
@@ -308,20 +310,3 @@ class StaticCache:
         for dst, src in zip((x.ids, x.positions, x.slots, x.blocked), saved):
             dst.copy_(src)
         return graph, out
-
-
-def _tree_blocked(tree: DraftTree, linear: int, tail: int, first: int) -> torch.Tensor:
-    """``[tail + M, linear + N]``: True where a row of the pass must not see a slot that lies at or
-    before its own (a node's earlier non-ancestors; linear rows see all before them)."""
-    n = len(tree)
-    blocked = torch.zeros(tail + n - first, linear + n, dtype=torch.bool)
-    for row, i in enumerate(range(first, n), start=tail):
-        ancestors = set()
-        node = i
-        while node >= 0:
-            ancestors.add(node)
-            node = tree.parents[node]
-        for j in range(i):
-            if j not in ancestors:
-                blocked[row, linear + j] = True
-    return blocked

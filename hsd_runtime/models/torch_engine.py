@@ -20,7 +20,7 @@ from ..terms.tree import DraftTree
 from .engine import TreeFeed
 from .output import apply_output_layer
 
-__all__ = ["TorchCache", "cache_argument"]
+__all__ = ["TorchCache", "cache_argument", "tree_allowed"]
 
 
 @functools.cache
@@ -110,18 +110,10 @@ def tree_positions(tree: DraftTree, start: int) -> list[int]:
     return [start + d - 1 for d in tree.depths]
 
 
-def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """The additive 4-D attention mask ``[1, 1, tail + M, linear + N']`` of one pass.
-
-    Key positions: ``linear`` positions of linear text (the last ``tail`` of them fed by this
-    pass, causally), then tree nodes 0..N'-1 with N' = ``len(tree)``: nodes before ``first`` are
-    already in the cache, nodes ``first..`` (M of them) are fed by this pass after the tail. A node
-    sees all linear text, its ancestors and itself. 0 where attention is allowed, the dtype's
-    minimum elsewhere (added to the scores by eager and SDPA attention alike).
-    """
+def tree_allowed(tree: DraftTree, linear: int, tail: int, first: int) -> torch.Tensor:
+    """Where each row of a pass may attend, ``[tail + M, linear + N']`` booleans (see :func:`tree_mask`)."""
     n = len(tree)
-    m = n - first
-    q, kv = tail + m, linear + n
+    q, kv = tail + n - first, linear + n
     allowed = torch.zeros(q, kv, dtype=torch.bool)
     past = linear - tail
     for j in range(tail):  # linear text: causal
@@ -132,6 +124,19 @@ def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.
         while node >= 0:  # itself and its ancestors
             allowed[row, linear + node] = True
             node = tree.parents[node]
-    mask = torch.zeros(q, kv, dtype=dtype)
+    return allowed
+
+
+def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The additive 4-D attention mask ``[1, 1, tail + M, linear + N']`` of one pass.
+
+    Key positions: ``linear`` positions of linear text (the last ``tail`` of them fed by this
+    pass, causally), then tree nodes 0..N'-1 with N' = ``len(tree)``: nodes before ``first`` are
+    already in the cache, nodes ``first..`` (M of them) are fed by this pass after the tail. A node
+    sees all linear text, its ancestors and itself. 0 where attention is allowed, the dtype's
+    minimum elsewhere (added to the scores by eager and SDPA attention alike).
+    """
+    allowed = tree_allowed(tree, linear, tail, first)
+    mask = torch.zeros(allowed.shape, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask.to(device)[None, None]
