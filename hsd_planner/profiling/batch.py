@@ -1,6 +1,6 @@
 """c(n, b): the latency of one cached pass over b sequences of n new tokens each.
 
-Measured with the batched runtime's own ragged layout (:class:`hsd_runtime.batch.ragged.BatchedCache`,
+Measured with the batched runtime's own ragged layout (:meth:`hsd_runtime.decoding.cache.CachedModel.logits_rows`,
 its 4-D mask built every pass), so a batch plan is predicted from the passes it will run: b
 sequences with ``context_len`` random tokens cached each, a pass of n new tokens per sequence,
 rolled back again. The n-gram lookup at batch b is b lookups, one per sequence.
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from hsd_runtime import head_rows, ngram_lookup
-from hsd_runtime.batch.ragged import BatchedCache
+from hsd_runtime.decoding.cache import CachedModel
 from hsd_runtime.decoding.results import LevelStats
 
 from ..store import Engine
@@ -51,9 +51,9 @@ class BatchPassTimer:
         vocab = head_rows(model)
         self._gen = torch.Generator().manual_seed(seed)
         self._vocab = vocab
-        self._cache = BatchedCache(model, vocab, LevelStats(model="timer"), batch)
+        self._cache = CachedModel(model, vocab, LevelStats(model="timer"))
         self._contexts = torch.randint(0, vocab, (batch, context_len), generator=self._gen).tolist()
-        self._cache.prefill(self._contexts)
+        self._cache.prefill_rows(self._contexts)
         self._new: dict[int, list[list[list[int]]]] = {}
 
     def __call__(self, n: int) -> float:
@@ -68,7 +68,7 @@ class BatchPassTimer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        self._cache.logits(seqs, first)  # feeds n tokens per sequence (the other set's are rolled back first)
+        self._cache.logits_rows(seqs, first)  # feeds n tokens per sequence (the other set's are rolled back first)
         return 1000.0 * (time.perf_counter() - t0)
 
 

@@ -21,7 +21,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from hsd_runtime import BatchedHierarchy, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
+from hsd_runtime import GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy
 
 from ..errors import StoreError
 from ..plan import Plan, Prediction, predict
@@ -132,7 +132,7 @@ def run_batch_validation(
         b: {plan: predict(profile, plan.chain, plan.widths, solve.acceptance_model, contexts, max_new_tokens, b) for plan in group}
         for b, group in plans.items()
     }
-    built = {(b > 1, plan): _build(plan, b > 1, loader) for b, group in plans.items() for plan in group}
+    built = {plan: _build(plan, loader) for group in plans.values() for plan in group}
     for runner in built.values():  # warm-up, untimed
         _generate(runner, encoded[:1], 4, sampling)
 
@@ -142,7 +142,7 @@ def run_batch_validation(
         for k, batch in enumerate(_batches(encoded, b, repeats)):
             seeded = sampling.model_copy(update={"seed": 1000 * b + k})
             for plan in group:  # interleaved
-                measured[plan].append(_generate(built[(b > 1, plan)], batch, max_new_tokens, seeded))
+                measured[plan].append(_generate(built[plan], batch, max_new_tokens, seeded))
                 step(1)
         auto = Plan((target,), (), _UNKNOWN)
         for plan, kind in group.items():
@@ -153,22 +153,15 @@ def run_batch_validation(
     return replace(report, validation_id=store_validation(engine, solve, prompts, max_new_tokens, repeats, results, **report.summary))
 
 
-def _build(plan: Plan, batched: bool, loader: ModelLoader) -> Hierarchy | BatchedHierarchy:
-    """``plan``'s runtime: batched, or at batch size 1 the single-sequence one, where a plan for one
-    request is served and its curve c(n) was measured (its n = 1 pass at long contexts takes
-    another attention kernel than the ragged layout's masked one)."""
+def _build(plan: Plan, loader: ModelLoader) -> Hierarchy:
+    """``plan``'s hierarchy (a batch of one decodes on the torch engine's single-row cache, where a
+    plan for one request is served and its curve c(n) was measured)."""
     try:
-        runner = build_hierarchy(plan.chain, plan.widths, loader, batched=batched)[0]
+        return build_hierarchy(plan.chain, plan.widths, loader)[0]
     except HSDError as exc:
         raise StoreError(f"{plan.label} cannot be run: {exc}") from None
-    runner.eos_token_ids = frozenset()  # every sequence decodes max_new_tokens, so a batch stays at b to its last round
-    return runner
 
 
-def _generate(
-    runner: Hierarchy | BatchedHierarchy, batch: list[list[int]], max_new_tokens: int, sampling: SamplingConfig
-) -> GenerationResult:
-    """One batch decoded (a batch of one on the single-sequence runtime)."""
-    if isinstance(runner, Hierarchy):
-        return runner.generate(batch[0], max_new_tokens, sampling)
-    return runner.generate(batch, max_new_tokens, sampling)
+def _generate(runner: Hierarchy, batch: list[list[int]], max_new_tokens: int, sampling: SamplingConfig) -> GenerationResult:
+    """One batch decoded; every sequence decodes ``max_new_tokens``, so a batch stays at b to its last round."""
+    return runner.generate_batch(batch, max_new_tokens, sampling, stop_at_eos=False)
