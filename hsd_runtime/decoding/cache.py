@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..models.engine import EngineCache, TreeFeed
+from ..models.torch_engine import engine_model
 from ..terms.tree import DraftTree
 from .results import LevelStats
 
@@ -38,19 +39,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def engine_cache(model: Any, width: int, keep_hidden: bool = False, layers: tuple[int, ...] = (), cells: int | None = None) -> EngineCache:
-    """A fresh KV cache for ``model`` on its engine: a transformers ``nn.Module`` (torch) or a
-    model that opens its own caches (``open_cache``, as a llama.cpp GGUF does; ``cells``: the
-    positions such a cache allocates up front, None for the model's whole context)."""
-    opener = getattr(model, "open_cache", None)
-    if opener is not None:
-        if keep_hidden:
-            from ..terms.errors import ChainError
-
-            raise ChainError(f"{model}: block-draft heads and steering read hidden states, which the torch engine alone keeps")
-        return opener(width, cells)
-    from ..models.torch_engine import TorchCache
-
-    return TorchCache(model, width, keep_hidden, layers)
+    """A fresh KV cache for ``model`` on its engine (:func:`~hsd_runtime.models.torch_engine.engine_model`;
+    ``cells``: the positions a cache that allocates them up front holds, None for the model's whole context)."""
+    return engine_model(model).open_cache(width, cells, keep_hidden, layers)
 
 
 class CachedModel:
