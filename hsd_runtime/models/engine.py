@@ -7,12 +7,13 @@ any chain member's: a bare transformers module goes behind :class:`~.torch_engin
 model of another engine implements the protocol itself. Nothing outside the engine modules looks at
 a model's type to tell its engine.
 
-An engine's cache holds one model's KV cache over one token sequence and answers three requests
-(:class:`EngineCache`): feed tokens at given positions and return the logits of the last rows,
+A cache (:class:`EngineCache`) holds one model's keys and values over one token sequence and
+answers three requests: feed tokens at given positions and return the logits of the last rows,
 forget every position from a length on, and for draft trees, feed nodes that share the cached
 prefix and later keep one path of them. Everything above the seam - the cache bookkeeping of
 :class:`~hsd_runtime.decoding.cache.CachedModel`, verification, RRS, sampling, the n-gram drafter, the
-hierarchy loop and its counters - is the same for every engine.
+hierarchy loop and its counters, profiling's timed passes and teacher-forced logits - is the same
+for every engine.
 
 - :mod:`.torch_engine`: a transformers model in PyTorch (any device, dtype, int8 copies, trimmed
   heads, block-draft heads and steering, which read its hidden states).
