@@ -30,8 +30,9 @@ from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_file, spec_be
 from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.prompts import encode_prompt, load_prompts, split, write_trained_prompts
 from hsd_planner.training import DistillConfig, Distiller
-from hsd_planner.training.data import sample_batched, teacher_signal
+from hsd_planner.training.sampling import sample_batched
 from hsd_planner.training.student import HeldOut, sample
+from hsd_planner.training.teacher import teacher_signal
 from hsd_runtime import ModelLoader, SamplingConfig
 from hsd_runtime.models.loading import trimmed_model
 from hsd_runtime.models.trim import kept_tokens

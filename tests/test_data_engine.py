@@ -7,16 +7,10 @@ import torch
 
 from hsd_planner.errors import DistillError
 from hsd_planner.profiling.acceptance import teacher_forced_logits
-from hsd_planner.training.data import (
-    CorpusKey,
-    TeacherRows,
-    build_corpus,
-    continuation_logits,
-    model_digest,
-    sample_batched,
-    teacher_signal,
-)
+from hsd_planner.training.corpus import CorpusKey, build_corpus, model_digest
 from hsd_planner.training.divergences import DIVERGENCES, divergence, sparse_divergence
+from hsd_planner.training.sampling import sample_batched
+from hsd_planner.training.teacher import TeacherRows, continuation_logits, teacher_signal
 from hsd_runtime import ModelLoader, SamplingConfig
 
 PROMPTS = [[3, 7, 9], [11, 4], [5, 6, 7, 8, 9, 10], [12], [20, 21, 22, 23]]

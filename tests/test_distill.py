@@ -12,9 +12,9 @@ from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.prompts import TRAINED_PROMPTS, load_prompts, prompt_digest, split
 from hsd_planner.training import DistillConfig, Distiller, build_student
 from hsd_planner.training import distiller as distiller_module
-from hsd_planner.training.data import TeacherRows
 from hsd_planner.training.divergences import DIVERGENCES, divergence
 from hsd_planner.training.student import HeldOut
+from hsd_planner.training.teacher import TeacherRows
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 from tests.helpers import QUICK_PROFILE, fp32_check, one_line_error, run
 from tests.tiny import WORDS, tiny_llama, word_tokenizer

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hsd_planner.training import data as data_module
+from hsd_planner.training import corpus as corpus_module
 from hsd_runtime import ModelLoader
 from hsd_runtime.learned.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
 from hsd_runtime.learned.steering import STEER_CARD, STEER_FILE, SteeringCard, SteeringProjection, default_taps, save_steering
@@ -307,7 +307,7 @@ def test_a_cache_that_fails_at_write_time_is_one_line_and_keeps_no_entry(tiny_di
     def full(_obj, _path):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(data_module.torch, "save", full)
+    monkeypatch.setattr(corpus_module.torch, "save", full)
     one_line_error(
         run(*trainer("heads", tiny_dirs, "out", "--cache", "cache")), "cannot cache the corpus in cache: No space left on device"
     )

@@ -6,7 +6,7 @@ and the final norm are trained in fp32. Each step takes ``batch_size`` sequences
 the divergence between the target's and the student's next-token distributions at every
 continuation position of them:
 
-- target data: sequences of the corpus of the data engine (:mod:`.data`) - ``samples_per_prompt``
+- target data: sequences of the corpus of the data engine (:mod:`.corpus`) - ``samples_per_prompt``
   continuations of every prompt of the profiling split (the validation split is never trained
   on), sampled from the target once, with the target's top-k signal at every position, cached on
   disk and shared by every run with the same target, prompts and settings;
@@ -43,10 +43,12 @@ from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt
 from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
-from .data import Corpus, TeacherRows, build_corpus, by_length, continuation_logits, last_tokens, sample_batched, teacher_signal
+from .corpus import Corpus, build_corpus
 from .divergences import bucket_log_probs, sparse_divergence
 from .runs import PASS_GROUP, TrainingRun, corpus_key
+from .sampling import by_length, last_tokens, sample_batched
 from .student import HeldOut, build_student, own_student
+from .teacher import TeacherRows, continuation_logits, teacher_signal
 
 __all__ = ["Distiller", "running_average"]
 

@@ -1,6 +1,6 @@
 """Steering a drafter with its verifier's hidden states (SD²; Berdoz, Rheinboldt, Wattenhofer 2025).
 
-The data are the verifier's own continuations from the data engine's corpus (:mod:`.data`): at
+The data are the verifier's own continuations from the data engine's corpus (:mod:`.corpus`): at
 every continuation position, the verifier's distribution (top-k logits and the log-partition)
 and, from one more frozen pass per batch kept in memory, its taps (the inputs of the layers the
 steering reads). Each step draws one staleness offset o in 1..``stale`` (a drafted token is up to
@@ -49,10 +49,12 @@ from ..limits import MAX_STALE, MAX_STEER_RANK
 from ..profiling.acceptance import acceptance_from_logits, model_conditionals, start_survival, steered_acceptance, teacher_forced_logits
 from ..prompts import encode_prompt
 from .config import DrafterTrainingConfig, TorchSpec
-from .data import Corpus, build_corpus, by_length, continuation_logits, corpus_hidden, last_tokens
+from .corpus import Corpus, build_corpus, corpus_hidden
 from .divergences import sparse_divergence
 from .runs import PASS_GROUP, TrainingRun, corpus_key
+from .sampling import by_length, last_tokens
 from .student import HeldOut, own_student
+from .teacher import continuation_logits
 
 __all__ = ["SteerConfig", "SteerReport", "SteerTrainer", "block_acceptance"]
 

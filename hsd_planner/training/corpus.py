@@ -1,24 +1,14 @@
-"""The training data engine shared by every trainer: sequences and the teacher's dense signal.
+"""Corpora on disk: several samples per prompt with the teacher's signal, cached and reused.
 
-A trainer needs, for many sequences, the teacher's next-token distribution at every position.
-The engine makes both in batches, never one sequence and one token at a time:
-
-- **Sampling** (:func:`sample_batched`): many sequences at once from any model (the target for
-  offline data, the student for on-policy data), over one padded KV layout (the batched runtime),
-  each sequence from its own seeded generator, so a sequence depends on its prompt and seed only.
-- **Teacher signal** (:func:`teacher_signal`): one teacher-forced pass over a right-padded batch
-  of prompt + continuation gives the distribution at every continuation position; the engine keeps
-  its top-k logits and the log-partition of the whole row (``logz``), from which the divergences of
-  :mod:`.divergences` are computed over the top-k tokens and one tail bucket (exact when k is the
-  vocabulary).
-- **Corpora** (:func:`build_corpus`): several samples per prompt of a prompt set's profiling split
-  (the validation split is never trained on), with their signal, cached on disk under a key of
-  the target (its weights' digest included), the prompts and every setting; a cached corpus is
-  reused across runs, divergences and students, and an entry whose key no longer matches (other
-  weights under the same spec, an older format, a damaged file) is refused with one line. The
-  cache is checked before any model is loaded (:func:`check_cache`), its files are checked regular
-  and bounded before they are opened (a FIFO would block the read), and an entry is written into a
-  private folder and renamed into place whole: a failed write leaves no entry behind.
+:func:`build_corpus` samples several continuations of every prompt of a prompt set's profiling
+split (the validation split is never trained on) and computes their signal, cached on disk under
+a key of the target (its weights' digest included, :func:`model_digest`), the prompts and every
+setting; a cached corpus is reused across runs, divergences and students, and an entry whose key
+no longer matches (other weights under the same spec, an older format, a damaged file) is refused
+with one line. The cache is checked before any model is loaded (:func:`check_cache`), its files
+are checked regular and bounded before they are opened (a FIFO would block the read), and an
+entry is written into a private folder and renamed into place whole: a failed write leaves no
+entry behind.
 """
 
 from __future__ import annotations
@@ -40,83 +30,21 @@ from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from hsd_runtime import LoadedModel, SamplingConfig
-from hsd_runtime.batch.batched import BatchedHierarchy
-from hsd_runtime.learned.steering import layer_inputs
 from hsd_runtime.models.cache import cache_dir, shareable
 from hsd_runtime.models.files import check_folder, open_input, read_input, staging_folder, stat_input, stat_path
-from hsd_runtime.models.output import apply_output_layer
 from hsd_runtime.terms.json_text import JSONTextError, parse_json
 from hsd_runtime.terms.limits import MAX_CONFIG_BYTES
 
 from ..errors import DistillError, PathError, first_line
 from ..limits import MAX_TRAINING_CORPUS_BYTES
+from .sampling import by_length, sample_batched
+from .teacher import TeacherRows, continuation_hidden, teacher_signal
 
-__all__ = [
-    "Corpus",
-    "CorpusKey",
-    "TeacherRows",
-    "build_corpus",
-    "by_length",
-    "check_cache",
-    "continuation_hidden",
-    "corpus_root",
-    "last_tokens",
-    "model_digest",
-    "sample_batched",
-    "teacher_signal",
-]
+__all__ = ["Corpus", "CorpusKey", "build_corpus", "check_cache", "corpus_hidden", "corpus_root", "model_digest"]
 
 FORMAT = 1  # of the cached files; a cache written by another format is refused
 KEY_FILE, DATA_FILE = "key.json", "corpus.pt"  # the files of a cache entry
 _SAMPLE_STRIDE = 4099  # model_digest reads every this-many-th weight (and every tensor's sum)
-
-
-@dataclass(frozen=True)
-class TeacherRows:
-    """The teacher's distribution at R positions, sparsely: ``ids`` ``[R, k]`` (int64) the k
-    largest logits' token ids in decreasing order, ``logits`` ``[R, k]`` their raw logits (fp32),
-    ``logz`` ``[R]`` the log-partition logsumexp(row / T) of the whole row at the key's
-    temperature T, ``log_tail`` ``[R]`` the log of the probability outside the top k (computed
-    from the whole row: 1 - sum(top k) would lose a small tail to rounding; -inf when complete),
-    and ``width`` the vocabulary size V (k == V: the rows are complete)."""
-
-    ids: torch.Tensor
-    logits: torch.Tensor
-    logz: torch.Tensor
-    log_tail: torch.Tensor
-    width: int
-
-    @property
-    def complete(self) -> bool:
-        return self.ids.shape[-1] >= self.width
-
-    def log_probs(self, temperature: float) -> torch.Tensor:
-        """log p of the top-k tokens ``[R, k]`` at ``temperature`` (the temperature of ``logz``)."""
-        return self.logits / temperature - self.logz[:, None]
-
-    def rows(self, start: int, stop: int) -> TeacherRows:
-        return TeacherRows(self.ids[start:stop], self.logits[start:stop], self.logz[start:stop], self.log_tail[start:stop], self.width)
-
-    def take(self, index: torch.Tensor) -> TeacherRows:
-        """The rows ``index`` ``[n]``, in that order."""
-        return TeacherRows(self.ids[index], self.logits[index], self.logz[index], self.log_tail[index], self.width)
-
-    @staticmethod
-    def from_logits(logits: torch.Tensor, top_k: int, temperature: float) -> TeacherRows:
-        """The sparse form of full logits ``[R, V]`` (fp32), keeping ``top_k`` (0: every) token."""
-        logits = logits.float()
-        width = logits.shape[-1]
-        k = width if top_k <= 0 else min(top_k, width)
-        values, ids = logits.topk(k, dim=-1)  # [R, k], decreasing
-        scaled = logits / temperature
-        logz = torch.logsumexp(scaled, dim=-1)  # [R]
-        log_tail = torch.logsumexp(scaled.scatter(-1, ids, float("-inf")), dim=-1) - logz  # [R]; -inf when k == V
-        return TeacherRows(ids, values, logz, log_tail, width)
-
-    @staticmethod
-    def cat(parts: Sequence[TeacherRows]) -> TeacherRows:
-        fields = [torch.cat([getattr(p, name) for p in parts]) for name in ("ids", "logits", "logz", "log_tail")]
-        return TeacherRows(*fields, parts[0].width)
 
 
 def model_digest(model: nn.Module) -> str:
@@ -137,157 +65,6 @@ def model_digest(model: nn.Module) -> str:
                 h.update(f"{float(flat.sum(dtype=torch.float64)):.10e}".encode())  # no fp64 copy of the tensor
                 h.update(flat[::_SAMPLE_STRIDE].float().cpu().numpy().tobytes())
     return h.hexdigest()[:16]
-
-
-def sample_batched(
-    model: nn.Module,
-    loaded: LoadedModel,
-    prompts: Sequence[list[int]],
-    max_new_tokens: int,
-    sampling: SamplingConfig,
-    seeds: Sequence[int],
-    batch_size: int,
-    progress: Callable[[int], None] | None = None,
-) -> list[list[int]]:
-    """Up to ``max_new_tokens`` tokens of ``model`` after each prompt (fewer when it emits an
-    end-of-sequence token), ``batch_size`` sequences per batched decoding; sequence i draws from a
-    generator seeded with ``seeds[i]``, so its tokens do not depend on the batch it ran in.
-    ``loaded`` gives the vocabulary width and end tokens (the target's, for a student);
-    ``progress`` gets the number of sequences done after each batch."""
-    alone = BatchedHierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
-    out: list[list[int]] = [[] for _ in prompts]
-    done = 0
-    for batch in by_length([len(p) for p in prompts], batch_size):
-        result = alone.generate([list(prompts[i]) for i in batch], max_new_tokens, sampling, seeds=[seeds[i] for i in batch])
-        for i, tokens in zip(batch, result.sequences):
-            out[i] = tokens
-        done += len(batch)
-        if progress is not None:
-            progress(done)
-    return out
-
-
-def by_length(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices 0..n-1 in batches of ``batch_size``, grouped by length (shortest first): a padded
-    batch pays for its longest row, so a short prompt never waits on a 1,500-token one."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def last_tokens(prompt: list[int], n: int) -> list[int]:
-    """The last ``n`` tokens of ``prompt`` (all of it when ``n`` is 0): what a drafter reads in training."""
-    return prompt[-n:] if n else prompt
-
-
-def _padded(prompts: Sequence[list[int]], continuations: Sequence[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ``input_ids`` and ``attention_mask`` ``[B, L]`` of prompt + continuation."""
-    rows = [p + c for p, c in zip(prompts, continuations)]
-    length = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), length), dtype=torch.long)
-    mask = torch.zeros((len(rows), length), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1
-    return ids.to(device), mask.to(device)
-
-
-def continuation_logits(
-    model: nn.Module, prompts: Sequence[list[int]], continuations: Sequence[list[int]], width: int, grad: bool = False
-) -> torch.Tensor:
-    """One batched teacher-forced pass: the logits ``[R, width]`` (fp32) predicting every
-    continuation token, sequence after sequence (R = the continuations' total length).
-
-    Right padding with an attention mask: a row's positions see only its own earlier tokens, so
-    its logits are those of a pass over it alone. ``grad=True`` keeps the graph (a student in
-    training). The decoder runs over every position; only the R positions that predict a
-    continuation token are gathered (one index, so the backward pass scatters once) and reach
-    the output layer, the largest matrix of a small model.
-    """
-    with torch.inference_mode(not grad):
-        picked = continuation_hidden(model, prompts, continuations, grad)  # [R, d]
-        return apply_output_layer(model, picked, width).float()  # soft-capped as the model's own forward does
-
-
-def continuation_hidden(
-    model: nn.Module,
-    prompts: Sequence[list[int]],
-    continuations: Sequence[list[int]],
-    grad: bool = False,
-    layers: Sequence[int] = (),
-) -> torch.Tensor:
-    """The final hidden states ``[R, d]`` (the output layer's inputs) that predict every
-    continuation token, sequence after sequence, from one batched teacher-forced pass (right padding,
-    as :func:`continuation_logits`); with ``layers``, the inputs of those decoder layers at the
-    same positions instead, side by side (``[R, len(layers) d]``: a verifier's steering taps)."""
-    device = next(model.parameters()).device
-    ids, mask = _padded(prompts, continuations, device)
-    length = ids.shape[1]
-    rows = torch.cat([i * length + torch.arange(len(p) - 1, len(p) - 1 + len(c)) for i, (p, c) in enumerate(zip(prompts, continuations))])
-    with torch.inference_mode(not grad):
-        if layers:
-            hidden = layer_inputs(model, ids, list(layers), mask)
-        else:
-            hidden = getattr(model, model.base_model_prefix)(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
-        return hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows.to(device))  # [R, d]
-
-
-def corpus_hidden(
-    model: nn.Module,
-    corpus: Corpus,
-    batch_size: int,
-    layers: Sequence[int] = (),
-    progress: Callable[[int, int], None] | None = None,
-) -> torch.Tensor:
-    """:func:`continuation_hidden` at every row of ``corpus`` ``[R, d]`` (or ``[R, len(layers) d]``),
-    in corpus order, one padded pass per batch of sequences of similar length (a batch pays for its
-    longest row); ``progress(done, total)`` after each pass."""
-    keep = [i for i, cont in enumerate(corpus.continuations) if cont]
-    out: torch.Tensor | None = None
-    done = 0
-    for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], batch_size):
-        seqs = [keep[j] for j in batch]
-        rows = continuation_hidden(model, [corpus.prompts[i] for i in seqs], [corpus.continuations[i] for i in seqs], layers=layers)
-        if out is None:
-            out = rows.new_empty((corpus.positions, rows.shape[-1]))
-        start = 0
-        for i in seqs:  # corpus rows are sequence after sequence: each sequence's rows at its offset
-            n = len(corpus.continuations[i])
-            out[corpus.offsets[i] : corpus.offsets[i] + n] = rows[start : start + n]
-            start += n
-        done += start
-        if progress is not None:
-            progress(done, corpus.positions)
-    assert out is not None
-    return out
-
-
-def teacher_signal(
-    model: nn.Module,
-    prompts: Sequence[list[int]],
-    continuations: Sequence[list[int]],
-    width: int,
-    top_k: int,
-    temperature: float,
-    batch_size: int,
-    progress: Callable[[int], None] | None = None,
-) -> TeacherRows:
-    """The teacher's sparse distribution at every continuation position, ``batch_size``
-    sequences per teacher-forced pass; ``progress`` gets the positions done after each pass."""
-    keep = [i for i, c in enumerate(continuations) if c]  # a continuation can be empty (EOS at once): no rows
-    if not keep:
-        raise DistillError("every continuation is empty (the model ended each at once); give other prompts or more --max-new-tokens")
-    pieces: dict[int, TeacherRows] = {}  # sequence -> its rows; batches run grouped by length
-    for batch in by_length([len(prompts[i]) + len(continuations[i]) for i in keep], batch_size):
-        seqs = [keep[j] for j in batch]
-        logits = continuation_logits(model, [prompts[i] for i in seqs], [continuations[i] for i in seqs], width)
-        rows = TeacherRows.from_logits(logits, top_k, temperature)
-        start = 0
-        for i in seqs:
-            pieces[i] = rows.rows(start, start + len(continuations[i]))
-            start += len(continuations[i])
-        if progress is not None:
-            progress(logits.shape[0])
-    return TeacherRows.cat([pieces[i] for i in keep])  # sequence after sequence, as the corpus lays them out
 
 
 class CorpusKey(BaseModel):
@@ -509,3 +286,33 @@ def build_corpus(
     corpus = Corpus(key, seq_prompts, continuations, signal, _offsets(continuations))
     _save(folder, corpus)
     return corpus, False
+
+
+def corpus_hidden(
+    model: nn.Module,
+    corpus: Corpus,
+    batch_size: int,
+    layers: Sequence[int] = (),
+    progress: Callable[[int, int], None] | None = None,
+) -> torch.Tensor:
+    """:func:`continuation_hidden` at every row of ``corpus`` ``[R, d]`` (or ``[R, len(layers) d]``),
+    in corpus order, one padded pass per batch of sequences of similar length (a batch pays for its
+    longest row); ``progress(done, total)`` after each pass."""
+    keep = [i for i, cont in enumerate(corpus.continuations) if cont]
+    out: torch.Tensor | None = None
+    done = 0
+    for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], batch_size):
+        seqs = [keep[j] for j in batch]
+        rows = continuation_hidden(model, [corpus.prompts[i] for i in seqs], [corpus.continuations[i] for i in seqs], layers=layers)
+        if out is None:
+            out = rows.new_empty((corpus.positions, rows.shape[-1]))
+        start = 0
+        for i in seqs:  # corpus rows are sequence after sequence: each sequence's rows at its offset
+            n = len(corpus.continuations[i])
+            out[corpus.offsets[i] : corpus.offsets[i] + n] = rows[start : start + n]
+            start += n
+        done += start
+        if progress is not None:
+            progress(done, corpus.positions)
+    assert out is not None
+    return out
