@@ -19,7 +19,7 @@ from hsd_runtime.models.cache import taken_back_on_refusal
 
 from ..errors import HSDError
 from ..store import DatabaseError
-from ..store.server import describe_error
+from ..store.failures import describe_error
 from .demo import demo
 from .distill import distill
 from .export import export_command

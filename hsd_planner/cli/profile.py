@@ -12,7 +12,7 @@ from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_pro
 from ..profiling.sources import absolute_specs, trained_overlaps, with_engine
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
-from ..store.server import LOST, describe_lost
+from ..store.failures import LOST, describe_lost
 from .batch import batch_sizes_option, parse_batch_sizes
 from .options import (
     db_option,
