@@ -11,17 +11,10 @@ from hsd_runtime import ModelLoader
 
 from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
 from ..training import DistillConfig, Distiller, DistillReport, StepLog, parse_init, running_average
-from .options import (
-    json_option,
-    max_context_option,
-    prompt_options,
-    resolve_dtype_choice,
-    runtime_options,
-    step_options,
-    training_options,
-    vocab_option,
-)
+from .loader import resolve_dtype_choice
+from .options import json_option, prompt_options, runtime_options
 from .render import emit
+from .training_options import max_context_option, step_options, training_options, vocab_option
 from .training_run import run_training
 
 __all__ = ["distill"]

@@ -10,17 +10,10 @@ from hsd_runtime import SamplingConfig
 
 from ..generate import generate_text
 from ..limits import MAX_LENGTH
-from .options import (
-    engine_option,
-    json_option,
-    make_loader,
-    parse_widths,
-    prepack_option,
-    resolve_dtype_choice,
-    runtime_options,
-    sampling_options,
-)
+from .loader import make_loader, resolve_dtype_choice
+from .options import engine_option, json_option, prepack_option, runtime_options, sampling_options
 from .render import emit, format_generate
+from .values import parse_widths
 
 __all__ = ["generate"]
 
