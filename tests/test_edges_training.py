@@ -37,7 +37,7 @@ from tests.test_edges import deadline, refused, snapshot
 
 ROOT = os.geteuid() == 0
 # the cheapest run of each trainer on the tiny models: one step over four prompts, one sample each
-FAST = ["--max-new-tokens", 4, "--batch-size", 2, "--steps", 1, "--samples-per-prompt", 1, "--max-prompts", 4, "--reserve", 0]
+FAST = ["--max-new-tokens", 4, "--train-batch", 2, "--steps", 1, "--samples-per-prompt", 1, "--max-prompts", 4, "--reserve", 0]
 FAST += ["--device", "cpu", "--dtype", "fp32"]
 
 

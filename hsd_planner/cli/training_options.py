@@ -42,11 +42,11 @@ def vocab_option(drafter: str, draft_as: str) -> Callable[[F], F]:
 
 
 def step_options(defaults: Any, batch_help: str = "Continuations per step.", lr_help: str = "AdamW learning rate.") -> Callable[[F], F]:
-    """A trainer's ``--steps``, ``--batch-size`` (``batch_help``) and ``--lr`` (``lr_help``),
+    """A trainer's ``--steps``, ``--train-batch`` (``batch_help``: its minibatch, sequences per step) and ``--lr`` (``lr_help``),
     defaults read from its config class ``defaults``."""
     default, count = defaults.field_default, click.IntRange(1, MAX_COUNT)
     steps = click.option("--steps", type=count, default=default("steps"), show_default=True, help="Optimizer steps in all.")
-    batch = click.option("--batch-size", type=count, default=default("batch_size"), show_default=True, help=batch_help)
+    batch = click.option("--train-batch", type=count, default=default("train_batch"), show_default=True, help=batch_help)
     lr = click.option("--lr", type=FiniteRange(0, min_open=True), default=default("lr"), show_default=True, help=lr_help)
     return lambda f: steps(batch(lr(f)))
 

@@ -252,7 +252,7 @@ def build_corpus(
     target: LoadedModel,
     key: CorpusKey,
     prompts: Sequence[list[int]],
-    batch_size: int,
+    gen_batch: int,
     root: Path | None = None,
     progress: Callable[[str, int, int], None] | None = None,
 ) -> tuple[Corpus, bool]:
@@ -273,7 +273,7 @@ def build_corpus(
     seeds = [key.seed * 1_000_003 + i * 1_009 + j for i, j in rows]
     sampling = SamplingConfig(mode="sample", temperature=key.temperature)
     continuations = sample_batched(
-        target.model, target, seq_prompts, key.max_new_tokens, sampling, seeds, batch_size, lambda done: step("sampling", done, len(rows))
+        target.model, target, seq_prompts, key.max_new_tokens, sampling, seeds, gen_batch, lambda done: step("sampling", done, len(rows))
     )
     total = sum(len(c) for c in continuations)
     done = [0]
@@ -282,7 +282,7 @@ def build_corpus(
         done[0] += n
         step("teacher signal", done[0], total)
 
-    signal = teacher_signal(target.model, seq_prompts, continuations, target.logits_width, key.top_k, key.temperature, batch_size, advance)
+    signal = teacher_signal(target.model, seq_prompts, continuations, target.logits_width, key.top_k, key.temperature, gen_batch, advance)
     corpus = Corpus(key, seq_prompts, continuations, signal, _offsets(continuations))
     _save(folder, corpus)
     return corpus, False
@@ -291,7 +291,7 @@ def build_corpus(
 def corpus_hidden(
     model: nn.Module,
     corpus: Corpus,
-    batch_size: int,
+    gen_batch: int,
     layers: Sequence[int] = (),
     progress: Callable[[int, int], None] | None = None,
 ) -> torch.Tensor:
@@ -301,7 +301,7 @@ def corpus_hidden(
     keep = [i for i, cont in enumerate(corpus.continuations) if cont]
     out: torch.Tensor | None = None
     done = 0
-    for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], batch_size):
+    for batch in by_length([len(corpus.prompts[i]) + len(corpus.continuations[i]) for i in keep], gen_batch):
         seqs = [keep[j] for j in batch]
         rows = continuation_hidden(model, [corpus.prompts[i] for i in seqs], [corpus.continuations[i] for i in seqs], layers=layers)
         if out is None:

@@ -2,7 +2,7 @@
 
 The student is a real copy of the target's first K decoder layers, final norm and embeddings
 (``num_hidden_layers = K``); the embeddings and the output head stay frozen, the decoder layers
-and the final norm are trained in fp32. Each step takes ``batch_size`` sequences and minimises
+and the final norm are trained in fp32. Each step takes ``train_batch`` sequences and minimises
 the divergence between the target's and the student's next-token distributions at every
 continuation position of them:
 
@@ -77,7 +77,7 @@ def _out_of_memory_as_error(config: DistillConfig) -> Iterator[None]:
         if not (isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text or "not enough memory" in text):
             raise
         raise DistillError(
-            f"out of memory at batch size {config.batch_size} and {config.max_new_tokens} new tokens; lower --batch-size or --max-new-tokens"
+            f"out of memory at training batch {config.train_batch} and {config.max_new_tokens} new tokens; lower --train-batch or --max-new-tokens"
         ) from None
 
 
@@ -213,13 +213,13 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         c = self.config
         n = len(self.train_ids)
         # every draw is made whatever the data mode, so the RNG stream depends only on the seed
-        picks = self.rng.choice(n, size=c.batch_size, replace=n < c.batch_size).tolist()
-        coins = self.rng.random(c.batch_size).tolist()
-        seeds = self.rng.integers(2**31, size=c.batch_size).tolist()
-        rows = self.rng.integers(c.samples_per_prompt, size=c.batch_size).tolist()
+        picks = self.rng.choice(n, size=c.train_batch, replace=n < c.train_batch).tolist()
+        coins = self.rng.random(c.train_batch).tolist()
+        seeds = self.rng.integers(2**31, size=c.train_batch).tolist()
+        rows = self.rng.integers(c.samples_per_prompt, size=c.train_batch).tolist()
         own = [i for i, coin in enumerate(coins) if c.data == "on-policy" or (c.data == "mixed" and coin < 0.5)]
         prompts, continuations, parts = self._on_policy([picks[i] for i in own], [seeds[i] for i in own]) if own else ([], [], [])
-        for i in sorted(set(range(c.batch_size)) - set(own)):
+        for i in sorted(set(range(c.train_batch)) - set(own)):
             assert self.corpus is not None  # prepare() made it for target and mixed data
             seq = picks[i] * c.samples_per_prompt + rows[i]  # the corpus holds samples_per_prompt sequences per prompt
             if self.corpus.continuations[seq]:

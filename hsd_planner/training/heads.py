@@ -190,10 +190,10 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
     # --- training ----------------------------------------------------------------------------
 
     def train_step(self) -> float:
-        """One step over ``batch_size`` corpus sequences: every head at every row it can see ahead from."""
+        """One step over ``train_batch`` corpus sequences: every head at every row it can see ahead from."""
         c, corpus, hidden = self.config, self.corpus, self.hidden
         assert corpus is not None and hidden is not None
-        seqs = self.rng.choice(len(corpus.prompts), size=c.batch_size, replace=len(corpus.prompts) < c.batch_size).tolist()
+        seqs = self.rng.choice(len(corpus.prompts), size=c.train_batch, replace=len(corpus.prompts) < c.train_batch).tolist()
         device = next(self.heads.parameters()).device
         width = self.host.logits_width
         losses, count = [], 0
@@ -298,7 +298,7 @@ on the final hidden state into the model's frozen output layer{trimmed}. Use as 
 
 Trained {r.steps} steps ({r.positions:,} head positions, {r.train_wall_s:.0f} s) with {c.loss} on
 {r.corpus_sequences} continuations of the host ({c.samples_per_prompt} per prompt of the profiling
-split), lr {c.lr:g}, batch {c.batch_size}. Final loss {r.final_loss:.4f}.
+split), lr {c.lr:g}, training batch {c.train_batch}. Final loss {r.final_loss:.4f}.
 
 Held-out acceptance ({r.eval_prompts}), against the host's own continuations:
 

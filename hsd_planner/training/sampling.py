@@ -25,18 +25,18 @@ def sample_batched(
     max_new_tokens: int,
     sampling: SamplingConfig,
     seeds: Sequence[int],
-    batch_size: int,
+    gen_batch: int,
     progress: Callable[[int], None] | None = None,
 ) -> list[list[int]]:
     """Up to ``max_new_tokens`` tokens of ``model`` after each prompt (fewer when it emits an
-    end-of-sequence token), ``batch_size`` sequences per batched decoding; sequence i draws from a
+    end-of-sequence token), ``gen_batch`` sequences per batched decoding; sequence i draws from a
     generator seeded with ``seeds[i]``, so its tokens do not depend on the batch it ran in.
     ``loaded`` gives the vocabulary width and end tokens (the target's, for a student);
     ``progress`` gets the number of sequences done after each batch."""
     alone = BatchedHierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
     out: list[list[int]] = [[] for _ in prompts]
     done = 0
-    for batch in by_length([len(p) for p in prompts], batch_size):
+    for batch in by_length([len(p) for p in prompts], gen_batch):
         result = alone.generate([list(prompts[i]) for i in batch], max_new_tokens, sampling, seeds=[seeds[i] for i in batch])
         for i, tokens in zip(batch, result.sequences):
             out[i] = tokens
@@ -46,11 +46,11 @@ def sample_batched(
     return out
 
 
-def by_length(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices 0..n-1 in batches of ``batch_size``, grouped by length (shortest first): a padded
+def by_length(lengths: Sequence[int], size: int) -> list[list[int]]:
+    """Indices 0..n-1 in batches of ``size``, grouped by length (shortest first): a padded
     batch pays for its longest row, so a short prompt never waits on a 1,500-token one."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    return [order[start : start + size] for start in range(0, len(order), size)]
 
 
 def last_tokens(prompt: list[int], n: int) -> list[int]:

@@ -132,16 +132,16 @@ def teacher_signal(
     width: int,
     top_k: int,
     temperature: float,
-    batch_size: int,
+    gen_batch: int,
     progress: Callable[[int], None] | None = None,
 ) -> TeacherRows:
-    """The teacher's sparse distribution at every continuation position, ``batch_size``
+    """The teacher's sparse distribution at every continuation position, ``gen_batch``
     sequences per teacher-forced pass; ``progress`` gets the positions done after each pass."""
     keep = [i for i, c in enumerate(continuations) if c]  # a continuation can be empty (EOS at once): no rows
     if not keep:
         raise DistillError("every continuation is empty (the model ended each at once); give other prompts or more --max-new-tokens")
     pieces: dict[int, TeacherRows] = {}  # sequence -> its rows; batches run grouped by length
-    for batch in by_length([len(prompts[i]) + len(continuations[i]) for i in keep], batch_size):
+    for batch in by_length([len(prompts[i]) + len(continuations[i]) for i in keep], gen_batch):
         seqs = [keep[j] for j in batch]
         logits = continuation_logits(model, [prompts[i] for i in seqs], [continuations[i] for i in seqs], width)
         rows = TeacherRows.from_logits(logits, top_k, temperature)
