@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from hsd_runtime import SamplingConfig
@@ -80,8 +78,7 @@ def generate(
     report = generate_text(chain, parse_widths(widths), prompt, max_new_tokens, sampling, loader, chat=not raw, check=check, warmup=warmup)
     emit(report, as_json, format_generate)
     if report.check is not None and report.check.exact and not report.check.identical:
-        click.echo(
-            f"error: speculative output differs from the target's greedy output at new token {report.check.first_divergence}",
-            err=True,
+        # after the report: one line Error: ... on stderr, exit status 1, as every refusal
+        raise click.ClickException(
+            f"speculative output differs from the target's greedy output at new token {report.check.first_divergence}"
         )
-        sys.exit(1)
