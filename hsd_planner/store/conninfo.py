@@ -47,7 +47,8 @@ def _conninfo_pairs(text: str) -> list[tuple[str, str]]:
     """``keyword = value`` pairs of a connection string, read as libpq reads them: a value is a run
     of non-blank characters or a single-quoted string, ``\\`` escaping the next character in
     either. A ValueError names what is wrong; no message quotes a value (it may be a password)."""
-    pairs, i, n = [], 0, len(text)
+    pairs: list[tuple[str, str]] = []
+    i, n = 0, len(text)
     while True:
         while i < n and text[i].isspace():
             i += 1
