@@ -34,7 +34,7 @@ import torch
 
 from benchmarks.common import SPEC_CATEGORIES, machine, mt_bench_set, spec_bench_file, spec_bench_option, spec_bench_set
 from hsd_planner.prompts import encode_prompt, load_prompts, split
-from hsd_planner.training.data import build_corpus
+from hsd_planner.training.corpus import build_corpus
 from hsd_planner.training.heads import HeadsConfig
 from hsd_planner.training.runs import corpus_key
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig, build_hierarchy

@@ -30,8 +30,9 @@ from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_file, spec_be
 from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.prompts import encode_prompt, load_prompts, split, write_trained_prompts
 from hsd_planner.training import DistillConfig, Distiller
-from hsd_planner.training.data import sample_batched, teacher_signal
+from hsd_planner.training.sampling import sample_batched
 from hsd_planner.training.student import HeldOut, sample
+from hsd_planner.training.teacher import teacher_signal
 from hsd_runtime import ModelLoader, SamplingConfig
 from hsd_runtime.models.trim import kept_tokens
 from hsd_runtime.models.views import trimmed_model
@@ -50,7 +51,7 @@ def held_out(loader: ModelLoader, spec_bench: Path, per_category: int, new_token
     return HeldOut.make(target, prompts, new_tokens, 1.0)
 
 
-def engine_rates(loader: ModelLoader, prompts: list[list[int]], new_tokens: int, batch: int) -> dict[str, float]:
+def engine_rates(loader: ModelLoader, prompts: list[list[int]], new_tokens: int, gen_batch: int) -> dict[str, float]:
     """Teacher-signal positions per second, one sequence at a time (sample, then one teacher-forced
     pass per sequence) against the data engine (batched sampling and teacher passes), same prompts."""
     target = loader.load(TARGET)
@@ -63,8 +64,8 @@ def engine_rates(loader: ModelLoader, prompts: list[list[int]], new_tokens: int,
         positions += len(cont)
     one = positions / (time.perf_counter() - t0)
     t0 = time.perf_counter()
-    conts = sample_batched(target.model, target, prompts, new_tokens, sampling, list(range(len(prompts))), batch)
-    signal = teacher_signal(target.model, prompts, conts, target.logits_width, 64, 1.0, batch)
+    conts = sample_batched(target.model, target, prompts, new_tokens, sampling, list(range(len(prompts))), gen_batch)
+    signal = teacher_signal(target.model, prompts, conts, target.logits_width, 64, 1.0, gen_batch)
     engine = signal.ids.shape[0] / (time.perf_counter() - t0)
     return {"one_at_a_time": one, "engine": engine, "ratio": engine / one}
 
@@ -81,7 +82,7 @@ def main() -> None:
     ap.add_argument("--engine-check", type=int, default=0, help="first measure positions/s on this many prompts, both ways")
     ap.add_argument("--steps", type=int, default=20, help="steps per student (ignored with --minutes)")
     ap.add_argument("--minutes", type=float, default=None, help="train each student for this long instead")
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--train-batch", type=int, default=16)
     ap.add_argument("--train-tokens", type=int, default=64)
     ap.add_argument("--max-context", type=int, default=256, help="prompt tokens the student reads in training (0: all)")
     ap.add_argument("--lr", type=float, default=1e-4)
@@ -143,7 +144,7 @@ def main() -> None:
                 prompts=str(spec_bench),
                 max_prompts=args.max_prompts,
                 steps=steps,
-                batch_size=args.batch_size,
+                train_batch=args.train_batch,
                 samples_per_prompt=args.samples_per_prompt,
                 top_k=args.top_k,
                 gen_batch=args.gen_batch,
@@ -189,7 +190,7 @@ def main() -> None:
             )
             print(json.dumps(rows[-1]), flush=True)
     print(
-        f"\n| student | K | divergence | data | steps x {args.batch_size} sequences | positions | total s (corpus) | greedy acceptance | acceptance at T = 1 |"
+        f"\n| student | K | divergence | data | steps x {args.train_batch} sequences | positions | total s (corpus) | greedy acceptance | acceptance at T = 1 |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

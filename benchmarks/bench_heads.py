@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--prompts", default=None, help="What hsd-plan heads train --prompts takes (default: the built-in set).")
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--minutes", type=float, default=20.0)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--train-batch", type=int, default=16)
     ap.add_argument("--samples-per-prompt", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -43,7 +43,7 @@ def main() -> None:
         heads=args.heads,
         prompts=args.prompts,
         steps=10**6,
-        batch_size=args.batch_size,
+        train_batch=args.train_batch,
         samples_per_prompt=args.samples_per_prompt,
         max_new_tokens=args.max_new_tokens,
         lr=args.lr,

@@ -20,7 +20,7 @@ import sys
 import torch
 
 from benchmarks.common import machine
-from hsd_planner.cli.options import make_loader
+from hsd_planner.cli.loader import make_loader
 from hsd_planner.cli.render import format_validation
 from hsd_planner.demo import FAMILIES
 from hsd_planner.plan import SolveConfig

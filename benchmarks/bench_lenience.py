@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.common import machine
-from hsd_planner.cli.options import parse_widths
+from hsd_planner.cli.values import parse_widths
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.prompts.humaneval import humaneval_problems, problem_prompt
 from hsd_runtime import ModelLoader, SamplingConfig

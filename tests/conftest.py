@@ -43,10 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def corpus_folder(tmp_path_factory, monkeypatch) -> Path:
     """Corpora (cached target data) go to a folder of the test session's, never the user's model cache."""
-    from hsd_planner.training import data
+    from hsd_planner.training import corpus
 
     folder = tmp_path_factory.getbasetemp() / "corpora"
-    monkeypatch.setattr(data, "corpus_root", lambda: folder)
+    monkeypatch.setattr(corpus, "corpus_root", lambda: folder)
     return folder
 
 

@@ -276,7 +276,7 @@ def prompts(tmp_path_factory):
 
 def train(tiny_dirs, prompts, out, *extra):
     args = ["heads", "train", "--model", tiny_dirs["target"], "--heads", 3, "--out", out, "--prompts", prompts]
-    return run(*args, "--max-new-tokens", 8, "--batch-size", 4, "--samples-per-prompt", 1, "--device", "cpu", "--dtype", "fp32", *extra)
+    return run(*args, "--max-new-tokens", 8, "--train-batch", 4, "--samples-per-prompt", 1, "--device", "cpu", "--dtype", "fp32", *extra)
 
 
 def test_training_lowers_the_loss_and_the_heads_draft_for_their_host(tiny_dirs, prompts, tmp_path):
@@ -285,7 +285,7 @@ def test_training_lowers_the_loss_and_the_heads_draft_for_their_host(tiny_dirs, 
         heads=3,
         prompts=str(prompts),
         steps=40,
-        batch_size=8,
+        train_batch=8,
         max_new_tokens=8,
         lr=3e-3,
         samples_per_prompt=1,

@@ -1,5 +1,6 @@
 """``hsd-plan generate`` through click's CliRunner on tiny models."""
 
+import importlib
 import json
 
 import pytest
@@ -101,3 +102,24 @@ def test_bad_input_is_one_line_and_nonzero(tiny_dirs, chain, extra, fragment):
 def test_empty_prompt(tiny_dirs):
     result = run("generate", "--chain", str(tiny_dirs["target"]), "--prompt", "  ")
     assert result.exit_code == 1 and "prompt is empty" in result.output
+
+
+def test_a_failed_check_prints_the_report_then_one_error_line(tiny_dirs, monkeypatch):
+    """A greedy check that differs where identity is guaranteed: the report, then ``Error: ...``, exit status 1."""
+    from hsd_planner.generate import CheckResult
+
+    command = importlib.import_module("hsd_planner.cli.generate")  # the module: the package's attribute is the command
+
+    real = command.generate_text
+
+    def differing(*args, **kwargs):
+        report = real(*args, **kwargs)
+        report.check = CheckResult(identical=False, first_divergence=3, agreement=0.5, exact=True)
+        return report
+
+    monkeypatch.setattr(command, "generate_text", differing)
+    chain = f"ngram,{tiny_dirs['target']}"
+    result = run("generate", "--chain", chain, "--widths", 3, "--prompt", "w1 w2 w3", "--max-new-tokens", 6, "--check", "--json")
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["check"]["first_divergence"] == 3
+    assert result.stderr.strip() == "Error: speculative output differs from the target's greedy output at new token 3"

@@ -138,7 +138,7 @@ def test_training_on_cuda_gives_a_drafter_that_decodes_exactly(method, tiny_dirs
     prompts = tmp_path / "p.txt"
     prompts.write_text("\n".join(f"w{i % 60} w{i * 7 % 60} w{i * 13 % 60} w{(i + 1) % 60}" for i in range(60)))
     out, target = tmp_path / method, tiny_dirs["target"]
-    common = ["--out", out, "--prompts", prompts, "--steps", 6, "--batch-size", 4, "--max-new-tokens", 8]
+    common = ["--out", out, "--prompts", prompts, "--steps", 6, "--train-batch", 4, "--max-new-tokens", 8]
     common += ["--device", "cuda", "--dtype", "fp32", "--json"]
     if method == "distill":
         args, drafter = ["distill", "--target", target, "--init", "layers=1", *common], str(out)

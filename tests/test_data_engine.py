@@ -7,16 +7,10 @@ import torch
 
 from hsd_planner.errors import DistillError
 from hsd_planner.profiling.acceptance import teacher_forced_logits
-from hsd_planner.training.data import (
-    CorpusKey,
-    TeacherRows,
-    build_corpus,
-    continuation_logits,
-    model_digest,
-    sample_batched,
-    teacher_signal,
-)
+from hsd_planner.training.corpus import CorpusKey, build_corpus, model_digest
 from hsd_planner.training.divergences import DIVERGENCES, divergence, sparse_divergence
+from hsd_planner.training.sampling import sample_batched
+from hsd_planner.training.teacher import TeacherRows, continuation_logits, teacher_signal
 from hsd_runtime import ModelLoader, SamplingConfig
 
 PROMPTS = [[3, 7, 9], [11, 4], [5, 6, 7, 8, 9, 10], [12], [20, 21, 22, 23]]
@@ -45,11 +39,11 @@ def key(target, **changes):
 def test_batched_sampling_equals_sampling_each_sequence_alone(target):
     sampling = SamplingConfig(mode="sample", temperature=1.0)
     seeds = [11, 12, 13, 14, 15]
-    together = sample_batched(target.model, target, PROMPTS, 10, sampling, seeds, batch_size=5)
-    alone = [sample_batched(target.model, target, [p], 10, sampling, [s], batch_size=1)[0] for p, s in zip(PROMPTS, seeds)]
+    together = sample_batched(target.model, target, PROMPTS, 10, sampling, seeds, gen_batch=5)
+    alone = [sample_batched(target.model, target, [p], 10, sampling, [s], gen_batch=1)[0] for p, s in zip(PROMPTS, seeds)]
     assert together == alone
     assert len({tuple(x) for x in together}) == len(PROMPTS) and any(len(x) == 10 for x in together)
-    again = sample_batched(target.model, target, PROMPTS, 10, sampling, [s + 1 for s in seeds], batch_size=2)
+    again = sample_batched(target.model, target, PROMPTS, 10, sampling, [s + 1 for s in seeds], gen_batch=2)
     assert again != together  # the seed, not the batch, decides
 
 
@@ -118,7 +112,7 @@ def test_top_k_signal_approaches_the_full_kl_as_k_grows(target):
 def test_signal_rows_follow_each_sequence(target):
     continuations = [[1, 2, 3], [], [5, 6], [7]]  # run grouped by length: [3, 0], then [2]
     prompts = PROMPTS[:4]
-    rows = teacher_signal(target.model, prompts, continuations, target.logits_width, 8, 1.0, batch_size=2)
+    rows = teacher_signal(target.model, prompts, continuations, target.logits_width, 8, 1.0, gen_batch=2)
     full = torch.cat([teacher_forced_logits(target.model, p, c, target.logits_width) for p, c in zip(prompts, continuations) if c])
     assert rows.ids.shape == (6, 8)
     assert torch.equal(rows.ids[:, 0], full.argmax(-1))
@@ -126,38 +120,38 @@ def test_signal_rows_follow_each_sequence(target):
 
 
 def test_the_cache_returns_the_same_signal_bit_for_bit(target, tmp_path):
-    made, cached = build_corpus(target, key(target), PROMPTS, batch_size=3, root=tmp_path)
-    again, hit = build_corpus(target, key(target), PROMPTS, batch_size=2, root=tmp_path)
+    made, cached = build_corpus(target, key(target), PROMPTS, gen_batch=3, root=tmp_path)
+    again, hit = build_corpus(target, key(target), PROMPTS, gen_batch=2, root=tmp_path)
     assert not cached and hit
     assert again.continuations == made.continuations and again.prompts == made.prompts and again.offsets == made.offsets
     for field in ("ids", "logits", "logz"):
         assert torch.equal(getattr(again.signal, field), getattr(made.signal, field))
     assert len(made.prompts) == 2 * len(PROMPTS) and made.positions == made.signal.ids.shape[0]
     # another setting is another entry, not a reuse
-    other, hit = build_corpus(target, key(target, top_k=4), PROMPTS, batch_size=3, root=tmp_path)
+    other, hit = build_corpus(target, key(target, top_k=4), PROMPTS, gen_batch=3, root=tmp_path)
     assert not hit and other.signal.ids.shape[1] == 4 and other.continuations == made.continuations
 
 
 def test_a_stale_or_damaged_cache_entry_is_refused_with_one_line(target, tiny_dirs, tmp_path):
-    corpus, _ = build_corpus(target, key(target), PROMPTS, batch_size=5, root=tmp_path)
+    corpus, _ = build_corpus(target, key(target), PROMPTS, gen_batch=5, root=tmp_path)
     folder = tmp_path / corpus.key.request
     other = ModelLoader(device="cpu", dtype="fp32", prepack=False).load(str(tiny_dirs["draft"]))
     with pytest.raises(DistillError, match="is stale: it was made with weights") as err:
-        build_corpus(target, key(target, weights=model_digest(other.model)), PROMPTS, batch_size=5, root=tmp_path)
+        build_corpus(target, key(target, weights=model_digest(other.model)), PROMPTS, gen_batch=5, root=tmp_path)
     assert "\n" not in str(err.value) and str(folder) in str(err.value)
     data = (folder / "corpus.pt").read_bytes()
     (folder / "corpus.pt").write_bytes(data[:-100])
     with pytest.raises(DistillError, match="is damaged"):
-        build_corpus(target, key(target), PROMPTS, batch_size=5, root=tmp_path)
+        build_corpus(target, key(target), PROMPTS, gen_batch=5, root=tmp_path)
     (folder / "corpus.pt").write_bytes(data)
     meta = json.loads((folder / "key.json").read_text())
     meta["key"]["format"] = 0
     (folder / "key.json").write_text(json.dumps(meta))
     with pytest.raises(DistillError, match="stale: it was made with format 0"):
-        build_corpus(target, key(target), PROMPTS, batch_size=5, root=tmp_path)
+        build_corpus(target, key(target), PROMPTS, gen_batch=5, root=tmp_path)
     (folder / "key.json").write_text("{not json")
     with pytest.raises(DistillError, match="unreadable key"):
-        build_corpus(target, key(target), PROMPTS, batch_size=5, root=tmp_path)
+        build_corpus(target, key(target), PROMPTS, gen_batch=5, root=tmp_path)
 
 
 def test_model_digest_sees_a_changed_weight(tiny_dirs):

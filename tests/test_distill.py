@@ -12,14 +12,14 @@ from hsd_planner.profiling.acceptance import teacher_forced_logits
 from hsd_planner.prompts import TRAINED_PROMPTS, load_prompts, prompt_digest, split
 from hsd_planner.training import DistillConfig, Distiller, build_student
 from hsd_planner.training import distiller as distiller_module
-from hsd_planner.training.data import TeacherRows
 from hsd_planner.training.divergences import DIVERGENCES, divergence
 from hsd_planner.training.student import HeldOut
+from hsd_planner.training.teacher import TeacherRows
 from hsd_runtime import Hierarchy, ModelLoader, SamplingConfig
 from tests.helpers import QUICK_PROFILE, fp32_check, one_line_error, run
 from tests.tiny import WORDS, tiny_llama, word_tokenizer
 
-FAST = ["--max-new-tokens", "6", "--batch-size", "2", "--device", "cpu"]
+FAST = ["--max-new-tokens", "6", "--train-batch", "2", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -202,7 +202,7 @@ def test_trainers_leave_the_first_profiling_prompts_to_profile_which_names_an_ov
 
 
 def test_saved_student_loads_as_a_model_spec_with_identical_logits(tiny_dirs, prompts, tmp_path):
-    config = DistillConfig(target=str(tiny_dirs["target"]), layers=2, prompts=str(prompts), steps=2, max_new_tokens=4, batch_size=2)
+    config = DistillConfig(target=str(tiny_dirs["target"]), layers=2, prompts=str(prompts), steps=2, max_new_tokens=4, train_batch=2)
     distiller = Distiller(config, tmp_path / "out", ModelLoader(device="cpu"))
     distiller.train()
     card = distiller.finish().to_dict()
@@ -363,7 +363,7 @@ def test_out_of_memory_names_the_knobs(tiny_dirs, prompts, tmp_path, monkeypatch
     monkeypatch.setattr(Distiller, "train_step", oom)
     result = distill(tiny_dirs["target"], tmp_path / "out", prompts)
     assert result.exit_code == 1
-    assert "out of memory at batch size 2 and 6 new tokens; lower --batch-size or --max-new-tokens" in result.output
+    assert "out of memory at training batch 2 and 6 new tokens; lower --train-batch or --max-new-tokens" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
 
 

@@ -376,7 +376,7 @@ def test_imports_run_in_bulk_with_progress(scratch):
 
 def test_training_stops_on_a_non_finite_loss(scratch, tiny_dirs):
     args = ["distill", "--target", tiny_dirs["target"], "--init", "layers=1", "--out", "s", "--prompts", "p.txt", "--reserve", 0]
-    result = run(*args, "--device", "cpu", "--lr", "1e30", "--steps", 4, "--batch-size", 1, "--max-new-tokens", 4)
+    result = run(*args, "--device", "cpu", "--lr", "1e30", "--steps", 4, "--train-batch", 1, "--max-new-tokens", 4)
     one_line_error(result, "lower --lr")
     assert not (scratch / "s" / "distill.json").exists() and not (scratch / "s" / "config.json").exists()
 
@@ -543,12 +543,12 @@ NUMBER_OPTIONS = {
             "cpu",
             "--steps",
             "1",
-            "--batch-size",
+            "--train-batch",
             "1",
             "--max-new-tokens",
             "2",
         ],
-        ["--lr", "--steps", "--batch-size", "--temperature", "--seed", "--checkpoint-every", "--max-new-tokens"],
+        ["--lr", "--steps", "--train-batch", "--temperature", "--seed", "--checkpoint-every", "--max-new-tokens"],
     ),
     "demo": (
         ["demo", "--family", "smollm2", "--models", "{target}:layers=0", "--db", "fresh.db"],

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hsd_planner.training import data as data_module
+from hsd_planner.training import corpus as corpus_module
 from hsd_runtime import ModelLoader
 from hsd_runtime.learned.heads import HEADS_CARD, HEADS_FILE, BlockHeads, HeadsCard, save_heads
 from hsd_runtime.learned.steering import STEER_CARD, STEER_FILE, SteeringCard, SteeringProjection, default_taps, save_steering
@@ -37,7 +37,7 @@ from tests.test_edges import deadline, refused, snapshot
 
 ROOT = os.geteuid() == 0
 # the cheapest run of each trainer on the tiny models: one step over four prompts, one sample each
-FAST = ["--max-new-tokens", 4, "--batch-size", 2, "--steps", 1, "--samples-per-prompt", 1, "--max-prompts", 4, "--reserve", 0]
+FAST = ["--max-new-tokens", 4, "--train-batch", 2, "--steps", 1, "--samples-per-prompt", 1, "--max-prompts", 4, "--reserve", 0]
 FAST += ["--device", "cpu", "--dtype", "fp32"]
 
 
@@ -307,7 +307,7 @@ def test_a_cache_that_fails_at_write_time_is_one_line_and_keeps_no_entry(tiny_di
     def full(_obj, _path):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(data_module.torch, "save", full)
+    monkeypatch.setattr(corpus_module.torch, "save", full)
     one_line_error(
         run(*trainer("heads", tiny_dirs, "out", "--cache", "cache")), "cannot cache the corpus in cache: No space left on device"
     )

@@ -25,7 +25,8 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus
 import pytest
 from click.testing import Result
 
-from hsd_planner.store.server import CONNECT_TIMEOUT_S, MAX_CONNECT_TIMEOUT_S
+from hsd_planner.limits import MAX_CONNECT_TIMEOUT_S
+from hsd_planner.store.server import CONNECT_TIMEOUT_S
 from tests.helpers import one_line_error
 from tests.helpers import run as run_cli
 from tests.test_edges import deadline
@@ -138,7 +139,7 @@ def test_a_password_without_its_at_is_never_shown_as_a_port(typed, fragment):
 def test_a_driver_message_that_echoes_a_secret_is_scrubbed():
     from sqlalchemy.engine import make_url
 
-    from hsd_planner.store.server import describe_failure, describe_lost
+    from hsd_planner.store.failures import describe_failure, describe_lost
 
     url = make_url("postgresql+psycopg://ann:Zq9%40Wv%2FSecret@db.lan/team?sslpassword=K3yPass")
     for describe in (describe_failure, describe_lost):
@@ -147,7 +148,7 @@ def test_a_driver_message_that_echoes_a_secret_is_scrubbed():
 
 
 def test_a_database_failing_mid_command_is_scrubbed_of_the_last_urls_secrets():
-    from hsd_planner.store.server import describe_error
+    from hsd_planner.store.failures import describe_error
 
     refused(f"postgresql://ann:Mid7Secret@{CLOSED}/db")
     assert describe_error(Exception("connection lost: password=Mid7Secret")) == "connection lost: password=***"

@@ -239,7 +239,7 @@ def prompts(tmp_path_factory):
 
 def train(tiny_dirs, prompts, out, *extra):
     args = ["steer", "train", "--drafter", tiny_dirs["draft"], "--verifier", tiny_dirs["target"], "--out", out, "--prompts", prompts]
-    return run(*args, "--max-new-tokens", 8, "--batch-size", 4, "--samples-per-prompt", 1, "--device", "cpu", "--dtype", "fp32", *extra)
+    return run(*args, "--max-new-tokens", 8, "--train-batch", 4, "--samples-per-prompt", 1, "--device", "cpu", "--dtype", "fp32", *extra)
 
 
 @pytest.mark.parametrize("form, finetune", [("lowrank", "none"), ("simple", "full")])
@@ -254,7 +254,7 @@ def test_training_lowers_the_loss_and_the_steering_runs_under_its_verifier(tiny_
         finetune=finetune,
         prompts=str(prompts),
         steps=40,
-        batch_size=8,
+        train_batch=8,
         max_new_tokens=8,
         lr=3e-3,
         drafter_lr=1e-3,
@@ -284,7 +284,7 @@ def test_grouped_drafter_passes_give_the_one_pass_gradient(tiny_dirs, tmp_path, 
     path = tmp_path / "p.txt"
     path.write_text("\n".join(" ".join(f"w{(i * 7 + j) % 60}" for j in range(1 + i % 6)) for i in range(40)))
     config = SteerConfig(
-        drafter=str(tiny_dirs["draft"]), verifier=str(tiny_dirs["target"]), rank=8, prompts=str(path), batch_size=12, max_new_tokens=6
+        drafter=str(tiny_dirs["draft"]), verifier=str(tiny_dirs["target"]), rank=8, prompts=str(path), train_batch=12, max_new_tokens=6
     )
     trainer = SteerTrainer(config, tmp_path / "s", ModelLoader(device="cpu"))
     trainer.prepare()

@@ -1,7 +1,12 @@
 """The ``hsd-plan`` command line: thin click wrappers over the library, one module per command
 (``generate``, ``profile``, ``profiles``, ``solve``, ``export``, ``validate``, ``demo``,
-``distill``, ``heads``, ``steer``, ``vocab``), one :mod:`.render` for output, shared options declared once in :mod:`.options`,
-and :mod:`.docs`, the generated option tables and help of docs/.
+``distill``, ``heads``, ``steer``, ``vocab``). :mod:`.render` holds the shared output: a report
+as text or ``--json`` (``emit``), the progress bars, and the text of the reports of generate,
+profile, profiles, solve, validate, export and demo; the trainers (:mod:`.distill`, :mod:`.heads`,
+:mod:`.steer`), :mod:`.vocab` and the batch schedules (:mod:`.batch`) format their own short text
+beside their command. Shared options are declared once (:mod:`.options`, :mod:`.training_options`; their
+values parsed by :mod:`.values`, the model loader made by :mod:`.loader`), and :mod:`.docs`
+writes the generated option tables and help of docs/.
 
 Every :class:`HSDError` (and a pydantic validation error of typed input) becomes one line
 ``Error: ...`` on stderr and exit status 1, never a traceback; a malformed option or a command
@@ -19,7 +24,7 @@ from hsd_runtime.models.cache import taken_back_on_refusal
 
 from ..errors import HSDError
 from ..store import DatabaseError
-from ..store.server import describe_error
+from ..store.failures import describe_error
 from .demo import demo
 from .distill import distill
 from .export import export_command

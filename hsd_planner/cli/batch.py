@@ -12,7 +12,7 @@ from hsd_runtime.terms.limits import MAX_BATCH
 from ..plan import Plan
 from ..plan.batch import BatchSolution
 from ..validation.batch import BatchValidationReport
-from .options import int_list
+from .values import int_list
 
 __all__ = ["batch_sizes_option", "format_batch_solve", "format_batch_validation", "parse_batch_sizes"]
 

@@ -12,8 +12,10 @@ from ..profiling import ProfileSummary
 from ..profiling.sources import with_engine
 from ..store import check_db, open_engine
 from ..validation.plot import check_plot_path
-from .options import db_option, engine_option, json_option, make_loader, model_list, prepack_option, resolve_dtype_choice, runtime_options
+from .loader import make_loader, resolve_dtype_choice
+from .options import db_option, engine_option, json_option, prepack_option, runtime_options
 from .render import Bars, emit, format_summary, format_validation
+from .values import model_list
 
 __all__ = ["demo"]
 

@@ -11,17 +11,10 @@ from hsd_runtime import ModelLoader
 
 from ..choices import DISTILL_DATA, DIVERGENCE_NAMES
 from ..training import DistillConfig, Distiller, DistillReport, StepLog, parse_init, running_average
-from .options import (
-    json_option,
-    max_context_option,
-    prompt_options,
-    resolve_dtype_choice,
-    runtime_options,
-    step_options,
-    training_options,
-    vocab_option,
-)
+from .loader import resolve_dtype_choice
+from .options import json_option, prompt_options, runtime_options
 from .render import emit
+from .training_options import max_context_option, step_options, training_options, vocab_option
 from .training_run import run_training
 
 __all__ = ["distill"]
@@ -67,7 +60,7 @@ def distill(init: str, out: str, resume: bool, dtype: str, device: str, as_json:
 
     The student is a copy of the target's first K decoder layers, final norm and embeddings (--init
     layers=K), or of another model of the target's tokenizer (--init SPEC, e.g. the 0.5B toward the
-    1.5B); embeddings and head stay frozen, the rest trains in fp32. Each step takes --batch-size
+    1.5B); embeddings and head stay frozen, the rest trains in fp32. Each step takes --train-batch
     sequences - continuations of prompts of the profiling split less the first --reserve, which
     profile measures on (the validation split is never trained on) - sampled from the student
     (on-policy), from the target (target data: --samples-per-prompt per prompt, sampled once with

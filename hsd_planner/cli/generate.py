@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from hsd_runtime import SamplingConfig
 
 from ..generate import generate_text
 from ..limits import MAX_LENGTH
-from .options import (
-    engine_option,
-    json_option,
-    make_loader,
-    parse_widths,
-    prepack_option,
-    resolve_dtype_choice,
-    runtime_options,
-    sampling_options,
-)
+from .loader import make_loader, resolve_dtype_choice
+from .options import engine_option, json_option, prepack_option, runtime_options, sampling_options
 from .render import emit, format_generate
+from .values import parse_widths
 
 __all__ = ["generate"]
 
@@ -87,8 +78,7 @@ def generate(
     report = generate_text(chain, parse_widths(widths), prompt, max_new_tokens, sampling, loader, chat=not raw, check=check, warmup=warmup)
     emit(report, as_json, format_generate)
     if report.check is not None and report.check.exact and not report.check.identical:
-        click.echo(
-            f"error: speculative output differs from the target's greedy output at new token {report.check.first_divergence}",
-            err=True,
+        # after the report: one line Error: ... on stderr, exit status 1, as every refusal
+        raise click.ClickException(
+            f"speculative output differs from the target's greedy output at new token {report.check.first_divergence}"
         )
-        sys.exit(1)

@@ -12,16 +12,10 @@ from hsd_runtime.terms.limits import MAX_HEADS
 
 from ..limits import MAX_HEAD_INNER
 from ..training.heads import HeadsConfig, HeadsReport, HeadsTrainer
-from .options import (
-    json_option,
-    prompt_options,
-    resolve_dtype_choice,
-    runtime_options,
-    step_options,
-    training_options,
-    vocab_option,
-)
+from .loader import resolve_dtype_choice
+from .options import json_option, prompt_options, runtime_options
 from .render import emit
+from .training_options import step_options, training_options, vocab_option
 from .training_run import run_training
 
 __all__ = ["heads"]

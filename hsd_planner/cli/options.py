@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from hsd_runtime.terms.choices import DTYPES, MODES
-from hsd_runtime.terms.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MAX_WIDTH, MIN_TEMPERATURE
-from hsd_runtime.terms.shape import Width, parse_width
+from hsd_runtime.terms.limits import MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..choices import ACCEPTANCE_MODELS
-from ..errors import ChainError
 from ..limits import MAX_COUNT, MAX_LENGTH
 from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT
 
@@ -24,23 +21,14 @@ __all__ = [
     "db_option",
     "engine_option",
     "export_options",
-    "int_list",
     "json_option",
-    "make_loader",
     "mode_options",
-    "model_list",
-    "parse_widths",
     "prepack_option",
     "prompt_options",
-    "resolve_dtype_choice",
     "runtime_options",
     "sampling_options",
     "solve_options",
-    "split_specs",
 ]
-
-if TYPE_CHECKING:
-    from hsd_runtime import ModelLoader
 
 F = TypeVar("F", bound=Callable)
 
@@ -150,31 +138,6 @@ def prepack_option(f: F) -> F:
     )(f)
 
 
-def resolve_dtype_choice(dtype: str, device: str) -> str:
-    """The concrete dtype for ``--dtype`` (``auto`` resolved for ``device``).
-
-    Every report names the dtype it ran in (and profiles the CPU capability behind the choice),
-    so the choice is not announced apart: an error stays one line.
-    """
-    if dtype != "auto":
-        return dtype
-    from hsd_runtime import auto_dtype, resolve_device
-
-    return auto_dtype(resolve_device(device))
-
-
-def make_loader(device: str, dtype: str, prepack: bool = True, engine: str = "torch") -> ModelLoader:
-    """The loader of a command that runs models (``dtype`` already concrete), saying once on stderr
-    when prepacking was asked for and this CPU cannot pack ``dtype``: those models then run torch's
-    plain kernels, and profiles taken with them are stored as plain."""
-    from hsd_runtime import ModelLoader
-
-    loader = ModelLoader(device=device, dtype=dtype, prepack=prepack, engine=engine)
-    if engine == "torch" and loader.prepack_refusal is not None:
-        click.echo(f"note: {loader.prepack_refusal}; {dtype} models run torch's plain kernels", err=True)
-    return loader
-
-
 def mode_options(f: F) -> F:
     """``--mode``, ``--temperature`` and ``--lenience``: which decoding a profile or a run is for."""
     f = click.option(
@@ -272,160 +235,3 @@ def solve_options(f: F) -> F:
         show_default=True,
         help="Run-length model: the measured P(G >= g), or alpha^g.",
     )(f)
-
-
-def parse_widths(text: str | None) -> list[Width]:
-    """``"4,2"`` -> ``[4, 2]``, ``"3x2x1,6"`` -> ``[TreeShape((3, 2, 1)), 6]``; empty or None -> ``[]``.
-
-    Each width is at most MAX_WIDTH; a tree shape (level 0 only) at most MAX_TREE_NODES nodes.
-    """
-    if not text:
-        return []
-    try:
-        widths = [parse_width(part) for part in text.split(",")]
-    except ChainError as exc:
-        raise ChainError(f"--widths {text}: {exc}") from None
-    if any(isinstance(w, int) and w < 1 for w in widths):
-        raise ChainError(f"--widths {text}: a width is at least 1")
-    if any(isinstance(w, int) and w > MAX_WIDTH for w in widths):
-        raise ChainError(f"--widths {text}: a width is at most {MAX_WIDTH} (a verifier accepts far fewer tokens in a row)")
-    return widths
-
-
-def int_list(text: str, option: str, most: int = MAX_LENGTH) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]``, every value from 1 to ``most``."""
-    parts = text.split(",")
-    if not all(re.fullmatch(r"\s*-?[0-9]{1,30}\s*", p) for p in parts):  # ASCII digits only: int() takes '٣' too
-        raise ChainError(f"{option} {text[:80]!r} is not a comma-separated list of integers")
-    values = [int(p) for p in parts]
-    if min(values) < 1 or max(values) > most:
-        raise ChainError(f"{option} {text[:80]}: every value is an integer from 1 to {most}")
-    return values
-
-
-def model_list(text: str, option: str) -> list[str]:
-    """The model specs of a comma-separated ``option`` (empty parts dropped); refuse a list of none."""
-    specs = list(split_specs(text))
-    if not specs:
-        raise ChainError(f"{option} {text!r} names no model; write a comma-separated list such as ngram,smollm2-135m:layers=8,smollm2-135m")
-    return specs
-
-
-def split_specs(text: str) -> tuple[str, ...]:
-    """``"a,b"`` -> ``("a", "b")``, empty parts dropped."""
-    return tuple(x for x in text.split(",") if x)
-
-
-def max_context_option(defaults: Any, drafter: str) -> Callable[[F], F]:
-    """``--max-context``: the prompt tokens the trained ``drafter`` reads (the teacher reads all)."""
-    return click.option(
-        "--max-context",
-        type=click.IntRange(0, MAX_LENGTH),
-        default=defaults.field_default("max_context"),
-        show_default=True,
-        help=f"Prompt tokens the {drafter} reads in training, the last ones (0: all); the teacher's signal covers the whole prompt.",
-    )
-
-
-def vocab_option(drafter: str, draft_as: str) -> Callable[[F], F]:
-    """``--vocab N``: train the ``drafter`` through its output layer trimmed to N tokens, as it
-    will draft (``draft_as``, the spec that drafts through the same layer)."""
-    return click.option(
-        "--vocab",
-        type=click.IntRange(1, MAX_COUNT),
-        default=None,
-        help=f"Train the {drafter} through the output layer trimmed to its N lowest token ids (end-of-sequence kept), "
-        f"as {draft_as} drafts, toward the teacher's law on those N tokens. For a large vocabulary that layer is most "
-        "of a small drafter's work [default: the whole layer].",
-    )
-
-
-def step_options(defaults: Any, batch_help: str = "Continuations per step.", lr_help: str = "AdamW learning rate.") -> Callable[[F], F]:
-    """A trainer's ``--steps``, ``--batch-size`` (``batch_help``) and ``--lr`` (``lr_help``),
-    defaults read from its config class ``defaults``."""
-    default, count = defaults.field_default, click.IntRange(1, MAX_COUNT)
-    steps = click.option("--steps", type=count, default=default("steps"), show_default=True, help="Optimizer steps in all.")
-    batch = click.option("--batch-size", type=count, default=default("batch_size"), show_default=True, help=batch_help)
-    lr = click.option("--lr", type=FiniteRange(0, min_open=True), default=default("lr"), show_default=True, help=lr_help)
-    return lambda f: steps(batch(lr(f)))
-
-
-def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
-    """The data engine's and the run's options of a trainer (``distill``, ``heads train``), from
-    ``--samples-per-prompt`` to ``--resume``, defaults read from its config class ``defaults``;
-    ``teacher`` names the model whose continuations and signal the corpus holds."""
-
-    default = defaults.field_default
-
-    def wrap(f: F) -> F:
-        options = [
-            click.option(
-                "--reserve",
-                type=click.IntRange(0, MAX_COUNT),
-                default=default("reserve"),
-                show_default=True,
-                help="The first N profiling prompts of the set are not trained on: "
-                "profile --max-prompts N on the same prompts measures the result on prompts it never saw.",
-            ),
-            click.option(
-                "--samples-per-prompt",
-                type=click.IntRange(1, MAX_COUNT),
-                default=default("samples_per_prompt"),
-                show_default=True,
-                help=f"Continuations the {teacher} samples of each training prompt, once (cached).",
-            ),
-            click.option(
-                "--top-k",
-                type=click.IntRange(0, MAX_COUNT),
-                default=default("top_k"),
-                show_default=True,
-                help=f"{teacher.capitalize()} logits kept per position (with the log-partition; the rest is one tail bucket); 0 keeps all.",
-            ),
-            click.option(
-                "--gen-batch",
-                type=click.IntRange(1, MAX_BATCH),
-                default=default("gen_batch"),
-                show_default=True,
-                help=f"Sequences per batched sampling and per {teacher} pass.",
-            ),
-            click.option(
-                "--cache",
-                type=click.Path(file_okay=False),
-                default=None,
-                help="Folder of cached corpora (continuations and their signal) [default: corpora/ in the model cache, $HSD_PLAN_CACHE].",
-            ),
-            click.option(
-                "--max-new-tokens",
-                type=click.IntRange(1, MAX_LENGTH),
-                default=default("max_new_tokens"),
-                show_default=True,
-                help="Length of each generated continuation.",
-            ),
-            click.option(
-                "--temperature",
-                type=FiniteRange(MIN_TEMPERATURE, MAX_TEMPERATURE),
-                default=default("temperature"),
-                show_default=True,
-                help="Sampling temperature of the continuations and of the loss.",
-            ),
-            click.option(
-                "--seed",
-                type=click.IntRange(0, MAX_SEED),
-                default=default("seed"),
-                show_default=True,
-                help="Seed of the run: the same seed reproduces it.",
-            ),
-            click.option(
-                "--checkpoint-every",
-                type=click.IntRange(1, MAX_COUNT),
-                default=default("checkpoint_every"),
-                show_default=True,
-                help="Save a checkpoint every N steps (and at the end).",
-            ),
-            click.option("--resume", is_flag=True, help="Continue the run checkpointed in --out (same settings; --steps may grow)."),
-        ]
-        for option in reversed(options):
-            f = option(f)
-        return f
-
-    return wrap

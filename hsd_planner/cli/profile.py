@@ -12,22 +12,12 @@ from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_pro
 from ..profiling.sources import absolute_specs, trained_overlaps, with_engine
 from ..prompts import load_prompts, split
 from ..store import check_db, open_engine
-from ..store.server import LOST, describe_lost
+from ..store.failures import LOST, describe_lost
 from .batch import batch_sizes_option, parse_batch_sizes
-from .options import (
-    db_option,
-    engine_option,
-    int_list,
-    json_option,
-    make_loader,
-    model_list,
-    prepack_option,
-    prompt_options,
-    resolve_dtype_choice,
-    runtime_options,
-    sampling_options,
-)
+from .loader import make_loader, resolve_dtype_choice
+from .options import db_option, engine_option, json_option, prepack_option, prompt_options, runtime_options, sampling_options
 from .render import Bars, emit, format_summary
+from .values import int_list, model_list
 
 __all__ = ["profile"]
 

@@ -17,8 +17,9 @@ from ..store.exchange import import_document, read_document
 from ..store.machines import resolve_hardware
 from ..store.unit import all_or_nothing
 from .batch import batch_sizes_option, parse_batch_sizes
-from .options import db_option, export_options, json_option, mode_options, solve_options, split_specs
+from .options import db_option, export_options, json_option, mode_options, solve_options
 from .render import emit_solve
+from .values import split_specs
 
 __all__ = ["solve_command"]
 

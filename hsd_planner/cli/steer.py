@@ -12,17 +12,10 @@ from hsd_runtime import ModelLoader
 from ..choices import DIVERGENCE_NAMES
 from ..limits import MAX_STALE, MAX_STEER_RANK
 from ..training.steer import SteerConfig, SteerReport, SteerTrainer
-from .options import (
-    FiniteRange,
-    json_option,
-    max_context_option,
-    prompt_options,
-    resolve_dtype_choice,
-    runtime_options,
-    step_options,
-    training_options,
-)
+from .loader import resolve_dtype_choice
+from .options import FiniteRange, json_option, prompt_options, runtime_options
 from .render import emit
+from .training_options import max_context_option, step_options, training_options
 from .training_run import run_training
 
 __all__ = ["steer"]

@@ -12,7 +12,8 @@ from ..validation import CANDIDATE_SETS, run_validation, select_plans
 from ..validation.batch import run_batch_validation
 from ..validation.plot import check_plot_path, plot_validation
 from .batch import batch_sizes_option, format_batch_validation, parse_batch_sizes
-from .options import db_option, json_option, make_loader, prompt_options, resolve_dtype_choice, runtime_options
+from .loader import make_loader, resolve_dtype_choice
+from .options import db_option, json_option, prompt_options, runtime_options
 from .render import Bars, emit, format_validation
 
 __all__ = ["validate"]

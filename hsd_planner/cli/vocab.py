@@ -11,7 +11,7 @@ from hsd_runtime import ModelLoader
 from ..limits import MAX_COUNT
 from ..paths import check_output_path, write_atomic
 from ..prompts import load_prompts, split
-from ..vocab import Ranking, count_ranking
+from ..vocab import TokenRanking, count_ranking
 from .options import FORCE_HELP, json_option, prompt_options
 
 __all__ = ["vocab"]
@@ -54,7 +54,7 @@ def vocab(
             f"--size {size:,} keeps every token of {model_spec}'s {model.logits_width:,}-token output layer; give less"
         )
     tokens, total, distinct, coverage = count_ranking(model, prompts.prompts, size)
-    ranking = Ranking(
+    ranking = TokenRanking(
         model=model_spec,
         fingerprint=model.fingerprint,
         prompts=prompts.name,

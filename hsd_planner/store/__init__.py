@@ -7,7 +7,9 @@ typed keys and hand back typed records (:mod:`.records`): :mod:`.measurements` f
 run, :mod:`.profiles` reads a ``Profile`` back, :mod:`.solves` and :mod:`.plans` store and read
 solves, :mod:`.validations` a validation's plans and rows, :mod:`.exchange` export and import.
 The database is an SQLite file for one person, or a team's PostgreSQL server (:mod:`.server`)
-that many machines profile into at once; every write is keyed by natural keys and safe to race
+that many machines profile into at once, its URL read by :mod:`.urls` (:mod:`.conninfo` for
+libpq's keyword/value form), shown with its secrets masked by :mod:`.redaction` and its refusals
+put in one line by :mod:`.failures`; every write is keyed by natural keys and safe to race
 (:mod:`.upsert`, :mod:`.writes`). Imports :mod:`hsd_planner.plan` (a profile read back is a
 ``Profile``) and never torch.
 """

@@ -3,10 +3,10 @@
 ``--db`` takes a path or an SQLAlchemy URL; without it, ``$HSD_PLAN_DB``; without that,
 ``$XDG_DATA_HOME/hsd-plan/hsd-plan.db`` (``~/.local/share/hsd-plan/hsd-plan.db``). A URL names an
 SQLite file or a PostgreSQL database (``postgresql://user:password@host/name``, read by
-:func:`.server.parse_url` by rules set out in :mod:`.server`). Every open upgrades the schema to
+:func:`.urls.parse_url` by rules set out in :mod:`.urls`). Every open upgrades the schema to
 head. A file that is not SQLite, or a database written by a newer hsd-plan, is refused and left
-untouched. No message of this module shows a secret: a URL is shown masked (:func:`.server.shown`)
-and each refusal of a server passes through :func:`.server.redact` on its way out.
+untouched. No message of this module shows a secret: a URL is shown masked (:func:`.redaction.shown`)
+and each refusal of a server passes through :func:`.redaction.redact` on its way out.
 """
 
 from __future__ import annotations
@@ -35,7 +35,11 @@ from hsd_runtime.models.files import describe_mode, stat_path
 
 from ..errors import StoreError, first_line
 from ..paths import SQLITE_HEADER
-from .server import advisory_lock, connect_args, conninfo_url, describe_failure, is_conninfo, is_server, parse_url, redact, shown
+from .conninfo import conninfo_url, is_conninfo
+from .failures import describe_failure
+from .redaction import redact, shown
+from .server import advisory_lock, connect_args
+from .urls import is_server, parse_url
 
 __all__ = [
     "StoreError",
@@ -70,10 +74,10 @@ def resolve_url(db: str | None = None) -> URL:
 
     A string that starts with ``scheme://`` is a URL, and one that starts with ``word=`` and names
     a libpq keyword (``host=db user=ann dbname=team``) is libpq's keyword/value form of a PostgreSQL
-    connection, read as the URL it stands for (:func:`.server.conninfo_url`); anything else is a
+    connection, read as the URL it stands for (:func:`.conninfo.conninfo_url`); anything else is a
     file path, taken literally (``new?x=1.db`` is a file of that name, never a URL with a query,
     and ``./host=x.db`` a file whose name starts like a keyword). A server's URL is
-    read by :func:`.server.parse_url`, which refuses any it could misread. An in-memory SQLite URL
+    read by :func:`.urls.parse_url`, which refuses any it could misread. An in-memory SQLite URL
     is refused (nothing would be kept), and so are SQLite URI filenames and query options
     (``sqlite:///file:x.db?uri=true``), which would bypass the file checks below, and a user, a
     password, a host or a port, which an SQLite file has not.

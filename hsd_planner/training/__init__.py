@@ -1,4 +1,5 @@
-"""Training: drafters made for one target, on one data engine (:mod:`.data`) and one kind of run
+"""Training: drafters made for one target, on one data engine (sampling :mod:`.sampling`,
+the teacher's signal :mod:`.teacher`, corpora on disk :mod:`.corpus`) and one kind of run
 (:mod:`.runs`: the run folder, the step loop, checkpoints and resuming). DistillSpec students:
 the run's settings (:mod:`.config`), the trainer (:mod:`.distiller`), the student
 (:mod:`.student`), the divergences (:mod:`.divergences`) and the report and model card

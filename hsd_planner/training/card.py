@@ -94,7 +94,7 @@ def model_card(report: DistillReport) -> str:
         ("divergence", c.divergence),
         ("data", f"{c.data} ({report.train_prompts}, validation split excluded)"),
         ("target data", _corpus(report)),
-        ("steps x batch size", f"{report.steps} x {c.batch_size} sequences, up to {c.max_new_tokens} new tokens each"),
+        ("steps x training batch", f"{report.steps} x {c.train_batch} sequences, up to {c.max_new_tokens} new tokens each"),
         ("prompt tokens the student read", f"the last {c.max_context}" if c.max_context else "all"),
         ("output layer", f"trimmed to {c.vocab:,} tokens (draft with `{report.out}:vocab={c.vocab}`)" if c.vocab else "whole"),
         ("positions trained on", f"{report.positions:,} ({report.positions_per_s:,.0f} per second of training)"),

@@ -42,7 +42,7 @@ class TrainingConfig(BaseModel):
     # the first prompts of the profiling split, never trained on: left to `profile --max-prompts`
     reserve: int = Field(TRAIN_RESERVE, ge=0, le=MAX_COUNT)
     steps: int = Field(300, ge=1, le=MAX_COUNT)
-    batch_size: int = Field(16, ge=1, le=MAX_COUNT)  # sequences per step
+    train_batch: int = Field(16, ge=1, le=MAX_COUNT)  # sequences per optimizer step
     samples_per_prompt: int = Field(4, ge=1, le=MAX_COUNT)  # the teacher's continuations of each prompt (its corpus)
     top_k: int = Field(64, ge=0, le=MAX_COUNT)  # teacher logits kept per position; 0: all
     gen_batch: int = Field(16, ge=1, le=MAX_BATCH)  # sequences per batched sampling or teacher pass

@@ -2,11 +2,11 @@
 
 The student is a real copy of the target's first K decoder layers, final norm and embeddings
 (``num_hidden_layers = K``); the embeddings and the output head stay frozen, the decoder layers
-and the final norm are trained in fp32. Each step takes ``batch_size`` sequences and minimises
+and the final norm are trained in fp32. Each step takes ``train_batch`` sequences and minimises
 the divergence between the target's and the student's next-token distributions at every
 continuation position of them:
 
-- target data: sequences of the corpus of the data engine (:mod:`.data`) - ``samples_per_prompt``
+- target data: sequences of the corpus of the data engine (:mod:`.corpus`) - ``samples_per_prompt``
   continuations of every prompt of the profiling split (the validation split is never trained
   on), sampled from the target once, with the target's top-k signal at every position, cached on
   disk and shared by every run with the same target, prompts and settings;
@@ -43,10 +43,12 @@ from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt
 from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
-from .data import Corpus, TeacherRows, build_corpus, by_length, continuation_logits, last_tokens, sample_batched, teacher_signal
+from .corpus import Corpus, build_corpus
 from .divergences import bucket_log_probs, sparse_divergence
 from .runs import PASS_GROUP, TrainingRun, corpus_key
+from .sampling import by_length, last_tokens, sample_batched
 from .student import HeldOut, build_student, own_student
+from .teacher import TeacherRows, continuation_logits, teacher_signal
 
 __all__ = ["Distiller", "running_average"]
 
@@ -75,7 +77,7 @@ def _out_of_memory_as_error(config: DistillConfig) -> Iterator[None]:
         if not (isinstance(exc, torch.OutOfMemoryError) or "out of memory" in text or "not enough memory" in text):
             raise
         raise DistillError(
-            f"out of memory at batch size {config.batch_size} and {config.max_new_tokens} new tokens; lower --batch-size or --max-new-tokens"
+            f"out of memory at training batch {config.train_batch} and {config.max_new_tokens} new tokens; lower --train-batch or --max-new-tokens"
         ) from None
 
 
@@ -211,13 +213,13 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         c = self.config
         n = len(self.train_ids)
         # every draw is made whatever the data mode, so the RNG stream depends only on the seed
-        picks = self.rng.choice(n, size=c.batch_size, replace=n < c.batch_size).tolist()
-        coins = self.rng.random(c.batch_size).tolist()
-        seeds = self.rng.integers(2**31, size=c.batch_size).tolist()
-        rows = self.rng.integers(c.samples_per_prompt, size=c.batch_size).tolist()
+        picks = self.rng.choice(n, size=c.train_batch, replace=n < c.train_batch).tolist()
+        coins = self.rng.random(c.train_batch).tolist()
+        seeds = self.rng.integers(2**31, size=c.train_batch).tolist()
+        rows = self.rng.integers(c.samples_per_prompt, size=c.train_batch).tolist()
         own = [i for i, coin in enumerate(coins) if c.data == "on-policy" or (c.data == "mixed" and coin < 0.5)]
         prompts, continuations, parts = self._on_policy([picks[i] for i in own], [seeds[i] for i in own]) if own else ([], [], [])
-        for i in sorted(set(range(c.batch_size)) - set(own)):
+        for i in sorted(set(range(c.train_batch)) - set(own)):
             assert self.corpus is not None  # prepare() made it for target and mixed data
             seq = picks[i] * c.samples_per_prompt + rows[i]  # the corpus holds samples_per_prompt sequences per prompt
             if self.corpus.continuations[seq]:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from hsd_runtime.models.trim import column_of
 
 from ..choices import Divergence
-from .data import TeacherRows
+from .teacher import TeacherRows
 
 __all__ = [
     "DIVERGENCES",

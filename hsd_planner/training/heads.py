@@ -1,7 +1,7 @@
 """Block-draft heads for one host model (blockwise parallel decoding; Stern et al. 2018, Kim et al. 2024).
 
 Heads 2..H (:class:`hsd_runtime.learned.heads.BlockHeads`) are trained on the host's own continuations:
-the data engine's corpus (:mod:`.data`) holds, for every continuation position, the host's
+the data engine's corpus (:mod:`.corpus`) holds, for every continuation position, the host's
 distribution there (top-k logits and the log-partition); one teacher-forced pass per batch gives
 the host's final hidden state h_t at every position, once, kept in memory. Head i at h_t learns
 the host's distribution i - 1 positions later, the one that predicts token t + i: forward KL to
@@ -39,10 +39,11 @@ from ..limits import MAX_HEAD_INNER
 from ..profiling.acceptance import acceptance_from_logits
 from ..prompts import encode_prompt
 from .config import TorchSpec, TrainingConfig, TrimmedOutputConfig
-from .data import Corpus, build_corpus, continuation_hidden, corpus_hidden
+from .corpus import Corpus, build_corpus, corpus_hidden
 from .divergences import sparse_divergence
 from .runs import TrainingRun, corpus_key
 from .student import HeldOut
+from .teacher import continuation_hidden
 
 __all__ = ["HeadsConfig", "HeadsReport", "HeadsTrainer", "head_acceptance"]
 
@@ -189,10 +190,10 @@ class HeadsTrainer(TrainingRun[float, HeadsReport]):
     # --- training ----------------------------------------------------------------------------
 
     def train_step(self) -> float:
-        """One step over ``batch_size`` corpus sequences: every head at every row it can see ahead from."""
+        """One step over ``train_batch`` corpus sequences: every head at every row it can see ahead from."""
         c, corpus, hidden = self.config, self.corpus, self.hidden
         assert corpus is not None and hidden is not None
-        seqs = self.rng.choice(len(corpus.prompts), size=c.batch_size, replace=len(corpus.prompts) < c.batch_size).tolist()
+        seqs = self.rng.choice(len(corpus.prompts), size=c.train_batch, replace=len(corpus.prompts) < c.train_batch).tolist()
         device = next(self.heads.parameters()).device
         width = self.host.logits_width
         losses, count = [], 0
@@ -297,7 +298,7 @@ on the final hidden state into the model's frozen output layer{trimmed}. Use as 
 
 Trained {r.steps} steps ({r.positions:,} head positions, {r.train_wall_s:.0f} s) with {c.loss} on
 {r.corpus_sequences} continuations of the host ({c.samples_per_prompt} per prompt of the profiling
-split), lr {c.lr:g}, batch {c.batch_size}. Final loss {r.final_loss:.4f}.
+split), lr {c.lr:g}, training batch {c.train_batch}. Final loss {r.final_loss:.4f}.
 
 Held-out acceptance ({r.eval_prompts}), against the host's own continuations:
 

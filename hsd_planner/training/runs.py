@@ -28,7 +28,7 @@ from ..errors import DistillError
 from ..limits import MAX_CHECKPOINT_BYTES
 from ..prompts import PromptSet, load_prompts, split, write_trained_prompts
 from .config import TrainingConfig
-from .data import CorpusKey, check_cache, model_digest
+from .corpus import CorpusKey, check_cache, model_digest
 
 __all__ = ["CHECKPOINT", "EVAL_PROMPTS", "PASS_GROUP", "STATE", "TrainingRun", "check_run_folder", "corpus_key", "corpus_request"]
 

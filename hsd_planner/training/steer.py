@@ -1,6 +1,6 @@
 """Steering a drafter with its verifier's hidden states (SD²; Berdoz, Rheinboldt, Wattenhofer 2025).
 
-The data are the verifier's own continuations from the data engine's corpus (:mod:`.data`): at
+The data are the verifier's own continuations from the data engine's corpus (:mod:`.corpus`): at
 every continuation position, the verifier's distribution (top-k logits and the log-partition)
 and, from one more frozen pass per batch kept in memory, its taps (the inputs of the layers the
 steering reads). Each step draws one staleness offset o in 1..``stale`` (a drafted token is up to
@@ -49,10 +49,12 @@ from ..limits import MAX_STALE, MAX_STEER_RANK
 from ..profiling.acceptance import acceptance_from_logits, model_conditionals, start_survival, steered_acceptance, teacher_forced_logits
 from ..prompts import encode_prompt
 from .config import DrafterTrainingConfig, TorchSpec
-from .data import Corpus, build_corpus, by_length, continuation_logits, corpus_hidden, last_tokens
+from .corpus import Corpus, build_corpus, corpus_hidden
 from .divergences import sparse_divergence
 from .runs import PASS_GROUP, TrainingRun, corpus_key
+from .sampling import by_length, last_tokens
 from .student import HeldOut, own_student
+from .teacher import continuation_logits
 
 __all__ = ["SteerConfig", "SteerReport", "SteerTrainer", "block_acceptance"]
 
@@ -225,11 +227,11 @@ class SteerTrainer(TrainingRun[float, SteerReport]):
     # --- training ----------------------------------------------------------------------------
 
     def train_step(self) -> float:
-        """One step over ``batch_size`` corpus sequences, all steered from one random offset back
+        """One step over ``train_batch`` corpus sequences, all steered from one random offset back
         (drafter passes grouped by length; the groups' gradients add up to the step's)."""
         c, corpus = self.config, self.corpus
         assert corpus is not None
-        seqs = self.rng.choice(len(corpus.prompts), size=c.batch_size, replace=len(corpus.prompts) < c.batch_size).tolist()
+        seqs = self.rng.choice(len(corpus.prompts), size=c.train_batch, replace=len(corpus.prompts) < c.train_batch).tolist()
         offset = int(self.rng.integers(1, c.stale + 1))
         seqs = [s for s in seqs if corpus.continuations[s]]
         if not seqs:
@@ -331,7 +333,7 @@ verification. Use as `{r.drafter}:steer={r.out}` directly below `{c.verifier}` i
 
 Trained {r.steps} steps ({r.positions:,} positions, {r.train_wall_s:.0f} s) with {c.divergence} on
 {r.corpus_sequences} continuations of the verifier ({c.samples_per_prompt} per prompt of the
-profiling split), staleness 1..{c.stale}, lr {c.lr:g}, batch {c.batch_size}. Final loss {r.final_loss:.4f}.
+profiling split), staleness 1..{c.stale}, lr {c.lr:g}, training batch {c.train_batch}. Final loss {r.final_loss:.4f}.
 
 Held-out ({r.eval_prompts}), against the verifier's own continuations: accepted tokens per block
 of {c.stale} drafts, and the acceptance of a drafted token one position after its verification

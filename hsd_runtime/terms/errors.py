@@ -1,7 +1,7 @@
 """The exceptions a user can act on.
 
 Every message is one line that says what went wrong and what to do about it; the CLI prints
-``error: <message>`` and exits non-zero, never a traceback.
+``Error: <message>`` and exits non-zero, never a traceback.
 """
 
 from __future__ import annotations
