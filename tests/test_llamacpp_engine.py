@@ -161,7 +161,7 @@ def test_a_pool_with_cells_opens_contexts_that_size_and_plans_share_them(zoo):
     pool, sampling = CachePool(cells=64), SamplingConfig(mode="sample", seed=3)
     alone = Hierarchy([zoo["T"]], [], caches=pool)
     chain = Hierarchy([zoo["M"], zoo["T"]], [3], caches=pool)
-    assert alone.top.cached.engine.n_ctx == 64 and chain.top.cached is alone.top.cached
+    assert alone.top.cached.kv.n_ctx == 64 and chain.top.cached is alone.top.cached
     prompt = [0, 3, 4, 5, 3, 4]
     alone.generate(prompt, 20, sampling)
     got = chain.generate(prompt, 20, sampling, reuse_prompt=True)

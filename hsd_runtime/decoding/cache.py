@@ -90,19 +90,19 @@ class CachedModel:
         self.keep_hidden = keep_hidden
         self.layers = tuple(layers)
         self.cells = cells
-        self.engine: Any = engine_cache(model, logits_width, keep_hidden, self.layers, cells)
+        self.kv: Any = engine_cache(model, logits_width, keep_hidden, self.layers, cells)  # its KV cache on the model's engine
         self.rows = 1
-        self.device = self.engine.device
+        self.device = self.kv.device
         self.keep_prompt = False
         self.reset()
 
     def reset(self, rows: int | None = None) -> None:
         """Forget every cached sequence (new prompts); hold ``rows`` rows from now on (default: as many as now)."""
         if rows is not None and rows != self.rows:
-            self.engine = engine_cache(self.model, self.width, self.keep_hidden, self.layers, self.cells, rows)
+            self.kv = engine_cache(self.model, self.width, self.keep_hidden, self.layers, self.cells, rows)
             self.rows = rows
         else:
-            self.engine.clear()
+            self.kv.clear()
         self._held: list[list[int]] = [[] for _ in range(self.rows)]  # row i's cached tokens
         self._last: list[torch.Tensor | None] = [None] * self.rows  # [1, V] logits after row i's last cached token
         # keep_hidden (one row): the hidden rows [R, d] of the last linear pass, at positions _hid_first..,
@@ -140,13 +140,13 @@ class CachedModel:
         if seq[:held] == self._cached:
             # nodes are breadth-first, so the fed ones (a prefix) along a path form a prefix of it
             path = [i for i in tree.follow(seq[held:]) if i < self._tree_fed]
-        if path and self.engine.keep_path(held, path, self._tree_fed):
+        if path and self.kv.keep_path(held, path, self._tree_fed):
             assert self._tree_rows is not None
             self._cached = self._cached + [tree.tokens[i] for i in path]
             self._last[0] = self._tree_rows[path[-1] : path[-1] + 1]
             self._last_hid = None if self._tree_hid is None else self._tree_hid[path[-1] : path[-1] + 1]
         elif self._tree_fed:  # no path kept (or an engine that cannot keep one): drop the nodes
-            self.engine.drop_tree(self._tree_fed)
+            self.kv.drop_tree(self._tree_fed)
         self._tree, self._tree_fed, self._tree_rows, self._tree_hid = None, 0, None, None
         self._hid = None
 
@@ -158,9 +158,9 @@ class CachedModel:
             return
         if self.rows == 1:
             if keep == 0:
-                self.engine.clear()
+                self.kv.clear()
             else:
-                self.engine.crop(keep, len(held))
+                self.kv.crop(keep, len(held))
             self._last_hid = None
         self._held[row] = held[:keep]
         self._last[row] = None
@@ -228,21 +228,21 @@ class CachedModel:
 
     def _captured(self) -> torch.Tensor | None:
         """The hidden rows the engine kept in its latest pass (``keep_hidden``), else None."""
-        return getattr(self.engine, "captured", None) if self.keep_hidden else None
+        return getattr(self.kv, "captured", None) if self.keep_hidden else None
 
     def _run(self, new: list[list[int]], starts: list[int], keep: int) -> torch.Tensor:
         """One pass: row i feeds ``new[i]`` at ``starts[i]..``; logits ``[rows, keep, V]``."""
         t0 = time.perf_counter()
         if self.rows == 1:
-            logits = self.engine.feed(new[0], starts[0], keep)[None]  # a CUDA device is synchronized
+            logits = self.kv.feed(new[0], starts[0], keep)[None]  # a CUDA device is synchronized
         else:
-            logits = self.engine.feed_rows(new, starts, keep)
+            logits = self.kv.feed_rows(new, starts, keep)
         self._forward_s += time.perf_counter() - t0
         return logits
 
     def _run_tree(self, new: list[int], start: int, tree: TreeFeed) -> torch.Tensor:
         t0 = time.perf_counter()
-        logits = self.engine.feed(new, start, len(new), tree)  # [len(new), V]
+        logits = self.kv.feed(new, start, len(new), tree)  # [len(new), V]
         self._forward_s += time.perf_counter() - t0
         return logits
 
