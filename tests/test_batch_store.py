@@ -114,12 +114,12 @@ def test_batch_curves_are_read_back_and_survive_export_and_import(batch_db, tmp_
     profile, _ = load_profile(batch_db, hardware="hw1")
     assert "c(1) = 21.00 ms" in run("profiles", "show").output  # the plain curve's, not a batch's
     big = profile.model("big")
-    assert sorted(big.batch_latency) == [2, 4, 8, 16] and big.latency(1, 64) == 21.0 and big.batch_latency[4](2, 64) == 28.0
+    assert sorted(big.latency) == [1, 2, 4, 8, 16] and big.latency[1](1, 64) == 21.0 and big.latency[4](2, 64) == 28.0
     doc = export_document(batch_db)
     fresh = open_engine(str(tmp_path / "fresh.db"))
     import_document(fresh, doc)
     again, _ = load_profile(fresh, hardware="hw1")
-    assert again.model("big").batch_latency == big.batch_latency
+    assert again.model("big").latency == big.latency
 
 
 def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
