@@ -18,8 +18,11 @@ from hsd_planner.export.schema import PlanDocument
 from hsd_planner.store import open_engine, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.exchange import export_document, import_document
+from hsd_planner.store.plans import load_plan
 from hsd_planner.store.profiles import load_profile
+from hsd_planner.store.schedule import load_batch_plans
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
+from hsd_planner.store.validations import plans_of_solve
 from hsd_planner.validation import batch as batch_validation
 
 FAST = ["--latency-grid", "1,2,4", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
@@ -52,7 +55,7 @@ def test_migration_keys_latency_by_batch_size_and_downgrades_to_batch_one(isolat
     with Session(engine) as s, s.begin():
         assert [r.batch_size for r in s.query(Latency)] == [1]  # existing rows are b = 1
         s.add(_latency(model_id=1, hardware_id=1, dtype="fp32", n_tokens=1, context_len=64, batch_size=4))  # same key but b
-    assert "batch_plans" in inspect(engine).get_table_names()
+    assert "batch_size" in {c["name"] for c in inspect(engine).get_columns("plans")}
     engine.dispose()
     downgrade(cfg, "0012_validation_calibration")
     with sqlite3.connect(isolated_db) as conn:
@@ -60,6 +63,64 @@ def test_migration_keys_latency_by_batch_size_and_downgrades_to_batch_one(isolat
         columns = [row[1] for row in conn.execute("PRAGMA table_info(latency)")]
         tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     assert "batch_size" not in columns and "batch_plans" not in tables
+    upgrade(cfg, "head")
+
+
+def test_migration_moves_schedules_into_the_plan_table_and_back(isolated_db):
+    cfg = alembic_config(resolve_url(str(isolated_db)))
+    open_engine(str(isolated_db)).dispose()
+    downgrade(cfg, "0019_host_ms")
+    prediction = "predicted_ms_per_token, predicted_mean_accepted_length, predicted_speedup"
+    with sqlite3.connect(isolated_db) as conn:  # a solve of before: ranked plans, a schedule at b = 1 and 4, a validation
+        conn.execute(
+            "INSERT INTO hardware (id, fingerprint, device, device_name, threads, torch_version, created_at) VALUES (1, 'hw', 'cpu', 'c', 2, '2', '2026-01-01')"
+        )
+        conn.execute("INSERT INTO models (id, spec, parameters, created_at) VALUES (1, 't', 1, '2026-01-01')")
+        conn.execute("INSERT INTO workloads (id, name, content_hash, count, created_at) VALUES (1, 'w', 'h', 4, '2026-01-01')")
+        conn.execute("INSERT INTO settings (id, mode, temperature, top_p, dtype, max_new_tokens) VALUES (1, 'greedy', 1.0, 1.0, 'fp32', 8)")
+        conn.execute(
+            "INSERT INTO solves (id, target_id, workload_id, setting_id, hardware_id, acceptance_model, t_max, context_len, created_at) "
+            "VALUES (1, 1, 1, 1, 1, 'empirical', 8, 64, '2026-01-01')"
+        )
+        for id_, rank, kind, chain, widths, ms in ((1, 0, "best", '["d", "t"]', "[4]", 5.0), (2, 1, "autoregressive", '["t"]', "[]", 9.0)):
+            conn.execute(
+                f"INSERT INTO plans (id, solve_id, rank, kind, chain, widths, {prediction}) VALUES (?, 1, ?, ?, ?, ?, ?, 2.0, ?)",
+                (id_, rank, kind, chain, widths, ms, 9.0 / ms),
+            )
+        for b, chain, widths, ms in ((1, '["d", "t"]', "[3]", 5.5), (4, '["t"]', "[]", 3.0)):
+            conn.execute(
+                f"INSERT INTO batch_plans (solve_id, batch_size, chain, widths, {prediction}) VALUES (1, ?, ?, ?, ?, 1.5, 1.0)",
+                (b, chain, widths, ms),
+            )
+        conn.execute(
+            "INSERT INTO validations (id, solve_id, prompts_name, prompts, max_new_tokens, repeats, created_at) "
+            "VALUES (1, 1, 'p', 2, 8, 1, '2026-01-01')"
+        )
+        conn.execute(
+            "INSERT INTO validation_runs (validation_id, plan_id, chain, widths, predicted_ms_per_token, measured_ms_per_token, error, "
+            "measured_speedup, predicted_mean_accepted_length, measured_mean_accepted_length, prefill_ms, tokens, levels, batch_size) "
+            "VALUES (1, 1, '[\"d\", \"t\"]', '[4]', 5.0, 5.5, -0.1, 1.6, 2.0, 2.1, 3.0, 16, '[]', 1)"
+        )
+        before = conn.execute(f"SELECT solve_id, batch_size, chain, widths, {prediction} FROM batch_plans ORDER BY batch_size").fetchall()
+    upgrade(cfg, "head")
+    engine = open_engine(str(isolated_db))
+    assert [(p.batch_size, p.plan.chain, p.plan.widths, p.plan.prediction.ms_per_token) for p in load_batch_plans(engine, 1)] == [
+        (1, ("d", "t"), (3,), 5.5),
+        (4, ("t",), (), 3.0),
+    ]
+    assert [(p.id, p.kind, p.batch_size) for p in plans_of_solve(engine, 1)] == [(1, "best", 1), (2, "autoregressive", 1)]
+    assert load_plan(engine).plan_id == 1  # the newest solve's pick, never a schedule's row
+    assert "batch_plans" not in inspect(engine).get_table_names()
+    engine.dispose()
+    downgrade(cfg, "0019_host_ms")
+    with sqlite3.connect(isolated_db) as conn:
+        assert (
+            conn.execute(f"SELECT solve_id, batch_size, chain, widths, {prediction} FROM batch_plans ORDER BY batch_size").fetchall()
+            == before
+        )
+        assert conn.execute("SELECT id, kind FROM plans ORDER BY id").fetchall() == [(1, "best"), (2, "autoregressive")]
+        assert conn.execute("SELECT plan_id FROM validation_runs").fetchall() == [(1,)]
+        assert "batch_size" not in [row[1] for row in conn.execute("PRAGMA table_info(plans)")]
     upgrade(cfg, "head")
 
 
