@@ -23,7 +23,7 @@ from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.schedule import load_batch_plans
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
 from hsd_planner.store.validations import plans_of_solve
-from hsd_planner.validation import batch as batch_validation
+from hsd_planner.validation import runner as validation_runner
 
 FAST = ["--latency-grid", "1,2,4", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--device", "cpu"]
 
@@ -258,11 +258,19 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
     result = run("validate", "--batch-sizes", "1,4", *fixed, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output)
-    assert {r["batch_size"] for r in report["runs"]} == {1, 4}
-    for r in report["runs"]:
+    assert report["batch_sizes"] == [1, 4] and {r["batch_size"] for r in report["plans"]} == {1, 4}
+    for b in (1, 4):
+        at = [r for r in report["plans"] if r["batch_size"] == b]
+        # the default candidates (the pick and the best single drafter) at every batch size, beside the schedule's plan and
+        # autoregressive decoding; a plan that decodes one sequence at a time is named among those not run
+        kinds = {r["kind"] for r in at}
+        assert "autoregressive" in kinds and all(r["plan_id"] is not None for r in at)
+        assert "best" in kinds or any("at batch size 4" in why for why in report["skipped"])
+    for r in report["plans"]:
         assert r["measured_ms_per_token"] > 0 and r["predicted_ms_per_token"] > 0
         assert r["measured_tokens_per_s"] == pytest.approx(1000 * r["batch_size"] / r["measured_ms_per_token"])
-        assert r["tokens"] % 6 == 0  # every sequence decodes exactly --max-new-tokens
+        if r["batch_size"] > 1:
+            assert r["tokens"] % 6 == 0  # every sequence decodes exactly --max-new-tokens
         if r["kind"] == "autoregressive":
             assert r["measured_speedup"] == 1.0 and r["measured_mean_accepted_length"] == 1.0
     with Session(open_engine(str(isolated_db))) as s:
@@ -271,7 +279,7 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
         assert {r.batch_size for r in s.query(ValidationRun).filter_by(validation_id=report["validation_id"])} == {1, 4}
 
     # refusals change nothing, and come before any plan runs
-    monkeypatch.setattr(batch_validation, "_generate", lambda *_: pytest.fail("a plan ran before the refusal"))
+    monkeypatch.setattr(validation_runner, "_measure", lambda *_: pytest.fail("a plan ran before the refusal"))
     with sqlite3.connect(isolated_db) as con:  # the target's curve at b = 4 gone: b = 3 cannot be priced
         con.execute(f"DELETE FROM latency WHERE batch_size = 4 AND model_id = (SELECT id FROM models WHERE spec = '{tiny_dirs['target']}')")
         con.commit()
@@ -281,6 +289,37 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
         result = run("validate", "--batch-sizes", sizes, *fixed)
         assert result.exit_code == 1 and fragment in result.output and len(result.output.strip().splitlines()) == 1, result.output
         assert isolated_db.read_bytes() == before and _rows(isolated_db) == counts
+
+
+def test_validate_runs_the_plans_asked_for_at_every_batch_size(tiny_dirs, prompts, isolated_db):
+    """--plan and --candidates choose the plans at every batch size, and one plan is predicted
+    alike by validate and validate --batch-sizes 1 (one runner, one prediction rule)."""
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    result = run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--batch-sizes", "1,2", *FAST)
+    assert result.exit_code == 0, result.output
+    solved = run("solve", "--t-max", "3", "--no-trees", "--json")  # no schedule: the plans asked for, and the baseline
+    assert solved.exit_code == 0, solved.output
+    plans = {p["id"]: p for p in json.loads(solved.output)["plans"]}
+    single = next(i for i, p in plans.items() if p["kind"] == "single")
+    auto = next(i for i, p in plans.items() if p["kind"] == "autoregressive")
+    fixed = ["--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--prompts", prompts, "--json"]
+
+    plain = json.loads(run("validate", "--plan", single, *fixed).output)
+    one = run("validate", "--plan", single, "--batch-sizes", "1", *fixed)
+    assert one.exit_code == 0, one.output
+    one = json.loads(one.output)
+    assert [(r["plan_id"], r["batch_size"]) for r in plain["plans"]] == [(single, 1), (auto, 1)]
+    assert [(r["plan_id"], r["batch_size"]) for r in one["plans"]] == [(single, 1), (auto, 1)]
+    for a, b in zip(plain["plans"], one["plans"]):
+        assert a["predicted_ms_per_token"] == b["predicted_ms_per_token"] and a["predicted_speedup"] == b["predicted_speedup"]
+
+    both = json.loads(run("validate", "--plan", single, "--batch-sizes", "1,2", *fixed).output)
+    assert [(r["plan_id"], r["batch_size"]) for r in both["plans"]] == [(single, 1), (auto, 1), (single, 2), (auto, 2)]
+    assert both["plans"][0]["predicted_ms_per_token"] == plain["plans"][0]["predicted_ms_per_token"]
+
+    every = run("validate", "--candidates", "all", "--batch-sizes", "2", *fixed)
+    assert every.exit_code == 0, every.output
+    assert {r["plan_id"] for r in json.loads(every.output)["plans"]} == set(plans)  # chains only: every plan runs at b = 2
 
 
 def _rows(db) -> dict[str, int]:
@@ -302,17 +341,25 @@ def test_the_batch_timer_feeds_n_tokens_per_sequence_every_pass(tiny_dirs):
         assert stats.tokens_fed - before == 3 * n  # a pass of n tokens for each of the 3 sequences, never one served from the cache
 
 
-def test_batch_validation_text_report():
-    from hsd_planner.cli.batch import format_batch_validation
+def test_a_validation_at_several_batch_sizes_prints_each_batch():
+    from hsd_planner.cli.render import format_validation
     from hsd_planner.plan import Plan, Prediction
-    from hsd_planner.validation import PlanResult
-    from hsd_planner.validation.batch import BatchValidationReport
+    from hsd_planner.validation import PlanResult, ValidationReport
 
-    runs = [
-        PlanResult(None, "schedule", Plan(("ngram", "t"), (3,), Prediction(20.0, 2.1, 1.5)), 25.0, 2.0, 1.2, 40.0, 192, [], batch_size=4),
-        PlanResult(None, "autoregressive", Plan(("t",), (), Prediction(30.0, 1.0, 1.0)), 30.0, 1.0, 1.0, 40.0, 192, [], batch_size=4),
+    def result(plan_id, kind, chain, widths, pred, meas, b):
+        return PlanResult(plan_id, kind, Plan(chain, widths, pred), meas, 2.0, 1.2, 40.0, 192, [], batch_size=b)
+
+    plans = [
+        result(1, "best", ("ngram", "t"), (3,), Prediction(20.0, 2.1, 1.5), 25.0, 1),
+        result(2, "autoregressive", ("t",), (), Prediction(30.0, 1.0, 1.0), 30.0, 1),
+        result(5, "schedule", ("ngram", "t"), (2,), Prediction(20.0, 2.1, 1.5), 25.0, 4),
+        result(2, "autoregressive", ("t",), (), Prediction(30.0, 1.0, 1.0), 30.0, 4),
     ]
-    report = BatchValidationReport(3, 1, "t", "p:validate", 4, 48, runs)
-    text = format_batch_validation(report)
-    assert "ngram[3] -> t" in text and "t autoregressive (k = 0)" in text and "-20.0%" in text and "160.0" in text
-    assert report.median_abs_error == pytest.approx(0.1) and report.median_abs_speedup_error == pytest.approx(0.25)
+    skipped = ["plan 3 (d[3x2x1] -> t) at batch size 4: a draft tree decodes one sequence at a time"]
+    report = ValidationReport(3, 1, "t", "w", "p:validate", 4, 48, [48] * 4, "greedy", "empirical", plans, 1, skipped=skipped)
+    text = format_validation(report)
+    assert text.splitlines()[1].split()[:2] == ["batch", "plan"]
+    assert "ngram[2] -> t" in text and "-20.0%" in text and "160.0" in text  # b = 4 sequences at 25 ms per token each
+    assert "not run: plan 3" in text and "(pick: plan 1 at batch size 1)" in text
+    assert report.batch_sizes == [1, 4] and report.to_dict()["skipped"] == skipped
+    assert report.regret == pytest.approx(0.0)  # the pick against the plans beside it, at batch size 1

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from hsd_planner.plan import Plan, Prediction
 from hsd_planner.store import open_engine
-from hsd_planner.validation.runner import _measure
+from hsd_planner.validation.runner import _Entry, _measure, _units
 from hsd_runtime import CachePool, Hierarchy, NgramDrafter
 from tests.helpers import SOLVABLE_PROFILE, run
 from tests.tiny import tiny_llama
@@ -174,18 +175,26 @@ def test_plans_share_their_models_prefills_and_each_still_measures_one(prompt_co
     feed it afresh and the others reuse that prefill, so the target is prefilled about once per
     prompt, not once per plan, and every plan still has a run that measured its prefill."""
     target, drafter, pool = tiny_llama(0, layers=3), tiny_llama(1, layers=1), CachePool()
-    built = {
-        1: Hierarchy([NgramDrafter(), drafter, target], [3, 2], caches=pool),
-        2: Hierarchy([drafter, target], [3], caches=pool),
-        9: Hierarchy([target], [], caches=pool),
-    }
+    unknown = Prediction(0.0, 0.0, 0.0)
+    entries = [
+        _Entry(1, "best", Plan(("ngram", "d", "t"), (3, 2), unknown)),
+        _Entry(2, "top", Plan(("d", "t"), (3,), unknown)),
+        _Entry(9, "autoregressive", Plan(("t",), (), unknown)),
+    ]
+    hierarchies = [
+        Hierarchy([NgramDrafter(), drafter, target], [3, 2], caches=pool),
+        Hierarchy([drafter, target], [3], caches=pool),
+        Hierarchy([target], [], caches=pool),
+    ]
+    built = {e.key: h for e, h in zip(entries, hierarchies)}
     counter = iter(range(1000))
     reference = SimpleNamespace(measure=lambda rounds=1: next(counter))  # the reference timer's round index
     setting = SimpleNamespace(mode="greedy", temperature=1.0, top_p=1.0, lenience=1.0)
     prompts = [[0, 5 + k, 9, 5 + k, 9, 13] for k in range(prompt_count)]
-    runs = _measure(built, prompts, SimpleNamespace(setting=setting), repeats, 8, reference, lambda _n: None)
+    units = {1: _units(prompt_count, 1, repeats)}
+    runs = _measure(built, {1: entries}, units, prompts, SimpleNamespace(setting=setting), 8, reference, lambda _n: None)
     fed = {p: [r.levels[-1].prefill_tokens > 0 for r in results] for p, results in runs.results.items()}
     assert all(any(f) for f in fed.values())  # every plan measured a prefill
     assert sum(map(sum, fed.values())) == max(len(built), prompt_count - 1)  # once per plan, or per prompt the warm-up did not feed
-    auto = [r.tokens for r in runs.results[9]]
+    auto = [r.tokens for r in runs.results[(1, entries[2].key)]]
     assert all([r.tokens for r in results] == auto for results in runs.results.values())  # greedy: every plan decodes the target's tokens
