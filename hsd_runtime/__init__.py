@@ -6,12 +6,12 @@ each importing only the rooms listed before it:
 - :mod:`.terms`: the torch-free vocabulary - model specs, tree shapes and drafted trees, the closed
   sets of values, the bounds of numbers, the errors (the planner reads these without torch).
 - :mod:`.models`: loading a spec (packaged models, int8 copies, trimmed heads, prepacked weights,
-  GGUF files), devices and dtypes, and the engines a model runs on, torch and llama.cpp, behind
-  one seam (:mod:`.models.engine`).
-- :mod:`.decoding`: the core, the same on every engine - the cached model, sampling, verification
-  (chains and RRS trees), the model and n-gram drafters, the hierarchy's loop and its results.
+  GGUF files), devices and dtypes, and the engines a model runs on (torch, with its ragged layout
+  for b rows; the static-cache engine; llama.cpp) behind one seam (:mod:`.models.engine`).
+- :mod:`.decoding`: the core, the same on every engine - the cached model over rows, sampling,
+  verification (chains and RRS trees), the model and n-gram drafters, the hierarchy's loop over one
+  or more prompts in lockstep, and its results.
 - :mod:`.learned`: drafters with trained weights - block-draft heads (BPD) and steering.
-- :mod:`.batch`: b prompts decoded in lock step over one ragged KV cache.
 - :mod:`.build`: specs to hierarchy members, the one module that knows every drafter kind.
 
 Public names are imported from the package itself, on first use (PEP 562), so that the torch-free
@@ -40,7 +40,6 @@ _EXPORTS = {
     "PathError": "terms.errors",
     "PromptError": "terms.errors",
     "TokenizerMismatchError": "terms.errors",
-    "BatchedHierarchy": "batch.batched",
     "GgufModel": "models.llamacpp",
     "Hierarchy": "decoding.hierarchy",
     "CachePool": "decoding.cache",
@@ -105,7 +104,6 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # static checkers see the eager imports
-    from .batch.batched import BatchedHierarchy
     from .build import build_hierarchy
     from .decoding.drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
     from .decoding.hierarchy import Hierarchy

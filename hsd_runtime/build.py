@@ -3,17 +3,15 @@
 A spec becomes a member of a chain here - a torch model as the loader made it (full, trimmed,
 int8, a trained student), a llama.cpp GGUF model, the n-gram lookup (``ngram``), block-draft
 heads on the level above (``bpd:``) or a drafter steered by the level above (``steer=``) - and
-:func:`build_hierarchy` hands the members to an executor: :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`
-for one sequence, :class:`~hsd_runtime.batch.batched.BatchedHierarchy` for a batch in lockstep (torch
-models and the n-gram lookup only).
+:func:`build_hierarchy` hands the members to the executor, :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`,
+which decodes one prompt or a batch of them in lockstep.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, overload
+from typing import Any
 
-from .batch.batched import BatchedHierarchy
 from .decoding.cache import CachePool
 from .decoding.hierarchy import Hierarchy, Member
 from .decoding.ngram import NgramDrafter
@@ -27,25 +25,11 @@ from .terms.spec import ModelSpec, parse_spec
 __all__ = ["build_hierarchy"]
 
 
-@overload
 def build_hierarchy(
-    chain: Sequence[str | ModelSpec],
-    widths: Sequence[Width],
-    loader: ModelLoader,
-    batched: Literal[False] = False,
-    caches: CachePool | None = None,
-) -> tuple[Hierarchy, Any]: ...
-@overload
-def build_hierarchy(
-    chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader, batched: Literal[True]
-) -> tuple[BatchedHierarchy, Any]: ...
-def build_hierarchy(
-    chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader, batched: bool = False, caches: CachePool | None = None
-) -> tuple[Hierarchy | BatchedHierarchy, Any]:
-    """Load ``chain`` (smallest first, target last) and build its hierarchy: for one sequence, or
-    with ``batched`` for a batch of sequences in lockstep (chains of torch models and ``ngram``).
-    ``caches``: a pool whose caches the one-sequence hierarchy shares with others built on it
-    (see :class:`~hsd_runtime.decoding.cache.CachePool`).
+    chain: Sequence[str | ModelSpec], widths: Sequence[Width], loader: ModelLoader, caches: CachePool | None = None
+) -> tuple[Hierarchy, Any]:
+    """Load ``chain`` (smallest first, target last) and build its hierarchy. ``caches``: a pool
+    whose caches the hierarchy shares with others built on it (see :class:`~hsd_runtime.decoding.cache.CachePool`).
 
     Returns the hierarchy and the target's tokenizer. Raises if the models do not share a
     tokenizer, a spec cannot be loaded, or the runtime asked for cannot run one of its members.
@@ -53,10 +37,6 @@ def build_hierarchy(
     specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
     if not specs or not specs[-1].is_model:
         raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
-    if batched and any(s.is_bpd for s in specs):
-        raise ChainError("bpd drafters run in the one-sequence runtime only; decode without --batch-size for a chain with bpd:")
-    if batched and any(s.steer for s in specs):
-        raise ChainError("steered drafters run in the one-sequence runtime only; decode without --batch-size for a chain with steer=")
     loaded = [None if m is None else steer_model(m) for m in loader.load_chain(specs)]
     models = [m for m in loaded if m is not None]
     width = check_same_tokenizer(models)
@@ -75,8 +55,4 @@ def build_hierarchy(
                 check_verifier(s, steered.steerer, above)
             members.append(m.model)
     target, names = models[-1], [str(s) for s in specs]
-    if batched:
-        if caches is not None:
-            raise ValueError("a batched hierarchy keeps caches of its own; build it without a pool")
-        return BatchedHierarchy(members, widths, names, width, target.eos_token_ids), target.tokenizer
     return Hierarchy(members, widths, names, width, target.eos_token_ids, caches), target.tokenizer

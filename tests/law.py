@@ -353,9 +353,10 @@ class BonusFromDrafter(VerifierLevel):
     (Chains only: asks the level below for one token more than its width.)
     """
 
-    def round(self, ctx: DraftContext) -> Proposal:
+    def round(self, ctx: DraftContext) -> list[Proposal | None]:
         assert isinstance(self.width, int) and self.lower is not None
-        drafted = self.lower.propose(ctx, self.width + 1)
+        drafted = self.lower.propose(ctx, self.width + 1)[0]
+        assert drafted is not None
         batch = drafted.tokens[: self.width]
         q = drafted.probs[: self.width] if drafted.probs is not None else None
         logits = self.cached.logits(ctx.tokens + batch, len(ctx.tokens) - 1)  # [b + 1, V]
@@ -363,7 +364,7 @@ class BonusFromDrafter(VerifierLevel):
         n, token = verify_sample(batch, q, p, ctx.generator)
         if n == len(batch) and len(drafted.tokens) > n:
             token = drafted.tokens[n]  # the drafter's token where p should have been sampled
-        return Proposal(batch[:n] + [token], p[: n + 1])
+        return [Proposal(batch[:n] + [token], p[: n + 1])]
 
 
 def with_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> list[int]:
@@ -371,7 +372,7 @@ def with_replacement(q: torch.Tensor, k: int, generator: torch.Generator) -> lis
     return torch.multinomial(q, k, replacement=True, generator=generator).tolist()
 
 
-def unwarped_draw(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.Tensor | None]:
+def unwarped_draw(logits: torch.Tensor, ctx: DraftContext, row: int) -> tuple[int, torch.Tensor | None]:
     """Wrong: the drafter draws from its raw softmax while the verifier divides by its warped q.
 
     (The warping applied where q is read for verification, not where the drafter samples.)
@@ -379,20 +380,20 @@ def unwarped_draw(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.T
     if ctx.sampling.greedy:
         return int(logits[0].argmax()), None
     raw = torch.softmax(logits.float(), dim=-1)  # [1, V]
-    return int(torch.multinomial(raw[0], 1, generator=ctx.generator)), warp(logits, ctx.sampling)
+    return int(torch.multinomial(raw[0], 1, generator=ctx.generators[row])), warp(logits, ctx.sampling)
 
 
-def no_rollback(self: CachedModel, keep: int) -> None:
+def no_rollback(self: CachedModel, keep: int, row: int = 0) -> None:
     """Wrong: a rejected token's keys and values stay in the cache (``CachedModel._rollback`` that does nothing)."""
 
 
-def argmax_with_q(self, ctx: DraftContext, n: int) -> Proposal:
+def argmax_with_q(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
     """A block-draft drafter that proposes each head's argmax but reports the heads' warped q, as
     if it had drawn from them (BpdDrafter.propose with the draw left out)."""
     logits = self._logits(ctx.tokens)
     if logits is None:
-        return Proposal([])
-    return Proposal(logits[:n].argmax(-1).tolist(), warp(logits[:n], ctx.sampling))
+        return [Proposal([])]
+    return [Proposal(logits[:n].argmax(-1).tolist(), warp(logits[:n], ctx.sampling))]
 
 
 def steered_draw_unsteered_q(base: torch.nn.Module) -> Callable:
@@ -402,13 +403,13 @@ def steered_draw_unsteered_q(base: torch.nn.Module) -> Callable:
 
     steered_propose = SteeredDrafter.propose
 
-    def propose(self: SteeredDrafter, ctx: DraftContext, n: int) -> Proposal:
-        proposal = steered_propose(self, ctx, n)
-        if proposal.probs is None or not proposal.tokens:
-            return proposal
+    def propose(self: SteeredDrafter, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        proposal = steered_propose(self, ctx, n)[0]
+        if proposal is None or proposal.probs is None or not proposal.tokens:
+            return [proposal]
         seq = torch.tensor([list(ctx.tokens) + proposal.tokens])
         with torch.inference_mode():
             logits = base(input_ids=seq).logits[0, len(ctx.tokens) - 1 : -1]  # [n, V]: the rows that drew each token
-        return Proposal(proposal.tokens, warp(logits, ctx.sampling))
+        return [Proposal(proposal.tokens, warp(logits, ctx.sampling))]
 
     return propose

@@ -1,11 +1,13 @@
-"""The batched runtime: b prompts in lockstep, each exactly as if decoded alone.
+"""The executor over rows: b prompts in lockstep, each exactly as if decoded alone.
 
 Greedy: random chains (depth 0 to 3, the n-gram drafter at the bottom or not, drafters that agree
 with the target always, often, rarely), random widths, ragged prompts and end-of-sequence ids;
 every sequence's tokens equal the target's own greedy decoding of its prompt alone. Sampling: at
 b = 2 with ragged prompts, each sequence's first-L-token law is G-tested against the target's exact
 law (tests/law.py), with a failing control. The ragged cache: its logits equal uncached passes
-over each sequence alone, and rolling one row back leaves the others as they were.
+over each sequence alone, and rolling one row back leaves the others as they were. What decodes one
+prompt at a time (trees, block-draft heads, steering, the llama.cpp and static engines) refuses
+more in one line.
 """
 
 from __future__ import annotations
@@ -17,9 +19,8 @@ import pytest
 import torch
 
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, quantized_copy
-from hsd_runtime.batch.batched import BatchedHierarchy
-from hsd_runtime.batch.ragged import BatchedCache
 from hsd_runtime.decoding import verify
+from hsd_runtime.decoding.cache import CachedModel
 from hsd_runtime.decoding.results import LevelStats
 from tests import law
 from tests.law import ALPHA, one_thread
@@ -65,11 +66,11 @@ def test_every_sequence_decodes_the_targets_own_greedy_tokens(seed):
     prompts = [_prompt(rng) for _ in range(rng.randint(1, 6))]
     eos = rng.choice([[], [rng.randrange(3, VOCAB)]])
     n = rng.randint(1, 30)
-    batched = BatchedHierarchy([*members, TARGET], widths, eos_token_ids=eos)
+    batched = Hierarchy([*members, TARGET], widths, eos_token_ids=eos)
     alone = Hierarchy([TARGET], [], eos_token_ids=eos)
     with one_thread():
         for _ in range(2):  # twice: the caches are reset between batches
-            result = batched.generate(prompts, n)
+            result = batched.generate_batch(prompts, n)
             expected = [alone.generate(p, n).tokens for p in prompts]
             assert result.sequences == expected, f"chain depth {depth}, widths {widths}"
     # stats add up: every sequence's committed tokens, at least one per round it took part in
@@ -81,27 +82,27 @@ def test_every_sequence_decodes_the_targets_own_greedy_tokens(seed):
 
 
 def test_a_drafter_equal_to_the_target_is_accepted_whole():
-    batched = BatchedHierarchy([TARGET, TARGET], [4])
-    result = batched.generate([[5, 6, 7], [9] * 11, [12]], 20, stop_at_eos=False)
+    batched = Hierarchy([TARGET, TARGET], [4])
+    result = batched.generate_batch([[5, 6, 7], [9] * 11, [12]], 20, stop_at_eos=False)
     assert result.levels[0].accepted == result.levels[0].proposed
     assert all(c == 5 for row in result.committed for c in row[:-1])  # 4 accepted + 1 bonus a round
 
 
 def test_without_eos_every_sequence_decodes_exactly_max_new_tokens():
-    batched = BatchedHierarchy([POOL["far"], TARGET], [3], eos_token_ids=[int(TARGET.config.eos_token_id)])
-    result = batched.generate([[4, 5], [6] * 9], 17, stop_at_eos=False)
+    batched = Hierarchy([POOL["far"], TARGET], [3], eos_token_ids=[int(TARGET.config.eos_token_id)])
+    result = batched.generate_batch([[4, 5], [6] * 9], 17, stop_at_eos=False)
     assert [len(t) for t in result.sequences] == [17, 17]
     assert result.ms_per_token > 0 and result.tokens_per_s > 0
 
 
 def test_ragged_logits_equal_each_sequence_alone_and_rollback_is_per_row():
-    cache = BatchedCache(TARGET, VOCAB, LevelStats("t"), 1)
+    cache = CachedModel(TARGET, VOCAB, LevelStats("t"))
     seqs = [[5, 6, 7, 8, 9], [10], [11, 12, 13]]
-    cache.prefill(seqs)
+    cache.prefill_rows(seqs)
     grown = [seqs[0] + [20, 21], seqs[1] + [22, 23, 24, 25], None]
-    rows = cache.logits(grown, [5, 0, 0])
+    rows = cache.logits_rows(grown, [5, 0, 0])
     # the first row rolls back 3 tokens (a rejection) while the second only extends
-    again = cache.logits([seqs[0][:2] + [30, 31], grown[1] + [26], seqs[2] + [14]], [1, 5, 2])
+    again = cache.logits_rows([seqs[0][:2] + [30, 31], grown[1] + [26], seqs[2] + [14]], [1, 5, 2])
     with torch.inference_mode():
 
         def alone(seq: list[int], first: int) -> torch.Tensor:
@@ -115,11 +116,32 @@ def test_ragged_logits_equal_each_sequence_alone_and_rollback_is_per_row():
         torch.testing.assert_close(again[2], alone(seqs[2] + [14], 2), atol=1e-5, rtol=1e-4)
 
 
-def test_a_tree_width_is_refused():
+def test_a_tree_decodes_one_prompt_at_a_time():
     from hsd_runtime import ChainError, TreeShape
 
-    with pytest.raises(ChainError, match="chains only"):
-        BatchedHierarchy([TARGET, TARGET], [TreeShape((2, 1))])
+    tree = Hierarchy([POOL["far"], TARGET], [TreeShape((2, 1))])
+    with pytest.raises(ChainError, match="one prompt at a time"):
+        tree.generate_batch([[5, 6], [7, 8]], 4)
+    assert tree.generate_batch([[5, 6]], 4).sequences == [tree.generate([5, 6], 4).tokens]
+
+
+def test_an_engine_of_one_row_refuses_a_batch_in_one_line():
+    from hsd_runtime import ChainError
+    from hsd_runtime.models.static_engine import StaticModel
+
+    static = Hierarchy([StaticModel(TARGET, "static", n_ctx=256)], [])
+    with pytest.raises(ChainError, match="torch engine only") as refused:
+        static.generate_batch([[5, 6], [7, 8]], 4)
+    assert "\n" not in str(refused.value)
+    assert len(static.generate_batch([[5, 6]], 4).sequences[0]) == 4
+
+
+def test_one_row_decodes_as_the_one_prompt_call():
+    chain = Hierarchy([NgramDrafter(n=2), POOL["far"], TARGET], [2, 3])
+    sampling = SamplingConfig(mode="sample", seed=5)
+    one = chain.generate([5, 6, 5, 6, 5], 20, sampling)
+    rows = chain.generate_batch([[5, 6, 5, 6, 5]], 20, sampling, seeds=[5])
+    assert rows.sequences == [one.tokens] and rows.committed == one.committed
 
 
 # --- the sampled law at b = 2: each sequence's first L tokens follow the target's law ---
@@ -127,13 +149,13 @@ def test_a_tree_width_is_refused():
 PROMPTS = [law.PROMPT, [1, 4, 2]]  # ragged: 6 and 3 tokens
 
 
-def _law_counts(batched: BatchedHierarchy, sampling: SamplingConfig, runs: int = law.RUNS) -> tuple[list[np.ndarray], list[int], list[int]]:
+def _law_counts(batched: Hierarchy, sampling: SamplingConfig, runs: int = law.RUNS) -> tuple[list[np.ndarray], list[int], list[int]]:
     counts = [np.zeros(law.V**law.L) for _ in PROMPTS]
     proposed = [0] * len(batched.levels)
     accepted = [0] * len(batched.levels)
     with one_thread():
         for seed in range(runs):
-            result = batched.generate(PROMPTS, law.L, sampling.model_copy(update={"seed": seed}))
+            result = batched.generate_batch(PROMPTS, law.L, sampling.model_copy(update={"seed": seed}))
             for row, tokens in enumerate(result.sequences):
                 assert len(tokens) == law.L
                 counts[row][law.cell_of(tokens, law.V)] += 1
@@ -143,10 +165,10 @@ def _law_counts(batched: BatchedHierarchy, sampling: SamplingConfig, runs: int =
     return counts, proposed, accepted
 
 
-def _law_hierarchy() -> tuple[BatchedHierarchy, torch.nn.Module, SamplingConfig]:
+def _law_hierarchy() -> tuple[Hierarchy, torch.nn.Module, SamplingConfig]:
     target = law.law_model(10, layers=2)
     members = [law.law_model(12), law.law_model(11), target]
-    return BatchedHierarchy(members, [1, 2]), target, SamplingConfig(mode="sample")
+    return Hierarchy(members, [1, 2]), target, SamplingConfig(mode="sample")
 
 
 def test_each_sequence_follows_the_targets_law_at_batch_two():
@@ -181,7 +203,7 @@ def test_smollm2_batched_greedy_equals_each_prompt_alone(chain, widths):
     from hsd_runtime import ModelLoader, build_hierarchy
 
     loader = ModelLoader(device="cpu", dtype="fp32")
-    batched, tokenizer = build_hierarchy(chain, widths, loader, batched=True)
+    batched, tokenizer = build_hierarchy(chain, widths, loader)
     alone, _ = build_hierarchy(chain[-1:], [], loader)
     texts = [
         "Write a short poem about the sea.",
@@ -191,13 +213,16 @@ def test_smollm2_batched_greedy_equals_each_prompt_alone(chain, widths):
     ]
     ids = [encode_prompt(tokenizer, t) for t in texts]  # 30 to 40 tokens each: ragged
     assert len({len(i) for i in ids}) > 1
-    assert batched.generate(ids, 40).sequences == [alone.generate(i, 40).tokens for i in ids]
+    assert batched.generate_batch(ids, 40).sequences == [alone.generate(i, 40).tokens for i in ids]
 
 
 def test_a_result_keeps_its_own_counters_after_the_next_generation():
-    for runner in (BatchedHierarchy([POOL["far"], TARGET], [3]), Hierarchy([POOL["far"], TARGET], [3])):
-        args = ([[5, 6, 7]], [[5, 6, 7, 8, 9]]) if isinstance(runner, BatchedHierarchy) else ([5, 6, 7], [5, 6, 7, 8, 9])
-        first = runner.generate(args[0], 12)
+    runner = Hierarchy([POOL["far"], TARGET], [3])
+    for generate, args in (
+        (runner.generate_batch, ([[5, 6, 7], [8]], [[5, 6, 7, 8, 9], [1]])),
+        (runner.generate, ([5, 6, 7], [5, 6, 7, 8, 9])),
+    ):
+        first = generate(args[0], 12)
         passes = first.levels[1].forward_passes
-        runner.generate(args[1], 2)
+        generate(args[1], 2)
         assert first.levels[1].forward_passes == passes > 2

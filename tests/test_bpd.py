@@ -141,24 +141,24 @@ def test_heads_draft_after_a_prefill_and_after_each_verification(models):
     Hierarchy([drafter, models["T"]], [4])  # attaches the host
     assert drafter.host is not None
     drafter.host.prefill(PROMPT)
-    ctx = DraftContext(list(PROMPT), SamplingConfig(), torch.Generator())
-    first = drafter.propose(ctx, 4).tokens
+    ctx = DraftContext.one(list(PROMPT), SamplingConfig(), torch.Generator())
+    first = drafter.propose(ctx, 4)[0].tokens
     with torch.no_grad():
         own = int(models["T"](torch.tensor([PROMPT])).logits[0, -1].argmax())
     assert len(first) == 4 and first[0] == own  # head 1 is the host's own next token
     drafter.host.logits(PROMPT + first[:3], len(PROMPT) - 1)  # the host verified three
-    after = drafter.propose(DraftContext(PROMPT + first[:2] + [0], SamplingConfig(), torch.Generator()), 4).tokens
+    after = drafter.propose(DraftContext.one(PROMPT + first[:2] + [0], SamplingConfig(), torch.Generator()), 4)[0].tokens
     assert len(after) == 3  # heads 2..4 from the row that predicted the added token
-    assert drafter.propose(DraftContext([1, 2, 3], SamplingConfig(), torch.Generator()), 4).tokens == []  # no row along it
+    assert drafter.propose(DraftContext.one([1, 2, 3], SamplingConfig(), torch.Generator()), 4)[0].tokens == []  # no row along it
 
 
 def test_p_best_paths_make_one_breadth_first_tree_of_distinct_siblings(models):
     drafter = BpdDrafter(random_heads(), card(), parse_spec("bpd:x:k=3:p=5:rescore=ngram"))
     Hierarchy([drafter, models["T"]], [3])
     assert drafter.host is not None
-    drafter.prefill(PROMPT)
+    drafter.prefill([PROMPT])
     drafter.host.prefill(PROMPT)
-    tree = drafter.propose_tree(DraftContext(list(PROMPT), SamplingConfig(), torch.Generator()), 3)
+    tree = drafter.propose_tree(DraftContext.one(list(PROMPT), SamplingConfig(), torch.Generator()), 3)
     leaves = [i for i in range(len(tree)) if not tree.children(i)]
     assert len(leaves) == 5 and all(tree.depths[i] == 3 for i in leaves)
     assert tree.depths == sorted(tree.depths)  # breadth-first
@@ -210,8 +210,8 @@ def test_chains_that_misplace_heads_are_refused(tiny_dirs, heads_dir):
             build_hierarchy(chain, [2] * (len(chain) - 1), loader)
     with pytest.raises(TokenizerMismatchError):
         build_hierarchy([f"bpd:{heads_dir}:rescore={tiny_dirs['other']}", target], [2], loader)
-    with pytest.raises(ChainError, match="one-sequence runtime"):
-        build_hierarchy([f"bpd:{heads_dir}", target], [2], loader, batched=True)
+    with pytest.raises(ChainError, match="one prompt"):
+        build_hierarchy([f"bpd:{heads_dir}", target], [2], loader)[0].generate_batch([[1, 2], [3, 4]], 2)
 
 
 def test_an_ngram_corpus_file_counts_beside_the_context_and_is_stored_absolute(tiny_dirs, heads_dir, tmp_path, monkeypatch):
@@ -230,7 +230,7 @@ def test_an_ngram_corpus_file_counts_beside_the_context_and_is_stored_absolute(t
     for name, (chain, _) in chains.items():
         drafter = chain.levels[0]
         assert isinstance(drafter, BpdDrafter) and drafter._lm is not None
-        drafter.prefill(PROMPT)  # a new sequence forgets the last one's context, never the corpus
+        drafter.prefill([PROMPT])  # a new sequence forgets the last one's context, never the corpus
         bigram[name] = drafter._lm.log_prob([w1], w2)
     assert bigram["corpus"] > bigram["plain"] + 1.0
     chain = f"bpd:{heads_dir}:k=3:rescore=ngram:corpus={corpus},{target}"

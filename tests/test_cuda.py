@@ -3,7 +3,7 @@
 The same rules as on the CPU: greedy hierarchies (chains, trees, the n-gram drafter) give the
 target's own greedy tokens, sampled ones follow the target's distribution exactly, and
 ``profile``/``solve``/``validate`` run end to end with ``--device cuda``, storing curves timed with
-the device synchronized; the batched runtime decodes ragged prompts in lockstep, each as if alone,
+the device synchronized; ragged prompts decoded in lockstep, each as if alone,
 and the batch sizes go through profile, solve and validate there too.
 """
 
@@ -65,13 +65,11 @@ def test_plans_on_one_pool_share_the_targets_prefill_on_cuda():
 def test_batched_greedy_on_cuda_is_each_prompts_own_greedy(ngram):
     """Ragged prompts in lockstep on the GPU: every sequence gets the target's greedy tokens of
     its prompt decoded alone (the ragged cache's left padding and per-row rollback on CUDA)."""
-    from hsd_runtime.batch.batched import BatchedHierarchy
-
     target, draft = _on_cuda(0, layers=3), _on_cuda(1, layers=1)
     members: list = [NgramDrafter(), draft, target] if ngram else [draft, target]
     prompts = [[1, 5, 9, 1, 5, 9, 1, 5], [7, 3], [2, 4, 6, 8, 10, 12, 2, 4, 6, 8, 10]]
     alone = Hierarchy([target], [])
-    result = BatchedHierarchy(members, [3, 4] if ngram else [4]).generate(prompts, 20)
+    result = Hierarchy(members, [3, 4] if ngram else [4]).generate_batch(prompts, 20)
     assert result.sequences == [alone.generate(p, 20).tokens for p in prompts]
 
 

@@ -113,14 +113,13 @@ def test_a_circle_is_found():
 
 # the runtime's rooms and the rooms each may import (hsd_runtime/__init__.py says what each holds):
 # the vocabulary at the bottom, the engines' models, the engine-neutral core, then the trained
-# drafters and the batched runtime side by side, and one build module over all of them
+# drafters, and one build module over all of them
 ROOMS: dict[str, set[str]] = {
     "terms": set(),
     "models": {"terms"},
     "decoding": {"terms", "models"},
     "learned": {"terms", "models", "decoding"},
-    "batch": {"terms", "models", "decoding"},
-    "build": {"terms", "models", "decoding", "learned", "batch"},
+    "build": {"terms", "models", "decoding", "learned"},
 }
 
 
@@ -153,7 +152,7 @@ def test_every_runtime_module_lives_in_a_room():
 
 def test_runtime_rooms_import_only_the_rooms_below_them():
     """The decoding core does not know which drafters exist or how a model is built from its spec;
-    the vocabulary imports no other room; trained drafters and the batched runtime stay apart."""
+    the vocabulary imports no other room."""
     imports = {name: {m for m in _imported(name, path) if m.startswith("hsd_runtime")} for name, path in _modules("hsd_runtime").items()}
     assert _arrows_against_the_rooms(imports) == []
 

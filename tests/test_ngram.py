@@ -1,6 +1,6 @@
 import torch
 
-from hsd_runtime import DraftContext, NgramDrafter, SamplingConfig, ngram_lookup
+from hsd_runtime import DraftContext, NgramDrafter, Proposal, SamplingConfig, ngram_lookup
 
 
 def test_lookup_prefers_longest_then_earliest_match():
@@ -13,8 +13,8 @@ def test_lookup_prefers_longest_then_earliest_match():
 
 def test_drafter_proposes_at_most_n_and_counts_calls():
     drafter = NgramDrafter(n=2)
-    ctx = DraftContext([1, 2, 3, 4, 5, 1, 2], SamplingConfig(), torch.Generator())
-    proposal = drafter.propose(ctx, 2)
+    ctx = DraftContext.one([1, 2, 3, 4, 5, 1, 2], SamplingConfig(), torch.Generator())
+    (proposal,) = drafter.propose(ctx, 2)
     assert proposal.tokens == [3, 4] and proposal.probs is None
     assert drafter.stats.forward_passes == 1
 
@@ -32,5 +32,5 @@ def test_a_minimum_match_drafts_only_on_long_enough_suffixes(tiny_dirs):
     assert (spec.ngram_order, spec.ngram_min, str(spec)) == (3, 2, "ngram:n=3:min=2")
     hierarchy, _ = build_hierarchy([spec, str(tiny_dirs["target"])], [2], ModelLoader(device="cpu", dtype="fp32"))
     drafter = hierarchy.levels[0]
-    ctx = DraftContext(tokens, SamplingConfig(), torch.Generator())
-    assert isinstance(drafter, NgramDrafter) and drafter.propose(ctx, 2).tokens == []
+    ctx = DraftContext.one(tokens, SamplingConfig(), torch.Generator())
+    assert isinstance(drafter, NgramDrafter) and drafter.propose(ctx, 2) == [Proposal([])]

@@ -204,8 +204,8 @@ def test_chains_that_misplace_steering_are_refused(tiny_dirs, steer_dir):
     ]:
         with pytest.raises((ChainError, ModelSpecError), match=fragment):
             build_hierarchy(chain, [2] * (len(chain) - 1), loader)
-    with pytest.raises(ChainError, match="one-sequence runtime"):
-        build_hierarchy([f"{draft}:steer={steer_dir}", target], [2], loader, batched=True)
+    with pytest.raises(ChainError, match="one prompt"):
+        build_hierarchy([f"{draft}:steer={steer_dir}", target], [2], loader)[0].generate_batch([[1, 2], [3, 4]], 2)
 
 
 @pytest.mark.parametrize("damage", ["no card", "bad card", "old format", "no weights", "bad weights", "wrong shape"])

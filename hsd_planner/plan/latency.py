@@ -43,7 +43,7 @@ A round of level k runs the level below only for the sequences that still need t
 with m of them costs the level below at m, weighted by the expected number of such rounds
 (:func:`~.lockstep.active_rounds`). The solver's DAG keeps one number per node and uses the
 product, exact for chains of up to one middle level and an upper bound beyond. Batch plans are
-chains: the batched runtime drafts no tree.
+chains: a tree decodes one prompt at a time.
 """
 
 from __future__ import annotations

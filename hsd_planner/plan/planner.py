@@ -47,7 +47,7 @@ def solve(profile: Profile, config: SolveConfig = _D, contexts: int | Sequence[i
     usable = [n for n in names if any(d == n for d, _ in pairs)]
     candidates = [Candidate(n, profile.cost(n, at, b), profile.model(n).lookup, profile.proposal(n, at)) for n in usable]
     require = tuple(r for r in config.require if r != profile.target)  # the target is in every hierarchy
-    update = {"require": require, "trees": config.trees and b == 1}  # the batched runtime drafts no tree
+    update = {"require": require, "trees": config.trees and b == 1}  # a tree decodes one prompt at a time
     return solve_graph(candidates, target, pairs, config.model_copy(update=update), siblings=profile.siblings_curves())
 
 
@@ -59,7 +59,7 @@ def _check_widths(profile: Profile, chain: Sequence[str], widths: Sequence[Width
         if not isinstance(w, TreeShape):
             continue
         if batch_size > 1:
-            raise SolverError(f"a batch plan is a chain; the batched runtime drafts no tree like {w}")
+            raise SolverError(f"a batch plan is a chain; a tree like {w} decodes one prompt at a time")
         if k > 0:
             raise SolverError(f"only the first drafter drafts a tree; {chain[k]} hands up a number of tokens, got {w}")
         if profile.model(chain[0]).lookup:

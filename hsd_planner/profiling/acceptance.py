@@ -160,7 +160,7 @@ def bpd_acceptance(
         return out
     probs = None if sampling.greedy else warp(p_logits, sampling).cpu()
     argmax = p_logits.argmax(-1).tolist()
-    drafter.prefill(prompt)
+    drafter.prefill([prompt])
     for t in range(first, m):
         n = min(heads, g_max, m - t)
         block = drafter.drafts(logits[t, :n], prompt + continuation[:t], sampling)[0]

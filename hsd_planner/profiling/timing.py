@@ -174,7 +174,7 @@ class HeadsTimer:
         self.hidden = torch.randn(1, drafter.card.hidden_size, generator=gen).to(param.device, param.dtype)  # [1, d]
         self.context = np.random.default_rng(seed).integers(0, drafter.width, context_len).tolist()
         self.sampling = SamplingConfig()
-        drafter.prefill(self.context)
+        drafter.prefill([self.context])
         self(1)  # warm-up; counts the context once
 
     def __call__(self, n: int) -> float:

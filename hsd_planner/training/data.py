@@ -4,7 +4,7 @@ A trainer needs, for many sequences, the teacher's next-token distribution at ev
 The engine makes both in batches, never one sequence and one token at a time:
 
 - **Sampling** (:func:`sample_batched`): many sequences at once from any model (the target for
-  offline data, the student for on-policy data), over one padded KV layout (the batched runtime),
+  offline data, the student for on-policy data), over one padded KV layout (prompts decoded in lockstep),
   each sequence from its own seeded generator, so a sequence depends on its prompt and seed only.
 - **Teacher signal** (:func:`teacher_signal`): one teacher-forced pass over a right-padded batch
   of prompt + continuation gives the distribution at every continuation position; the engine keeps
@@ -39,8 +39,7 @@ import torch
 from pydantic import BaseModel, ConfigDict
 from torch import nn
 
-from hsd_runtime import LoadedModel, SamplingConfig
-from hsd_runtime.batch.batched import BatchedHierarchy
+from hsd_runtime import Hierarchy, LoadedModel, SamplingConfig
 from hsd_runtime.learned.steering import layer_inputs
 from hsd_runtime.models.cache import cache_dir, shareable
 from hsd_runtime.models.files import check_folder, open_input, read_input, staging_folder, stat_input, stat_path
@@ -154,11 +153,11 @@ def sample_batched(
     generator seeded with ``seeds[i]``, so its tokens do not depend on the batch it ran in.
     ``loaded`` gives the vocabulary width and end tokens (the target's, for a student);
     ``progress`` gets the number of sequences done after each batch."""
-    alone = BatchedHierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
+    alone = Hierarchy([model], [], logits_width=loaded.logits_width, eos_token_ids=loaded.eos_token_ids)
     out: list[list[int]] = [[] for _ in prompts]
     done = 0
     for batch in by_length([len(p) for p in prompts], batch_size):
-        result = alone.generate([list(prompts[i]) for i in batch], max_new_tokens, sampling, seeds=[seeds[i] for i in batch])
+        result = alone.generate_batch([list(prompts[i]) for i in batch], max_new_tokens, sampling, seeds=[seeds[i] for i in batch])
         for i, tokens in zip(batch, result.sequences):
             out[i] = tokens
         done += len(batch)

@@ -25,8 +25,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy, positions_needed
-from hsd_runtime.terms.shape import TreeShape, Width
+from hsd_runtime import (
+    CachePool,
+    ChainError,
+    GenerationResult,
+    Hierarchy,
+    HSDError,
+    ModelLoader,
+    SamplingConfig,
+    build_hierarchy,
+    positions_needed,
+)
+from hsd_runtime.terms.shape import Width
 
 from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
@@ -139,13 +149,17 @@ def run_validation(
     ``progress`` steps once the plans to run are known."""
     sizes = sorted(set(batch_sizes or [1]))
     entries = _entries(engine, solve, plans, sizes, fixed, schedule=batch_sizes is not None)
-    skipped = [f"{_label(e)} at batch size {b}: {why}" for b, e, why in _lockstep_refusals(entries)]
-    entries = {b: [e for e in group if b == 1 or _lockstep_refusal(e.plan) is None] for b, group in entries.items()}
     profile = _solve_profile(engine, solve, [e for group in entries.values() for e in group])
     loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the plans run on the kernels their latencies were measured with
     encoded = [encode_prompt(loader.load(solve.target).tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
     built = _build([e for group in entries.values() for e in group], loader, _cells(entries, encoded, max_new_tokens))
+    # a plan that decodes one prompt at a time runs at batch size 1 only, and the report says so
+    refused = {e.key: why for b, group in entries.items() if b > 1 for e in group if (why := _one_row(built[e.key], encoded[0]))}
+    skipped = [
+        f"{_label(e)} at batch size {b}: {refused[e.key]}" for b, group in entries.items() if b > 1 for e in group if e.key in refused
+    ]
+    entries = {b: [e for e in group if b == 1 or e.key not in refused] for b, group in entries.items()}
     # predicted before anything runs: a batch size the profile cannot price is refused up front
     comparison = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens)
     predicted = {(b, e.key): comparison.predicted(e.plan, b) for b, group in entries.items() for e in group}
@@ -197,16 +211,17 @@ def _entries(
 _UNKNOWN = Prediction(0.0, 0.0, 0.0)
 
 
-def _lockstep_refusal(plan: Plan) -> str | None:
-    """Why ``plan`` cannot decode several sequences in lockstep (None: it can)."""
-    if any(isinstance(w, TreeShape) for w in plan.widths):
-        return "a draft tree decodes one sequence at a time"
+def _one_row(hierarchy: Hierarchy, probe: list[int]) -> str | None:
+    """Why ``hierarchy`` decodes one prompt at a time (None: it decodes rows in lockstep): the
+    chain's own reason (a draft tree, block-draft heads, steering), else its engines' (a model of
+    another engine, whose cache holds one row), which a one-token batch of two ``probe`` rows finds."""
+    if hierarchy.one_row is not None:
+        return hierarchy.one_row
+    try:
+        hierarchy.generate_batch([probe, probe], 1, stop_at_eos=False)
+    except ChainError as exc:
+        return str(exc)
     return None
-
-
-def _lockstep_refusals(entries: dict[int, list[_Entry]]) -> list[tuple[int, _Entry, str]]:
-    """The plans left out above batch size 1, and why."""
-    return [(b, e, why) for b, group in entries.items() if b > 1 for e in group if (why := _lockstep_refusal(e.plan)) is not None]
 
 
 def _label(entry: _Entry) -> str:

@@ -1,7 +1,8 @@
 """The ``Drafter`` protocol and the model-backed levels of a hierarchy.
 
-Every level below the target is a drafter: asked for ``n`` tokens after a context, it returns
-them with its **own** distributions for those tokens. A model at level 0 drafts autoregressively;
+Every level below the target is a drafter: asked for ``n`` tokens after the context of each row
+(each prompt decoded in lockstep), it returns them with its **own** distributions for those tokens.
+Rows share the passes and nothing else: each drafts, verifies and draws from its own past only. A model at level 0 drafts autoregressively;
 a model above level 0 is a :class:`VerifierLevel` that drafts by verifying the level below,
 round after round, until it holds ``n`` tokens. The target is a :class:`VerifierLevel` whose rounds
 are committed one at a time. Chains are built by composing these objects, not by flags.
@@ -29,11 +30,37 @@ __all__ = ["DraftContext", "Drafter", "ModelDrafter", "Proposal", "TreeDrafter",
 
 @dataclass(frozen=True)
 class DraftContext:
-    """What a drafter is asked to continue, and how it must choose tokens."""
+    """What each row is asked to continue, and how tokens are chosen.
 
-    tokens: list[int]  # prompt + committed tokens + tokens pending at the levels above
+    Row i continues ``rows[i]`` (its prompt + committed tokens + tokens pending at the levels above)
+    where ``active[i]``; the other rows wait this step. Row i draws from ``generators[i]``.
+    """
+
+    rows: list[list[int]]
+    active: list[bool]
     sampling: SamplingConfig
-    generator: torch.Generator
+    generators: list[torch.Generator]
+
+    @classmethod
+    def one(cls, tokens: list[int], sampling: SamplingConfig, generator: torch.Generator) -> DraftContext:
+        """The context of a single row."""
+        return cls([list(tokens)], [True], sampling, [generator])
+
+    @property
+    def tokens(self) -> list[int]:
+        """The tokens of the only row (what the levels that decode one row at a time read: trees, heads, steering)."""
+        assert len(self.rows) == 1, "a level of one row asked about several"
+        return self.rows[0]
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The generator of the only row."""
+        assert len(self.generators) == 1, "a level of one row asked about several"
+        return self.generators[0]
+
+    def ahead(self, held: list[list[int]], active: list[bool]) -> DraftContext:
+        """The context with ``held[i]`` appended to row i, ``active`` the rows asked now."""
+        return replace(self, rows=[t + h for t, h in zip(self.rows, held)], active=active)
 
 
 @dataclass
@@ -62,11 +89,12 @@ class Drafter(Protocol):
 
     stats: LevelStats
 
-    def prefill(self, prompt: list[int]) -> None:
-        """Start a new sequence from ``prompt``."""
+    def prefill(self, prompts: list[list[int]]) -> None:
+        """Start a new sequence from each of ``prompts`` (one row each)."""
 
-    def propose(self, ctx: DraftContext, n: int) -> Proposal:
-        """Propose up to ``n`` tokens after ``ctx.tokens`` (model levels always give exactly n)."""
+    def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        """Per row, up to ``n`` tokens after ``ctx.rows[i]`` (model levels always give exactly n),
+        None for a row not active."""
 
 
 class StandaloneDrafter(Drafter, Protocol):
@@ -77,6 +105,7 @@ class StandaloneDrafter(Drafter, Protocol):
     reads_host: bool
     tree_refusal: str  # why its width cannot be a tree shape
     placement: str  # why it can be only the lowest level
+    rows_refusal: str | None  # why it decodes one prompt at a time (None: it drafts for any number of rows)
 
     def attach(self, host: CachedModel) -> None:
         """Read ``host``'s hidden rows (only where ``reads_host``)."""
@@ -104,12 +133,12 @@ class SteeredLevel(Drafter, Protocol):
         """Read the steering off ``verifier``'s passes (it keeps the taps)."""
 
 
-def _choose(logits: torch.Tensor, ctx: DraftContext) -> tuple[int, torch.Tensor | None]:
-    """Pick one token from logits ``[1, V]``; return it and its distribution ``[1, V]`` when sampling."""
+def _choose(logits: torch.Tensor, ctx: DraftContext, row: int) -> tuple[int, torch.Tensor | None]:
+    """Pick row ``row``'s token from logits ``[1, V]``; return it and its distribution ``[1, V]`` when sampling."""
     if ctx.sampling.greedy:
         return int(logits[0].argmax()), None
     probs = warp(logits, ctx.sampling)
-    return draw(probs[0], ctx.generator), probs
+    return draw(probs[0], ctx.generators[row]), probs
 
 
 class ModelDrafter:
@@ -120,21 +149,28 @@ class ModelDrafter:
         self.cached = cached
         self.stats = cached.stats
 
-    def prefill(self, prompt: list[int]) -> None:
-        self.cached.prefill(prompt)
+    def prefill(self, prompts: list[list[int]]) -> None:
+        self.cached.prefill_rows(prompts)
 
-    def propose(self, ctx: DraftContext, n: int) -> Proposal:
-        seq = list(ctx.tokens)
-        probs: list[torch.Tensor] = []
+    def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        """``n`` tokens for every active row, one pass over all of them per token."""
+        seqs = [list(t) if a else None for t, a in zip(ctx.rows, ctx.active)]
+        probs: list[list[torch.Tensor]] = [[] for _ in seqs]
         for _ in range(n):
-            logits = self.cached.logits(seq, len(seq) - 1)
+            rows = self.cached.logits_rows(seqs, [len(s) - 1 if s is not None else 0 for s in seqs])
             t0 = time.perf_counter()
-            token, p = _choose(logits, ctx)
+            for i, (seq, logits) in enumerate(zip(seqs, rows)):
+                if seq is None or logits is None:
+                    continue
+                token, p = _choose(logits, ctx, i)
+                seq.append(token)
+                if p is not None:
+                    probs[i].append(p)
             self.stats.draft_s += time.perf_counter() - t0
-            seq.append(token)
-            if p is not None:
-                probs.append(p)
-        return Proposal(seq[len(ctx.tokens) :], torch.cat(probs) if probs else None)
+        return [
+            None if seq is None else Proposal(seq[len(ctx.rows[i]) :], torch.cat(probs[i]) if probs[i] else None)
+            for i, seq in enumerate(seqs)
+        ]
 
     def propose_tree(self, ctx: DraftContext, shape: TreeShape) -> DraftTree:
         """Draft a tree of ``shape`` after ``ctx.tokens``: at every node the top-b children (greedy)
@@ -166,7 +202,8 @@ class ModelDrafter:
 
 
 class VerifierLevel:
-    """A model that verifies batches from the level below in one forward pass each.
+    """A model that verifies batches from the level below in one forward pass each (one pass
+    verifies the batch of every active row).
 
     Args:
         cached: this level's model and cache.
@@ -176,8 +213,8 @@ class VerifierLevel:
         lenient: verify with the sampling config's lenience (the target only: the levels below
             keep the exact rule, so the lossy step happens once, where tokens are committed).
 
-    ``kept``, when a list, collects this level's logits rows of the tokens each round returns
-    (``[n + 1, V]`` per round, in order): row i predicts the round's i-th token from the text
+    ``kept``, when a list, collects per row this level's logits rows of the tokens each round
+    returns (``[n + 1, V]`` per round, in order): row i predicts the round's i-th token from the text
     before it, as a pass over the whole text would, computed by the passes the rounds ran anyway.
     """
 
@@ -187,45 +224,56 @@ class VerifierLevel:
         self.lower = lower
         self.width = width
         self.lenient = lenient
-        self.kept: list[torch.Tensor] | None = None
+        self.kept: list[list[torch.Tensor]] | None = None
 
-    def prefill(self, prompt: list[int]) -> None:
-        self.cached.prefill(prompt)
+    def prefill(self, prompts: list[list[int]]) -> None:
+        self.cached.prefill_rows(prompts)
         if self.lower is not None:
-            self.lower.prefill(prompt)
+            self.lower.prefill(prompts)
 
-    def round(self, ctx: DraftContext) -> Proposal:
-        """One round: draft a batch below, verify it, return the accepted tokens plus one.
+    def round(self, ctx: DraftContext) -> list[Proposal | None]:
+        """One round for every active row: draft a batch below, verify it, return the accepted
+        tokens plus one (None for a row not active).
 
         The returned tokens follow this level's own distribution exactly; ``probs`` holds this
         level's distributions ``p`` for them (sampling mode).
         """
         lenience = ctx.sampling.lenience if self.lenient else 1.0
+        drafts: list[Proposal | None]
         if isinstance(self.width, TreeShape) or getattr(self.lower, "drafts_tree", False):
             if lenience != 1.0:
                 raise ChainError(f"lenience {lenience} verifies chains only; draft a chain below the target, not a tree ({self.width})")
             tree = cast(TreeDrafter, self.lower).propose_tree(ctx, self.width)
             if len(tree):
-                return self._tree_round(ctx, tree)
-            draft = Proposal([])  # nothing drafted (a block drafter without a hidden row): one plain pass
+                return [self._tree_round(ctx, tree)]
+            drafts = [Proposal([])]  # nothing drafted (a block drafter without a hidden row): one plain pass
+        elif self.lower is not None:
+            drafts = self.lower.propose(ctx, cast(int, self.width))
         else:
-            draft = self.lower.propose(ctx, self.width) if self.lower is not None else Proposal([])
-        logits = self.cached.logits(ctx.tokens + draft.tokens, len(ctx.tokens) - 1)  # [b + 1, V]
+            drafts = [Proposal([]) if a else None for a in ctx.active]
+        seqs = [None if d is None else ctx.rows[i] + d.tokens for i, d in enumerate(drafts)]
+        rows = self.cached.logits_rows(seqs, [len(t) - 1 for t in ctx.rows])  # row i: [len(draft) + 1, V]
         t0 = time.perf_counter()
-        if ctx.sampling.greedy:
-            n, token = verify_greedy(draft.tokens, logits.argmax(-1).tolist())
-            probs = None
-        else:
-            p = warp(logits, ctx.sampling)
-            n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generator, lenience)
-            probs = self.emitted_probs(p, draft, n)
+        out: list[Proposal | None] = []
+        for i, (draft, logits) in enumerate(zip(drafts, rows)):
+            if draft is None or logits is None:
+                out.append(None)
+                continue
+            if ctx.sampling.greedy:
+                n, token = verify_greedy(draft.tokens, logits.argmax(-1).tolist())
+                probs = None
+            else:
+                p = warp(logits, ctx.sampling)
+                n, token = verify_sample(draft.tokens, draft.probs, p, ctx.generators[i], lenience)
+                probs = self.emitted_probs(p, draft, n)
+            if self.kept is not None:  # a copy: a view would hold the rejected rows of the pass too
+                self.kept[i].append(logits[: n + 1].clone())
+            if self.lower is not None:
+                self.lower.stats.proposed += len(draft.tokens)
+                self.lower.stats.accepted += n
+            out.append(Proposal(draft.tokens[:n] + [token], probs))
         self.stats.verify_s += time.perf_counter() - t0
-        if self.kept is not None:  # a copy: a view would hold the rejected rows of the pass too
-            self.kept.append(logits[: n + 1].clone())
-        if self.lower is not None:
-            self.lower.stats.proposed += len(draft.tokens)
-            self.lower.stats.accepted += n
-        return Proposal(draft.tokens[:n] + [token], probs)
+        return out
 
     def _tree_round(self, ctx: DraftContext, tree: DraftTree) -> Proposal:
         """One round over a tree from below: one pass over all its nodes, then RRS (or greedy) from
@@ -243,7 +291,7 @@ class VerifierLevel:
         probs = None if p is None else p[emitted]  # p for each emitted token
         self.stats.verify_s += time.perf_counter() - t0
         if self.kept is not None:
-            self.kept.append(logits[emitted])
+            self.kept[0].append(logits[emitted])
         self.stats.nodes_verified += len(tree)
         self.lower.stats.proposed += len(tree)
         self.lower.stats.accepted += len(path)
@@ -259,16 +307,21 @@ class VerifierLevel:
         """
         return p[: n + 1]
 
-    def propose(self, ctx: DraftContext, n: int) -> Proposal:
-        """Run rounds until ``n`` tokens are held and return exactly ``n``.
+    def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        """Run rounds until every active row holds ``n`` tokens; exactly ``n`` each.
 
-        Dropping the overshoot keeps the output exact: when to stop depends only on the past.
+        A row that holds its ``n`` waits (padding) while the others go on: when it stops depends
+        on its own past only, so dropping its overshoot keeps it exact.
         """
-        tokens: list[int] = []
-        probs: list[torch.Tensor] = []
-        while len(tokens) < n:
-            got = self.round(replace(ctx, tokens=ctx.tokens + tokens))
-            tokens += got.tokens
-            if got.probs is not None:
-                probs.append(got.probs)
-        return Proposal(tokens[:n], torch.cat(probs)[:n] if probs else None)
+        held: list[list[int]] = [[] for _ in ctx.rows]
+        probs: list[list[torch.Tensor]] = [[] for _ in ctx.rows]
+        while True:
+            need = [a and len(h) < n for a, h in zip(ctx.active, held)]
+            if not any(need):
+                break
+            for i, got in enumerate(self.round(ctx.ahead(held, need))):
+                if got is not None:
+                    held[i] += got.tokens
+                    if got.probs is not None:
+                        probs[i].append(got.probs)
+        return [Proposal(held[i][:n], torch.cat(probs[i])[:n] if probs[i] else None) if a else None for i, a in enumerate(ctx.active)]

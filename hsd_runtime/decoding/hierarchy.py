@@ -5,6 +5,14 @@ until it holds exactly T_k; the target verifies one batch of T_{K-1} per round a
 it accepted plus one token of its own. K = 0 is plain autoregressive decoding of the target.
 A model at level 0 may draft a tree instead (T_0 a :class:`TreeShape` such as 3x2x1): level 1
 verifies it in one pass and hands up (or commits) the accepted path plus one token.
+
+One executor decodes b >= 1 prompts in lockstep (rows): every row runs the hierarchy on its own -
+it drafts its own tokens, accepts its own number of them at every level and draws from its own
+generator - while every model pass serves all rows at once. A level 0 < k < K verifies a batch for
+every row that does not hold its T_k tokens yet; a row that does waits as padding until the
+slowest is done. Exactness holds per row: a row's tokens and its stopping decisions depend on its
+own past only, so greedy output is the target's own greedy decoding of each prompt alone. Trees,
+block-draft heads and steering decode one prompt at a time.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from torch import nn
 
 from ..models.loading import context_limit, head_rows
 from ..terms.errors import ChainError, PromptError
-from ..terms.limits import MAX_WIDTH
+from ..terms.limits import MAX_BATCH, MAX_WIDTH
 from ..terms.shape import TreeShape, Width, positions_needed
 from .cache import CachedModel, CachePool
 from .drafters import DraftContext, Drafter, ModelDrafter, StandaloneDrafter, SteeredLevel, Steering, VerifierLevel, standalone
@@ -36,9 +44,8 @@ __all__ = ["Hierarchy", "Member", "check_chain"]
 Member = Union[nn.Module, "GgufModel", StandaloneDrafter]
 
 
-def check_chain(members: Sequence[Member], widths: Sequence[Width], batched: bool = False) -> None:
-    """Refuse, with one line, a chain an executor cannot run (``batched``: the batched one, which
-    runs chains of torch models over an optional n-gram lookup, and no tree)."""
+def check_chain(members: Sequence[Member], widths: Sequence[Width]) -> None:
+    """Refuse, with one line, a chain the executor cannot run."""
     if not members:
         raise ChainError("a chain needs at least the target model")
     if len(widths) != len(members) - 1:
@@ -46,8 +53,6 @@ def check_chain(members: Sequence[Member], widths: Sequence[Width], batched: boo
             f"a chain of {len(members)} models needs {len(members) - 1} widths (one per level below the target), got {len(widths)}"
         )
     text, trees = ",".join(map(str, widths)), [k for k, w in enumerate(widths) if isinstance(w, TreeShape)]
-    if batched and trees:
-        raise ChainError(f"widths {text}: a batched hierarchy drafts chains only; give every level a number of tokens")
     if any(k > 0 for k in trees):
         raise ChainError(f"widths {text}: only level 0 drafts trees; the levels above hand up T tokens")
     first = members[0]
@@ -60,8 +65,6 @@ def check_chain(members: Sequence[Member], widths: Sequence[Width], batched: boo
     misplaced = next((m for m in members[1:] if standalone(m)), first if len(members) == 1 and standalone(first) else None)
     if misplaced is not None:
         raise ChainError(misplaced.placement)
-    if batched and not all(isinstance(m, nn.Module) or (standalone(m) and not m.reads_host) for m in members):
-        raise ChainError("the batched runtime runs torch models and ngram only")
 
 
 class Hierarchy:
@@ -152,6 +155,12 @@ class Hierarchy:
         top = self.levels[-1]
         assert isinstance(top, VerifierLevel)  # the last member is a model (checked above)
         self.top = top
+        # why this chain decodes one prompt at a time (None: any number of rows); the engines that
+        # do refuse more than one row when their caches open
+        trees = next((w for w in self.widths if isinstance(w, TreeShape)), None)
+        refusals = [m.rows_refusal for m in members if standalone(m) and m.rows_refusal]
+        refusals += ["a steered drafter reads its verifier's hidden rows of one prompt" for m in members if getattr(m, "steerer", None)]
+        self.one_row: str | None = f"a draft tree ({trees}) is verified for one prompt at a time" if trees else next(iter(refusals), None)
 
     @property
     def depth(self) -> int:
@@ -166,7 +175,8 @@ class Hierarchy:
         keep_logits: bool = False,
         reuse_prompt: bool = False,
     ) -> GenerationResult:
-        """Decode up to ``max_new_tokens`` after ``prompt``, stopping after an EOS token.
+        """Decode up to ``max_new_tokens`` after ``prompt``, stopping after an EOS token: one row
+        of :meth:`generate_batch`, drawing from a generator seeded with ``sampling.seed``.
 
         ``reuse_prompt``: where this is the prompt of the previous generation, every model keeps
         its keys and values and the logits row its prefill gave, and feeds nothing for it: the same
@@ -181,55 +191,112 @@ class Hierarchy:
         prompt = list(prompt)
         if not prompt:
             raise PromptError("the prompt is empty; give at least one token")
+        return self._decode([prompt], max_new_tokens, sampling, [sampling.seed], True, keep_logits, reuse_prompt)
+
+    def generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        sampling: SamplingConfig | None = None,
+        stop_at_eos: bool = True,
+        seeds: Sequence[int] | None = None,
+        reuse_prompt: bool = False,
+    ) -> GenerationResult:
+        """Decode up to ``max_new_tokens`` after each of ``prompts`` in lockstep, one row each.
+
+        A row stops after an EOS token (unless not ``stop_at_eos``: every row then decodes exactly
+        ``max_new_tokens``, as serving benchmarks do) and waits as padding until the batch is done.
+        Row i draws from its own generator, seeded with ``seeds[i]`` or, without ``seeds``, from
+        ``sampling.seed`` and i; a row's tokens depend on its prompt and its seed only, not on the
+        batch it runs in. ``reuse_prompt`` as in :meth:`generate`, for the same prompts.
+        """
+        sampling = sampling or SamplingConfig()
+        rows = [list(p) for p in prompts]
+        if not rows or len(rows) > MAX_BATCH:
+            raise PromptError(f"a batch holds 1 to {MAX_BATCH} prompts, got {len(rows)}")
+        if any(not p for p in rows):
+            raise PromptError("a prompt is empty; give at least one token")
+        if len(rows) > 1 and self.one_row is not None:
+            raise ChainError(f"{self.one_row}: decode these prompts one at a time (batch size 1)")
+        if seeds is not None and len(seeds) != len(rows):
+            raise PromptError(f"{len(rows)} prompts need {len(rows)} seeds, got {len(seeds)}")
+        if seeds is None:
+            seeder = torch.Generator().manual_seed(sampling.seed)
+            seeds = torch.randint(0, 2**62, (len(rows),), generator=seeder).tolist()
+        return self._decode(rows, max_new_tokens, sampling, [int(s) for s in seeds], stop_at_eos, False, reuse_prompt)
+
+    def _check_length(self, rows: list[list[int]], max_new_tokens: int) -> None:
+        """Refuse a generation longer than a level's context (or an up-front cache's cells) can hold."""
         if max_new_tokens < 1:
             raise ChainError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        longest = max(len(p) for p in rows)
+        which = "the prompt has" if len(rows) == 1 else "the longest prompt has"
         # drafts run ahead of the committed text by at most twice the widths (a tree by its depth in
         # positions); all must fit every level
-        needed = positions_needed(len(prompt), max_new_tokens, self.widths)
+        needed = positions_needed(longest, max_new_tokens, self.widths)
         if self.context_limit is not None and needed > self.context_limit:
             raise PromptError(
-                f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens and the drafts it needs {needed} positions, "
+                f"{which} {longest} tokens; with {max_new_tokens} new tokens and the drafts it needs {needed} positions, "
                 f"more than the models' context of {self.context_limit}: shorten the prompt or lower --max-new-tokens"
             )
-        cells = positions_needed(len(prompt), max_new_tokens, self.widths, tree_nodes=True)
+        cells = positions_needed(longest, max_new_tokens, self.widths, tree_nodes=True)
         if self.cell_limit is not None and cells > self.cell_limit:
             raise PromptError(
-                f"the prompt has {len(prompt)} tokens; with {max_new_tokens} new tokens and the drafts (a tree's every node) it "
+                f"{which} {longest} tokens; with {max_new_tokens} new tokens and the drafts (a tree's every node) it "
                 f"needs {cells} cache cells, more than the {self.cell_limit} its caches hold: shorten the prompt, "
                 "lower --max-new-tokens or draft a smaller tree"
             )
+
+    def _decode(
+        self,
+        rows: list[list[int]],
+        max_new_tokens: int,
+        sampling: SamplingConfig,
+        seeds: list[int],
+        stop_at_eos: bool,
+        keep_logits: bool,
+        reuse_prompt: bool,
+    ) -> GenerationResult:
+        """The generation loop over rows: one target round for every unfinished row per step."""
+        self._check_length(rows, max_new_tokens)
         for level in self.levels:
             level.stats.reset()
-        generator = torch.Generator(device=self.device).manual_seed(sampling.seed)
-        self.top.kept = [] if keep_logits else None
+        generators = [torch.Generator(device=self.device).manual_seed(s) for s in seeds]
+        self.top.kept = [[] for _ in rows] if keep_logits else None
         for cache in self._caches:
             cache.keep_prompt = reuse_prompt
 
         t0 = time.perf_counter()
-        self.top.prefill(prompt)
+        self.top.prefill(rows)
         t1 = time.perf_counter()
-        seq = list(prompt)
-        per_round: list[int] = []
-        while len(seq) - len(prompt) < max_new_tokens:
-            got = self.top.round(DraftContext(seq, sampling, generator)).tokens
-            got = got[: max_new_tokens - (len(seq) - len(prompt))]
-            stop = next((i for i, t in enumerate(got) if t in self.eos_token_ids), None)
-            if stop is not None:
-                got = got[: stop + 1]
-            seq += got
-            per_round.append(len(got))
-            if stop is not None:
-                break
+        seqs = [list(p) for p in rows]
+        done = [False] * len(rows)
+        committed: list[list[int]] = [[] for _ in rows]
+        rounds = 0
+        while not all(done):
+            got = self.top.round(DraftContext(seqs, [not d for d in done], sampling, generators))
+            rounds += 1
+            for i, proposal in enumerate(got):
+                if proposal is None:
+                    continue
+                made = len(seqs[i]) - len(rows[i])
+                tokens = proposal.tokens[: max_new_tokens - made]
+                stop = next((k for k, t in enumerate(tokens) if t in self.eos_token_ids), None) if stop_at_eos else None
+                if stop is not None:
+                    tokens = tokens[: stop + 1]
+                seqs[i] += tokens
+                committed[i].append(len(tokens))
+                done[i] = stop is not None or made + len(tokens) >= max_new_tokens
         t2 = time.perf_counter()
         kept, self.top.kept = self.top.kept, None
-        new = len(seq) - len(prompt)
+        new = len(seqs[0]) - len(rows[0])
         return GenerationResult(
-            sequences=[seq[len(prompt) :]],
-            prompt_lengths=[len(prompt)],
+            sequences=[s[len(p) :] for s, p in zip(seqs, rows)],
+            prompt_lengths=[len(p) for p in rows],
             levels=[replace(level.stats) for level in self.levels],  # copies: the next generation resets the counters
             prefill_s=t1 - t0,
             decode_s=t2 - t1,
-            target_rounds=len(per_round),
-            committed=[per_round],
-            target_logits=None if kept is None else torch.cat(kept)[:new],  # rows past a cut last round dropped
+            target_rounds=rounds,
+            committed=committed,
+            target_logits=None if kept is None else torch.cat(kept[0])[:new],  # rows past a cut last round dropped
         )

@@ -61,24 +61,26 @@ class NgramDrafter:
     reads_host = False
     tree_refusal = "ngram drafts chains only; give level 0 a number or make it a model"
     placement = "ngram can only be the lowest level of a chain (it cannot verify)"
+    rows_refusal: str | None = None  # a lookup per row
 
     def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram", min_size: int = 1) -> None:
         self.n = n
         self.min_size = min_size
         self.stats = LevelStats(model=name)
 
-    def prefill(self, prompt: list[int]) -> None:
+    def prefill(self, prompts: list[list[int]]) -> None:
         """Nothing to cache: the lookup reads the context each time."""
 
     def attach(self, host: CachedModel) -> None:
         """The lookup reads no hidden rows: refused."""
         raise ChainError(f"{self.stats.model} reads no hidden rows of the level above")
 
-    def propose(self, ctx: DraftContext, n: int) -> Proposal:
+    def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        """Up to ``n`` tokens per active row (none where its suffix recurs nowhere); one pass counted for all rows."""
         t0 = time.perf_counter()
-        tokens = ngram_lookup(ctx.tokens, self.n, n, self.min_size)
+        out = [Proposal(ngram_lookup(t, self.n, n, self.min_size)) if a else None for t, a in zip(ctx.rows, ctx.active)]
         self.stats.forward_passes += 1
         elapsed = time.perf_counter() - t0
         self.stats.time_s += elapsed
         self.stats.forward_s += elapsed  # the lookup is this level's pass
-        return Proposal(tokens)
+        return out

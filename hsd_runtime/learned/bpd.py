@@ -72,6 +72,7 @@ class BpdDrafter:
     reads_host = True  # the host keeps its hidden rows for the heads
     tree_refusal = "a bpd drafter's width is its block length; its tree comes from p= paths"
     placement = "bpd can only be the lowest level of a chain, directly below the model whose heads it holds"
+    rows_refusal: str | None = "block-draft heads read their host's hidden rows of one prompt"
 
     def __init__(
         self,
@@ -154,8 +155,8 @@ class BpdDrafter:
             if self._corpus:
                 self._lm.add_corpus([t for t in self._corpus if t < width])
 
-    def prefill(self, prompt: list[int]) -> None:
-        """A new sequence: the n-gram model forgets the last sequence's context (not the corpus)."""
+    def prefill(self, prompts: list[list[int]]) -> None:
+        """A new sequence (one row): the n-gram model forgets the last sequence's context (not the corpus)."""
         if self._lm is not None:
             self._lm.update([])
 
@@ -218,8 +219,8 @@ class BpdDrafter:
         """Whether each head's token is drawn from its own q (sampling, no rescoring, one path)."""
         return not sampling.greedy and self.rescore == "none" and self.paths == 1
 
-    def propose(self, ctx: DraftContext, n: int) -> Proposal:
-        """Up to ``n`` tokens (none when the host holds no hidden row along the context)."""
+    def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        """Up to ``n`` tokens for the one row (none when the host holds no hidden row along the context)."""
         t0 = time.perf_counter()
         logits = self._logits(ctx.tokens)
         if logits is None:
@@ -230,7 +231,7 @@ class BpdDrafter:
         else:  # deterministic: q is one-hot on each token
             proposal = Proposal(self.drafts(logits[:n], ctx.tokens, ctx.sampling)[0])
         self._account(t0)
-        return proposal
+        return [proposal]
 
     def propose_tree(self, ctx: DraftContext, n: int) -> DraftTree:
         """The ``p`` best paths of at most ``n`` tokens merged into one tree (deterministic siblings)."""

@@ -313,9 +313,9 @@ class SteeredDrafter:
             raise ChainError(f"{self.stats.model}: steering for a verifier of hidden size {card.verifier_hidden} cannot read one of {size}")
         self.verifier = verifier
 
-    def prefill(self, prompt: list[int]) -> None:
+    def prefill(self, prompts: list[list[int]]) -> None:
         self.steerer.clear()  # the prompt is read unsteered, as in training
-        self.inner.prefill(prompt)
+        self.inner.prefill(prompts)
 
     def _steer(self, tokens: list[int]) -> None:
         assert self.verifier is not None, "a steered drafter runs under its verifier"
@@ -329,8 +329,8 @@ class SteeredDrafter:
         self.stats.steers += 1
         self.stats.steer_s += time.perf_counter() - t0
 
-    def propose(self, ctx: DraftContext, n: int) -> Proposal:
-        """The inner level's proposal, steered by the verifier's newest taps."""
+    def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        """The inner level's proposal for the one row, steered by the verifier's newest taps."""
         self._steer(ctx.tokens)
         return self.inner.propose(ctx, n)
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # this module stays torch-free: the llama-server tools read t
 
     from ..terms.tree import DraftTree
 
-__all__ = ["ENGINES", "LLAMA_CPP_PYTHON", "EngineCache", "TreeFeed"]
+__all__ = ["ENGINES", "LLAMA_CPP_PYTHON", "EngineCache", "EngineRows", "TreeFeed"]
 
 # the llama-cpp-python release the install step builds (the binding and, from its vendored
 # llama.cpp tree of 2026-10, llama-server): part of a llama.cpp profile's hardware key
@@ -63,3 +63,20 @@ class EngineCache(Protocol):
 
     def drop_tree(self, fed: int) -> None:
         """Forget the ``fed`` tree nodes that hang after the linear text."""
+
+
+class EngineRows(Protocol):
+    """One model's KV cache over ``rows`` sequences decoded in lockstep (the torch engine's ragged
+    layout, :mod:`.torch_rows`): one pass feeds every row its own tokens at its own positions."""
+
+    rows: int
+    width: int
+    device: torch.device
+
+    def feed_rows(self, tokens: list[list[int]], starts: list[int], keep: int) -> torch.Tensor:
+        """One pass: row i feeds ``tokens[i]`` at positions ``starts[i]..`` (what it held from
+        ``starts[i]`` on is forgotten); logits ``[rows, keep, width]`` of each row's last ``keep``
+        query slots (left padded). A row with no tokens is padding."""
+
+    def clear(self) -> None:
+        """Forget everything (new prompts)."""
