@@ -319,7 +319,8 @@ def test_validate_runs_the_plans_asked_for_at_every_batch_size(tiny_dirs, prompt
 
     every = run("validate", "--candidates", "all", "--batch-sizes", "2", *fixed)
     assert every.exit_code == 0, every.output
-    assert {r["plan_id"] for r in json.loads(every.output)["plans"]} == set(plans)  # chains only: every plan runs at b = 2
+    ran = {(tuple(r["chain"]), tuple(r["widths"])) for r in json.loads(every.output)["plans"]}
+    assert ran == {(tuple(p["chain"]), tuple(p["widths"])) for p in plans.values()}  # chains only: every plan runs at b = 2
 
 
 def _rows(db) -> dict[str, int]:

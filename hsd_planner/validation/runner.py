@@ -387,7 +387,7 @@ class _Comparison:
                 batch,
             ).ms_per_token
             for unit, at, r in zip(units, runs.around[key], runs.results[key])
-            if r.tokens
+            if r.total_tokens
         )
 
     def results(
