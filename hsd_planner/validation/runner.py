@@ -303,12 +303,13 @@ def _measure(
     every unit (a prompt, or a batch of prompts), interleaved so that drift of the machine hits
     every plan alike, a reference round after each run.
 
-    At batch size 1 the plans share their models' caches (see :func:`_build`): on each prompt the
-    plans that lead it (:func:`_leads`) run first and feed it afresh, their prefill measured; the
-    others, and every repeat, reuse the prefill their models hold. The decode, all that is timed,
-    is the same; a sequence stops at EOS. Above 1 every sequence decodes exactly
-    ``max_new_tokens`` (EOS does not stop it, as in serving benchmarks), so that a batch stays at b
-    from its first round to its last, as the prediction has it."""
+    The plans share their models' caches (see :func:`_build`): of each unit, the plans that lead
+    it (:func:`_leads`) run first and feed it afresh, their prefill measured; the others, and every
+    repeat, reuse the prefill their models hold. The decode, all that is timed, is the same. At
+    batch size 1 a sequence stops at EOS; above, every sequence decodes exactly ``max_new_tokens``
+    (EOS does not stop it, as in serving benchmarks), so that a batch stays at b from its first
+    round to its last, as the prediction has it. A row's seed is 1000 times its prompt's index
+    plus the runs of that prompt before it at this batch size."""
     s = solve.setting
     sampling = SamplingConfig(mode=s.mode, temperature=s.temperature, top_p=s.top_p, lenience=s.lenience)
     calibration.measure(rounds=3)  # before the plans run
@@ -324,21 +325,25 @@ def _measure(
             for key in sorted(lockstep):
                 built[key].generate_batch(encoded[:2], 4, sampling, stop_at_eos=False)
             lockstep = set()
-        lead = _leads(len(keys), len(encoded)) if b == 1 else [-1] * len(keys)
-        seen: dict[int, int] = {}  # prompt -> its runs so far at this batch size (a row's seed: 1000 prompt + that)
+        distinct = list(dict.fromkeys(tuple(u) for u in units[b]))  # at batch size 1: the prompts, in order
+        lead = _leads(len(keys), len(distinct))
+        seen: dict[int, int] = {}  # prompt -> its runs so far at this batch size
+        fed: set[tuple[int, ...]] = set()
         for unit in units[b]:
             seeds = [1000 * k + seen.get(k, 0) for k in unit]
-            fresh = seen.get(unit[0], 0) == 0  # at batch size 1: the prompt's first run, which its leaders feed afresh
             for k in unit:
                 seen[k] = seen.get(k, 0) + 1
-            leaders = [key for i, key in enumerate(keys) if lead[i] == unit[0]]
+            fresh = tuple(unit) not in fed  # the unit's first run, which its leaders feed afresh
+            fed.add(tuple(unit))
+            leaders = [key for i, key in enumerate(keys) if lead[i] == distinct.index(tuple(unit))]
             for key in leaders + [k for k in keys if k not in leaders]:
-                h = built[key]
+                h, reuse = built[key], not (fresh and key in leaders)
                 if b == 1:
                     seeded = sampling.model_copy(update={"seed": seeds[0]})
-                    result = h.generate(encoded[unit[0]], max_new_tokens, seeded, reuse_prompt=not (fresh and key in leaders))
+                    result = h.generate(encoded[unit[0]], max_new_tokens, seeded, reuse_prompt=reuse)
                 else:
-                    result = h.generate_batch([encoded[k] for k in unit], max_new_tokens, sampling, stop_at_eos=False, seeds=seeds)
+                    rows = [encoded[k] for k in unit]
+                    result = h.generate_batch(rows, max_new_tokens, sampling, stop_at_eos=False, seeds=seeds, reuse_prompt=reuse)
                 runs.results[(b, key)].append(result)
                 after = calibration.measure()  # the reference right after every run; the one before is the last round
                 runs.around[(b, key)].append([after - 1, after])
@@ -346,15 +351,16 @@ def _measure(
     return runs
 
 
-def _leads(plans: int, prompts: int) -> list[int]:
-    """The prompt each plan leads: runs first on, feeding it afresh, so that every plan has a
-    measured prefill. Plan i leads prompt i + 1 (cyclically): the warm-up's prompt, 0, which the
-    others reuse, is led only where there are at least as many plans as prompts.
+def _leads(plans: int, units: int) -> list[int]:
+    """The unit (a prompt, or a batch) each plan leads: runs first on, feeding it afresh, so that
+    every plan has a measured prefill. Plan i leads unit i + 1 (cyclically): the first unit, whose
+    first prompt the warm-up fed and the others reuse, is led only where there are at least as
+    many plans as units.
 
     >>> _leads(2, 3), _leads(3, 3), _leads(3, 1)
     ([1, 2], [1, 2, 0], [0, 0, 0])
     """
-    return [(i + 1) % prompts for i in range(plans)]
+    return [(i + 1) % units for i in range(plans)]
 
 
 @dataclass
