@@ -33,8 +33,8 @@ from hsd_planner.training import DistillConfig, Distiller
 from hsd_planner.training.data import sample_batched, teacher_signal
 from hsd_planner.training.student import HeldOut, sample
 from hsd_runtime import ModelLoader, SamplingConfig
-from hsd_runtime.models.loading import trimmed_model
 from hsd_runtime.models.trim import kept_tokens
+from hsd_runtime.models.views import trimmed_model
 
 TARGET = "smollm2-135m"
 

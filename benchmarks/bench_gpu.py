@@ -122,7 +122,7 @@ def dynamic_curve(model: Any, grid: list[int], contexts: list[int], repeats: int
     """c(n) of transformers eager over a ``DynamicCache`` (the torch engine's pass)."""
     from transformers import DynamicCache
 
-    from hsd_runtime.models.torch_engine import cache_argument
+    from hsd_runtime.models.output import cache_argument
 
     device = next(model.parameters()).device
     curve: dict[int, dict[int, float]] = {}

@@ -6,8 +6,8 @@ each importing only the rooms listed before it:
 - :mod:`.terms`: the torch-free vocabulary - model specs, tree shapes and drafted trees, the closed
   sets of values, the bounds of numbers, the errors (the planner reads these without torch).
 - :mod:`.models`: loading a spec (packaged models, int8 copies, trimmed heads, prepacked weights,
-  GGUF files), devices and dtypes, and the engines a model runs on (torch, with its ragged layout
-  for b rows; the static-cache engine; llama.cpp) behind one seam (:mod:`.models.engine`).
+  GGUF files), devices and dtypes, and the engines a model runs on, torch (with its ragged layout
+  for b rows), static and llama.cpp, behind one seam (:mod:`.models.engine`).
 - :mod:`.decoding`: the core, the same on every engine - the cached model over rows, sampling,
   verification (chains and RRS trees), the model and n-gram drafters, the hierarchy's loop over one
   or more prompts in lockstep, and its results.
@@ -53,7 +53,9 @@ _EXPORTS = {
     "ModelLoader": "models.loading",
     "check_same_tokenizer": "models.loading",
     "head_rows": "models.loading",
-    "trimmed_model": "models.loading",
+    "trimmed_model": "models.views",
+    "EngineModel": "models.engine",
+    "engine_model": "models.torch_engine",
     "TrimmedHead": "models.trim",
     "PackedLinear": "models.packing",
     "can_prepack": "models.packing",
@@ -114,11 +116,14 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from .decoding.verify import verify_greedy, verify_sample
     from .learned.steering import SteeredDrafter, Steerer, SteeringCard
     from .models.device import auto_dtype, cpu_capability, resolve_device
+    from .models.engine import EngineModel
     from .models.llamacpp import GgufModel
-    from .models.loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows, trimmed_model
+    from .models.loading import LoadedModel, ModelLoader, check_same_tokenizer, head_rows
     from .models.packing import PackedLinear, can_prepack, prepack
     from .models.quantize import Int8Linear, quantized_copy
+    from .models.torch_engine import engine_model
     from .models.trim import TrimmedHead
+    from .models.views import trimmed_model
     from .terms.errors import (
         ChainError,
         HSDError,

@@ -273,7 +273,7 @@ _FILL = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import transformers
-    from hsd_runtime.models import loading
+    from hsd_runtime.models import sources
 
     source = sys.argv[1]
     real_model, real_tok = transformers.AutoModelForCausalLM.from_pretrained, transformers.AutoTokenizer.from_pretrained
@@ -284,7 +284,7 @@ _FILL = textwrap.dedent(
 
     transformers.AutoModelForCausalLM.from_pretrained = slow_model
     transformers.AutoTokenizer.from_pretrained = lambda _folder, gguf_file=None, **kw: real_tok(source, **kw)
-    print(loading._convert_gguf(Path(sys.argv[2])))
+    print(sources.convert_gguf(Path(sys.argv[2])))
     """
 )
 

@@ -193,7 +193,7 @@ def test_a_model_folder_lacking_a_weight_is_refused(tiny_dirs, tmp_path):
 def test_a_damaged_tokenizer_entry_is_made_again(tmp_path, monkeypatch, kept):
     """Its folder holding one file of the two (the other deleted by hand): extracted again from the
     GGUF, not read as it is (transformers would ask for sentencepiece)."""
-    from hsd_runtime.models.loading import gguf_tokenizer
+    from hsd_runtime.models.sources import gguf_tokenizer
 
     monkeypatch.setenv("HSD_PLAN_CACHE", str(tmp_path / "cache"))
     gguf = char_gguf(tmp_path / "m.gguf", seed=0)

@@ -16,7 +16,7 @@ import torch
 from hsd_runtime import ModelLoader, ModelSpecError
 from hsd_runtime.models.gguf_prune import block_count, prune_gguf
 from hsd_runtime.models.llamacpp import GgufModel, pruned_gguf
-from hsd_runtime.models.loading import truncated_view
+from hsd_runtime.models.views import truncated_view
 from tests import law
 from tests.gguf_tiny import char_gguf, write_gguf
 from tests.helpers import one_line_error, run

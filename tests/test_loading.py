@@ -107,7 +107,7 @@ def test_the_kv_cache_goes_by_the_name_the_models_forward_takes():
 
     from torch import nn
 
-    from hsd_runtime.models.torch_engine import cache_argument
+    from hsd_runtime.models.output import cache_argument
     from tests.tiny import tiny_llama
 
     model = tiny_llama(0)

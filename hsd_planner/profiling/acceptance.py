@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hsd_runtime import SamplingConfig, ngram_lookup, warp
+from hsd_runtime import SamplingConfig, engine_model, ngram_lookup, warp
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.steering import layer_inputs, stale_sources, steering_delta
 from hsd_runtime.models.output import apply_output_layer
@@ -70,23 +70,15 @@ STALE_MAX = 8  # steering offsets measured one pass each; a draft further from i
 VISIT_MAX = 32  # widths b for which the visited distribution is kept
 
 
-def teacher_forced_logits(model: Any, prompt: list[int], continuation: list[int], width: int, grad: bool = False) -> torch.Tensor:
+def teacher_forced_logits(model: Any, prompt: list[int], continuation: list[int], width: int) -> torch.Tensor:
     """Logits ``[len(continuation), width]`` in fp32; row t is the prediction for ``continuation[t]``.
 
-    One pass over prompt + continuation (``model`` a torch causal LM, or a model of another engine,
-    such as a llama.cpp GGUF). ``grad=True`` keeps the graph (a student in training);
-    otherwise the pass runs in inference mode.
+    One pass over prompt + continuation in a fresh cache of ``model``'s engine (a torch causal LM,
+    or a model of another engine such as a llama.cpp GGUF), every row kept, in inference mode.
     """
     m = len(continuation)
-    opener = getattr(model, "open_cache", None)
-    if opener is not None:  # a model of another engine (llama.cpp): one pass in a fresh cache, every row kept
-        text = prompt + continuation
-        return opener(width, len(text)).feed(text, 0, m + 1)[:m].float()
-    device = next(model.parameters()).device
-    ids = torch.tensor([prompt + continuation], device=device)  # [1, L + m]
-    with torch.inference_mode(not grad):
-        logits = model(input_ids=ids, use_cache=False, logits_to_keep=m + 1).logits[0, :m, :width]
-    return logits.float()
+    text = prompt + continuation
+    return engine_model(model).open_cache(width, len(text)).feed(text, 0, m + 1)[:m].float()
 
 
 def acceptance_from_logits(q_logits: torch.Tensor, p_logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
 from hsd_runtime import CachePool, ModelLoader, ModelSpec, SamplingConfig, check_same_tokenizer, parse_spec, positions_needed
 from hsd_runtime.learned.bpd import load_bpd
@@ -131,9 +130,7 @@ def prepare_profile(config: ProfileConfig, prompts: PromptSet, loader: ModelLoad
     chosen automatically are capped to fit; ones given with --context-lens are refused instead.
     """
     candidates = _load(config, loader)
-    if any(b > 1 for b in config.batch_sizes) and any(
-        c.loaded is not None and not isinstance(c.loaded.model, nn.Module) for c in candidates
-    ):
+    if any(b > 1 for b in config.batch_sizes) and any(c.loaded is not None and c.loaded.engine != "torch" for c in candidates):
         raise ChainError(
             "--batch-sizes above 1 are profiled on the torch engine only; drop them, or profile llama.cpp with --batch-sizes 1"
         )
@@ -241,8 +238,8 @@ def _floors(
 ) -> Callable[[ProfiledModel, int, int], float | None]:
     """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None:
     ngram, and a steered model's projection, n = 0)."""
-    models = [c for c in candidates if c.loaded is not None and isinstance(c.loaded.model, nn.Module)]
-    if not models:  # llama.cpp: its kernels are not torch's, the floor probe says nothing of them
+    models = [c for c in candidates if c.loaded is not None and c.loaded.engine == "torch"]
+    if not models:  # llama.cpp, static: their kernels are not torch's, the floor probe says nothing of them
         return lambda c, ctx, n: None
     probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
     record_floor_probe(engine, out.hardware_id, probe)

@@ -16,11 +16,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from torch import nn
 
-from hsd_runtime import SamplingConfig, head_rows, ngram_lookup
+from hsd_runtime import SamplingConfig, engine_model, ngram_lookup
 from hsd_runtime.learned.bpd import BpdDrafter
-from hsd_runtime.models.torch_engine import cache_argument
+from hsd_runtime.models.engine import EngineCache
 
 __all__ = ["SPREAD_LIMIT", "HeadsTimer", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 
@@ -28,8 +27,8 @@ P = TypeVar("P", bound=Hashable)  # a latency point
 
 # a point whose p90 / p10 exceeds this is noisy: the sweep gives it more rounds
 SPREAD_LIMIT = 1.25
-# positions a timer's llama.cpp cache holds past its context at first: the profile's default grid
-# (a wider pass reopens it, larger)
+# positions a timer's cache holds past its context at first, on an engine that allocates its cells
+# up front: the profile's default grid (a wider pass reopens it, larger)
 ROOM = 64
 
 
@@ -68,71 +67,52 @@ class PassTimer:
 
     The context is prefilled once; every pass feeds n tokens and crops them off again, so each
     sees the same cache length, and returns the logits of all n rows (as a verifier's pass does).
-    A model of another engine (a llama.cpp GGUF) is timed through its own cache, the same way.
-    The first pass of each n is a warm-up and is not timed. A steered
+    Every engine is timed through its own cache (:class:`~hsd_runtime.models.engine.EngineCache`),
+    the passes decoding runs. The first pass of each n is a warm-up and is not timed. A steered
     model (``steer=``) is timed steered: its passes add vectors set once from random taps, and
     ``n`` = 0 times the projection alone (taps to vectors), which decoding runs once per proposal,
     not once per pass.
     """
 
     def __init__(self, model: Any, context_len: int, seed: int = 0) -> None:
-        from transformers import DynamicCache
-
         self.model = model
-        self._engine: Any = None
-        self._new: dict[int, torch.Tensor] = {}
+        self._model = engine_model(model)
+        self.device = self._model.device
+        self._vocab = self._model.n_vocab
+        self._context_len = context_len
+        self._new: dict[int, list[int]] = {}
         self._steerer: Any = getattr(model, "steerer", None)
         self._gen = torch.Generator().manual_seed(seed)
-        opener = getattr(model, "open_cache", None)
-        if opener is not None:  # another engine's model (llama.cpp, static): its own cache, every row's logits asked for
-            self.device = model.device
-            self._vocab = model.n_vocab
-            self._context_len = context_len
-            self._context = torch.randint(0, self._vocab, (context_len,), generator=self._gen).tolist()
-            self._open(ROOM)
-            return
-        self.device = next(model.parameters()).device
-        vocab = head_rows(model)
-        context = torch.randint(0, vocab, (1, context_len), generator=self._gen).to(self.device)
-        self._vocab = vocab
-        self._cache: Any = DynamicCache()
+        self._context = torch.randint(0, self._vocab, (context_len,), generator=self._gen).tolist()
         if self._steerer is not None:
             card = self._steerer.card
             self._taps = torch.randn(1, len(card.taps) * card.verifier_hidden, generator=self._gen).to(self.device)
-        with torch.inference_mode():
-            if self._steerer is not None:
+            with torch.inference_mode():
                 self._steerer.steer(self._taps)  # the passes add these vectors; n = 0 times computing them
-            model(input_ids=context, **cache_argument(model, self._cache), use_cache=True, logits_to_keep=1)
+        self._open(ROOM)
 
     def _open(self, room: int) -> None:
-        """(Re)open the other engine's cache with room for passes of up to ``room`` tokens after the
-        context: a cache of the model's whole context would hold keys and values for thousands of
-        positions no pass reaches."""
+        """(Re)open the cache with room for passes of up to ``room`` tokens after the context, and
+        prefill the context: a cache that allocates its cells up front (llama.cpp, static) would
+        otherwise hold keys and values for thousands of positions no pass reaches."""
         self._room = room
-        self._engine = self.model.open_cache(self._vocab, self._context_len + room)
+        self._engine: EngineCache = self._model.open_cache(self._vocab, self._context_len + room)
         self._engine.feed(self._context, 0, 1)
 
     @torch.inference_mode()
     def _pass(self, n: int) -> float:
-        ids = self._new[n]
-        if self._engine is not None:
-            t0 = time.perf_counter()
-            self._engine.feed(ids[0].tolist(), self._context_len, n)
-            elapsed = time.perf_counter() - t0
-            self._engine.crop(self._context_len, self._context_len + n)
-            return elapsed
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
         if n == 0:  # the projection of a steered model's proposal
             self._steerer.steer(self._taps)
         else:
-            self.model(input_ids=ids, **cache_argument(self.model, self._cache), use_cache=True, logits_to_keep=n)
+            self._engine.feed(self._new[n], self._context_len, n)  # every row's logits, as a verifier asks
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - t0
         if n:
-            self._cache.crop(-n)
+            self._engine.crop(self._context_len, self._context_len + n)
         return elapsed
 
     def __call__(self, n: int) -> float:
@@ -140,9 +120,9 @@ class PassTimer:
         if n == 0 and self._steerer is None:
             raise ValueError("n = 0 times a steered model's projection; this model is not steered")
         if n not in self._new:
-            if self._engine is not None and n > self._room:
+            if self._model.allocates_cells and n > self._room:
                 self._open(max(n, 2 * self._room))
-            self._new[n] = torch.randint(0, self._vocab, (1, n), generator=self._gen).to(self.device)
+            self._new[n] = torch.randint(0, self._vocab, (n,), generator=self._gen).tolist()
             self._pass(n)  # warm-up
         return 1000.0 * self._pass(n)
 
@@ -202,7 +182,7 @@ def sweep_order(points: Sequence[P], rounds: int, seed: int = 0) -> list[P]:
     return out
 
 
-def time_forward(model: nn.Module, n: int, context_len: int, repeats: int, seed: int = 0) -> tuple[float, float, float]:
+def time_forward(model: Any, n: int, context_len: int, repeats: int, seed: int = 0) -> tuple[float, float, float]:
     """(median, p10, p90) ms of ``repeats`` passes of ``n`` tokens in a burst (benchmarks, tests)."""
     timer = PassTimer(model, context_len, seed)
     return summarize([timer(n) for _ in range(repeats)])

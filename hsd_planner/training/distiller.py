@@ -36,8 +36,8 @@ import torch
 
 from hsd_runtime import ModelLoader, ModelNotFoundError, ModelSpecError, SamplingConfig, check_same_tokenizer, parse_spec
 from hsd_runtime.learned.trained import write_files
-from hsd_runtime.models.loading import shallow_module, trimmed_model
 from hsd_runtime.models.trim import kept_tokens
+from hsd_runtime.models.views import shallow_module, trimmed_model
 
 from ..errors import DistillError, ModelOutputError
 from ..prompts import encode_prompt

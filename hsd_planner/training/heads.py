@@ -29,9 +29,9 @@ from pydantic import Field
 
 from hsd_runtime import LoadedModel, ModelLoader, SamplingConfig
 from hsd_runtime.learned.heads import BlockHeads, HeadsCard, save_heads
-from hsd_runtime.models.loading import trimmed_by_id
 from hsd_runtime.models.output import apply_output_layer
 from hsd_runtime.models.trim import column_of
+from hsd_runtime.models.views import trimmed_by_id
 from hsd_runtime.terms.limits import MAX_HEADS
 
 from ..errors import DistillError

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from hsd_runtime import Hierarchy, LoadedModel, SamplingConfig
-from hsd_runtime.models.loading import truncated_config
+from hsd_runtime.models.views import truncated_config
 
 from ..errors import DistillError
 from ..profiling.acceptance import acceptance_from_logits, teacher_forced_logits

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..models.engine import EngineCache, EngineRows, TreeFeed
+from ..models.torch_engine import engine_model
 from ..terms.errors import ChainError
 from ..terms.tree import DraftTree
 from .results import LevelStats
@@ -41,24 +42,14 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 def engine_cache(
     model: Any, width: int, keep_hidden: bool = False, layers: tuple[int, ...] = (), cells: int | None = None, rows: int = 1
 ) -> EngineCache | EngineRows:
-    """A fresh KV cache for ``model`` on its engine: a transformers ``nn.Module`` (torch) or a
-    model that opens its own caches (``open_cache``, as a llama.cpp GGUF does; ``cells``: the
-    positions such a cache allocates up front, None for the model's whole context), over ``rows``
-    sequences (more than one: the torch engine's ragged layout only)."""
-    opener = getattr(model, "open_cache", None)
-    if opener is not None:
-        if keep_hidden:
-            raise ChainError(f"{model}: block-draft heads and steering read hidden states, which the torch engine alone keeps")
-        if rows > 1:
-            raise ChainError(f"{model}: batches of more than one prompt run on the torch engine only; decode one prompt at a time")
-        return opener(width, cells)
-    if rows > 1:
-        from ..models.torch_rows import RowsCache
-
-        return RowsCache(model, width, rows)
-    from ..models.torch_engine import TorchCache
-
-    return TorchCache(model, width, keep_hidden, layers)
+    """A fresh KV cache for ``model`` on its engine (:func:`~hsd_runtime.models.torch_engine.engine_model`;
+    ``cells``: the positions a cache that allocates them up front holds, None for the model's whole
+    context) over ``rows`` sequences (more than one: decoded in lockstep, without hidden rows)."""
+    if rows == 1:
+        return engine_model(model).open_cache(width, cells, keep_hidden, layers)
+    if keep_hidden:
+        raise ChainError(f"{model}: block-draft heads and steering read the hidden rows of one prompt at a time")
+    return engine_model(model).open_rows(width, rows)
 
 
 class CachedModel:

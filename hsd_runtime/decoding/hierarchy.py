@@ -20,12 +20,13 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Union, cast
 
 import torch
 from torch import nn
 
+from ..models.engine import EngineModel
 from ..models.loading import context_limit, head_rows
+from ..models.torch_engine import engine_model
 from ..terms.errors import ChainError, PromptError
 from ..terms.limits import MAX_BATCH, MAX_WIDTH
 from ..terms.shape import TreeShape, Width, positions_needed
@@ -34,14 +35,11 @@ from .drafters import DraftContext, Drafter, ModelDrafter, StandaloneDrafter, St
 from .results import GenerationResult, LevelStats
 from .sampling import SamplingConfig
 
-if TYPE_CHECKING:
-    from ..models.llamacpp import GgufModel
-
 __all__ = ["Hierarchy", "Member", "check_chain"]
 
 # a member of a chain: a torch causal LM, a model of another engine, or a level-0 drafter without a
 # model (the n-gram lookup, block-draft heads)
-Member = Union[nn.Module, "GgufModel", StandaloneDrafter]
+Member = nn.Module | EngineModel | StandaloneDrafter
 
 
 def check_chain(members: Sequence[Member], widths: Sequence[Width]) -> None:
@@ -104,13 +102,13 @@ class Hierarchy:
         self.widths = list(widths)
         self.eos_token_ids = frozenset(eos_token_ids)
         top_model = models[-1]
-        # a model of another engine says where its logits come back (llama.cpp: the CPU)
-        self.device = next(top_model.parameters()).device if isinstance(top_model, nn.Module) else cast(Any, top_model).device
+        # where the target's logits come back (llama.cpp: the CPU)
+        self.device = engine_model(top_model).device
         # the shortest context any level can attend over (None: no model declares one)
         self.context_limit: int | None = min((x for x in map(context_limit, models) if x is not None), default=None)
         # the fewest cells any cache of an engine that allocates them up front (llama.cpp) holds: its
         # context, or a pool's cells; such a cache holds every node of a tree in a cell of its own
-        cells = [x for x in map(context_limit, (m for m in models if hasattr(m, "open_cache"))) if x is not None]
+        cells = [x for x in map(context_limit, (m for m in models if engine_model(m).allocates_cells)) if x is not None]
         if cells and caches is not None and caches.cells is not None:
             cells.append(caches.cells)
         self.cell_limit: int | None = min(cells, default=None)

@@ -42,8 +42,9 @@ from ..decoding.drafters import DraftContext, Proposal
 from ..decoding.results import LevelStats
 from ..decoding.sampling import SamplingConfig, draw, warp
 from ..models.files import read_input
-from ..models.loading import LoadedModel, ModelLoader, check_same_tokenizer, trimmed_by_id
+from ..models.loading import LoadedModel, ModelLoader, check_same_tokenizer
 from ..models.output import apply_output_layer
+from ..models.views import trimmed_by_id
 from ..terms.errors import ChainError, ModelSpecError
 from ..terms.limits import MAX_CORPUS_BYTES
 from ..terms.spec import RESCORERS, ModelSpec, parse_spec, same_model

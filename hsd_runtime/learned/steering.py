@@ -34,7 +34,8 @@ from torch import nn
 
 from ..decoding.cache import CachedModel
 from ..decoding.drafters import DraftContext, ModelDrafter, Proposal, VerifierLevel
-from ..models.loading import LoadedModel, decoder_of, shallow_module
+from ..models.loading import LoadedModel
+from ..models.views import decoder_of, shallow_module
 from ..terms.errors import ChainError, ModelSpecError
 from ..terms.shape import TreeShape
 from ..terms.spec import ModelSpec, parse_spec, same_model

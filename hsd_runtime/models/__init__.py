@@ -1,5 +1,6 @@
-"""Models and the engines that run them: loading a spec (packaged models, int8 copies, trimmed
-output heads, prepacked weights, GGUF files), devices and dtypes, and the engine seam
-(:mod:`.engine`) with its two engines, torch (:mod:`.torch_engine`) and llama.cpp
-(:mod:`.llamacpp`). Nothing here drafts or verifies.
+"""Models and the engines that run them: loading a spec (:mod:`.loading`; where its weights come
+from, :mod:`.sources`; views that share them, :mod:`.views`), int8 copies, trimmed output heads,
+prepacked weights, devices and dtypes, and the engine seam (:mod:`.engine`) with its three engines,
+torch (:mod:`.torch_engine`), static (:mod:`.static_engine`) and llama.cpp (:mod:`.llamacpp`).
+Nothing here drafts or verifies.
 """

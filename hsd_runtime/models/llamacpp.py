@@ -25,14 +25,14 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 import torch
 
 from ..terms.choices import GGUF_QUANTS
 from ..terms.errors import ChainError, ModelNotFoundError, PackageMissingError
-from .engine import LLAMA_CPP_PYTHON, TreeFeed
+from .engine import LLAMA_CPP_PYTHON, TreeFeed, hidden_refusal, rows_refusal
 from .gguf_file import check_gguf
 
 __all__ = [
@@ -109,8 +109,12 @@ class GgufModel:
         name: how errors and stats name it (the spec).
         threads: threads for every pass.
         n_ctx: KV cells of each context opened on it.
+
+    It is an :class:`~hsd_runtime.models.engine.EngineModel`.
     """
 
+    engine: Literal["llamacpp"] = "llamacpp"
+    allocates_cells = True  # a context holds its cells from the start
     device = torch.device("cpu")  # where its logits come back
 
     def __init__(self, path: Path, name: str, threads: int, n_ctx: int = DEFAULT_CTX) -> None:
@@ -137,12 +141,24 @@ class GgufModel:
         self.n_params = int(lib.llama_model_n_params(handle))
         self.n_ctx = min(n_ctx, int(lib.llama_model_n_ctx_train(handle)) or n_ctx)
 
-    def open_cache(self, width: int, cells: int | None = None) -> LlamaCppCache:
+    @property
+    def context_limit(self) -> int:
+        """The cells of a context opened without ``cells``: ``n_ctx``."""
+        return self.n_ctx
+
+    def open_rows(self, width: int, rows: int) -> NoReturn:
+        """Refused: this engine decodes one sequence at a time."""
+        raise ChainError(rows_refusal(self.name))
+
+    def open_cache(self, width: int, cells: int | None = None, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> LlamaCppCache:
         """A new context (its own KV cache) on these weights, returning ``width`` logits columns.
 
         ``cells``: the positions it holds, where the caller knows it needs fewer than the model's
         ``n_ctx`` (a pass over one known text; at least :data:`TREE_SEQS`): the keys and values are
-        allocated, and written once, for every cell (the 1.5B: 117 MB at 4096 cells)."""
+        allocated, and written once, for every cell (the 1.5B: 117 MB at 4096 cells). It keeps no
+        hidden rows (``keep_hidden`` is refused)."""
+        if keep_hidden:
+            raise ChainError(hidden_refusal(self.name))
         return LlamaCppCache(self, width, cells)
 
     def __repr__(self) -> str:

@@ -1,62 +1,43 @@
-"""Load the models named by specs: packaged aliases, Hugging Face directories, GGUF files.
+"""Load the models named by specs onto their engines, and what a chain asks of what was loaded.
 
 A :class:`ModelLoader` keeps every full model it loaded, per (source, dtype), so that the views
 ``m:layers=2``, ``m:layers=8`` and ``m`` of one chain share one set of weights: a view holds the
-parent's own embedding, first K decoder layers, final norm and head, never a copy. A quantized
-copy (``quant=int8``) is a separate model object made once from the fp32 parent and kept per
-(source, "fp32", quant); its ``layers=K`` views share its int8 weights (see :mod:`.quantize`).
+parent's own embedding, first K decoder layers, final norm and head, never a copy (:mod:`.views`).
+A quantized copy (``quant=int8``) is a separate model object made once from the fp32 parent and
+kept per (source, "fp32", quant); its ``layers=K`` views share its int8 weights (see
+:mod:`.quantize`). Where the weights come from is :mod:`.sources`' concern.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import io
-import itertools
 import json
-import os
-import shutil
-import stat
-import sys
 import warnings
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, redirect_stderr
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import torch
 from torch import nn
 
+from ..terms.choices import Engine
 from ..terms.errors import ModelNotFoundError, ModelSpecError, TokenizerMismatchError, first_line
-from ..terms.json_text import JSONTextError, parse_json
-from ..terms.limits import MAX_CONFIG_BYTES, MAX_DIR_ENTRIES, MAX_GGUF_BYTES
 from ..terms.spec import ModelSpec, check_engine, parse_spec
-from .cache import cache_lock, write_entry
 from .device import resolve_device, resolve_dtype
 from .engine import ENGINES, LLAMA_CPP_PYTHON
-from .files import describe_mode, read_input, stat_input, stat_path
 from .gguf_file import check_gguf
 from .llamacpp import GgufModel
-from .packaged import PACKAGED, converted_dir, packaged_gguf
-from .packing import PackedLinear, can_prepack, prepack
-from .quantize import Int8Linear, quantized_copy
+from .packaged import PACKAGED
+from .packing import can_prepack, prepack
+from .quantize import quantized_copy
+from .sources import causal_lm, check_model_dir, gguf_of, gguf_tokenizer, random_model, silence_transformers, source_dir
 from .static_engine import StaticModel, static_kernels
-from .trim import TrimmedHead, kept_tokens, read_ranking
+from .torch_engine import engine_model
+from .trim import kept_tokens, read_ranking
+from .views import trimmed_model, truncated_view
 
-__all__ = [
-    "LoadedModel",
-    "ModelLoader",
-    "check_same_tokenizer",
-    "context_limit",
-    "decoder_of",
-    "head_rows",
-    "shallow_module",
-    "trimmed_by_id",
-    "trimmed_model",
-    "truncated_config",
-    "truncated_view",
-]
+__all__ = ["LoadedModel", "ModelLoader", "check_same_tokenizer", "context_limit", "head_rows"]
 
 
 @dataclass
@@ -64,7 +45,9 @@ class LoadedModel:
     """A model ready to run, with what a chain needs to know about it."""
 
     spec: ModelSpec
-    model: Any  # a transformers *ForCausalLM in eval mode, a GgufModel on llama.cpp, a StaticModel on the static engine
+    # a transformers *ForCausalLM in eval mode (torch), a StaticModel (static) or a GgufModel
+    # (llama.cpp): what every executor takes as a chain member (engine_model puts it behind the seam)
+    model: Any
     tokenizer: object  # transformers PreTrainedTokenizerBase
     num_layers: int
     # the columns its logits are compared over: the tokenizer's vocabulary, where the output layer
@@ -74,12 +57,14 @@ class LoadedModel:
     eos_token_ids: tuple[int, ...] = field(default=())
 
     @property
+    def engine(self) -> Engine:
+        """The engine that runs it."""
+        return engine_model(self.model).engine
+
+    @property
     def num_parameters(self) -> int:
         """Weights of the model; the int8 layers of a quantized copy count (it has its parent's)."""
-        if not isinstance(self.model, nn.Module):  # a GGUF on llama.cpp
-            return int(self.model.n_params)
-        dense = sum(p.numel() for p in self.model.parameters())
-        return dense + sum(m.num_weights for m in self.model.modules() if isinstance(m, (Int8Linear, PackedLinear)))
+        return engine_model(self.model).n_params
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -90,18 +75,19 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def head_rows(model: Any) -> int:
-    """Rows of the output layer: the logits width, which may exceed the tokenizer by padding.
-
-    Read from the layer's shape, never its weight: a packed or int8 head has no dense weight to read.
-    A model that opens its own caches (a GGUF on llama.cpp, a static-engine model) says how many it scores.
-    """
-    if not isinstance(model, nn.Module):  # a model that opens its own caches (llama.cpp, static)
-        return int(model.n_vocab)
-    return int(cast(Any, model).get_output_embeddings().out_features)
+def head_rows(model: object) -> int:
+    """Rows of ``model``'s output layer, on any engine: the logits width, which may exceed the
+    tokenizer by padding (:attr:`~.engine.EngineModel.n_vocab`)."""
+    return engine_model(model).n_vocab
 
 
-def vocabulary_width(model: Any, tokenizer: Any) -> int:
+def context_limit(model: object) -> int | None:
+    """The positions ``model`` attends over, on any engine; None where it declares none
+    (:attr:`~.engine.EngineModel.context_limit`)."""
+    return engine_model(model).context_limit
+
+
+def vocabulary_width(model: object, tokenizer: Any) -> int:
     """The logits columns of ``model`` that name its tokenizer's tokens: its output layer's rows,
     cut to the tokenizer's size where the layer is padded past it.
 
@@ -111,278 +97,6 @@ def vocabulary_width(model: Any, tokenizer: Any) -> int:
     over the tokenizer's columns only, so a chain's levels agree on what a token is.
     """
     return min(head_rows(model), len(tokenizer))
-
-
-def context_limit(model: Any) -> int | None:
-    """The positions ``model`` attends over: its config's ``max_position_embeddings``, a llama.cpp
-    GGUF's context cells; None where it declares none."""
-    if not isinstance(model, nn.Module):  # a model that opens its own caches (llama.cpp, static)
-        return int(model.n_ctx)
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-    return limit if isinstance(limit, int) else None
-
-
-def decoder_of(model: Any) -> Any:
-    """The decoder body of a transformers causal LM (its layers and final norm, without the head)."""
-    return getattr(model, model.base_model_prefix)
-
-
-def truncated_config(config: Any, k: int) -> Any:
-    """A copy of a transformers decoder ``config`` with its first ``k`` layers only."""
-    cfg = copy.deepcopy(config)
-    cfg.num_hidden_layers = k
-    if getattr(cfg, "layer_types", None) is not None:  # per-layer attention kinds (Gemma 3, Qwen)
-        cfg.layer_types = list(cfg.layer_types[:k])
-    return cfg
-
-
-def truncated_view(model: Any, k: int) -> Any:
-    """The first ``k`` decoder layers of ``model`` plus its final norm and head, sharing weights.
-
-    The two outer modules are shallow copies with their own containers (children, hooks,
-    generation config), so changing the view touches neither the parent nor its parameters.
-    """
-    cfg = truncated_config(model.config, k)
-    inner = shallow_module(decoder_of(model))
-    inner.layers = nn.ModuleList(list(decoder_of(model).layers)[:k])
-    inner.config = cfg
-    outer = shallow_module(model)
-    setattr(outer, model.base_model_prefix, inner)
-    outer.config = cfg
-    if getattr(model, "generation_config", None) is not None:
-        outer.generation_config = copy.deepcopy(model.generation_config)
-    return outer
-
-
-def trimmed_model(model: Any, keep: torch.Tensor) -> Any:
-    """A shallow copy of the causal LM ``model`` whose output layer scores the tokens ``keep`` ``[N]`` only.
-
-    The decoder is shared with ``model``; the head holds the kept rows, packed or int8 where the
-    full head was (:class:`~hsd_runtime.models.trim.TrimmedHead`), and its logits keep their full width.
-    Refused for a model that soft-caps its logits: tanh(-inf) is finite, so the tokens left out
-    would keep a probability.
-    """
-    if getattr(model.config, "final_logit_softcapping", None):
-        raise ModelSpecError(
-            f"vocab= cannot trim {type(model).__name__}: it soft-caps its logits (the tokens left out would keep a probability)"
-        )
-    head = model.get_output_embeddings()
-    trimmed = TrimmedHead(head, keep, int(head.out_features))
-    dense = trimmed.rows
-    assert isinstance(dense, nn.Linear)
-    if isinstance(head, PackedLinear):  # the kept rows run the kernels the full head ran
-        trimmed.rows = PackedLinear(dense)
-    elif isinstance(head, Int8Linear):
-        trimmed.rows = Int8Linear(dense)
-    outer = shallow_module(model)
-    outer.set_output_embeddings(trimmed)
-    return outer
-
-
-def trimmed_by_id(model: Any, n: int) -> Any:
-    """``model`` with its output layer trimmed to its ``n`` lowest token ids, the end-of-sequence
-    ids of its config first (:func:`trimmed_model`): the layer that ``vocab=N`` of block-draft
-    heads reads, at training and at drafting alike."""
-    eos = getattr(model.config, "eos_token_id", None)
-    eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-    rows = head_rows(model)
-    return trimmed_model(model, kept_tokens(range(rows), n, eos_ids, rows))
-
-
-def shallow_module(module: Any) -> Any:
-    """A copy of ``module`` sharing its parameters but not its dicts of children, hooks, buffers."""
-    clone = copy.copy(module)
-    for name, value in vars(module).items():
-        if isinstance(value, dict):
-            setattr(clone, name, copy.copy(value))
-    return clone
-
-
-def _silence_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
-
-
-def _random_model(source: Path, dtype: str, device: torch.device) -> Any:
-    """The model of ``source``'s config with random weights (``weights=random``), made on ``device``
-    (a 7B is initialised in seconds on a GPU, minutes on a CPU): no weight file is read."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.from_pretrained(str(source), trust_remote_code=False)
-    torch.manual_seed(0)
-    with torch.device(device):
-        return AutoModelForCausalLM.from_config(config, dtype=resolve_dtype(dtype), trust_remote_code=False)
-
-
-def _check_model_dir(source: Path, spec: ModelSpec) -> None:
-    """Refuse a model directory whose configs are not JSON objects, or map to the model's own
-    Python code (``auto_map``), which loading would run, or that holds a FIFO, device or socket
-    (transformers opens the weights and tokenizer files it finds by name: a FIFO would block it)."""
-    with os.scandir(source) as entries:
-        for entry in itertools.islice(entries, MAX_DIR_ENTRIES):
-            st = stat_path(Path(entry.path), f"{spec.name}:")
-            if st is not None and not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-                raise ModelNotFoundError(f"{spec.name}: {entry.name} is {describe_mode(st.st_mode)}, not a file of a model directory")
-    for name in ("config.json", "tokenizer_config.json"):
-        path = source / name
-        if name != "config.json" and stat_path(path, f"{spec.name}:") is None:
-            continue  # a tokenizer config is optional (one that is there is checked: a FIFO would block transformers)
-        data = read_input(path, f"{spec.name}:", MAX_CONFIG_BYTES)
-        try:
-            config = parse_json(data)
-        except JSONTextError as exc:
-            raise ModelNotFoundError(f"{spec.name}: {name} {exc}; it is not a Hugging Face model directory") from None
-        if not isinstance(config, dict):
-            raise ModelNotFoundError(f"{spec.name}: {name} holds a JSON {type(config).__name__}, not an object of settings")
-        if "auto_map" in config:
-            raise ModelNotFoundError(
-                f"{spec.name} ships its own model code ({name} has auto_map); hsd-plan never runs code from a model directory"
-            )
-
-
-_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json")  # what a fast tokenizer is loaded from
-_CONVERTED_FILES = ("config.json", *_TOKENIZER_FILES)
-_WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json")  # one file, or the index of its shards
-
-
-def _whole(entry: Path, names: Sequence[str], weights: bool = False) -> bool:
-    """Whether the cache entry ``entry`` holds the files ``names`` (and, with ``weights``, its weights).
-    Entries appear whole, by a rename: one that lacks a file was damaged since (a file deleted by
-    hand) and is made again."""
-    files = all((entry / name).is_file() for name in names)
-    return files and (not weights or any((entry / name).is_file() for name in _WEIGHTS_FILES))
-
-
-def _convert_gguf(gguf: Path) -> Path:
-    """Dequantize ``gguf`` once into a Hugging Face directory in the cache; return that directory.
-
-    The conversion runs under the entry's :func:`cache_lock`: a second process that needs it at
-    the same time waits and then loads the finished directory.
-    """
-    out = converted_dir(gguf)
-    if _whole(out, _CONVERTED_FILES, weights=True):
-        return out
-    check_gguf(gguf)  # before the cache entry's folder and lock exist
-    with cache_lock(out):
-        if not _whole(out, _CONVERTED_FILES, weights=True):  # not converted by another process while this one waited
-            if out.exists():  # only finished directories are renamed in: this one was damaged since
-                shutil.rmtree(out)
-            _convert_into(gguf, out)
-    return out
-
-
-def _causal_lm(source: Path, name: str, **options: Any) -> Any:
-    """``AutoModelForCausalLM.from_pretrained(source, **options)``, refusing in one line a checkpoint
-    that lacks weights its config declares (a GGUF without one block's tensors, a directory with a
-    shard left out): transformers would leave them as initialised, at random, and the model would run,
-    wrong and without a word."""
-    from transformers import AutoModelForCausalLM
-
-    loaded: Any = AutoModelForCausalLM.from_pretrained(str(source), output_loading_info=True, **options)
-    model, info = loaded  # the model, and what the checkpoint lacked, held extra or held in another shape
-    missing = sorted(info.get("missing_keys") or ())
-    if missing:
-        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-        raise ModelNotFoundError(f"{name} lacks weights its config declares ({missing[0]}{more}); is it complete?")
-    return model
-
-
-@contextmanager
-def _bar_on_terminal_only() -> Iterator[None]:
-    """transformers draws the dequantization's progress bar (tqdm, on ``sys.stderr`` as each bar
-    starts) whatever stderr is: it is shown on a terminal only, as the CLI's own bars are, so that
-    a refusal read by a program or a log is its one line."""
-    if sys.stderr.isatty():
-        yield
-        return
-    with redirect_stderr(io.StringIO()):
-        yield
-
-
-def _convert_into(gguf: Path, out: Path) -> None:
-    """Dequantize ``gguf`` and save it as the Hugging Face directory ``out`` (atomic rename)."""
-    from transformers import AutoTokenizer
-
-    try:
-        with _bar_on_terminal_only():
-            model: Any = _causal_lm(gguf.parent, str(gguf), gguf_file=gguf.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    except ModelNotFoundError:
-        raise
-    except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
-        raise ModelNotFoundError(f"cannot read GGUF file {gguf} ({type(exc).__name__}: {first_line(exc)}); is it complete?") from None
-    # The weights are plain fp32 tensors after dequantization; drop the marker that forbids saving.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-
-    def write(path: Path) -> None:
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-
-    write_entry(out, write)
-
-
-def _gguf_file(spec: ModelSpec) -> Path:
-    """The GGUF file a llama.cpp level runs: a packaged alias's, or a ``.gguf`` path."""
-    if spec.name in PACKAGED:
-        return packaged_gguf(spec.name)
-    path = Path(spec.name).expanduser()
-    st = stat_path(path, "model")
-    if path.suffix != ".gguf" or st is None or not stat.S_ISREG(st.st_mode):
-        what = "does not exist" if st is None else "is not a .gguf file"
-        raise ModelNotFoundError(f"{spec.name!r} {what}; the llama.cpp engine runs a packaged alias or a .gguf file")
-    stat_input(path, "GGUF file", MAX_GGUF_BYTES)
-    return path  # its layout is walked by the load, before any cache entry
-
-
-def gguf_tokenizer(gguf: Path) -> Any:
-    """The transformers tokenizer a GGUF file holds, read once and kept in the cache (reading it
-    out of a GGUF's metadata takes seconds; loading the saved one, a fraction of that)."""
-    from transformers import AutoTokenizer
-
-    _silence_transformers()
-    converted = converted_dir(gguf)
-    out = converted.with_name(converted.name + "-tokenizer")
-    if not _whole(out, _TOKENIZER_FILES):
-        check_gguf(gguf)
-        try:  # read before the cache entry's folder and lock exist: a file it fails on leaves nothing
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        except Exception as exc:  # a truncated or foreign GGUF fails in the reader with any kind of error
-            raise ModelNotFoundError(f"cannot read the tokenizer of {gguf} ({type(exc).__name__}: {first_line(exc)})") from None
-        with cache_lock(out):
-            if not _whole(out, _TOKENIZER_FILES):  # not saved by another process while this one waited
-                if out.exists():  # damaged since it was renamed in whole
-                    shutil.rmtree(out)
-                write_entry(out, tokenizer.save_pretrained)
-    try:
-        return AutoTokenizer.from_pretrained(str(out))
-    except Exception as exc:  # its files are there, but damaged: transformers fails with any kind of error
-        raise ModelNotFoundError(
-            f"cannot read the cached tokenizer {out} ({type(exc).__name__}: {first_line(exc)}); delete that folder to have it made again"
-        ) from None
-
-
-def _source_dir(spec: ModelSpec) -> Path:
-    """The Hugging Face directory that holds the weights named by ``spec``."""
-    name = spec.name
-    if name in PACKAGED:
-        return _convert_gguf(packaged_gguf(name))
-    path = Path(name).expanduser()
-    st = stat_path(path, "model")  # a symbolic link loop or a name too long is one line too
-    if path.suffix == ".gguf":
-        if st is None:
-            raise ModelNotFoundError(f"GGUF file {name!r} does not exist")
-        stat_input(path, "GGUF file", MAX_GGUF_BYTES)  # a FIFO would block the read of its magic bytes
-        return _convert_gguf(path)
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        if stat_path(path / "config.json", "model") is None:
-            raise ModelNotFoundError(f"directory {name!r} has no config.json; it is not a Hugging Face model directory")
-        return path
-    known = ", ".join(sorted(PACKAGED))
-    raise ModelNotFoundError(f"unknown model {name!r}: not a packaged alias ({known}), 'ngram', a model directory or a .gguf file")
 
 
 class ModelLoader:
@@ -549,7 +263,7 @@ class ModelLoader:
 
         key = (spec.name, spec.layers or 0, spec.quant or "")
         if key not in self._gguf:
-            gguf = _gguf_file(spec)
+            gguf = gguf_of(spec)
             check_gguf(gguf)  # its layout, before anything is made from it
             # the copies (each checked by llama.cpp before it enters the cache) and the model load
             # refuse what llama.cpp cannot run before the tokenizer's cache entry is written
@@ -595,17 +309,17 @@ class ModelLoader:
     def _load_full(self, spec: ModelSpec, dtype: str, pack: bool = True) -> LoadedModel:
         from transformers import AutoTokenizer
 
-        _silence_transformers()
-        source = _source_dir(spec)
-        _check_model_dir(source, spec)
+        silence_transformers()
+        source = source_dir(spec)
+        check_model_dir(source, spec)
         try:
             with warnings.catch_warnings():  # torch's remarks on a refused pickle would break the one-line error
                 warnings.simplefilter("ignore", UserWarning)
                 tokenizer = AutoTokenizer.from_pretrained(str(source), trust_remote_code=False)
                 model: Any = (
-                    _random_model(source, dtype, self.device)
+                    random_model(source, dtype, self.device)
                     if spec.random_weights
-                    else _causal_lm(source, spec.name, dtype=resolve_dtype(dtype), trust_remote_code=False)
+                    else causal_lm(source, spec.name, dtype=resolve_dtype(dtype), trust_remote_code=False)
                 )
         except ModelNotFoundError:
             raise

@@ -1,16 +1,21 @@
-"""A model's output layer applied to hidden states: the logits its own forward would compute.
+"""Calling a transformers model: its output layer applied to hidden states (the logits its own
+forward would compute), and the keyword that hands it a KV cache.
 
-Used by the torch engine (logits of the rows it keeps hidden states for) and by everything that
-reads a host's hidden states (block-draft heads, their training, profiling of the heads).
+Used by the torch engine's caches (logits of the rows it keeps hidden states for) and by everything
+that reads a host's hidden states (block-draft heads, their training, profiling of the heads).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
-__all__ = ["apply_output_layer"]
+__all__ = ["apply_output_layer", "cache_argument"]
 
 
 def apply_output_layer(model: Any, states: torch.Tensor, width: int) -> torch.Tensor:
@@ -26,3 +31,14 @@ def apply_output_layer(model: Any, states: torch.Tensor, width: int) -> torch.Te
 def _dtype(model: Any) -> torch.dtype:
     """The dtype the output layer's input arrives in (the model's activations)."""
     return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+@functools.cache
+def _cache_name(forward: Callable[..., Any]) -> str:
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+
+
+def cache_argument(module: nn.Module, cache: Any) -> dict[str, Any]:
+    """The keyword that hands ``module`` (a transformers causal LM or its decoder) its KV cache:
+    ``cache`` where its forward takes it (transformers 5.24 on), else ``past_key_values``."""
+    return {_cache_name(type(module).forward): cache}

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import weakref
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Literal, NoReturn
 
 import torch
 import torch.nn.functional as F
 
 from ..terms.errors import ChainError, ModelSpecError, PromptError
-from .engine import TreeFeed
+from .engine import TreeFeed, hidden_refusal, rows_refusal
 from .output import apply_output_layer
 from .torch_engine import tree_allowed
 
@@ -74,7 +74,12 @@ class StaticModel:
         graphs: capture and replay CUDA graphs (None: on CUDA devices).
         chunk: the widest pass; a longer feed (a prefill) runs in passes of at most this many
             tokens, each shape one graph (None: :data:`CHUNK` with graphs, unbounded without).
+
+    It is an :class:`~hsd_runtime.models.engine.EngineModel`.
     """
+
+    engine: Literal["static"] = "static"
+    allocates_cells = True  # a cache is a buffer of its cells, allocated when opened
 
     def __init__(
         self, model: Any, name: str, n_ctx: int = DEFAULT_STATIC_CTX, graphs: bool | None = None, chunk: int | None = None
@@ -110,9 +115,21 @@ class StaticModel:
         dense = sum(p.numel() for p in self.model.parameters())
         return dense + sum(int(getattr(m, "num_weights", 0)) for m in self.model.modules())
 
-    def open_cache(self, width: int, cells: int | None = None) -> StaticCache:
+    @property
+    def context_limit(self) -> int:
+        """The positions a cache holds: ``n_ctx``."""
+        return self.n_ctx
+
+    def open_rows(self, width: int, rows: int) -> NoReturn:
+        """Refused: this engine decodes one sequence at a time."""
+        raise ChainError(rows_refusal(self.name))
+
+    def open_cache(self, width: int, cells: int | None = None, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> StaticCache:
         """A new cache of ``cells`` positions (the model's ``n_ctx`` where None) returning ``width``
-        logits columns; buffers (and their graphs) of a cache that is gone are reused."""
+        logits columns; buffers (and their graphs) of a cache that is gone are reused. It keeps no
+        hidden rows (``keep_hidden`` is refused)."""
+        if keep_hidden:
+            raise ChainError(hidden_refusal(self.name))
         if width > self.n_vocab:
             raise ChainError(f"{self.name} scores {self.n_vocab} tokens; the chain asks for {width}")
         cells = cells or self.n_ctx

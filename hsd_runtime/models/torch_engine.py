@@ -1,5 +1,9 @@
 """The torch engine: a transformers causal LM with a ``DynamicCache``.
 
+:class:`TorchModel` puts a transformers module (a full model, or a truncated, trimmed, quantized or
+steered view of one) behind the engine seam; :func:`engine_model` gives any chain member's model on
+its engine, and is the one place that tells a bare module from a model of another engine.
+
 Trees are fed with a 4-D additive attention mask and explicit position ids; a kept path's keys and
 values are gathered into sequence order. With ``keep_hidden`` the pass runs the decoder and the
 output layer apart, so that the final hidden state (or the inputs of chosen layers) of every row
@@ -8,30 +12,87 @@ kept stays readable (:attr:`TorchCache.captured`): what block-draft heads and st
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 
 from ..terms.tree import DraftTree
-from .engine import TreeFeed
-from .output import apply_output_layer
+from .engine import EngineModel, TreeFeed
+from .output import apply_output_layer, cache_argument
 
-__all__ = ["TorchCache", "cache_argument", "tree_allowed"]
+if TYPE_CHECKING:
+    from .torch_rows import RowsCache
+from .packing import PackedLinear
+from .quantize import Int8Linear
+
+__all__ = ["TorchCache", "TorchModel", "engine_model", "tree_allowed"]
 
 
-@functools.cache
-def _cache_name(forward: Callable[..., Any]) -> str:
-    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+class TorchModel:
+    """A transformers causal LM on the torch engine (:class:`~hsd_runtime.models.engine.EngineModel`).
+
+    A thin view: it holds ``module`` and reads every answer from it when asked, so a view made of
+    a module that changes (a steering attached, a head trimmed) answers for the module as it is.
+    """
+
+    engine: Literal["torch"] = "torch"
+    allocates_cells = False  # a DynamicCache grows as it is fed
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    @property
+    def n_vocab(self) -> int:
+        # read from the layer's shape, never its weight: a packed or int8 head has no dense weight to read
+        module: Any = self.module
+        return int(module.get_output_embeddings().out_features)
+
+    @property
+    def context_limit(self) -> int | None:
+        limit = getattr(getattr(self.module, "config", None), "max_position_embeddings", None)
+        return limit if isinstance(limit, int) else None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.module.parameters()).device
+
+    @property
+    def n_params(self) -> int:
+        dense = sum(p.numel() for p in self.module.parameters())
+        return dense + sum(m.num_weights for m in self.module.modules() if isinstance(m, (Int8Linear, PackedLinear)))
+
+    @property
+    def num_layers(self) -> int:
+        module: Any = self.module
+        return int(module.config.num_hidden_layers)
+
+    def open_cache(self, width: int, cells: int | None = None, keep_hidden: bool = False, layers: tuple[int, ...] = ()) -> TorchCache:
+        """A fresh ``DynamicCache`` (``cells`` is ignored: it grows as it is fed)."""
+        return TorchCache(self.module, width, keep_hidden, layers)
+
+    def open_rows(self, width: int, rows: int) -> RowsCache:
+        """A fresh cache over ``rows`` sequences in one ragged layout (:mod:`.torch_rows`)."""
+        from .torch_rows import RowsCache
+
+        return RowsCache(self.module, width, rows)
+
+    def __repr__(self) -> str:
+        return f"TorchModel({type(self.module).__name__})"
 
 
-def cache_argument(module: nn.Module, cache: Any) -> dict[str, Any]:
-    """The keyword that hands ``module`` (a transformers causal LM or its decoder) its KV cache:
-    ``cache`` where its forward takes it (transformers 5.24 on), else ``past_key_values``."""
-    return {_cache_name(type(module).forward): cache}
+def engine_model(member: object) -> EngineModel:
+    """``member``'s model on its engine: a transformers module behind :class:`TorchModel`, a model
+    of another engine (it implements :class:`~hsd_runtime.models.engine.EngineModel`) as it is.
+
+    Raises:
+        TypeError: ``member`` is neither (a drafter without a model, say).
+    """
+    if isinstance(member, nn.Module):
+        return TorchModel(member)
+    if isinstance(member, EngineModel):  # TorchModel, StaticModel, GgufModel
+        return member
+    raise TypeError(f"{type(member).__name__} is no model of an engine")
 
 
 class TorchCache:

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import Cache
 from transformers.cache_utils import DynamicLayer
 
-from .torch_engine import cache_argument
+from .output import cache_argument
 
 __all__ = ["RowsCache"]
 
