@@ -1,60 +1,56 @@
 """Timers of c(n, b): one cached pass over b sequences of n new tokens each.
 
-A model is timed through the runtime's own cache over rows (:class:`hsd_runtime.CachedModel`,
-:meth:`~hsd_runtime.CachedModel.prefill_rows` and :meth:`~hsd_runtime.CachedModel.logits_rows`),
-so a batch plan is predicted from the passes it will run: b sequences with ``context_len``
-random tokens cached each, a pass of n new tokens per sequence, rolled back again. The n-gram
-lookup at batch b is b lookups, one per sequence. The sweep that visits their points, with every
-other point's care, is :class:`.sweep.Sweep`.
+A model is timed through its engine's own cache over rows (:meth:`EngineModel.open_rows
+<hsd_runtime.models.engine.EngineModel.open_rows>`, the torch engine's ragged layout), as
+:class:`.timing.PassTimer` times one sequence through its engine's cache, so a batch plan is
+predicted from the passes it will run: b sequences with ``context_len`` random tokens cached
+each, a pass of n new tokens per sequence at the same positions every time. The n-gram lookup at
+batch b is b lookups, one per sequence. The sweep that visits their points, with every other
+point's care, is :class:`.sweep.Sweep`.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import torch
-from torch import nn
 
-from hsd_runtime import head_rows, ngram_lookup
-from hsd_runtime.decoding.cache import CachedModel
-from hsd_runtime.decoding.results import LevelStats
+from hsd_runtime import engine_model, ngram_lookup
+from hsd_runtime.models.engine import EngineRows
 
 __all__ = ["BatchLookupTimer", "BatchPassTimer"]
 
 
 class BatchPassTimer:
     """One model with ``batch`` sequences of ``context_len`` tokens cached: times passes of n new
-    tokens per sequence, every pass after the same cached lengths.
+    tokens per sequence, every pass after the same cached lengths (a pass at positions
+    ``context_len..`` replaces the one before it), each returning every row's logits (as a
+    verifier's pass does). The first pass of a shape is the caller's to leave untimed."""
 
-    Two sets of new tokens alternate, so that each pass replaces the other's: the cache rolls the
-    last pass back and feeds n tokens per sequence, as the runtime does after a rejection (the
-    same set twice would be served from the cache without a pass). The first pass of a shape is
-    the caller's to leave untimed."""
-
-    def __init__(self, model: nn.Module, context_len: int, batch: int, seed: int = 0) -> None:
-        self.device = next(model.parameters()).device
-        vocab = head_rows(model)
+    def __init__(self, model: Any, context_len: int, batch: int, seed: int = 0) -> None:
+        engine = engine_model(model)
+        self.device = engine.device
+        self._vocab = engine.n_vocab
         self._gen = torch.Generator().manual_seed(seed)
-        self._vocab = vocab
-        self._cache = CachedModel(model, vocab, LevelStats(model="timer"))
-        self._contexts = torch.randint(0, vocab, (batch, context_len), generator=self._gen).tolist()
-        self._cache.prefill_rows(self._contexts)
-        self._new: dict[int, list[list[list[int]]]] = {}
+        self._context_len = context_len
+        self._batch = batch
+        self._cache: EngineRows = engine.open_rows(self._vocab, batch)
+        contexts = torch.randint(0, self._vocab, (batch, context_len), generator=self._gen).tolist()
+        with torch.inference_mode():
+            self._cache.feed_rows(contexts, [0] * batch, 1)
+        self._new: dict[int, list[list[int]]] = {}
 
+    @torch.inference_mode()
     def __call__(self, n: int) -> float:
         """ms of one pass of ``n`` new tokens for every sequence."""
         if n not in self._new:
-            sets = torch.randint(0, self._vocab, (2, len(self._contexts), n), generator=self._gen)
-            sets[1, :, 0] = (sets[0, :, 0] + 1) % self._vocab  # the sets differ in their first token
-            self._new[n] = [[c + x for c, x in zip(self._contexts, s.tolist())] for s in sets]
-        seqs: list[list[int] | None] = list(self._new[n][0])
-        self._new[n].reverse()
-        first = [len(c) for c in self._contexts]
+            self._new[n] = torch.randint(0, self._vocab, (self._batch, n), generator=self._gen).tolist()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         t0 = time.perf_counter()
-        self._cache.logits_rows(seqs, first)  # feeds n tokens per sequence (the other set's are rolled back first)
+        self._cache.feed_rows(self._new[n], [self._context_len] * self._batch, n)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         return 1000.0 * (time.perf_counter() - t0)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 
+from hsd_runtime import engine_model
+
 from ..store import Engine
 from ..store.measurements import save_latency, set_floors, stored_latency
 from ..store.records import LatencyKey, LatencyPoint
@@ -39,8 +41,9 @@ def latency_points(config: ProfileConfig, candidates: Sequence[ProfiledModel], c
 
 
 def _other_engine(cand: ProfiledModel) -> bool:
-    """A model of another engine (llama.cpp, static), which decodes one sequence at a time."""
-    return cand.loaded is not None and getattr(cand.loaded.model, "open_cache", None) is not None
+    """A model of an engine other than torch (llama.cpp, static), which decodes one sequence at a
+    time (its cache opens no rows)."""
+    return cand.loaded is not None and engine_model(cand.loaded.model).engine != "torch"
 
 
 class Sweep:
