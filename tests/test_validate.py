@@ -9,8 +9,8 @@ import pytest
 
 from hsd_planner.plan import Plan, Prediction
 from hsd_planner.store import open_engine
-from hsd_planner.validation.runner import _Entry, _measure, _units
-from hsd_runtime import CachePool, Hierarchy, NgramDrafter
+from hsd_planner.validation.runner import _Entry, _measure, _one_row, _units
+from hsd_runtime import CachePool, Hierarchy, NgramDrafter, TreeShape
 from tests.helpers import SOLVABLE_PROFILE, run
 from tests.tiny import tiny_llama
 
@@ -198,3 +198,12 @@ def test_plans_share_their_models_prefills_and_each_still_measures_one(prompt_co
     assert sum(map(sum, fed.values())) == max(len(built), prompt_count - 1)  # once per plan, or per prompt the warm-up did not feed
     auto = [r.tokens for r in runs.results[(1, entries[2].key)]]
     assert all([r.tokens for r in results] == auto for results in runs.results.values())  # greedy: every plan decodes the target's tokens
+
+
+def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
+    """Above batch size 1 a validation leaves out what the runtime decodes one prompt at a time
+    (a draft tree here), with the runtime's reason; a chain decodes a batch of two."""
+    target, drafter = tiny_llama(0, layers=2), tiny_llama(1, layers=1)
+    tree = _one_row(Hierarchy([drafter, target], [TreeShape((2, 1))]), [0, 5, 9])
+    assert tree is not None and "tree" in tree
+    assert _one_row(Hierarchy([NgramDrafter(), drafter, target], [2, 2]), [0, 5, 9, 5, 9]) is None

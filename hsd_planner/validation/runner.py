@@ -9,6 +9,11 @@ autoregressive decoding run in the same validation, and mean accepted length per
 and measured. Overall: the median absolute error and the regret, the measured latency of the
 solver's pick over the best measured among the plans run.
 
+With batch sizes (``validate --batch-sizes``) the same plans run at each b asked for, on
+batches of b prompts decoded in lockstep, beside autoregressive decoding of the same batches and
+the solve's schedule's plan for b; predicted by the same rule at b (the median over the prompts'
+contexts of the lockstep prediction), calibrated and measured as at b = 1.
+
 The error compares a profile measured at one time with runs at another, so it includes any
 change of the machine's speed in between (on a shared 2-core host, 10-25% from one minute to the
 next). The speed-up error, predicted over measured speed-up against autoregressive decoding minus
@@ -144,9 +149,10 @@ def run_validation(
 
     ``batch_sizes``: None runs batch size 1 alone; given, each b asked for runs ``plans``, the
     solve's schedule's plan for b where the solve has a schedule (``solve --batch-sizes``) and
-    ``fixed`` chains, every one on batches of b prompts (a plan that decodes one sequence only,
-    a draft tree, is left out above 1 and the report says so). ``total``: told the number of
-    ``progress`` steps once the plans to run are known."""
+    ``fixed`` chains, every one on batches of b prompts (a plan that decodes one prompt at a time
+    - a draft tree, block-draft heads, steering, an engine other than torch - is left out above 1,
+    and the report says so). ``total``: told the number of ``progress`` steps once the plans to
+    run are known."""
     sizes = sorted(set(batch_sizes or [1]))
     entries = _entries(engine, solve, plans, sizes, fixed, schedule=batch_sizes is not None)
     profile = _solve_profile(engine, solve, [e for group in entries.values() for e in group])
@@ -155,7 +161,8 @@ def run_validation(
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
     built = _build([e for group in entries.values() for e in group], loader, _cells(entries, encoded, max_new_tokens))
     # a plan that decodes one prompt at a time runs at batch size 1 only, and the report says so
-    refused = {e.key: why for b, group in entries.items() if b > 1 for e in group if (why := _one_row(built[e.key], encoded[0]))}
+    lockstep = {e.key for b, group in entries.items() if b > 1 for e in group}
+    refused = {key: why for key in lockstep if (why := _one_row(built[key], encoded[0])) is not None}
     skipped = [
         f"{_label(e)} at batch size {b}: {refused[e.key]}" for b, group in entries.items() if b > 1 for e in group if e.key in refused
     ]
