@@ -190,7 +190,7 @@ def plan_on_gpu(curves: dict[str, dict[int, dict[int, float]]], target: str) -> 
         if m.name in names:
             models.append({"name": m.name, "latency": curves[names[m.name]]})
         elif m.lookup:
-            models.append({"name": m.name, "lookup": True, "latency": m.latency.points})  # host work: the CPU's figure
+            models.append({"name": m.name, "lookup": True, "latency": m.latency[1].points})  # host work: the CPU's figure
     kept = {m["name"] for m in models}
     acceptance = [a.model_dump() for a in cpu.acceptance if a.drafter in kept and a.verifier in kept]
     profile = Profile(target=PROFILED[target], models=models, acceptance=acceptance)

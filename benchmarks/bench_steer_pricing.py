@@ -32,10 +32,10 @@ def per_pass(profile: Profile) -> Profile:
     """``profile`` with every model's proposal cost moved into each of its passes (n >= 1)."""
     models = []
     for m in profile.models:
-        points = m.latency.points
+        points = m.latency[1].points
         if any(0 in row for row in points.values()):
             moved = {c: {n: ms + row[0] for n, ms in row.items() if n} for c, row in points.items()}
-            m = m.model_copy(update={"latency": LatencyCurve(points=moved)})
+            m = m.model_copy(update={"latency": {1: LatencyCurve(points=moved)}})
         models.append(m)
     return profile.model_copy(update={"models": models})
 

@@ -24,8 +24,8 @@ __all__ = [
 AcceptanceModel = Literal["empirical", "iid"]
 ACCEPTANCE_MODELS: tuple[str, ...] = get_args(AcceptanceModel)
 
-# the role of a stored plan within its solve
-PlanKind = Literal["best", "top", "single", "autoregressive"]
+# the role of a stored plan within its solve: ranked at batch size 1, or its schedule's plan at a batch size
+PlanKind = Literal["best", "top", "single", "autoregressive", "schedule"]
 PLAN_KINDS: tuple[str, ...] = get_args(PlanKind)
 
 # DistillSpec divergences: forward KL, reverse KL, Jensen-Shannon (beta 0.5), total variation

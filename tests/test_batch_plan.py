@@ -10,9 +10,10 @@ import statistics
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from hsd_planner.errors import SolverError
-from hsd_planner.plan import Level, Profile, RoundLaw, RunLengths, SolveConfig, hierarchy_latency, predict, solve
+from hsd_planner.plan import Level, ModelProfile, Profile, RoundLaw, RunLengths, SolveConfig, hierarchy_latency, predict, solve
 from hsd_planner.plan.batch import drafter_schedule, solve_batches
 from hsd_planner.plan.latency import batch_latency
 from hsd_planner.plan.lockstep import expected_max_rounds, max_rounds_table, rounds_cdf
@@ -106,9 +107,20 @@ def _profile(target_fixed: float = 20.0, target_per: float = 1.0) -> Profile:
     models = []
     for name, fixed, per, lookup in (("ngram", 0.05, 0.0, True), ("small", 2.0, 0.2, False), ("big", target_fixed, target_per, False)):
         curves = _cost(fixed, per)
-        models.append({"name": name, "lookup": lookup, "latency": curves[1], "batch_latency": {b: c for b, c in curves.items() if b > 1}})
+        models.append({"name": name, "lookup": lookup, "latency": curves})
     alpha = {("ngram", "small"): 0.3, ("ngram", "big"): 0.3, ("small", "big"): 0.8}
     return Profile(target="big", models=models, acceptance=[{"drafter": d, "verifier": v, "alpha": a} for (d, v), a in alpha.items()])
+
+
+def test_a_profile_document_of_before_reads_as_curves_by_batch_size():
+    # b = 1 under latency, the other batch sizes under batch_latency (JSON keys are strings)
+    curves = _cost(2.0, 0.2)
+    older = {"name": "m", "latency": curves[1], "batch_latency": {str(b): c for b, c in curves.items() if b > 1}}
+    model = ModelProfile.model_validate(older)
+    assert model == ModelProfile(name="m", latency=curves) and sorted(model.latency) == [1, 2, 4, 8, 16]
+    assert ModelProfile.model_validate_json(model.model_dump_json()) == model
+    with pytest.raises(ValidationError, match="batch size 1"):
+        ModelProfile(name="m", latency={4: curves[4]})
 
 
 def _brute(profile: Profile, batch: int, t_max: int) -> float:
@@ -135,7 +147,7 @@ def test_the_schedule_says_zero_where_speculation_stops_paying():
     # L = (C_0 + n c) / E[X] > c since E[X] <= n and C_0 > 0; at batch 1 the pass is nearly flat in n
     profile = _profile()
     for m in profile.models:
-        m.batch_latency[16] = type(m.latency)(points={64: {n: (0.01 if m.lookup else 1.0) * 16 * n for n in (1, 2, 4, 8, 16)}})
+        m.latency[16] = type(m.latency[1])(points={64: {n: (0.01 if m.lookup else 1.0) * 16 * n for n in (1, 2, 4, 8, 16)}})
     sol = solve_batches(profile, [1, 2, 4, 8, 16], SolveConfig(t_max=6))
     schedule = sol.schedule
     assert schedule[0].min_batch == 1 and schedule[0].plan.depth >= 1

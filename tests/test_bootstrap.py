@@ -79,10 +79,10 @@ def test_calibration_scales_each_model_by_its_drift_at_each_pass_size():
     report = ValidationReport(1, 1, "t", "w", "p", 1, 100, [100], "greedy", "empirical", [], 0, calibration=calibration.record())
     assert abs(report.drift - (1.3 * 1.1) ** 0.5) < 1e-12  # the summary's one figure, from the stored reference passes
     scaled = calibration.apply(profile)
-    t = scaled.model("t").latency.points
+    t = scaled.model("t").latency[1].points
     assert abs(t[64][1] - 26.0) < 1e-9 and abs(t[64][8] - 33.0) < 1e-9 and abs(t[512][1] - 52.0) < 1e-9 and abs(t[64][16] - 55.0) < 1e-9
-    assert scaled.model("d").latency.points == profile.model("d").latency.points
-    assert profile.model("t").latency.points[64][1] == 20.0  # the profile itself is untouched
+    assert scaled.model("d").latency == profile.model("d").latency
+    assert profile.model("t").latency[1].points[64][1] == 20.0  # the profile itself is untouched
     # single tokens slowed down more than passes of 8: the curve is flatter now, so a plan verifying
     # 8 tokens a round gains more over autoregressive decoding than the profile promised
     raw = predict(profile, ["ngram", "t"], [7], "iid", 64)
@@ -183,7 +183,7 @@ def test_a_run_is_calibrated_by_the_reference_rounds_around_it():
     assert calibration.factor("t", 1, at=[0, 1]) == 1.0 and calibration.factor("t", 8, at=[0, 1]) == 1.0
     assert abs(calibration.factor("t", 1, at=[2, 3]) - 1.5) < 1e-12 and abs(calibration.factor("t", 8, at=[2, 3]) - 1.1) < 1e-12
     assert abs(calibration.ratio("t", 1) - 1.25) < 1e-12  # every round: the median of 20, 20, 30, 30
-    assert abs(calibration.apply(profile, at=[2, 3]).model("t").latency.points[64][1] - 30.0) < 1e-9
+    assert abs(calibration.apply(profile, at=[2, 3]).model("t").latency[1].points[64][1] - 30.0) < 1e-9
 
 
 def test_a_reference_round_keeps_the_median_of_its_passes():

@@ -118,8 +118,9 @@ def test_profile_solve_validate_on_cuda(tiny_dirs, tmp_path):
             "--json",
         )
     )
-    assert {r["batch_size"] for r in batched["runs"]} == {1, 4}
-    assert all(r["measured_ms_per_token"] > 0 and r["tokens"] % 6 == 0 for r in batched["runs"])
+    assert {r["batch_size"] for r in batched["plans"]} == {1, 4}
+    assert all(r["measured_ms_per_token"] > 0 for r in batched["plans"])
+    assert all(r["tokens"] % 6 == 0 for r in batched["plans"] if r["batch_size"] > 1)  # at b = 1 a sequence may stop at EOS
     report = json.loads(
         run(
             "validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 3, "--max-new-tokens", 8, "--device", "cuda", "--json"

@@ -45,7 +45,7 @@ def test_host_work_is_paid_once_a_pass_of_each_level():
     assert profile.cost("big", 64)(1) == pytest.approx(c1 + h1)
     got = predict(profile, ["small", "big"], [t], acceptance="iid", context_len=64).ms_per_token
     assert got == pytest.approx((t * (c0 + h0) + c1 + h1) * (1 - a) / (1 - a ** (t + 1)), rel=1e-12)
-    assert profile.model("big").latency.host_ms == h1
+    assert profile.model("big").latency[1].host_ms == h1
 
 
 def test_expected_rounds_by_hand():

@@ -96,7 +96,7 @@ def test_planner_api_without_a_database():
     again = predict(profile, list(sol.best.chain), list(sol.best.widths), acceptance="iid", context_len=64)
     assert again.ms_per_token == pytest.approx(sol.best.prediction.ms_per_token)
     # the cost curve interpolates in n and in context length
-    assert profile.model("big").latency(4, 288) == pytest.approx((31.2857142857 + 35.7142857143) / 2, rel=1e-6)
+    assert profile.model("big").latency[1](4, 288) == pytest.approx((31.2857142857 + 35.7142857143) / 2, rel=1e-6)
     # empirical runs are used when given
     emp = predict(profile, ["small", "big"], [3], acceptance="empirical", context_len=64)
     levels = [Level(lambda n: 4.0 + 0.4 * (n - 1) / 7), Level(lambda n: 30 + 3 * (n - 1) / 7, RunLengths([1.0, 0.8, 0.7, 0.65, 0.6]))]

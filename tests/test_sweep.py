@@ -137,3 +137,41 @@ def test_latency_rounds_spread_over_the_acceptance_passes(tiny_dirs, tmp_path, i
     assert seen == [[3], [3], [4], [4]]  # two prompts, two verifiers each: 3 rounds first, one after the first prompt
     with Session(engine) as s:
         assert min(len(r.samples_ms) for r in s.scalars(select(Latency))) >= 5  # noisy points get more
+
+
+class _NoisyBatchTimer:
+    """A pass over b sequences whose every other sample is three times slow: every point of b > 1 is noisy."""
+
+    calls: ClassVar[Counter] = Counter()
+    made: ClassVar[list] = []
+
+    def __init__(self, _model, ctx: int, b: int, _seed: int = 0) -> None:
+        self.ctx, self.b = ctx, b
+        _NoisyBatchTimer.made.append((ctx, b))
+
+    def __call__(self, n: int) -> float:
+        _NoisyBatchTimer.calls[(self.ctx, self.b, n)] += 1
+        return 10.0 * self.b * n * (3.0 if _NoisyBatchTimer.calls[(self.ctx, self.b, n)] % 2 else 1.0)
+
+
+def test_points_of_a_batch_are_swept_with_the_same_care(tiny_dirs, tmp_path, isolated_db, monkeypatch):
+    """c(n, b) points go through the one sweep: their rounds, then more rounds for a noisy point;
+    a round visits a (model, context, batch size) group's points together, one group's timer at a time."""
+    monkeypatch.setattr(sweep, "BatchPassTimer", _NoisyBatchTimer)
+    monkeypatch.setattr(sweep, "BatchLookupTimer", _NoisyBatchTimer)
+    monkeypatch.setattr(_NoisyBatchTimer, "calls", Counter())
+    monkeypatch.setattr(_NoisyBatchTimer, "made", [])
+    config = ProfileConfig(
+        models=[str(tiny_dirs["target"])], latency_grid=[1, 2], context_lens=[8, 16], repeats=3, acceptance=False, batch_sizes=[1, 2]
+    )
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
+    engine = open_engine(str(isolated_db))
+    out = run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
+    # per point of b = 2: one warm-up, three rounds, three more for its noise
+    assert _NoisyBatchTimer.calls == {(ctx, 2, n): 1 + 3 + 3 for ctx in (8, 16) for n in (1, 2)}
+    assert len(_NoisyBatchTimer.made) <= 2 * (3 + 3)  # at most one timer per group and round
+    assert out.noisy >= 4
+    with Session(engine) as s:
+        rows = s.scalars(select(Latency).where(Latency.batch_size == 2)).all()
+        assert len(rows) == 4 and all(len(r.samples_ms) == 6 and r.floor_ms is None for r in rows)

@@ -7,9 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from hsd_planner.plan import Plan, Prediction
 from hsd_planner.store import open_engine
-from hsd_planner.validation.runner import _measure
-from hsd_runtime import CachePool, Hierarchy, NgramDrafter
+from hsd_planner.validation.runner import _Entry, _measure, _one_row, _units
+from hsd_runtime import CachePool, Hierarchy, NgramDrafter, TreeShape
 from tests.helpers import SOLVABLE_PROFILE, run
 from tests.tiny import tiny_llama
 
@@ -174,18 +175,35 @@ def test_plans_share_their_models_prefills_and_each_still_measures_one(prompt_co
     feed it afresh and the others reuse that prefill, so the target is prefilled about once per
     prompt, not once per plan, and every plan still has a run that measured its prefill."""
     target, drafter, pool = tiny_llama(0, layers=3), tiny_llama(1, layers=1), CachePool()
-    built = {
-        1: Hierarchy([NgramDrafter(), drafter, target], [3, 2], caches=pool),
-        2: Hierarchy([drafter, target], [3], caches=pool),
-        9: Hierarchy([target], [], caches=pool),
-    }
+    unknown = Prediction(0.0, 0.0, 0.0)
+    entries = [
+        _Entry(1, "best", Plan(("ngram", "d", "t"), (3, 2), unknown)),
+        _Entry(2, "top", Plan(("d", "t"), (3,), unknown)),
+        _Entry(9, "autoregressive", Plan(("t",), (), unknown)),
+    ]
+    hierarchies = [
+        Hierarchy([NgramDrafter(), drafter, target], [3, 2], caches=pool),
+        Hierarchy([drafter, target], [3], caches=pool),
+        Hierarchy([target], [], caches=pool),
+    ]
+    built = {e.key: h for e, h in zip(entries, hierarchies)}
     counter = iter(range(1000))
     reference = SimpleNamespace(measure=lambda rounds=1: next(counter))  # the reference timer's round index
     setting = SimpleNamespace(mode="greedy", temperature=1.0, top_p=1.0, lenience=1.0)
     prompts = [[0, 5 + k, 9, 5 + k, 9, 13] for k in range(prompt_count)]
-    runs = _measure(built, prompts, SimpleNamespace(setting=setting), repeats, 8, reference, lambda _n: None)
+    units = {1: _units(prompt_count, 1, repeats)}
+    runs = _measure(built, {1: entries}, units, prompts, SimpleNamespace(setting=setting), 8, reference, lambda _n: None)
     fed = {p: [r.levels[-1].prefill_tokens > 0 for r in results] for p, results in runs.results.items()}
     assert all(any(f) for f in fed.values())  # every plan measured a prefill
     assert sum(map(sum, fed.values())) == max(len(built), prompt_count - 1)  # once per plan, or per prompt the warm-up did not feed
-    auto = [r.tokens for r in runs.results[9]]
+    auto = [r.tokens for r in runs.results[(1, entries[2].key)]]
     assert all([r.tokens for r in results] == auto for results in runs.results.values())  # greedy: every plan decodes the target's tokens
+
+
+def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
+    """Above batch size 1 a validation leaves out what the runtime decodes one prompt at a time
+    (a draft tree here), with the runtime's reason; a chain decodes a batch of two."""
+    target, drafter = tiny_llama(0, layers=2), tiny_llama(1, layers=1)
+    tree = _one_row(Hierarchy([drafter, target], [TreeShape((2, 1))]), [0, 5, 9])
+    assert tree is not None and "tree" in tree
+    assert _one_row(Hierarchy([NgramDrafter(), drafter, target], [2, 2]), [0, 5, 9, 5, 9]) is None

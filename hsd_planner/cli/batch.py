@@ -1,4 +1,4 @@
-"""``--batch-sizes`` of profile, solve and validate, and how batch solves and validations print."""
+"""``--batch-sizes`` of profile, solve and validate, and how a batch solve prints."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from hsd_runtime.terms.limits import MAX_BATCH
 
 from ..plan import Plan
 from ..plan.batch import BatchSolution
-from ..validation.batch import BatchValidationReport
 from .values import int_list
 
-__all__ = ["batch_sizes_option", "format_batch_solve", "format_batch_validation", "parse_batch_sizes"]
+__all__ = ["batch_sizes_option", "format_batch_solve", "parse_batch_sizes"]
 
 F = TypeVar("F", bound=Callable)
 
@@ -54,24 +53,4 @@ def format_batch_solve(solution: BatchSolution, solve_id: int) -> str:
     stop = solution.stops_paying
     if stop is not None:
         lines.append(f"speculation stops paying at batch size {stop}")
-    return "\n".join(lines)
-
-
-def format_batch_validation(report: BatchValidationReport) -> str:
-    """Per batch size and plan: predicted against measured ms per token, throughput and speed-up."""
-    lines = [
-        f"validation {report.validation_id} of solve {report.solve_id}: {report.prompt_count} prompts of {report.prompts}, "
-        f"{report.max_new_tokens} tokens per sequence",
-        f"{'batch':>6} {'kind':<15} {'pred ms':>8} {'meas ms':>8} {'error':>7} {'meas tok/s':>10} "
-        f"{'pred x':>7} {'meas x':>7} {'accepted':>9}  plan",
-    ]
-    for r in report.runs:
-        lines.append(
-            f"{r.batch_size:>6} {r.kind:<15} {r.plan.prediction.ms_per_token:>8.1f} {r.measured_ms_per_token:>8.1f} {r.error:>+7.1%} "
-            f"{r.measured_tokens_per_s:>10.1f} {r.plan.prediction.speedup:>6.2f}x {r.measured_speedup:>6.2f}x "
-            f"{r.measured_mean_accepted_length:>9.2f}  {_plan_text(r.plan)}"
-        )
-    lines.append(f"median |error| {report.median_abs_error:.1%}")
-    if report.median_abs_speedup_error is not None:
-        lines.append(f"median |speed-up error| {report.median_abs_speedup_error:.1%} (speculative plans)")
     return "\n".join(lines)

@@ -308,12 +308,17 @@ def _without_folders(spec: str) -> str:
 
 def format_validation(report: ValidationReport) -> str:
     """The report as a plain-text table with the summary line."""
+    batched = report.batch_sizes != [1]  # a batch column, and each batch's throughput
+    pick_batch = next(p.batch_size for p in report.plans if p.plan_id == report.pick)
     lines = [
         f"target {report.target}: {report.prompt_count} held-out prompts of {report.prompts}, "
         f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}"
         + (f", LOSSY: lenience {report.lenience}" if report.lenience != 1.0 else ""),
-        f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'cal ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/c/m':>18} {'measured 90%':>13} "
-        f"{'accepted p/m':>13}  hierarchy",
+        (f"{'batch':>5} " if batched else "")
+        + f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'cal ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/c/m':>18} {'measured 90%':>13} "
+        + f"{'accepted p/m':>13}  "
+        + (f"{'tok/s':>8}  " if batched else "")
+        + "hierarchy",
     ]
     for p in report.plans:
         interval = p.measured_speedup_interval
@@ -321,16 +326,24 @@ def format_validation(report: ValidationReport) -> str:
         cal_ms = f"{p.calibrated_ms_per_token:>8.2f}" if p.calibrated_ms_per_token is not None else f"{'-':>8}"
         cal_up = f"{p.calibrated_speedup:.2f}" if p.calibrated_speedup is not None else "-"
         pred = p.plan.prediction
+        plan_id = "-" if p.plan_id is None else p.plan_id
         lines.append(
-            f"{p.plan_id:>5} {p.kind:<15} {pred.ms_per_token:>8.2f} {cal_ms} {p.measured_ms_per_token:>8.2f} "
-            f"{p.error:>+7.1%} {f'{pred.speedup:.2f}/{cal_up}/{p.measured_speedup:.2f}':>18} {spread:>13} "
-            f"{pred.mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  {p.plan.label}{' (tied)' if p.tied else ''}"
+            (f"{p.batch_size:>5} " if batched else "")
+            + f"{plan_id:>5} {p.kind:<15} {pred.ms_per_token:>8.2f} {cal_ms} {p.measured_ms_per_token:>8.2f} "
+            + f"{p.error:>+7.1%} {f'{pred.speedup:.2f}/{cal_up}/{p.measured_speedup:.2f}':>18} {spread:>13} "
+            + f"{pred.mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  "
+            + (f"{p.measured_tokens_per_s:>8.1f}  " if batched else "")
+            + f"{p.plan.label}{' (tied)' if p.tied else ''}"
         )
+    for why in report.skipped:
+        lines.append(f"not run: {why}")
     lines.append(
         f"median |speed-up error| {report.median_abs_speedup_error:.1%} as profiled, {report.median_abs_speedup_error_calibrated:.1%} calibrated; "
         f"median |error| {report.median_abs_error:.1%} raw, {report.median_abs_error_calibrated:.1%} calibrated "
         f"(target now / profiled: {report.drift:.3f}); "
-        f"regret {report.regret:.1%}, against the best untied plan {report.regret_untied:.1%} (pick: plan {report.pick}); "
+        f"regret {report.regret:.1%}, against the best untied plan {report.regret_untied:.1%} (pick: plan {report.pick}"
+        + (f" at batch size {pick_batch}" if batched else "")
+        + "); "
         f"validation {report.validation_id} stored"
     )
     if report.state_changed:

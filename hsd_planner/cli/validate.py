@@ -9,9 +9,8 @@ from ..limits import MAX_LENGTH, MAX_REPEATS, SQLITE_INT_MAX
 from ..prompts import load_prompts, split
 from ..store import open_engine
 from ..validation import CANDIDATE_SETS, run_validation, select_plans
-from ..validation.batch import run_batch_validation
 from ..validation.plot import check_plot_path, plot_validation
-from .batch import batch_sizes_option, format_batch_validation, parse_batch_sizes
+from .batch import batch_sizes_option, parse_batch_sizes
 from .loader import make_loader, resolve_dtype_choice
 from .options import db_option, json_option, prompt_options, runtime_options
 from .render import Bars, emit, format_validation
@@ -36,9 +35,9 @@ __all__ = ["validate"]
 @click.option("--repeats", type=click.IntRange(1, MAX_REPEATS), default=1, show_default=True)
 @batch_sizes_option(
     None,
-    "Run the schedule of a solve made with --batch-sizes at these batch sizes instead: b held-out prompts in lockstep, "
-    "each decoding exactly --max-new-tokens, beside autoregressive decoding of the same batches; per-token latency and "
-    "throughput per batch size against the prediction.",
+    "Run the plans at these batch sizes: at each b, on batches of b held-out prompts in lockstep (above 1 every sequence "
+    "decodes exactly --max-new-tokens), beside autoregressive decoding of the same batches and, from a solve made with "
+    "--batch-sizes, its schedule's plan for b [default: batch size 1, the schedule left out].",
 )
 @click.option("--plot", "plot_file", default=None, help="Write predicted-vs-measured figure (PNG, PDF, SVG or JPEG).")
 @click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
@@ -69,15 +68,22 @@ def validate(
     over autoregressive decoding run in the same validation, mean accepted length; overall the
     median absolute error and the regret of the solver's pick. Every run is stored.
 
+    With --batch-sizes, the same plans (--plan, --best or --candidates) run at every batch size
+    asked for, on batches of b prompts in lockstep, with the same prediction rule; a draft tree,
+    which decodes one sequence at a time, runs at batch size 1 only. A solve made with
+    --batch-sizes adds its schedule's plan for each b.
+
     Example:
 
         hsd-plan validate --candidates top-k --max-prompts 8 --plot validate.png
 
         hsd-plan validate --batch-sizes 1,4,8 --max-prompts 8
+
+        hsd-plan validate --plan 3 --batch-sizes 1,8
     """
     sizes = parse_batch_sizes(batch_sizes)
-    if sizes and plot_file is not None:
-        raise ChainError("--plot draws a validation at batch size 1; leave it out with --batch-sizes")
+    if sizes and max(sizes) > 1 and plot_file is not None:
+        raise ChainError("--plot draws a validation at batch size 1; leave it out with --batch-sizes above 1")
     plot = check_plot_path(plot_file, force) if plot_file is not None else None
     engine = open_engine(db, create=False)
     solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
@@ -91,17 +97,11 @@ def validate(
         )
     loader = make_loader(device, chosen)
     bars = Bars()
-    if sizes:
-        bars.start("validating", sum(2 * repeats * -(-len(prompts.prompts) // b) for b in sizes))
-        try:
-            batch = run_batch_validation(engine, loader, solve, sizes, prompts, max_new_tokens, repeats, progress=bars.step)
-        finally:
-            bars.close()
-        emit(batch, as_json, format_batch_validation)
-        return
-    bars.start("validating", len(plans) * len(prompts.prompts) * repeats)
+    bars.start("validating")
     try:
-        report = run_validation(engine, loader, solve, plans, prompts, max_new_tokens, repeats, progress=bars.step)
+        report = run_validation(
+            engine, loader, solve, plans, prompts, max_new_tokens, repeats, batch_sizes=sizes, progress=bars.step, total=bars.total
+        )
     finally:
         bars.close()
     if plot is not None:

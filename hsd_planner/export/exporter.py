@@ -13,7 +13,8 @@ from ..plan import Plan, widths_to_json
 from ..plan.batch import ScheduleRange, schedule_of
 from ..store import Engine
 from ..store.plans import SolvedPlan, load_plan
-from ..store.schedule import BatchEntry, load_batch_plans
+from ..store.records import RankedPlan
+from ..store.schedule import load_batch_plans
 from .batch import stack_schedule
 from .names import check_mapped, gguf_names
 from .restrict import restricted_solve, restrictions, unloadable
@@ -162,7 +163,7 @@ def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
     return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature, ngram_min=least)
 
 
-def plan_document(stored: SolvedPlan, batch: Sequence[BatchEntry] = ()) -> PlanDocument:
+def plan_document(stored: SolvedPlan, batch: Sequence[RankedPlan] = ()) -> PlanDocument:
     """The versioned document of a stored plan, with the best plan of each stack's newest version
     and, from a solve with batch sizes (``batch``: its best chain per batch size), the schedules."""
     plan, p = stored.plan, stored.plan.prediction
@@ -209,7 +210,7 @@ def plan_document(stored: SolvedPlan, batch: Sequence[BatchEntry] = ()) -> PlanD
     )
 
 
-def _document_schedule(plan: Plan, batch: Sequence[BatchEntry]) -> list[ScheduleEntry]:
+def _document_schedule(plan: Plan, batch: Sequence[RankedPlan]) -> list[ScheduleEntry]:
     """The plan per range of batch sizes: the solve's schedule, or the plan alone at batch size 1."""
     ranges = schedule_of([(e.batch_size, e.plan) for e in batch]) if batch else [ScheduleRange(1, 1, plan)]
     return [

@@ -109,9 +109,11 @@ def predict_over(
     acceptance: AcceptanceModel,
     contexts: Sequence[int],
     max_new_tokens: int | None = None,
+    batch_size: int = 1,
 ) -> Prediction:
-    """The prediction with the median ms per token (and speed-up) over the given context lengths."""
-    preds = [predict(profile, chain, widths, acceptance, c, max_new_tokens) for c in contexts]
+    """The prediction with the median ms per token (and speed-up) over the given context lengths,
+    at ``batch_size`` sequences in lockstep (see :func:`predict`)."""
+    preds = [predict(profile, chain, widths, acceptance, c, max_new_tokens, batch_size) for c in contexts]
     ms = statistics.median(p.ms_per_token for p in preds)
     return Prediction(ms, preds[0].mean_accepted_length, statistics.median(p.speedup for p in preds))
 

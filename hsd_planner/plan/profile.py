@@ -21,7 +21,8 @@ Plain data a serving stack can build itself (no database, no torch):
     ('big', True)
 
 Latency curves are ``{context_len: {n: ms}}``, interpolated linearly in n and in context
-length, and extended linearly past the largest n and the longest context. Acceptance is the
+length, and extended linearly past the largest n and the longest context; a model's ``latency``
+is one curve (a pass over one sequence) or curves keyed by batch size ``{b: {context_len: {n: ms}}}``. Acceptance is the
 mean ``alpha`` and, when measured, the run-length distribution ``run_lengths`` = P(G >= g),
 g = 0, 1, ... over every start position, and ``visited[b - 1]`` = P(G >= g), g = 0..b, over the
 starts a decoder drafting b tokens a round visits (what the empirical model uses when present).
@@ -34,7 +35,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..choices import AcceptanceModel
 from ..errors import SolverError
@@ -100,29 +101,59 @@ def _over_contexts(at: dict[int, float], context_len: int) -> float:
 
 
 class ModelProfile(BaseModel):
-    """One candidate: its name (a model spec), its cost curve, and whether it is a lookup drafter.
+    """One candidate: its name (a model spec), its cost curves, and whether it is a lookup drafter.
 
-    ``batch_latency[b]``, when measured, is c(n, b): one pass over b sequences of n new tokens
-    each, for batch sizes b > 1 (``latency`` is b = 1); see :meth:`Profile.cost`.
+    ``latency[b]`` is c(n, b): one pass over b sequences of n new tokens each, for every batch
+    size b measured; b = 1, a pass over one sequence, is always there (see :meth:`Profile.cost`).
+    One curve ``{context_len: {n: ms}}`` is batch size 1 alone; a document written before the
+    curves were keyed by batch size, with b = 1 under ``latency`` and the others under
+    ``batch_latency``, reads the same.
+
+    >>> m = ModelProfile(name="t", latency={64: {1: 10.0}}, batch_latency={4: {64: {1: 16.0}}})
+    >>> sorted(m.latency), m == ModelProfile.model_validate(m.model_dump())
+    ([1, 4], True)
     """
 
     model_config = ConfigDict(extra="forbid")
     name: str
-    latency: LatencyCurve
+    latency: dict[int, LatencyCurve]  # batch size -> its curve
     lookup: bool = False  # proposes all its tokens in one call (the n-gram drafter)
-    batch_latency: dict[int, LatencyCurve] = {}
 
     @model_validator(mode="before")
     @classmethod
-    def _curve(cls, data: object) -> object:
-        def wrap(curve: object) -> object:
-            return {"points": curve} if isinstance(curve, dict) and "points" not in curve else curve
+    def _curves(cls, data: object) -> object:
+        if not isinstance(data, dict) or "latency" not in data:
+            return data
+        data = dict(data)
+        latency = data["latency"]
+        curves = {1: latency} if _one_curve(latency) else dict(latency) if isinstance(latency, dict) else latency
+        older = data.pop("batch_latency", None)  # batch sizes above 1, as documents of before kept them
+        if isinstance(curves, dict) and isinstance(older, dict):
+            curves = {**older, **curves}
+        if isinstance(curves, dict):
+            curves = {b: {"points": c} if isinstance(c, dict) and "points" not in c else c for b, c in curves.items()}
+        return {**data, "latency": curves}
 
-        if isinstance(data, dict) and isinstance(data.get("latency"), dict):
-            data = {**data, "latency": wrap(data["latency"])}
-        if isinstance(data, dict) and isinstance(data.get("batch_latency"), dict):
-            data = {**data, "batch_latency": {b: wrap(c) for b, c in data["batch_latency"].items()}}
-        return data
+    @field_validator("latency")
+    @classmethod
+    def _batch_one(cls, curves: dict[int, LatencyCurve]) -> dict[int, LatencyCurve]:
+        if 1 not in curves:
+            raise ValueError("needs the curve of batch size 1 (a pass over one sequence)")
+        if min(curves) < 1:
+            raise ValueError(f"a batch holds at least one sequence, got batch size {min(curves)}")
+        return dict(sorted(curves.items()))
+
+
+def _one_curve(value: object) -> bool:
+    """Whether ``value`` is one latency curve (a :class:`LatencyCurve`, its fields, or its points
+    ``{context_len: {n: ms}}``) rather than curves keyed by batch size."""
+    if isinstance(value, LatencyCurve):
+        return True
+    if not isinstance(value, dict):
+        return False
+    return "points" in value or all(
+        isinstance(row, dict) and not any(isinstance(v, dict | BaseModel) for v in row.values()) for row in value.values()
+    )
 
 
 class PairAcceptance(BaseModel):
@@ -172,7 +203,7 @@ class Profile(BaseModel):
         curve makes one call per sequence, b c(n). A batch size outside the measured ones is
         refused: a pass's cost past the largest batch measured is not a straight line one can trust.
 
-        >>> p = Profile(target="t", models=[{"name": "t", "latency": {64: {1: 10.0}}, "batch_latency": {4: {64: {1: 16.0}}}}])
+        >>> p = Profile(target="t", models=[{"name": "t", "latency": {1: {64: {1: 10.0}}, 4: {64: {1: 16.0}}}}])
         >>> p.cost("t", 64, 2)(1), p.cost("t", 64, 4)(1)
         (12.0, 16.0)
         """
@@ -182,7 +213,7 @@ class Profile(BaseModel):
         contexts = [context_len] if isinstance(context_len, int) else list(context_len)
         if not contexts:
             raise SolverError("no context length to read the cost curves at")
-        curves: dict[int, LatencyCurve] = {1: model.latency, **model.batch_latency}
+        curves = model.latency
         sizes, scale = sorted(curves), 1.0
         if model.lookup and batch not in curves:  # one lookup per sequence
             lo = hi = 1
@@ -204,13 +235,13 @@ class Profile(BaseModel):
                 a += (curves[hi](n, c) - a) * (batch - lo) / (hi - lo)
             return scale * a
 
-        host = model.latency.host_ms  # the decoding loop's work per pass, beside the pass
+        host = curves[1].host_ms  # the decoding loop's work per pass, beside the pass
         return lambda n: sum(at(n, c) for c in contexts) / len(contexts) + host
 
     def proposal(self, name: str, context_len: int | Sequence[int]) -> float:
         """ms model ``name`` costs once per proposal beside its passes, at ``context_len`` (or the
         mean over several): a steered drafter's projection; 0.0 for every other model."""
-        curve = self.model(name).latency
+        curve = self.model(name).latency[1]
         contexts = [context_len] if isinstance(context_len, int) else list(context_len)
         return sum(curve.proposal(c) for c in contexts) / len(contexts) if contexts else 0.0
 

@@ -42,7 +42,7 @@ class ProfileConfig(BaseModel):
     # None: workload_context_lens of the prompts
     context_lens: list[Annotated[int, Field(ge=1, le=MAX_LENGTH)]] | None = Field(None, min_length=1)
     repeats: int = Field(5, ge=1, le=MAX_REPEATS)  # samples per latency point, one per interleaved round
-    # sequences per pass: 1 is the plain curve, each b > 1 a curve c(n, b) for batch plans (profiling.batch)
+    # sequences per pass: 1 is the plain curve, each b > 1 a curve c(n, b) for batch plans (profiling.sweep)
     batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH)]] = Field(default_factory=lambda: [1], min_length=1)
     acceptance: bool = True
     force: bool = False

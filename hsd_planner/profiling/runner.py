@@ -35,14 +35,13 @@ from .acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
-from .batch import batch_points, measure_batches
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations, verifier_continuation
 from .floor import pass_floor_ms, pass_traffic, probe_floor
 from .hardware import detect_hardware
 from .siblings import sibling_acceptance, sibling_sums
 from .sources import source_fingerprint
-from .sweep import Sweep
+from .sweep import Sweep, latency_points
 
 __all__ = ["PreparedProfile", "prepare_profile", "run_profile", "workload_context_lens"]
 
@@ -201,12 +200,9 @@ def run_profile(
     verifiers = verifiers if config.acceptance else []
     # every cheaper candidate drafts for a verifier, block-draft heads for their own host only
     below = {j: [d for d in candidates[:j] if d.host in (None, str(candidates[j].spec)) and not d.spec.random_weights] for j in verifiers}
-    points = [(c, ctx, n) for c in candidates for ctx in contexts for n in config.latency_grid]
-    # n = 0: a steered model's projection, which it runs once per proposal, beside its passes
-    points += [(c, ctx, 0) for c in candidates if c.spec.steer is not None for ctx in contexts]
-    batched = len(batch_points(config, candidates, contexts)) * len(set(config.latency_grid))
+    points = latency_points(config, candidates, contexts)
     if total:
-        total((len(points) + batched) * config.repeats + sum(len(prompts.prompts) * (1 + len(below[j])) for j in verifiers))
+        total(len(points) * config.repeats + sum(len(prompts.prompts) * (1 + len(below[j])) for j in verifiers))
     step = progress or (lambda _n: None)
 
     sweep = Sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
@@ -231,7 +227,6 @@ def run_profile(
         del pool
         sweep.to(first + -(-(config.repeats - first) * (k + 1) // len(encoded)))
     sweep.finish()
-    measure_batches(engine, config, out, candidates, contexts, step)
     dtypes = {c.row_id: c.spec.run_dtype(config.dtype) for c in candidates}
     for row_id, samples in out.host_samples.items():  # after every curve's rows exist: stored on each of them
         set_host_cost(engine, row_id, out.hardware_id, dtypes[row_id], statistics.median(samples))

@@ -1,18 +1,49 @@
-"""The latency sweep of a profile: interleaved rounds over every (model, context, n) point,
-taken in stages so that they spread over the profiling run (see :mod:`.timing` for the order).
+"""The latency sweep of a profile: interleaved rounds over every (model, context, n, batch size)
+point, taken in stages so that they spread over the profiling run (see :mod:`.timing` for the order).
+
+A point of batch size 1 is c(n), one pass over one sequence; a point of batch size b > 1 is
+c(n, b), one pass over b sequences of n new tokens each (:mod:`.batch`). Every point gets the
+same care: interleaved rounds, then more rounds for noisy and inverted points.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import random
+from collections.abc import Callable, Iterator, Sequence
+
+from hsd_runtime import engine_model
 
 from ..store import Engine
 from ..store.measurements import save_latency, set_floors, stored_latency
 from ..store.records import LatencyKey, LatencyPoint
+from .batch import BatchLookupTimer, BatchPassTimer
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .timing import SPREAD_LIMIT, HeadsTimer, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
-__all__ = ["Sweep"]
+__all__ = ["Point", "Sweep", "latency_points"]
+
+# a latency point: the candidate, its context, the tokens per sequence of the pass and the batch size
+Point = tuple[ProfiledModel, int, int, int]
+_Key = tuple[int, int, int, int]  # (model row id, context, n, batch size)
+
+
+def latency_points(config: ProfileConfig, candidates: Sequence[ProfiledModel], contexts: Sequence[int]) -> list[Point]:
+    """Every point a profile measures: each candidate at each context and n of the latency grid,
+    at each batch size of ``config.batch_sizes`` (b > 1 only for what decodes rows in lockstep:
+    not block-draft heads, steered drafters or another engine's model), and n = 0, a steered
+    model's projection, which it runs once per proposal beside its passes."""
+    points = [(c, ctx, n, 1) for c in candidates for ctx in contexts for n in config.latency_grid]
+    points += [(c, ctx, 0, 1) for c in candidates if c.spec.steer is not None for ctx in contexts]
+    rows = [c for c in candidates if c.heads is None and c.spec.steer is None and not _other_engine(c)]
+    grid = sorted(set(config.latency_grid))
+    points += [(c, ctx, n, b) for c in rows for ctx in contexts for b in sorted(set(config.batch_sizes)) if b > 1 for n in grid]
+    return points
+
+
+def _other_engine(cand: ProfiledModel) -> bool:
+    """A model of an engine other than torch (llama.cpp, static), which decodes one sequence at a
+    time (its cache opens no rows)."""
+    return cand.loaded is not None and engine_model(cand.loaded.model).engine != "torch"
 
 
 class Sweep:
@@ -25,6 +56,10 @@ class Sweep:
     far), so an interrupted sweep resumes where it stopped. :meth:`finish` completes the rounds;
     then points whose spread stays above SPREAD_LIMIT get up to ``repeats`` more, interleaved
     among themselves, and inverted neighbours twice that.
+
+    A round visits the points of batch size b > 1 by group (model, context, b), every n of a group
+    in turn in its own order: a group's timer holds b contexts cached, and one at a time is all the
+    memory the larger batch sizes leave (the timers of one sequence are kept for the whole sweep).
     """
 
     def __init__(
@@ -32,59 +67,92 @@ class Sweep:
         engine: Engine,
         config: ProfileConfig,
         out: ProfileOutcome,
-        points: list[tuple[ProfiledModel, int, int]],
+        points: list[Point],
         step: Callable[[int], None],
         floor: Callable[[ProfiledModel, int, int], float | None],
     ) -> None:
         self.engine, self.config, self.out, self.step, self.floor = engine, config, out, step, floor
-        self.samples: dict[tuple[int, int, int], list[float]] = {}
-        self.keys: dict[tuple[int, int, int], LatencyKey] = {}
-        self.by_point: dict[tuple[int, int, int], tuple[ProfiledModel, int, int]] = {}
+        self.samples: dict[_Key, list[float]] = {}
+        self.keys: dict[_Key, LatencyKey] = {}
+        self.by_point: dict[_Key, Point] = {}
         self._timers: dict[tuple[int, int], Callable[[int], float]] = {}
-        keys = [LatencyKey(c.row_id, out.hardware_id, c.spec.run_dtype(config.dtype), n, ctx) for c, ctx, n in points]
+        self._group: tuple[tuple[int, int, int], Callable[[int], float]] | None = None  # the one timer of b > 1 held
+        self._warmed: set[_Key] = set()  # points of b > 1 whose shape has run once (its kernels built)
+        keys = [LatencyKey(c.row_id, out.hardware_id, c.spec.run_dtype(config.dtype), n, ctx, batch_size=b) for c, ctx, n, b in points]
         stored = stored_latency(engine, keys)
         backfill: dict[LatencyKey, float] = {}  # points measured before the floor probe existed
-        for (cand, ctx, n), key in zip(points, keys):
+        for (cand, ctx, n, b), key in zip(points, keys):
             row = stored.get(key)
-            # a point with no floor (the lookup, a projection) stays without one: nothing to write
-            if row is not None and row.floor_ms is None and (value := floor(cand, ctx, n)) is not None:
+            # a point with no floor (the lookup, a projection, a batch) stays without one: nothing to write
+            if row is not None and row.floor_ms is None and (value := self._floor(cand, ctx, n, b)) is not None:
                 backfill[key] = value
             have = [] if row is None or config.force else list(row.samples_ms)
             if row is not None and not config.force and len(have) >= config.repeats:
                 out.skipped += 1
                 step(config.repeats)
                 continue
-            point = (cand.row_id, ctx, n)
-            self.samples[point], self.keys[point], self.by_point[point] = have, key, (cand, ctx, n)
+            point = (cand.row_id, ctx, n, b)
+            self.samples[point], self.keys[point], self.by_point[point] = have, key, (cand, ctx, n, b)
             step(len(have))
         set_floors(engine, backfill)
 
-    def _timer(self, cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
+    def _floor(self, cand: ProfiledModel, ctx: int, n: int, b: int) -> float | None:
+        """The machine's floor for one pass of a point (the probe's model is of one sequence: None above)."""
+        return self.floor(cand, ctx, n) if b == 1 else None
+
+    def _timer(self, cand: ProfiledModel, ctx: int, b: int) -> Callable[[int], float]:
+        if b > 1:
+            group = (cand.row_id, ctx, b)
+            if self._group is None or self._group[0] != group:
+                self._group = None  # the last group's contexts freed before the next one's are cached
+                made: Callable[[int], float]
+                if cand.loaded is None:
+                    made = BatchLookupTimer(cand.spec.ngram_order, ctx, b, self.config.seed)
+                else:
+                    made = BatchPassTimer(cand.loaded.model, ctx, b, self.config.seed)
+                self._group = (group, made)
+            return self._group[1]
         if (cand.row_id, ctx) not in self._timers:
-            made: Callable[[int], float]
+            timer: Callable[[int], float]
             if cand.heads is not None:
-                made = HeadsTimer(cand.heads, ctx)
+                timer = HeadsTimer(cand.heads, ctx)
             elif cand.loaded is None:
-                made = LookupTimer(cand.spec.ngram_order, ctx)
+                timer = LookupTimer(cand.spec.ngram_order, ctx)
             else:
-                made = PassTimer(cand.loaded.model, ctx)
-            self._timers[(cand.row_id, ctx)] = made
+                timer = PassTimer(cand.loaded.model, ctx)
+            self._timers[(cand.row_id, ctx)] = timer
         return self._timers[(cand.row_id, ctx)]
 
-    def _sample(self, point: tuple[int, int, int]) -> None:
-        cand, ctx, n = self.by_point[point]
-        self.samples[point].append(self._timer(cand, ctx)(n))
+    def _sample(self, point: _Key) -> None:
+        cand, ctx, n, b = self.by_point[point]
+        timer = self._timer(cand, ctx, b)
+        if b > 1 and point not in self._warmed:  # the first pass of a shape builds its kernels (PassTimer warms its own)
+            timer(n)
+            self._warmed.add(point)
+        self.samples[point].append(timer(n))
         med, p10, p90 = summarize(self.samples[point])
         save_latency(
-            self.engine, self.keys[point], LatencyPoint(n, ctx, med, self.floor(cand, ctx, n), tuple(self.samples[point]), p10, p90)
+            self.engine, self.keys[point], LatencyPoint(n, ctx, med, self._floor(cand, ctx, n, b), tuple(self.samples[point]), p10, p90)
         )
+
+    def _order(self, points: Sequence[_Key], rounds: int, seed: int) -> Iterator[_Key]:
+        """Every point once per round in a seeded order (:func:`.timing.sweep_order`), those of b > 1
+        by group: a group takes one place in the round, its points in their own order there."""
+        groups: dict[_Key, list[_Key]] = {}  # a point of b = 1 is its own group; a group of b > 1 is keyed with n = 0
+        for p in points:
+            groups.setdefault(p if p[3] == 1 else (p[0], p[1], 0, p[3]), []).append(p)
+        shuffle = random.Random(seed * 7919 + 1).shuffle
+        for unit in sweep_order(list(groups), rounds, seed):
+            members = list(groups[unit])
+            shuffle(members)
+            yield from members
 
     def to(self, rounds: int) -> None:
         """Interleaved rounds until every point has ``rounds`` samples (at most ``repeats``)."""
         rounds = min(rounds, self.config.repeats)
         short = [p for p in self.by_point if len(self.samples[p]) < rounds]
         need = rounds - min((len(self.samples[p]) for p in short), default=rounds)
-        for point in sweep_order(short, need, self.config.seed + rounds):
+        for point in self._order(short, need, self.config.seed + rounds):
             if len(self.samples[point]) < rounds:
                 self._sample(point)
                 self.step(1)
@@ -94,22 +162,23 @@ class Sweep:
         self.to(self.config.repeats)
         repeats, seed = self.config.repeats, self.config.seed
         noisy = [p for p in self.by_point if spread(self.samples[p]) > SPREAD_LIMIT]
-        for point in sweep_order(noisy, repeats, seed + 1):
+        for point in self._order(noisy, repeats, seed + 1):
             self._sample(point)
         # a pass of fewer tokens measured slower than a wider one beyond their noise: both points get
         # twice their rounds again, so a slow spell that produced the inversion ends up a minority
         inverted = sorted({p for pair in _inversions(self.samples) for p in pair})
-        for point in sweep_order(inverted, 2 * repeats, seed + 2):
+        for point in self._order(inverted, 2 * repeats, seed + 2):
             self._sample(point)
+        self._group = None
         self.out.measured += len(self.by_point)
         self.out.noisy += sum(spread(self.samples[p]) > SPREAD_LIMIT for p in noisy)
         self.out.inverted += len(_inversions(self.samples))  # what survives measuring again is real; the profile keeps it
 
 
-def _inversions(samples: dict[tuple[int, int, int], list[float]]) -> list[tuple[tuple[int, int, int], tuple[int, int, int]]]:
-    """Inverted neighbouring points (see :func:`.timing.inversions`) of every (model, context) curve."""
-    curves: dict[tuple[int, int], dict[int, list[float]]] = {}
-    for (model, ctx, n), values in samples.items():
+def _inversions(samples: dict[_Key, list[float]]) -> list[tuple[_Key, _Key]]:
+    """Inverted neighbouring points (see :func:`.timing.inversions`) of every (model, context, batch size) curve."""
+    curves: dict[tuple[int, int, int], dict[int, list[float]]] = {}
+    for (model, ctx, n, b), values in samples.items():
         if n:  # n = 0 is a steered model's projection, not a pass
-            curves.setdefault((model, ctx), {})[n] = values
-    return [((m, c, n), (m, c, k)) for (m, c), curve in curves.items() for n, k in inversions(curve)]
+            curves.setdefault((model, ctx, b), {})[n] = values
+    return [((m, c, n, b), (m, c, k, b)) for (m, c, b), curve in curves.items() for n, k in inversions(curve)]

@@ -11,7 +11,7 @@ from ..plan.batch import BatchSolution, solve_batches
 from ..plan.config import DEFAULT_CONTEXT
 from ..store import Engine
 from ..store.profiles import load_solve_profile
-from ..store.schedule import BatchEntry, save_batch_plans
+from ..store.schedule import save_batch_plans
 
 __all__ = ["solve_batch_schedule"]
 
@@ -23,5 +23,5 @@ def solve_batch_schedule(engine: Engine, solve_id: int, config: SolveConfig, bat
     # the contexts the solve read its costs at (see solve_and_store)
     contexts: int | list[int] = config.context_len or source.contexts or DEFAULT_CONTEXT
     solution = solve_batches(profile, batch_sizes, config, contexts)
-    save_batch_plans(engine, solve_id, [BatchEntry(b, plan) for b, plan in solution.best])
+    save_batch_plans(engine, solve_id, solution.best)
     return solution

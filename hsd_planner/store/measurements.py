@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from hsd_runtime.terms.choices import Mode
 
 from ..plan import LatencyCurve
-from .profiles import latency_curve
+from .profiles import stored_curves
 from .records import (
     ContinuationKey,
     HardwareRecord,
@@ -164,9 +164,9 @@ def rewrite_latency(engine: Engine, update: Callable[[LatencyPoint], LatencyPoin
 
 
 def latency_curves(engine: Engine, hardware_id: int, dtypes: Mapping[int, str]) -> dict[int, LatencyCurve]:
-    """Each model's cost curve as stored (model id -> curve), read in the dtype ``dtypes[id]`` it runs in."""
+    """Each model's cost curve c(n) as stored (model id -> curve), read in the dtype ``dtypes[id]`` it runs in."""
     with Session(engine) as s:
-        curves = {mid: latency_curve(s, mid, hardware_id, dtype) for mid, dtype in dtypes.items()}
+        curves = {mid: stored_curves(s, mid, hardware_id, dtype).get(1) for mid, dtype in dtypes.items()}
     return {mid: curve for mid, curve in curves.items() if curve is not None}
 
 

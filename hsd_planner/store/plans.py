@@ -5,20 +5,22 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from hsd_runtime.terms.shape import Width
 
+from ..choices import PlanKind
 from ..errors import ChainError, StoreError
 from ..plan import Plan, Prediction, Profile, widths_from_json
 from .profiles import load_solve_profile
-from .records import SolveRecord
+from .records import RankedPlan, SolveRecord
 from .schema import PlanRow, Solve
 from .solves import solve_record
 
-__all__ = ["SolvedPlan", "load_plan", "stored_widths"]
+__all__ = ["SolvedPlan", "load_plan", "ranked_plan", "stored_widths"]
 
 
 @dataclass(frozen=True)
@@ -40,19 +42,27 @@ def stored_widths(values: Sequence[int | str]) -> list[Width]:
         raise StoreError(f"a stored plan has a width that cannot be read back: {exc}") from None
 
 
+def ranked_plan(row: PlanRow) -> RankedPlan:
+    """A stored plan row as a typed record: its id, solve, kind, plan, interval and batch size."""
+    interval = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None else None
+    prediction = Prediction(row.predicted_ms_per_token, row.predicted_mean_accepted_length, row.predicted_speedup)
+    plan = Plan(tuple(row.chain), tuple(stored_widths(row.widths)), prediction)
+    return RankedPlan(row.id, row.solve_id, cast(PlanKind, row.kind), plan, interval, row.tied, row.batch_size)
+
+
 def load_plan(engine: Engine, plan_id: int | None = None) -> SolvedPlan:
     """Plan ``plan_id`` (None: the pick of the newest solve) with its solve and the solve's profile."""
     with Session(engine) as s:
         if plan_id is None:
-            row = s.scalars(select(PlanRow).join(Solve).order_by(Solve.id.desc(), PlanRow.rank)).first()
+            ranked = select(PlanRow).join(Solve).where(PlanRow.kind != "schedule")
+            row = s.scalars(ranked.order_by(Solve.id.desc(), PlanRow.rank)).first()
             if row is None:
                 raise StoreError("there is no plan in the database; run hsd-plan solve first")
         else:
             row = s.get(PlanRow, plan_id)
             if row is None:
                 raise StoreError(f"no plan with id {plan_id}; see hsd-plan solve for plan ids")
-        prediction = Prediction(row.predicted_ms_per_token, row.predicted_mean_accepted_length, row.predicted_speedup)
-        plan = Plan(tuple(row.chain), tuple(stored_widths(row.widths)), prediction)
+        plan = ranked_plan(row).plan
         plan_id, solve_id = row.id, row.solve_id
     solve = solve_record(engine, solve_id)
     profile, source = load_solve_profile(engine, solve_id)

@@ -19,11 +19,10 @@ from hsd_runtime.terms.choices import Mode
 
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
-from .batch import batch_curves
 from .records import PromptAcceptance
 from .schema import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Solve, Workload
 
-__all__ = ["ProfileSource", "latency_curve", "load_profile", "load_solve_profile", "prompt_acceptance"]
+__all__ = ["ProfileSource", "load_profile", "load_solve_profile", "prompt_acceptance", "stored_curves"]
 
 
 @dataclass(frozen=True)
@@ -39,15 +38,17 @@ class ProfileSource:
     contexts: list[int] | None = None  # each profiled prompt's length plus half its continuation, when recorded
 
 
-def latency_curve(session: Session, model_id: int, hardware_id: int, dtype: str) -> LatencyCurve | None:
-    """The stored cost curve of one model on one hardware in ``dtype`` (the dtype it runs in:
-    never another dtype's latency, a profile predicts its own); None when nothing is stored."""
-    points: dict[int, dict[int, float]] = {}
-    host = []
-    for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype, batch_size=1)):
-        points.setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
-        host += [r.host_ms] if r.host_ms is not None else []
-    return LatencyCurve(points=points, host_ms=statistics.median(host) if host else 0.0) if points else None
+def stored_curves(session: Session, model_id: int, hardware_id: int, dtype: str) -> dict[int, LatencyCurve]:
+    """The stored cost curves of one model on one hardware in ``dtype`` (the dtype it runs in:
+    never another dtype's latency, a profile predicts its own), keyed by batch size: c(n) at 1,
+    c(n, b) at every b profiled with ``--batch-sizes``; empty when nothing is stored. Each curve
+    carries the median host work stored on its rows."""
+    points: dict[int, dict[int, dict[int, float]]] = {}
+    host: dict[int, list[float]] = {}
+    for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype)):
+        points.setdefault(r.batch_size, {}).setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
+        host.setdefault(r.batch_size, []).extend([r.host_ms] if r.host_ms is not None else [])
+    return {b: LatencyCurve(points=p, host_ms=statistics.median(host[b]) if host[b] else 0.0) for b, p in sorted(points.items())}
 
 
 def load_profile(
@@ -132,11 +133,10 @@ def _assemble(
     profiles = []
     for mid in sorted(involved, key=lambda i: models[i].parameters):
         spec = parse_spec(models[mid].spec)
-        curve = latency_curve(s, mid, hw.id, spec.run_dtype(setting.dtype))
-        if curve is None:
+        curves = stored_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
+        if 1 not in curves:
             continue  # no latency here: not a usable candidate on this hardware
-        batches = batch_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram or spec.is_bpd, batch_latency=batches))
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curves, lookup=spec.is_ngram or spec.is_bpd))
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(

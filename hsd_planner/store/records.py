@@ -194,7 +194,8 @@ Ranking = tuple[Plan, PlanKind, tuple[float, float] | None, bool | None]
 
 @dataclass(frozen=True)
 class RankedPlan:
-    """A plan as a solve ranked and stored it: its id, its role, the plan and how sure it is."""
+    """A plan as a solve ranked and stored it: its id, its role, the plan, how sure it is and the
+    batch size it was solved for."""
 
     id: int
     solve_id: int
@@ -202,6 +203,7 @@ class RankedPlan:
     plan: Plan  # the first width may be a draft tree
     speedup_interval: tuple[float, float] | None = None  # 5th-95th percentile over bootstrap resamples of the prompts
     tied: bool | None = None  # the interval overlaps the pick's: the profile cannot tell them apart
+    batch_size: int = 1  # sequences decoded in lockstep it was solved for (a schedule's plan: its batch size)
 
     @classmethod
     def of(cls, plan_id: int, solve_id: int, ranking: Ranking) -> RankedPlan:

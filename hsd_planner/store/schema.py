@@ -16,7 +16,6 @@ __all__ = [
     "Acceptance",
     "AcceptancePrompt",
     "Base",
-    "BatchPlanRow",
     "Continuation",
     "Hardware",
     "Latency",
@@ -240,7 +239,14 @@ class Solve(Base):
 
 
 class PlanRow(Base):
-    """One hierarchy a solve reported, with its prediction; ``kind`` is best, top, single or autoregressive."""
+    """One hierarchy a solve reported, with its prediction per sequence at ``batch_size`` sequences
+    decoded in lockstep.
+
+    ``kind`` is best, top, single or autoregressive for the solve's ranked plans (batch size 1, in
+    ``rank`` order), or schedule for its best chain at one batch size (``hsd-plan solve
+    --batch-sizes``; rank 0, one per batch size: the solve's rows of this kind, by batch size,
+    make the schedule a server switches plans by).
+    """
 
     __tablename__ = "plans"
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -248,29 +254,14 @@ class PlanRow(Base):
     rank: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(16))
     chain: Mapped[list[str]] = mapped_column(JSON)
-    widths: Mapped[list[int]] = mapped_column(JSON)
-    predicted_ms_per_token: Mapped[float] = mapped_column(Float)
-    predicted_mean_accepted_length: Mapped[float] = mapped_column(Float)
-    predicted_speedup: Mapped[float] = mapped_column(Float)
-    speedup_lo: Mapped[float | None] = mapped_column(Float)  # bootstrap interval over prompts (5th, 95th percentile)
-    speedup_hi: Mapped[float | None] = mapped_column(Float)
-    tied: Mapped[bool | None] = mapped_column(Boolean)  # its interval overlaps the pick's
-
-
-class BatchPlanRow(Base):
-    """The best chain of a solve at one batch size (``hsd-plan solve --batch-sizes``), with its
-    prediction per sequence; the solve's rows, by batch size, make its schedule."""
-
-    __tablename__ = "batch_plans"
-    __table_args__ = (UniqueConstraint("solve_id", "batch_size"),)
-    id: Mapped[int] = mapped_column(primary_key=True)
-    solve_id: Mapped[int] = mapped_column(ForeignKey("solves.id", ondelete="CASCADE"), index=True)
-    batch_size: Mapped[int] = mapped_column(Integer)
-    chain: Mapped[list[str]] = mapped_column(JSON)
-    widths: Mapped[list[int]] = mapped_column(JSON)  # empty: autoregressive decoding (no speculation at this batch size)
+    widths: Mapped[list[int]] = mapped_column(JSON)  # a schedule's empty: autoregressive decoding (no speculation at its batch size)
     predicted_ms_per_token: Mapped[float] = mapped_column(Float)
     predicted_mean_accepted_length: Mapped[float] = mapped_column(Float)
     predicted_speedup: Mapped[float] = mapped_column(Float)  # over autoregressive decoding of the same batch
+    speedup_lo: Mapped[float | None] = mapped_column(Float)  # bootstrap interval over prompts (5th, 95th percentile)
+    speedup_hi: Mapped[float | None] = mapped_column(Float)
+    tied: Mapped[bool | None] = mapped_column(Boolean)  # its interval overlaps the pick's
+    batch_size: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
 
 
 class Validation(Base):

@@ -8,15 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import cast
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from ..choices import PlanKind
 from ..errors import StoreError
-from ..plan import Plan, Prediction
-from .plans import stored_widths
+from .plans import ranked_plan
 from .records import RankedPlan, SolveRecord
 from .schema import ModelRow, PlanRow, Validation, ValidationRun
 from .solves import solve_record
@@ -100,13 +97,15 @@ def plans_by_id(engine: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:
         missing = [i for i, r in zip(plan_ids, rows) if r is None]
         if missing:
             raise StoreError(f"no plan with id {missing[0]}; see hsd-plan solve for plan ids")
-        return [_plan(r) for r in rows if r is not None]
+        return [ranked_plan(r) for r in rows if r is not None]
 
 
 def plans_of_solve(engine: Engine, solve_id: int) -> list[RankedPlan]:
-    """Every plan of a solve, by rank (best first, autoregressive decoding last)."""
+    """Every ranked plan of a solve, by rank (best first, autoregressive decoding last); its
+    schedule is :func:`~hsd_planner.store.schedule.load_batch_plans`."""
     with Session(engine) as s:
-        return [_plan(r) for r in s.scalars(select(PlanRow).filter_by(solve_id=solve_id).order_by(PlanRow.rank))]
+        rows = s.scalars(select(PlanRow).filter_by(solve_id=solve_id).where(PlanRow.kind != "schedule").order_by(PlanRow.rank))
+        return [ranked_plan(r) for r in rows]
 
 
 def model_sources(engine: Engine) -> dict[str, str | None]:
@@ -124,10 +123,3 @@ def save_validation(engine: Engine, entry: ValidationEntry, runs: Sequence[Valid
         for run in runs:
             s.add(ValidationRun(validation_id=row.id, **asdict(run)))
         return row.id
-
-
-def _plan(row: PlanRow) -> RankedPlan:
-    interval = (row.speedup_lo, row.speedup_hi) if row.speedup_lo is not None and row.speedup_hi is not None else None
-    prediction = Prediction(row.predicted_ms_per_token, row.predicted_mean_accepted_length, row.predicted_speedup)
-    plan = Plan(tuple(row.chain), tuple(stored_widths(row.widths)), prediction)
-    return RankedPlan(row.id, row.solve_id, cast(PlanKind, row.kind), plan, interval, row.tied)

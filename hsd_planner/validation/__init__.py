@@ -1,8 +1,7 @@
 """Validation: running solved plans on held-out prompts, comparing measured with predicted latency.
 
-Owns the validation run (:mod:`.runner`: which plans, the measured runs, the comparison, the
-stored rows; :mod:`.batch`: a solve's schedule run at several batch sizes, through the same
-results and rows), its typed report (:mod:`.report`), the reference passes that calibrate a profile
+Owns the validation run (:mod:`.runner`: which plans, at which batch sizes, the measured runs,
+the comparison, the stored rows), its typed report (:mod:`.report`), the reference passes that calibrate a profile
 to the machine's state (:mod:`.calibration`) and the figure (:mod:`.plot`). Running one
 hierarchy on one prompt is :mod:`hsd_planner.generate`; the whole workflow is
 :mod:`hsd_planner.demo`. Imports the runtime, :mod:`hsd_planner.plan`, the store, stats, prompts

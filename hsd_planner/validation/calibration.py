@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..plan import Profile
+from ..plan import LatencyCurve, Profile
 
 __all__ = ["REFERENCE_N", "REFERENCE_PASSES", "Calibration", "CalibrationRecord", "ModelReference"]
 
@@ -83,7 +83,7 @@ class Calibration:
         self.context_len = context_len
         self.passes = passes
         self._timers = dict(timers)
-        self.profiled = {name: {n: profile.model(name).latency(n, context_len) for n in REFERENCE_N} for name in timers}
+        self.profiled = {name: {n: profile.model(name).latency[1](n, context_len) for n in REFERENCE_N} for name in timers}
         self.samples: dict[str, dict[int, list[float]]] = {name: {n: [] for n in REFERENCE_N} for name in timers}
 
     @property
@@ -127,14 +127,18 @@ class Calibration:
 
     def apply(self, profile: Profile, at: Sequence[int] | None = None) -> Profile:
         """``profile`` with every calibrated model's latency points scaled by its drift at each n
-        over the rounds ``at`` (None: every round)."""
+        over the rounds ``at`` (None: every round), at every batch size alike (the reference
+        passes are over one sequence)."""
         models = []
         for m in profile.models:
             if m.name in self.samples:
-                points = {ctx: {n: ms * self.factor(m.name, n, at) for n, ms in curve.items()} for ctx, curve in m.latency.points.items()}
-                m = m.model_copy(update={"latency": m.latency.model_copy(update={"points": points})})
+                m = m.model_copy(update={"latency": {b: self._scaled(m.name, curve, at) for b, curve in m.latency.items()}})
             models.append(m)
         return profile.model_copy(update={"models": models})
+
+    def _scaled(self, name: str, curve: LatencyCurve, at: Sequence[int] | None) -> LatencyCurve:
+        points = {ctx: {n: ms * self.factor(name, n, at) for n, ms in row.items()} for ctx, row in curve.points.items()}
+        return curve.model_copy(update={"points": points})
 
     def record(self) -> CalibrationRecord:
         """Per model: the profiled reference ms and the samples measured now (one per round)."""

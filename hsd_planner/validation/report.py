@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from hsd_runtime.terms.choices import Mode
 
@@ -48,8 +48,8 @@ class PlanResult:
     """One plan run on every held-out prompt, ``batch_size`` prompts in lockstep: the prediction
     and the measurement side by side."""
 
-    plan_id: int | None  # the solve's stored plan; None for one a batch validation ran (its schedule's, a fixed chain)
-    kind: str  # a PlanKind; at a batch size "schedule" (the solve's plan for it), "autoregressive" or "fixed"
+    plan_id: int | None  # the solve's stored plan (its schedule's included); None for a fixed chain
+    kind: str  # a PlanKind ("schedule": the solve's plan for its batch size), or "fixed"
     plan: Plan  # chain, widths (a tree as a TreeShape) and prediction, its speed-up over the autoregressive plan's
     measured_ms_per_token: float
     measured_mean_accepted_length: float
@@ -135,9 +135,24 @@ class ValidationReport:
     mode: Mode
     acceptance: AcceptanceModel
     plans: list[PlanResult]
-    pick: int  # plan id of the solver's pick among those run
+    pick: int  # plan id of the solver's pick among those run (the regret and the notes read it at the smallest batch size it ran at)
     calibration: CalibrationRecord | None = None  # the reference passes: per model, profiled ms and the samples now
     lenience: float = 1.0  # below 1 the plans ran with lossy verification
+    skipped: list[str] = field(default_factory=list)  # plans left out at a batch size, and why
+
+    @property
+    def batch_sizes(self) -> list[int]:
+        """The batch sizes run, ascending."""
+        return sorted({p.batch_size for p in self.plans})
+
+    def _pick(self) -> PlanResult:
+        """The pick's result at the smallest batch size it ran at (the plans are ordered by batch size)."""
+        return next(p for p in self.plans if p.plan_id == self.pick)
+
+    def _beside_pick(self) -> list[PlanResult]:
+        """The plans run at the pick's batch size."""
+        b = self._pick().batch_size
+        return [p for p in self.plans if p.batch_size == b]
 
     @property
     def median_abs_error(self) -> float:
@@ -160,15 +175,15 @@ class ValidationReport:
 
     @property
     def regret(self) -> float:
-        """Measured latency of the pick over the best measured among the plans run, minus one."""
-        pick = next(p for p in self.plans if p.plan_id == self.pick)
-        return pick.measured_ms_per_token / min(p.measured_ms_per_token for p in self.plans) - 1.0
+        """Measured latency of the pick over the best measured among the plans run beside it, minus one."""
+        pick = self._pick()
+        return pick.measured_ms_per_token / min(p.measured_ms_per_token for p in self._beside_pick()) - 1.0
 
     @property
     def regret_untied(self) -> float:
         """The regret against the best plan the solve could tell apart from the pick (not tied)."""
-        pick = next(p for p in self.plans if p.plan_id == self.pick)
-        fair = [p.measured_ms_per_token for p in self.plans if p.plan_id == self.pick or not p.tied]
+        pick = self._pick()
+        fair = [p.measured_ms_per_token for p in self._beside_pick() if p.plan_id == self.pick or not p.tied]
         return pick.measured_ms_per_token / min(fair) - 1.0
 
     @property
@@ -188,7 +203,7 @@ class ValidationReport:
     def state_changed(self) -> bool:
         """The pick's calibrated speed-up differs from the profile's by more than 5%: the machine
         is in another state than when profiled (see :mod:`.calibration`)."""
-        pick = next(p for p in self.plans if p.plan_id == self.pick)
+        pick = self._pick()
         return pick.calibrated_speedup is not None and abs(pick.calibrated_speedup / pick.plan.prediction.speedup - 1.0) > 0.05
 
     @property
@@ -197,7 +212,7 @@ class ValidationReport:
         prediction by more than :data:`SHIFT`: these prompts draft otherwise than the profiled ones
         (the latency model's inputs beside the passes' costs; a middle level's shift shows as the
         rounds it runs, since its tokens per round are cut to what the level above still needs)."""
-        pick = next(p for p in self.plans if p.plan_id == self.pick)
+        pick = self._pick()
         chain, out = pick.plan.chain, []
         if pick.plan.depth and pick.batch_size == 1:
             out.append(
@@ -212,7 +227,7 @@ class ValidationReport:
         return [x for x in out if x.predicted > 0 and abs(x.change) > SHIFT]
 
     def to_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"}
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"} | {"batch_sizes": self.batch_sizes}
         out["calibration"] = self.calibration.to_dict() if self.calibration else None
         keys = (
             "median_abs_error",

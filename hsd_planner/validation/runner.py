@@ -9,6 +9,11 @@ autoregressive decoding run in the same validation, and mean accepted length per
 and measured. Overall: the median absolute error and the regret, the measured latency of the
 solver's pick over the best measured among the plans run.
 
+With batch sizes (``validate --batch-sizes``) the same plans run at each b asked for, on
+batches of b prompts decoded in lockstep, beside autoregressive decoding of the same batches and
+the solve's schedule's plan for b; predicted by the same rule at b (the median over the prompts'
+contexts of the lockstep prediction), calibrated and measured as at b = 1.
+
 The error compares a profile measured at one time with runs at another, so it includes any
 change of the machine's speed in between (on a shared 2-core host, 10-25% from one minute to the
 next). The speed-up error, predicted over measured speed-up against autoregressive decoding minus
@@ -21,15 +26,27 @@ reference passes measured around it, and a plan's calibrated prediction is the m
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from hsd_runtime import CachePool, GenerationResult, Hierarchy, HSDError, ModelLoader, SamplingConfig, build_hierarchy, positions_needed
+from hsd_runtime import (
+    CachePool,
+    ChainError,
+    GenerationResult,
+    Hierarchy,
+    HSDError,
+    ModelLoader,
+    SamplingConfig,
+    build_hierarchy,
+    positions_needed,
+)
+from hsd_runtime.terms.shape import Width
 
 from ..choices import AcceptanceModel, PlanKind
 from ..errors import StoreError
 from ..plan import Plan, Prediction, Profile, predict_over, rounds_per_round, tokens_per_round, widths_to_json
+from ..plan.batch import schedule_of
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
@@ -37,6 +54,7 @@ from ..stats import bootstrap_interval
 from ..store import Engine
 from ..store.profiles import load_profile
 from ..store.records import RankedPlan, SolveRecord
+from ..store.schedule import load_batch_plans
 from ..store.solves import newest_solve, solve_record
 from ..store.validations import (
     ValidationEntry,
@@ -97,6 +115,22 @@ def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> 
     return solve, plans
 
 
+@dataclass(frozen=True)
+class _Entry:
+    """A plan to run at one batch size: the stored plan's id (None: a fixed chain), its kind and
+    the plan as stored (its prediction replaced by the validation's own)."""
+
+    plan_id: int | None
+    kind: str
+    plan: Plan
+    tied: bool | None = None
+
+    @property
+    def key(self) -> tuple[tuple[str, ...], tuple[int | str, ...]]:
+        """Chain and widths: one plan runs once per batch size, and one hierarchy serves every batch size."""
+        return self.plan.chain, tuple(widths_to_json(self.plan.widths))
+
+
 def run_validation(
     engine: Engine,
     loader: ModelLoader,
@@ -105,26 +139,120 @@ def run_validation(
     prompts: PromptSet,
     max_new_tokens: int,
     repeats: int,
+    batch_sizes: Sequence[int] | None = None,
+    fixed: Sequence[tuple[Sequence[str], Sequence[Width]]] = (),
     progress: Callable[[int], None] | None = None,
+    total: Callable[[int], None] | None = None,
 ) -> ValidationReport:
-    """Run every plan on every prompt ``repeats`` times, store the validation, return a report."""
-    profile = _solve_profile(engine, solve, plans)
+    """Run every plan on every prompt ``repeats`` times at every batch size, store the validation,
+    return a report.
+
+    ``batch_sizes``: None runs batch size 1 alone; given, each b asked for runs ``plans``, the
+    solve's schedule's plan for b where the solve has a schedule (``solve --batch-sizes``) and
+    ``fixed`` chains, every one on batches of b prompts (a plan that decodes one prompt at a time
+    - a draft tree, block-draft heads, steering, an engine other than torch - is left out above 1,
+    and the report says so). ``total``: told the number of ``progress`` steps once the plans to
+    run are known."""
+    sizes = sorted(set(batch_sizes or [1]))
+    entries = _entries(engine, solve, plans, sizes, fixed, schedule=batch_sizes is not None)
+    profile = _solve_profile(engine, solve, [e for group in entries.values() for e in group])
     loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the plans run on the kernels their latencies were measured with
     encoded = [encode_prompt(loader.load(solve.target).tokenizer, p) for p in prompts.prompts]
-    built = _build(plans, loader, _cells(plans, encoded, max_new_tokens))
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
-    calibration = _calibration(profile, loader, plans, int(statistics.median(contexts)))
-    runs = _measure(built, encoded, solve, repeats, max_new_tokens, calibration, progress or (lambda _n: None))
-    results = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens, calibration, runs).results(plans)
-    report = _report(solve, prompts.name, contexts, results, calibration)
+    built = _build([e for group in entries.values() for e in group], loader, _cells(entries, encoded, max_new_tokens))
+    # a plan that decodes one prompt at a time runs at batch size 1 only, and the report says so
+    lockstep = {e.key for b, group in entries.items() if b > 1 for e in group}
+    refused = {key: why for key in lockstep if (why := _one_row(built[key], encoded[0])) is not None}
+    skipped = [
+        f"{_label(e)} at batch size {b}: {refused[e.key]}" for b, group in entries.items() if b > 1 for e in group if e.key in refused
+    ]
+    entries = {b: [e for e in group if b == 1 or e.key not in refused] for b, group in entries.items()}
+    # predicted before anything runs: a batch size the profile cannot price is refused up front
+    comparison = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens)
+    predicted = {(b, e.key): comparison.predicted(e.plan, b) for b, group in entries.items() for e in group}
+    calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
+    units = {b: _units(len(encoded), b, repeats) for b in sizes}
+    if total is not None:
+        total(sum(len(entries[b]) * len(units[b]) for b in sizes))
+    runs = _measure(built, entries, units, encoded, solve, max_new_tokens, calibration, progress or (lambda _n: None))
+    results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, calibration, runs, units[b])]
+    report = _report(solve, prompts.name, contexts, results, calibration, skipped)
     summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": report.calibration.to_dict() if report.calibration else None}
     return replace(report, validation_id=store_validation(engine, solve, prompts, max_new_tokens, repeats, results, **summary))
 
 
-def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) -> Profile:
-    """The profile ``solve`` was made on, after checking that no model of ``plans`` changed on disk since."""
+def _entries(
+    engine: Engine,
+    solve: SolveRecord,
+    plans: list[RankedPlan],
+    sizes: list[int],
+    fixed: Sequence[tuple[Sequence[str], Sequence[Width]]],
+    schedule: bool,
+) -> dict[int, list[_Entry]]:
+    """Per batch size, the plans to run: ``plans``, then (with ``schedule``) the schedule's plan
+    for it, then the ``fixed`` chains; a plan once, under its first kind."""
+    stored = load_batch_plans(engine, solve.id) if schedule else []
+    ranges = schedule_of([(p.batch_size, p.plan) for p in stored])
+    beyond = [b for b in sizes if ranges and not ranges[0].min_batch <= b <= ranges[-1].max_batch]
+    if beyond:
+        raise StoreError(
+            f"batch size {beyond[0]} is outside the schedule of solve {solve.id} ({ranges[0].min_batch}..{ranges[-1].max_batch}); "
+            "solve with --batch-sizes covering it"
+        )
+    out: dict[int, list[_Entry]] = {}
+    for b in sizes:
+        group = [_Entry(p.id, p.kind, p.plan, p.tied) for p in plans]
+        if ranges:
+            # the stored row whose plan holds b: the one solved at the largest batch size not above b
+            row = max((p for p in stored if p.batch_size <= b), key=lambda p: p.batch_size)
+            group.append(_Entry(row.id, "schedule", row.plan))
+        group += [_Entry(None, "fixed", Plan(tuple(c), tuple(w), _UNKNOWN)) for c, w in fixed]
+        unique: dict[tuple, _Entry] = {}
+        for e in group:
+            unique.setdefault(e.key, e)
+        out[b] = list(unique.values())
+    return out
+
+
+# the prediction of a fixed chain, before the validation predicts it
+_UNKNOWN = Prediction(0.0, 0.0, 0.0)
+
+
+def _one_row(hierarchy: Hierarchy, probe: list[int]) -> str | None:
+    """Why ``hierarchy`` decodes one prompt at a time (None: it decodes rows in lockstep): the
+    chain's own reason (a draft tree, block-draft heads, steering), else its engines' (a model of
+    another engine, whose cache holds one row), which a one-token batch of two ``probe`` rows finds."""
+    if hierarchy.one_row is not None:
+        return hierarchy.one_row
+    try:
+        hierarchy.generate_batch([probe, probe], 1, stop_at_eos=False)
+    except ChainError as exc:
+        return str(exc)
+    return None
+
+
+def _label(entry: _Entry) -> str:
+    return f"{'plan ' + str(entry.plan_id) if entry.plan_id is not None else entry.kind} ({entry.plan.label})"
+
+
+def _units(prompts: int, b: int, repeats: int) -> list[list[int]]:
+    """The batches of prompt indices run at batch size ``b``: at 1, each prompt ``repeats`` times
+    in a row (prompt-major, the order a cached prefill is reused in); above, batches of ``b``
+    covering every prompt ``repeats`` times, cycling through them in order.
+
+    >>> _units(3, 1, 2), _units(3, 2, 1)
+    ([[0], [0], [1], [1], [2], [2]], [[0, 1], [2, 0]])
+    """
+    if b == 1:
+        return [[k] for k in range(prompts) for _ in range(repeats)]
+    count = repeats * -(-prompts // b)
+    return [[(j * b + i) % prompts for i in range(b)] for j in range(count)]
+
+
+def _solve_profile(engine: Engine, solve: SolveRecord, entries: list[_Entry]) -> Profile:
+    """The profile ``solve`` was made on, after checking that no model of ``entries`` changed on disk since."""
     stored = model_sources(engine)
-    for spec in {name for ranked in plans for name in ranked.plan.chain}:
+    for spec in {name for e in entries for name in e.plan.chain}:
         check_source(spec, stored.get(spec))
     setting = solve.setting
     profile, _ = load_profile(
@@ -133,137 +261,180 @@ def _solve_profile(engine: Engine, solve: SolveRecord, plans: list[RankedPlan]) 
     return profile
 
 
-def _cells(plans: list[RankedPlan], encoded: list[list[int]], max_new_tokens: int) -> int:
+def _cells(entries: dict[int, list[_Entry]], encoded: list[list[int]], max_new_tokens: int) -> int:
     """The positions the longest run of any plan can reach: the longest prompt, the new tokens,
     and twice the drafts ahead of them (a tree's nodes), the size of each llama.cpp context."""
-    return max(positions_needed(max(map(len, encoded)), max_new_tokens, p.plan.widths, tree_nodes=True) for p in plans)
+    longest = max(map(len, encoded))
+    return max(positions_needed(longest, max_new_tokens, e.plan.widths, tree_nodes=True) for group in entries.values() for e in group)
 
 
-def _build(plans: list[RankedPlan], loader: ModelLoader, cells: int | None = None) -> dict[int, Hierarchy]:
-    """Every plan's hierarchy, loaded; a plan that cannot be run is refused before any runs.
+def _build(entries: list[_Entry], loader: ModelLoader, cells: int | None = None) -> dict[tuple, Hierarchy]:
+    """Every plan's hierarchy, loaded once for every batch size it runs at; a plan that cannot be
+    run is refused before any runs.
 
     The plans share one cache per model (they run one at a time), so a plan that runs a prompt
     another plan prefilled keeps that prefill: the decode it times is the same. ``cells``: the
     positions each cache of an engine that allocates them up front holds (None: the model's context)."""
-    built, pool = {}, CachePool(cells)
-    for plan in plans:
+    built: dict[tuple, Hierarchy] = {}
+    pool = CachePool(cells)
+    for e in entries:
+        if e.key in built:
+            continue
         try:
-            built[plan.id] = build_hierarchy(plan.plan.chain, plan.plan.widths, loader, caches=pool)[0]
+            built[e.key] = build_hierarchy(e.plan.chain, e.plan.widths, loader, caches=pool)[0]
         except HSDError as exc:
-            raise StoreError(f"plan {plan.id} ({','.join(plan.plan.chain)}) cannot be run: {exc}") from None
+            raise StoreError(f"{_label(e)} cannot be run: {exc}") from None
     return built
 
 
 @dataclass
 class _Runs:
-    """Every plan's runs, prompt-major as run, and per run its prompt and the reference rounds around it."""
+    """Every plan's runs per batch size, in the order of that batch size's units, and per run the
+    reference rounds around it."""
 
-    results: dict[int, list[GenerationResult]]
-    around: dict[int, list[tuple[int, list[int]]]]
+    results: dict[tuple, list[GenerationResult]]  # (batch size, plan key) -> runs
+    around: dict[tuple, list[list[int]]]
 
 
 def _measure(
-    built: dict[int, Hierarchy],
+    built: dict[tuple, Hierarchy],
+    entries: dict[int, list[_Entry]],
+    units: dict[int, list[list[int]]],
     encoded: list[list[int]],
     solve: SolveRecord,
-    repeats: int,
     max_new_tokens: int,
     calibration: Calibration,
     step: Callable[[int], None],
 ) -> _Runs:
-    """Reference rounds first, a warm-up of every plan, then every plan on every prompt ``repeats``
-    times, interleaved so that drift of the machine hits every plan alike, a reference round after
-    each run.
+    """Reference rounds first, a warm-up of every plan, then at every batch size every plan on
+    every unit (a prompt, or a batch of prompts), interleaved so that drift of the machine hits
+    every plan alike, a reference round after each run.
 
-    The plans share their models' caches (see :func:`_build`): on each prompt the plans that lead
-    it (:func:`_leads`) run first and feed it afresh, their prefill measured; the others, and
-    every repeat, reuse the prefill their models hold. The decode, all that is timed, is the same."""
+    The plans share their models' caches (see :func:`_build`): of each unit, the plans that lead
+    it (:func:`_leads`) run first and feed it afresh, their prefill measured; the others, and every
+    repeat, reuse the prefill their models hold. The decode, all that is timed, is the same. At
+    batch size 1 a sequence stops at EOS; above, every sequence decodes exactly ``max_new_tokens``
+    (EOS does not stop it, as in serving benchmarks), so that a batch stays at b from its first
+    round to its last, as the prediction has it. A row's seed is 1000 times its prompt's index
+    plus the runs of that prompt before it at this batch size."""
     s = solve.setting
     sampling = SamplingConfig(mode=s.mode, temperature=s.temperature, top_p=s.top_p, lenience=s.lenience)
     calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed; the shared models are prefilled once
         h.generate(encoded[0], 4, sampling, reuse_prompt=True)
-    runs = _Runs({i: [] for i in built}, {i: [] for i in built})
-    lead = _leads(len(built), len(encoded))
-    for k, ids in enumerate(encoded):
-        leaders = [plan_id for i, plan_id in enumerate(built) if lead[i] == k]
-        for rep in range(repeats):
-            seeded = sampling.model_copy(update={"seed": 1000 * k + rep})
-            for plan_id in leaders + [p for p in built if p not in leaders]:
-                fresh = rep == 0 and plan_id in leaders
-                runs.results[plan_id].append(built[plan_id].generate(ids, max_new_tokens, seeded, reuse_prompt=not fresh))
+    lockstep = {e.key for b, group in entries.items() if b > 1 for e in group}
+    runs = _Runs({}, {})
+    for b, group in entries.items():
+        keys = [e.key for e in group]
+        for key in keys:
+            runs.results[(b, key)], runs.around[(b, key)] = [], []
+        if b > 1 and lockstep:  # the first batch size above 1: the lockstep passes warmed up, untimed
+            for key in sorted(lockstep):
+                built[key].generate_batch(encoded[:2], 4, sampling, stop_at_eos=False)
+            lockstep = set()
+        distinct = list(dict.fromkeys(tuple(u) for u in units[b]))  # at batch size 1: the prompts, in order
+        lead = _leads(len(keys), len(distinct))
+        seen: dict[int, int] = {}  # prompt -> its runs so far at this batch size
+        fed: set[tuple[int, ...]] = set()
+        for unit in units[b]:
+            seeds = [1000 * k + seen.get(k, 0) for k in unit]
+            for k in unit:
+                seen[k] = seen.get(k, 0) + 1
+            fresh = tuple(unit) not in fed  # the unit's first run, which its leaders feed afresh
+            fed.add(tuple(unit))
+            leaders = [key for i, key in enumerate(keys) if lead[i] == distinct.index(tuple(unit))]
+            for key in leaders + [k for k in keys if k not in leaders]:
+                h, reuse = built[key], not (fresh and key in leaders)
+                if b == 1:
+                    seeded = sampling.model_copy(update={"seed": seeds[0]})
+                    result = h.generate(encoded[unit[0]], max_new_tokens, seeded, reuse_prompt=reuse)
+                else:
+                    rows = [encoded[k] for k in unit]
+                    result = h.generate_batch(rows, max_new_tokens, sampling, stop_at_eos=False, seeds=seeds, reuse_prompt=reuse)
+                runs.results[(b, key)].append(result)
                 after = calibration.measure()  # the reference right after every run; the one before is the last round
-                runs.around[plan_id].append((k, [after - 1, after]))
+                runs.around[(b, key)].append([after - 1, after])
                 step(1)
     return runs
 
 
-def _leads(plans: int, prompts: int) -> list[int]:
-    """The prompt each plan leads: runs first on, feeding it afresh, so that every plan has a
-    measured prefill. Plan i leads prompt i + 1 (cyclically): the warm-up's prompt, 0, which the
-    others reuse, is led only where there are at least as many plans as prompts.
+def _leads(plans: int, units: int) -> list[int]:
+    """The unit (a prompt, or a batch) each plan leads: runs first on, feeding it afresh, so that
+    every plan has a measured prefill. Plan i leads unit i + 1 (cyclically): the first unit, whose
+    first prompt the warm-up fed and the others reuse, is led only where there are at least as
+    many plans as units.
 
     >>> _leads(2, 3), _leads(3, 3), _leads(3, 1)
     ([1, 2], [1, 2, 0], [0, 0, 0])
     """
-    return [(i + 1) % prompts for i in range(plans)]
+    return [(i + 1) % units for i in range(plans)]
 
 
 @dataclass
 class _Comparison:
     """A validation's runs beside what the profile predicts for them: generations of
-    ``max_new_tokens`` tokens, as they are run (the last round cut short), at each prompt's context."""
+    ``max_new_tokens`` tokens per sequence, as they are run (the last round cut short), at each
+    prompt's context."""
 
     profile: Profile
     acceptance: AcceptanceModel
     contexts: list[int]
     max_new_tokens: int
-    calibration: Calibration
-    runs: _Runs
 
-    def predicted(self, plan: RankedPlan) -> Prediction:
+    def predicted(self, plan: Plan, batch: int) -> Prediction:
         """The median over the prompts' contexts, from the profile as measured."""
-        return predict_over(self.profile, plan.plan.chain, plan.plan.widths, self.acceptance, self.contexts, self.max_new_tokens)
+        return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
-    def calibrated_ms(self, plan: RankedPlan) -> float:
+    def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:
         """The median over the plan's runs of the prediction from the profile scaled by the drift
-        of the reference rounds around each run, at its prompt's context."""
+        of the reference rounds around each run, at its prompts' contexts."""
+        plan, key = entry.plan, (batch, entry.key)
         return statistics.median(
             predict_over(
-                self.calibration.apply(self.profile, at),
-                plan.plan.chain,
-                plan.plan.widths,
+                calibration.apply(self.profile, at),
+                plan.chain,
+                plan.widths,
                 self.acceptance,
-                [self.contexts[k]],
+                [self.contexts[k] for k in unit],
                 self.max_new_tokens,
+                batch,
             ).ms_per_token
-            for (k, at), r in zip(self.runs.around[plan.id], self.runs.results[plan.id])
-            if r.tokens
+            for unit, at, r in zip(units, runs.around[key], runs.results[key])
+            if r.total_tokens
         )
 
-    def results(self, plans: list[RankedPlan]) -> list[PlanResult]:
-        """Every plan's predictions against its measurements; speed-ups over the autoregressive plan run beside it."""
-        auto = next(p for p in plans if not p.plan.depth)
-        predicted = {p.id: self.predicted(p) for p in plans}
-        calibrated = {p.id: self.calibrated_ms(p) for p in plans}
-        runs = self.runs.results
+    def results(
+        self,
+        entries: list[_Entry],
+        batch: int,
+        predicted: dict[tuple, Prediction],
+        calibration: Calibration,
+        runs: _Runs,
+        units: list[list[int]],
+    ) -> list[PlanResult]:
+        """Every plan's predictions against its measurements at ``batch``; speed-ups over the
+        autoregressive plan run beside it on the same prompts or batches."""
+        auto = next(e for e in entries if not e.plan.depth)
+        calibrated = {e.key: self.calibrated_ms(e, batch, calibration, runs, units) for e in entries}
+        mine_auto = runs.results[(batch, auto.key)]
+        # the bootstrap's units: the prompts at batch size 1 (each with its repeats), the batches above
+        groups = len(self.contexts) if batch == 1 else len(units)
         out = []
-        for ranked in plans:
-            plan, mine = ranked.plan, runs[ranked.id]
-            levels = level_results(self.profile, plan, mine, self.acceptance)
-            interval = _speedup_interval(runs[auto.id], mine, len(self.contexts))
+        for e in entries:
+            mine = runs.results[(batch, e.key)]
             out.append(
                 plan_result(
-                    ranked.id,
-                    ranked.kind,
-                    plan,
-                    (predicted[ranked.id], predicted[auto.id]),
-                    (mine, runs[auto.id]),
-                    levels,
-                    measured_speedup_interval=interval,
-                    tied=ranked.tied,
-                    calibrated_ms_per_token=calibrated[ranked.id],
-                    calibrated_speedup=calibrated[auto.id] / calibrated[ranked.id],
+                    e.plan_id,
+                    e.kind,
+                    e.plan,
+                    (predicted[(batch, e.key)], predicted[(batch, auto.key)]),
+                    (mine, mine_auto),
+                    level_results(self.profile, e.plan, mine, self.acceptance, batch),
+                    measured_speedup_interval=_speedup_interval(mine_auto, mine, groups),
+                    tied=e.tied,
+                    calibrated_ms_per_token=calibrated[e.key],
+                    calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
+                    batch_size=batch,
                 )
             )
         return out
@@ -302,10 +473,13 @@ def _median_ms(results: list[GenerationResult]) -> float:
     return statistics.median(r.ms_per_token for r in results if r.total_tokens)
 
 
-def _report(solve: SolveRecord, prompts: str, contexts: list[int], results: list[PlanResult], calibration: Calibration) -> ValidationReport:
+def _report(
+    solve: SolveRecord, prompts: str, contexts: list[int], results: list[PlanResult], calibration: Calibration, skipped: list[str]
+) -> ValidationReport:
     """The validation's report, not yet stored; the solver's pick is its best plan when it was
-    run, else the lowest prediction among those run."""
-    pick = next((p for p in results if p.kind == "best"), None) or min(results, key=lambda p: p.plan.prediction.ms_per_token)
+    run, else the stored plan with the lowest prediction at the smallest batch size run."""
+    first = [p for p in results if p.batch_size == results[0].batch_size and p.plan_id is not None]
+    pick = next((p for p in results if p.kind == "best"), None) or min(first, key=lambda p: p.plan.prediction.ms_per_token)
     return ValidationReport(
         validation_id=0,
         solve_id=solve.id,
@@ -316,17 +490,18 @@ def _report(solve: SolveRecord, prompts: str, contexts: list[int], results: list
         context_len=int(statistics.median(contexts)),
         context_lens=contexts,
         mode=solve.setting.mode,
-        lenience=solve.setting.lenience,
         acceptance=solve.acceptance_model,
         plans=results,
         pick=cast(int, pick.plan_id),
         calibration=calibration.record(),
+        lenience=solve.setting.lenience,
+        skipped=skipped,
     )
 
 
-def _calibration(profile: Profile, loader: ModelLoader, plans: list[RankedPlan], context_len: int) -> Calibration:
+def _calibration(profile: Profile, loader: ModelLoader, plans: list[Plan], context_len: int) -> Calibration:
     """Reference timers for the target and every model the plans run (the n-gram lookup has none)."""
-    names = [profile.target] + sorted({n for p in plans for n in p.plan.chain if n != profile.target and not profile.model(n).lookup})
+    names = [profile.target] + sorted({n for p in plans for n in p.chain if n != profile.target and not profile.model(n).lookup})
     return Calibration(profile, {name: PassTimer(loader.load(name).model, context_len) for name in names}, context_len)
 
 
@@ -380,14 +555,15 @@ def store_validation(
     return save_validation(engine, entry, runs)
 
 
-def _speedup_interval(auto: list[GenerationResult], runs: list[GenerationResult], prompts: int) -> tuple[float, float] | None:
-    """The 90% interval of the measured speed-up over bootstrap resamples of the prompts.
+def _speedup_interval(auto: list[GenerationResult], runs: list[GenerationResult], units: int) -> tuple[float, float] | None:
+    """The 90% interval of the measured speed-up over bootstrap resamples of ``units`` (the
+    prompts, or the batches).
 
-    ``auto`` and ``runs`` hold each prompt's repeats in order (prompt-major, as run).
+    ``auto`` and ``runs`` hold each unit's repeats in order (unit-major, as run).
     """
-    per = len(runs) // prompts
-    a = [_median_ms(auto[k * per : (k + 1) * per]) for k in range(prompts)]
-    b = [_median_ms(runs[k * per : (k + 1) * per]) for k in range(prompts)]
+    per = len(runs) // units
+    a = [_median_ms(auto[k * per : (k + 1) * per]) for k in range(units)]
+    b = [_median_ms(runs[k * per : (k + 1) * per]) for k in range(units)]
     return bootstrap_interval(
-        list(range(prompts)), lambda drawn: statistics.median(a[k] for k in drawn) / statistics.median(b[k] for k in drawn)
+        list(range(units)), lambda drawn: statistics.median(a[k] for k in drawn) / statistics.median(b[k] for k in drawn)
     )
