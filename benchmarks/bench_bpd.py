@@ -18,7 +18,7 @@ Every variant's tokens are checked against the host's own greedy tokens (bf16 ne
     python -m benchmarks.bench_bpd --spec-bench question.jsonl --heads DIR --host-corpus benchmarks/out/host-corpus.txt
 
 ``--host-corpus PATH`` writes the host's own continuations of the Spec-Bench profiling split (the
-data engine's cached corpus the heads trained on, decoded to text) to PATH and adds a
+data pipeline's cached corpus the heads trained on, decoded to text) to PATH and adds a
 ``+ corpus`` twin of every ``rescore=ngram`` variant that counts its bigrams (``corpus=PATH``).
 """
 
@@ -52,7 +52,7 @@ VARIANTS = {  # label -> the bpd: options (top-4 lattice, bigram rescoring of we
 
 
 def write_host_corpus(host: str, spec_bench: Path, out: Path) -> None:
-    """Decode the host's cached continuations of the Spec-Bench profiling split (the data engine's
+    """Decode the host's cached continuations of the Spec-Bench profiling split (the data pipeline's
     corpus for ``hsd-plan heads train`` / ``distill`` defaults, bf16) into the text file ``out``."""
     config = HeadsConfig(model=host, prompts=str(spec_bench), dtype="bf16")
     model = ModelLoader(device="cpu", dtype="bf16").with_kernels("plain").load(host)

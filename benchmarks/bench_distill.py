@@ -1,7 +1,7 @@
 """Acceptance of distilled students (``hsd-plan distill``) against the untrained early exits.
 
 Students of smollm2-135m with K = 2, 4, 8 layers are trained with each divergence for the same
-number of steps (target data by default: the data engine's cached corpus of the Spec-Bench
+number of steps (target data by default: the data pipeline's cached corpus of the Spec-Bench
 profiling split, several samples per prompt; or on-policy / mixed; bf16 target), then measured
 on held-out Spec-Bench prompts (the validation split, 2 per category), greedy and at T = 1,
 next to the untrained early exits ``smollm2-135m:layers=K``. Acceptance is measured as
@@ -10,7 +10,7 @@ shared by every student), greedy argmax agreement and 1 - TV(p, q) at T = 1.
 
     python -m benchmarks.bench_distill --spec-bench question.jsonl --steps 20                       # the grid
     python -m benchmarks.bench_distill --spec-bench question.jsonl --layers 4 --divergences fkl --minutes 30 --tag goal
-    python -m benchmarks.bench_distill --spec-bench question.jsonl --engine-check 32 --layers 4 --divergences fkl --steps 1
+    python -m benchmarks.bench_distill --spec-bench question.jsonl --pipeline-check 32 --layers 4 --divergences fkl --steps 1
 
 With ``--vocab N`` the students train through their output layer trimmed to N tokens
 (``hsd-plan distill --vocab``), and every row - the early exits, the students and any ``--also``
@@ -51,9 +51,9 @@ def held_out(loader: ModelLoader, spec_bench: Path, per_category: int, new_token
     return HeldOut.make(target, prompts, new_tokens, 1.0)
 
 
-def engine_rates(loader: ModelLoader, prompts: list[list[int]], new_tokens: int, gen_batch: int) -> dict[str, float]:
+def pipeline_rates(loader: ModelLoader, prompts: list[list[int]], new_tokens: int, gen_batch: int) -> dict[str, float]:
     """Teacher-signal positions per second, one sequence at a time (sample, then one teacher-forced
-    pass per sequence) against the data engine (batched sampling and teacher passes), same prompts."""
+    pass per sequence) against the data pipeline (batched sampling and teacher passes), same prompts."""
     target = loader.load(TARGET)
     sampling = SamplingConfig(mode="sample", temperature=1.0)
     t0 = time.perf_counter()
@@ -79,7 +79,7 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=64)
     ap.add_argument("--gen-batch", type=int, default=16)
     ap.add_argument("--max-prompts", type=int, default=None, help="training prompts of the profiling split (default: all)")
-    ap.add_argument("--engine-check", type=int, default=0, help="first measure positions/s on this many prompts, both ways")
+    ap.add_argument("--pipeline-check", type=int, default=0, help="first measure positions/s on this many prompts, both ways")
     ap.add_argument("--steps", type=int, default=20, help="steps per student (ignored with --minutes)")
     ap.add_argument("--minutes", type=float, default=None, help="train each student for this long instead")
     ap.add_argument("--train-batch", type=int, default=16)
@@ -98,10 +98,10 @@ def main() -> None:
     loader = ModelLoader(device="cpu", dtype="bf16")
     print(f"machine: {machine()}", flush=True)
     rates = None
-    if args.engine_check:
+    if args.pipeline_check:
         tok = loader.load(TARGET).tokenizer
-        texts = split(load_prompts(spec_bench), "profile").prompts[: args.engine_check]
-        rates = engine_rates(loader, [encode_prompt(tok, t) for t in texts], args.train_tokens, args.gen_batch)
+        texts = split(load_prompts(spec_bench), "profile").prompts[: args.pipeline_check]
+        rates = pipeline_rates(loader, [encode_prompt(tok, t) for t in texts], args.train_tokens, args.gen_batch)
         print(f"teacher-signal positions/s: {json.dumps(rates)}", flush=True)
     held = held_out(loader, spec_bench, args.eval_per_category, args.eval_tokens)
     print(f"held-out: {len(held.prompts)} prompts x (greedy, T = 1) continuations of {args.eval_tokens} tokens", flush=True)

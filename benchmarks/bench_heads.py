@@ -1,6 +1,6 @@
 """Block-draft heads trained for a time budget: ``hsd-plan heads train`` with ``--minutes`` instead of ``--steps``.
 
-The corpus (the data engine's, shared with ``hsd-plan distill`` for the same host, prompts and
+The corpus (the data pipeline's, shared with ``hsd-plan distill`` for the same host, prompts and
 settings) and the host's hidden states are made first and not counted; then steps run until the
 budget is spent, and the heads are measured on held-out prompts and saved with their card (the
 same directory ``hsd-plan heads train --out`` writes; ``--resume`` continues it).

@@ -1,7 +1,7 @@
 """Steering trained for a time budget: ``hsd-plan steer train`` with ``--minutes`` instead of ``--steps``,
 for one or more drafters under one verifier.
 
-The corpus (the data engine's, shared with ``distill`` and ``heads train`` for the same verifier,
+The corpus (the data pipeline's, shared with ``distill`` and ``heads train`` for the same verifier,
 prompts and settings), the verifier's taps at every corpus position and the held-out
 continuations are made once, for the first drafter, and not counted; then, for each drafter in
 turn, steps run until the budget is spent and the steering is measured on held-out prompts and

@@ -52,7 +52,7 @@ def step_options(defaults: Any, batch_help: str = "Continuations per step.", lr_
 
 
 def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
-    """The data engine's and the run's options of a trainer (``distill``, ``heads train``), from
+    """The data pipeline's and the run's options of a trainer (``distill``, ``heads train``), from
     ``--samples-per-prompt`` to ``--resume``, defaults read from its config class ``defaults``;
     ``teacher`` names the model whose continuations and signal the corpus holds."""
 

@@ -1,4 +1,4 @@
-"""Training: drafters made for one target, on one data engine (sampling :mod:`.sampling`,
+"""Training: drafters made for one target, on one data pipeline (sampling :mod:`.sampling`,
 the teacher's signal :mod:`.teacher`, corpora on disk :mod:`.corpus`) and one kind of run
 (:mod:`.runs`: the run folder, the step loop, checkpoints and resuming). DistillSpec students:
 the run's settings (:mod:`.config`), the trainer (:mod:`.distiller`), the student

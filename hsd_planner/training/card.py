@@ -37,7 +37,7 @@ class DistillReport:
     initial_sampled: float = float("nan")
     positions: int = 0  # continuation positions trained on (each with the target's distribution)
     corpus_sequences: int = 0  # sequences of target data (0: on-policy only)
-    corpus_s: float = 0.0  # time the data engine took to make them (0: read from its cache)
+    corpus_s: float = 0.0  # time the data pipeline took to make them (0: read from its cache)
 
     @property
     def positions_per_s(self) -> float:

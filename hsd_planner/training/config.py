@@ -32,7 +32,7 @@ TorchSpec = Annotated[str, AfterValidator(_on_torch)]  # a model spec a trainer 
 
 
 class TrainingConfig(BaseModel):
-    """The settings every trainer shares: its prompts, steps, the data engine's corpus and the run."""
+    """The settings every trainer shares: its prompts, steps, the data pipeline's corpus and the run."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -6,7 +6,7 @@ and the final norm are trained in fp32. Each step takes ``train_batch`` sequence
 the divergence between the target's and the student's next-token distributions at every
 continuation position of them:
 
-- target data: sequences of the corpus of the data engine (:mod:`.corpus`) - ``samples_per_prompt``
+- target data: sequences of the corpus of the data pipeline (:mod:`.corpus`) - ``samples_per_prompt``
   continuations of every prompt of the profiling split (the validation split is never trained
   on), sampled from the target once, with the target's top-k signal at every position, cached on
   disk and shared by every run with the same target, prompts and settings;
@@ -141,7 +141,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
         self.optimizer = torch.optim.AdamW([p for _, p in self.trainable], lr=config.lr, weight_decay=0.0)
         self.log: list[StepLog] = []
         self.corpus: Corpus | None = None
-        self.corpus_s = 0.0  # time the data engine took to make the corpus (0 when it was cached)
+        self.corpus_s = 0.0  # time the data pipeline took to make the corpus (0 when it was cached)
         self.held_out: HeldOut | None = None
         self.initial: tuple[float, float] | None = None  # held-out acceptance of the student as built
         self.resume()

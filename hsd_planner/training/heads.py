@@ -1,7 +1,7 @@
 """Block-draft heads for one host model (blockwise parallel decoding; Stern et al. 2018, Kim et al. 2024).
 
 Heads 2..H (:class:`hsd_runtime.learned.heads.BlockHeads`) are trained on the host's own continuations:
-the data engine's corpus (:mod:`.corpus`) holds, for every continuation position, the host's
+the data pipeline's corpus (:mod:`.corpus`) holds, for every continuation position, the host's
 distribution there (top-k logits and the log-partition); one teacher-forced pass per batch gives
 the host's final hidden state h_t at every position, once, kept in memory. Head i at h_t learns
 the host's distribution i - 1 positions later, the one that predicts token t + i: forward KL to

@@ -1,5 +1,5 @@
 """What every trainer's run shares: its folder (new, or a checkpoint to resume), its prompt splits,
-the key of the data engine's corpus it trains on, and the step loop with its checkpoints
+the key of the data pipeline's corpus it trains on, and the step loop with its checkpoints
 (:class:`TrainingRun`, the base of the distiller, the heads trainer and the steering trainer).
 
 The output folder and the corpus cache are checked before any model is loaded, so a folder that

@@ -1,6 +1,6 @@
 """Steering a drafter with its verifier's hidden states (SD²; Berdoz, Rheinboldt, Wattenhofer 2025).
 
-The data are the verifier's own continuations from the data engine's corpus (:mod:`.corpus`): at
+The data are the verifier's own continuations from the data pipeline's corpus (:mod:`.corpus`): at
 every continuation position, the verifier's distribution (top-k logits and the log-partition)
 and, from one more frozen pass per batch kept in memory, its taps (the inputs of the layers the
 steering reads). Each step draws one staleness offset o in 1..``stale`` (a drafted token is up to

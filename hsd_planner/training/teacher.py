@@ -1,7 +1,7 @@
 """The teacher's dense signal: its next-token distribution at every continuation position.
 
 One teacher-forced pass over a right-padded batch of prompt + continuation gives the distribution
-at every continuation position (:func:`teacher_signal`); the engine keeps its top-k logits and
+at every continuation position (:func:`teacher_signal`); the pipeline keeps its top-k logits and
 the log-partition of the whole row (``logz``, :class:`TeacherRows`), from which the divergences
 of :mod:`.divergences` are computed over the top-k tokens and one tail bucket (exact when k is
 the vocabulary). The same pass gives the hidden states a trained head or projection reads

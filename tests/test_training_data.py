@@ -1,4 +1,4 @@
-"""The training data engine: batched sampling, the teacher's dense signal, the corpus cache."""
+"""The training data pipeline: batched sampling, the teacher's dense signal, the corpus cache."""
 
 import json
 
