@@ -89,10 +89,10 @@ class BatchLookupTimer:
 
 
 def batch_points(config: ProfileConfig, candidates: list[ProfiledModel], contexts: list[int]) -> list[tuple[ProfiledModel, int, int]]:
-    """Every (candidate, context, batch size) group a batch profile measures, b > 1 (block-draft
-    heads and steered drafters run one sequence at a time: none for them)."""
-    single = [c for c in candidates if c.heads is None and c.spec.steer is None]
-    return [(c, ctx, b) for c in single for ctx in contexts for b in sorted(set(config.batch_sizes)) if b > 1]
+    """Every (candidate, context, batch size) group a batch profile measures, b > 1 (a kind that
+    runs one sequence at a time, block-draft heads and steered drafters, has none)."""
+    batched = [c for c in candidates if c.kind.batched]
+    return [(c, ctx, b) for c in batched for ctx in contexts for b in sorted(set(config.batch_sizes)) if b > 1]
 
 
 def measure_batches(

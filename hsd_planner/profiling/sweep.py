@@ -6,13 +6,36 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hsd_runtime.terms.kinds import Timing
+
 from ..store import Engine
 from ..store.measurements import save_latency, set_floors, stored_latency
 from ..store.records import LatencyKey, LatencyPoint
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .timing import SPREAD_LIMIT, HeadsTimer, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
-__all__ = ["Sweep"]
+__all__ = ["TIMERS", "Sweep"]
+
+
+def _pass_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
+    return PassTimer(cand.model.model, ctx)
+
+
+def _lookup_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
+    return LookupTimer(cand.spec.ngram_order, ctx)
+
+
+def _heads_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
+    assert cand.heads is not None  # bound by the run's loading
+    return HeadsTimer(cand.heads, ctx)
+
+
+# a candidate's timer at one context, by what its kind's latency points time (hsd_runtime.terms.kinds)
+TIMERS: dict[Timing, Callable[[ProfiledModel, int], Callable[[int], float]]] = {
+    "pass": _pass_timer,
+    "lookup": _lookup_timer,
+    "heads": _heads_timer,
+}
 
 
 class Sweep:
@@ -61,14 +84,7 @@ class Sweep:
 
     def _timer(self, cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
         if (cand.row_id, ctx) not in self._timers:
-            made: Callable[[int], float]
-            if cand.heads is not None:
-                made = HeadsTimer(cand.heads, ctx)
-            elif cand.loaded is None:
-                made = LookupTimer(cand.spec.ngram_order, ctx)
-            else:
-                made = PassTimer(cand.loaded.model, ctx)
-            self._timers[(cand.row_id, ctx)] = made
+            self._timers[(cand.row_id, ctx)] = TIMERS[cand.kind.timing](cand, ctx)
         return self._timers[(cand.row_id, ctx)]
 
     def _sample(self, point: tuple[int, int, int]) -> None:

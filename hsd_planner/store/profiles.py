@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from hsd_runtime import parse_spec
 from hsd_runtime.terms.choices import Mode
+from hsd_runtime.terms.kinds import kind_of
 
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
@@ -136,7 +137,7 @@ def _assemble(
         if curve is None:
             continue  # no latency here: not a usable candidate on this hardware
         batches = batch_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=spec.is_ngram or spec.is_bpd, batch_latency=batches))
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curve, lookup=kind_of(spec).lookup, batch_latency=batches))
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(
