@@ -102,7 +102,7 @@ class ProfiledModel:
         return kind_of(self.spec)
 
     @property
-    def model(self) -> LoadedModel:
+    def loaded_model(self) -> LoadedModel:
         """The model loaded for it; only a kind with a model of its own has one."""
         if self.loaded is None:
             raise ValueError(f"{self.spec} is a {self.kind.name} drafter, without a model of its own")

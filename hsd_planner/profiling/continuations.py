@@ -111,7 +111,8 @@ def verifier_continuation(
     names = [str(verifier.spec)]
     if assistant is not None:
         spec = assistant.spec
-        members.insert(0, assistant.model.model if assistant.kind.own_model else NgramDrafter(spec.ngram_order, min_size=spec.ngram_min))
+        own = assistant.kind.own_model  # an assistant drafts under any level: a model, else the n-gram lookup
+        members.insert(0, assistant.loaded_model.model if own else NgramDrafter(spec.ngram_order, min_size=spec.ngram_min))
         names.insert(0, str(spec))
     # over the tokenizer's columns: a padded row of the verifier's output layer is no token, and a
     # smaller drafter could not embed its id

@@ -103,7 +103,7 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
     """
     config, out, step, verifier, drafters = run.config, run.out, run.step, verification.verifier, verification.drafters
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, lenience=verification.lenience)
-    width = min([verifier.model.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
+    width = min([verifier.loaded_model.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
     keys = {d.row_id: PromptPairKey(d.row_id, verifier.row_id, out.workload_id, out.setting_id, prompt.k) for d in drafters}
     done = measured_prompts(run.engine, keys.values())
     todo = drafters if config.force else [d for d in drafters if keys[d.row_id] not in done]
@@ -120,7 +120,7 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
     step(1)
     # the rows its generation computed; a stored continuation is teacher-forced again
     if rows is None:
-        p_logits = teacher_forced_logits(verifier.model.model, prompt.ids, continuation, width)
+        p_logits = teacher_forced_logits(verifier.loaded_model.model, prompt.ids, continuation, width)
     else:
         p_logits = rows[:, :width].float()
     out.skipped += len(drafters) - len(todo)
@@ -176,7 +176,7 @@ def _by_heads(d: ProfiledModel, t: _Teacher) -> _Measured:
 
 def _by_steering(d: ProfiledModel, t: _Teacher) -> _Measured:
     """A steered model under its verifier; siblings from the first depth's staleness, every depth alike."""
-    c, q_logits = steered_acceptance(d.model.model, t.verifier.model.model, t.prompt, t.continuation, t.p_logits, t.sampling)
+    c, q_logits = steered_acceptance(d.loaded_model.model, t.verifier.loaded_model.model, t.prompt, t.continuation, t.p_logits, t.sampling)
     return _Measured(c, _siblings(q_logits, t))
 
 

@@ -88,7 +88,7 @@ def _load(config: ProfileConfig, loader: ModelLoader) -> list[ProfiledModel]:
 
 def _bind_steering(cand: ProfiledModel, candidates: list[ProfiledModel], width: int, loader: ModelLoader) -> None:
     """Load a steered candidate's steering; its verifier must be listed too."""
-    cand.loaded = steer_model(cand.model)
+    cand.loaded = steer_model(cand.loaded_model)
     trained = parse_spec(cand.loaded.model.steerer.card.verifier)
     verifier = next((c for c in candidates if c.kind.verifies and same_model(trained, c.spec)), None)
     if verifier is None:
@@ -104,7 +104,7 @@ def _bind_heads(cand: ProfiledModel, candidates: list[ProfiledModel], width: int
     host = next((c for c in candidates if c.kind.own_model and drafter.reads(c.spec)), None)
     if host is None:
         raise ChainError(f"{cand.spec} holds heads for {drafter.card.host}; list that model in --models too")
-    drafter.bind(host.model.model, width)
+    drafter.bind(host.loaded_model.model, width)
     cand.heads, cand.host = drafter, str(host.spec)
 
 

@@ -18,7 +18,7 @@ __all__ = ["TIMERS", "Sweep"]
 
 
 def _pass_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
-    return PassTimer(cand.model.model, ctx)
+    return PassTimer(cand.loaded_model.model, ctx)
 
 
 def _lookup_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
