@@ -3,8 +3,9 @@
 The runtime knows nothing of SQL or printing: it returns tokens and per-level stats. Its rooms,
 each importing only the rooms listed before it:
 
-- :mod:`.terms`: the torch-free vocabulary - model specs, tree shapes and drafted trees, the closed
-  sets of values, the bounds of numbers, the errors (the planner reads these without torch).
+- :mod:`.terms`: the torch-free vocabulary - model specs and the table of drafter kinds they name,
+  tree shapes and drafted trees, the closed sets of values, the bounds of numbers, the errors (the
+  planner reads these without torch).
 - :mod:`.models`: loading a spec (packaged models, int8 copies, trimmed heads, prepacked weights,
   GGUF files), devices and dtypes, and the engines a model runs on, torch (with its ragged layout
   for b rows), static and llama.cpp, behind one seam (:mod:`.models.engine`).
@@ -12,7 +13,7 @@ each importing only the rooms listed before it:
   verification (chains and RRS trees), the model and n-gram drafters, the hierarchy's loop over one
   or more prompts in lockstep, and its results.
 - :mod:`.learned`: drafters with trained weights - block-draft heads (BPD) and steering.
-- :mod:`.build`: specs to hierarchy members, the one module that knows every drafter kind.
+- :mod:`.build`: specs to hierarchy members, the one module that makes every drafter kind.
 
 Public names are imported from the package itself, on first use (PEP 562), so that the torch-free
 room can be imported where torch is not installed.

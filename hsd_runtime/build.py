@@ -1,28 +1,30 @@
-"""From model specs to a runnable hierarchy: the one place that knows every kind of drafter.
+"""From model specs to a runnable hierarchy: the one place that makes every kind of drafter.
 
-A spec becomes a member of a chain here - a torch model as the loader made it (full, trimmed,
-int8, a trained student), a llama.cpp GGUF model, the n-gram lookup (``ngram``), block-draft
-heads on the level above (``bpd:``) or a drafter steered by the level above (``steer=``) - and
-:func:`build_hierarchy` hands the members to the executor, :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`,
-which decodes one prompt or a batch of them in lockstep.
+A spec becomes a member of a chain here, one maker per kind of :mod:`hsd_runtime.terms.kinds`
+(:data:`MEMBERS`) - a torch model as the loader made it (full, trimmed, int8, a trained student),
+a llama.cpp GGUF model, the n-gram lookup (``ngram``), block-draft heads on the level above
+(``bpd:``) or a drafter steered by the level above (``steer=``) - and :func:`build_hierarchy`
+hands the members to the executor, :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`, which
+decodes one prompt or a batch of them in lockstep.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 from .decoding.cache import CachePool
 from .decoding.hierarchy import Hierarchy, Member
 from .decoding.ngram import NgramDrafter
 from .learned.bpd import check_host, load_bpd
 from .learned.steering import check_verifier, steer_model
-from .models.loading import ModelLoader, check_same_tokenizer
+from .models.loading import LoadedModel, ModelLoader, check_same_tokenizer
 from .terms.errors import ChainError
+from .terms.kinds import BLOCK_HEADS, MODEL, NGRAM_LOOKUP, STEERED, DrafterKind, kind_of
 from .terms.shape import Width
 from .terms.spec import ModelSpec, parse_spec
 
-__all__ = ["build_hierarchy"]
+__all__ = ["MEMBERS", "build_hierarchy"]
 
 
 def build_hierarchy(
@@ -35,7 +37,7 @@ def build_hierarchy(
     tokenizer, a spec cannot be loaded, or the runtime asked for cannot run one of its members.
     """
     specs = [parse_spec(s) if isinstance(s, str) else s for s in chain]
-    if not specs or not specs[-1].is_model:
+    if not specs or not kind_of(specs[-1]).own_model:
         raise ChainError("the last model of a chain is the target and cannot be ngram or bpd")
     loaded = [None if m is None else steer_model(m) for m in loader.load_chain(specs)]
     models = [m for m in loaded if m is not None]
@@ -43,16 +45,43 @@ def build_hierarchy(
     members: list[Member] = []
     for i, (s, m) in enumerate(zip(specs, loaded)):
         above = specs[i + 1] if i + 1 < len(specs) else None  # the level that verifies this one
-        if s.is_bpd:
-            drafter = load_bpd(s, loader, models)
-            check_host(drafter, s, above)
-            members.append(drafter)
-        elif m is None:
-            members.append(NgramDrafter(n=s.ngram_order, name=str(s), min_size=s.ngram_min))
-        else:
-            if s.steer is not None:
-                steered: Any = m.model  # steer_model gave it its steerer
-                check_verifier(s, steered.steerer, above)
-            members.append(m.model)
+        members.append(MEMBERS[kind_of(s)](_Site(s, m, above, loader, models)))
     target, names = models[-1], [str(s) for s in specs]
     return Hierarchy(members, widths, names, width, target.eos_token_ids, caches), target.tokenizer
+
+
+class _Site(NamedTuple):
+    """One spec of a chain being built, with what its member is made from."""
+
+    spec: ModelSpec
+    loaded: LoadedModel | None  # None for the kinds without a model of their own
+    above: ModelSpec | None  # the level that verifies it (None for the target)
+    loader: ModelLoader
+    models: list[LoadedModel]  # the chain's loaded models, smallest first
+
+
+def _model(site: _Site) -> Member:
+    assert site.loaded is not None
+    return site.loaded.model
+
+
+def _ngram(site: _Site) -> Member:
+    s = site.spec
+    return NgramDrafter(n=s.ngram_order, name=str(s), min_size=s.ngram_min)
+
+
+def _heads(site: _Site) -> Member:
+    drafter = load_bpd(site.spec, site.loader, site.models)
+    check_host(drafter, site.spec, site.above)
+    return drafter
+
+
+def _steered(site: _Site) -> Member:
+    assert site.loaded is not None
+    steered: Any = site.loaded.model  # steer_model gave it its steerer
+    check_verifier(site.spec, steered.steerer, site.above)
+    return steered
+
+
+# what the build makes of each kind of drafter (hsd_runtime.terms.kinds, each kind's ``member``)
+MEMBERS: dict[DrafterKind, Callable[[_Site], Member]] = {MODEL: _model, NGRAM_LOOKUP: _ngram, BLOCK_HEADS: _heads, STEERED: _steered}

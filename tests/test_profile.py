@@ -23,7 +23,7 @@ from hsd_planner.profiling.acceptance import (
     teacher_forced_logits,
     visited_run_sums,
 )
-from hsd_planner.profiling.runner import _pooled_logits
+from hsd_planner.profiling.pairs import pooled_logits
 from hsd_runtime import CachePool, Hierarchy, SamplingConfig, ngram_lookup
 from tests.helpers import QUICK_PROFILE, run
 from tests.tiny import tiny_llama
@@ -468,6 +468,6 @@ def test_a_drafters_pass_over_a_continuation_keeps_the_prompt_its_own_continuati
     continuation = Hierarchy([verifier], []).generate(prompt, 10).tokens
     stats = pool.get(drafter, "draft", 64).stats
     before = stats.tokens_fed
-    rows = _pooled_logits(pool, cand, prompt, continuation, 64)
+    rows = pooled_logits(pool, cand, prompt, continuation, 64)
     assert stats.tokens_fed - before == len(continuation) + 1
     assert torch.allclose(rows, teacher_forced_logits(drafter, prompt, continuation, 64), atol=1e-4)

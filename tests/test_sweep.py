@@ -120,14 +120,14 @@ def test_continuations_are_drafted_by_the_drafter_predicted_fastest():
 def test_latency_rounds_spread_over_the_acceptance_passes(tiny_dirs, tmp_path, isolated_db, monkeypatch):
     """Half the rounds before acceptance, the rest between the prompts' acceptance passes, none lost."""
     seen = []
-    acceptance = runner._acceptance_for_prompt
+    acceptance = runner.measure_acceptance
 
-    def recording(engine, *args, **kwargs):
-        with Session(engine) as s:
+    def recording(run, verification, prompt):
+        with Session(run.engine) as s:
             seen.append(sorted({len(r.samples_ms) for r in s.scalars(select(Latency))}))
-        return acceptance(engine, *args, **kwargs)
+        return acceptance(run, verification, prompt)
 
-    monkeypatch.setattr(runner, "_acceptance_for_prompt", recording)
+    monkeypatch.setattr(runner, "measure_acceptance", recording)
     models = ["ngram", str(tiny_dirs["draft"]), str(tiny_dirs["target"])]
     config = ProfileConfig(models=models, latency_grid=[1, 2], context_lens=[8], repeats=5, max_new_tokens=4)
     prompts = tmp_path / "prompts.txt"

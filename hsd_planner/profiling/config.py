@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hsd_runtime import LoadedModel, ModelSpec
 from hsd_runtime.terms.choices import Dtype, Mode
+from hsd_runtime.terms.kinds import DrafterKind, kind_of
 from hsd_runtime.terms.limits import MAX_BATCH, MAX_SEED, MAX_TEMPERATURE, MIN_TEMPERATURE
 
 from ..limits import MAX_LENGTH, MAX_NAME_CHARS, MAX_REPEATS
@@ -84,14 +85,28 @@ class ProfileOutcome:
 
 @dataclass
 class ProfiledModel:
-    """A model a profile measures: its spec, the model loaded (None for ngram and bpd; steered
-    for a ``steer=`` spec), the block-draft drafter of a ``bpd:`` spec (bound to its host) and its row id."""
+    """A model a profile measures: its spec, the model loaded (None for a kind without a model of
+    its own: ngram and bpd; steered for a ``steer=`` spec), the block-draft drafter of a ``bpd:``
+    spec (bound to its host) and its row id."""
 
     spec: ModelSpec
-    loaded: LoadedModel | None  # None for ngram and bpd
+    loaded: LoadedModel | None  # None where its kind has no model of its own (ngram, bpd)
     row_id: int = 0
     heads: BpdDrafter | None = None
     host: str | None = None  # the one verifier of a bpd candidate (its host) or of a steered one, as listed
+
+    @property
+    def kind(self) -> DrafterKind:
+        """The kind of drafter its spec names: how it is timed, whom it drafts for, how its
+        acceptance is measured (:mod:`hsd_runtime.terms.kinds`)."""
+        return kind_of(self.spec)
+
+    @property
+    def loaded_model(self) -> LoadedModel:
+        """The model loaded for it; only a kind with a model of its own has one."""
+        if self.loaded is None:
+            raise ValueError(f"{self.spec} is a {self.kind.name} drafter, without a model of its own")
+        return self.loaded
 
     @property
     def facts(self) -> ModelFacts | None:

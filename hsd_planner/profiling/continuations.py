@@ -62,7 +62,7 @@ class Assistant:
         for d in drafters:
             draft, alpha = self.curves[d.row_id], min(self._acceptance(d.row_id, verifier.row_id), 0.99)
             drafter = Level(
-                lambda n, draft=draft: draft(n, ctx), lookup=d.loaded is None, proposal=draft.proposal(ctx)
+                lambda n, draft=draft: draft(n, ctx), lookup=d.kind.lookup, proposal=draft.proposal(ctx)
             )  # a lookup proposes all w at once
             ms = hierarchy_latency([drafter, replace(target, runs=RunLengths.iid(alpha))], [ASSIST_WIDTH]).ms_per_token
             if ms < best_ms:
@@ -111,7 +111,8 @@ def verifier_continuation(
     names = [str(verifier.spec)]
     if assistant is not None:
         spec = assistant.spec
-        members.insert(0, NgramDrafter(spec.ngram_order, min_size=spec.ngram_min) if assistant.loaded is None else assistant.loaded.model)
+        own = assistant.kind.own_model  # an assistant drafts under any level: a model, else the n-gram lookup
+        members.insert(0, assistant.loaded_model.model if own else NgramDrafter(spec.ngram_order, min_size=spec.ngram_min))
         names.insert(0, str(spec))
     # over the tokenizer's columns: a padded row of the verifier's output layer is no token, and a
     # smaller drafter could not embed its id
@@ -122,7 +123,7 @@ def verifier_continuation(
     # a model that holds this prompt already (an assistant that verified it below) keeps it
     result = target.generate(ids, config.max_new_tokens, sampling, keep_logits=True, reuse_prompt=True)
     rows = [verifier] if assistant is None else [assistant, verifier]
-    for row, ms in zip(rows, host_ms_per_pass(result, [r.loaded is not None for r in rows])):
+    for row, ms in zip(rows, host_ms_per_pass(result, [r.kind.own_model for r in rows])):
         if ms is not None:
             out.host_samples.setdefault(row.row_id, []).append(ms)
     save_continuation(engine, key, result.tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Sequence
 
-from hsd_runtime import engine_model
+from hsd_runtime.terms.kinds import Timing
 
 from ..store import Engine
 from ..store.measurements import save_latency, set_floors, stored_latency
@@ -20,7 +20,7 @@ from .batch import BatchLookupTimer, BatchPassTimer
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .timing import SPREAD_LIMIT, HeadsTimer, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
-__all__ = ["Point", "Sweep", "latency_points"]
+__all__ = ["TIMERS", "Point", "Sweep", "latency_points"]
 
 # a latency point: the candidate, its context, the tokens per sequence of the pass and the batch size
 Point = tuple[ProfiledModel, int, int, int]
@@ -29,12 +29,12 @@ _Key = tuple[int, int, int, int]  # (model row id, context, n, batch size)
 
 def latency_points(config: ProfileConfig, candidates: Sequence[ProfiledModel], contexts: Sequence[int]) -> list[Point]:
     """Every point a profile measures: each candidate at each context and n of the latency grid,
-    at each batch size of ``config.batch_sizes`` (b > 1 only for what decodes rows in lockstep:
-    not block-draft heads, steered drafters or another engine's model), and n = 0, a steered
-    model's projection, which it runs once per proposal beside its passes."""
+    at each batch size of ``config.batch_sizes`` (b > 1 only for a kind that decodes rows in
+    lockstep, on an engine that does: not block-draft heads, steered drafters or another engine's
+    model), and n = 0, a steered model's projection, which it runs once per proposal beside its passes."""
     points = [(c, ctx, n, 1) for c in candidates for ctx in contexts for n in config.latency_grid]
-    points += [(c, ctx, 0, 1) for c in candidates if c.spec.steer is not None for ctx in contexts]
-    rows = [c for c in candidates if c.heads is None and c.spec.steer is None and not _other_engine(c)]
+    points += [(c, ctx, 0, 1) for c in candidates if c.kind.projection for ctx in contexts]
+    rows = [c for c in candidates if c.kind.batched and not _other_engine(c)]
     grid = sorted(set(config.latency_grid))
     points += [(c, ctx, n, b) for c in rows for ctx in contexts for b in sorted(set(config.batch_sizes)) if b > 1 for n in grid]
     return points
@@ -43,7 +43,28 @@ def latency_points(config: ProfileConfig, candidates: Sequence[ProfiledModel], c
 def _other_engine(cand: ProfiledModel) -> bool:
     """A model of an engine other than torch (llama.cpp, static), which decodes one sequence at a
     time (its cache opens no rows)."""
-    return cand.loaded is not None and engine_model(cand.loaded.model).engine != "torch"
+    return cand.loaded is not None and cand.loaded.engine != "torch"
+
+
+def _pass_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
+    return PassTimer(cand.loaded_model.model, ctx)
+
+
+def _lookup_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
+    return LookupTimer(cand.spec.ngram_order, ctx)
+
+
+def _heads_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
+    assert cand.heads is not None  # bound by the run's loading
+    return HeadsTimer(cand.heads, ctx)
+
+
+# a candidate's timer at one context, by what its kind's latency points time (hsd_runtime.terms.kinds)
+TIMERS: dict[Timing, Callable[[ProfiledModel, int], Callable[[int], float]]] = {
+    "pass": _pass_timer,
+    "lookup": _lookup_timer,
+    "heads": _heads_timer,
+}
 
 
 class Sweep:
@@ -106,21 +127,14 @@ class Sweep:
             if self._group is None or self._group[0] != group:
                 self._group = None  # the last group's contexts freed before the next one's are cached
                 made: Callable[[int], float]
-                if cand.loaded is None:
+                if cand.kind.timing == "lookup":
                     made = BatchLookupTimer(cand.spec.ngram_order, ctx, b, self.config.seed)
                 else:
-                    made = BatchPassTimer(cand.loaded.model, ctx, b, self.config.seed)
+                    made = BatchPassTimer(cand.loaded_model.model, ctx, b, self.config.seed)
                 self._group = (group, made)
             return self._group[1]
         if (cand.row_id, ctx) not in self._timers:
-            timer: Callable[[int], float]
-            if cand.heads is not None:
-                timer = HeadsTimer(cand.heads, ctx)
-            elif cand.loaded is None:
-                timer = LookupTimer(cand.spec.ngram_order, ctx)
-            else:
-                timer = PassTimer(cand.loaded.model, ctx)
-            self._timers[(cand.row_id, ctx)] = timer
+            self._timers[(cand.row_id, ctx)] = TIMERS[cand.kind.timing](cand, ctx)
         return self._timers[(cand.row_id, ctx)]
 
     def _sample(self, point: _Key) -> None:

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hsd_runtime.terms.choices import GGUF_QUANTS, Mode
+from hsd_runtime.terms.kinds import kind_of
 from hsd_runtime.terms.spec import parse_spec
 
 from ..errors import HSDError
@@ -240,7 +241,7 @@ class ProfileDocument(_Row):
         for i, r in enumerate(self.latency):
             known("latency", i, "model", r.model, models)
             known("latency", i, "hardware", r.hardware, hardware)
-            if r.n_tokens == 0 and parse_spec(r.model).steer is None:
+            if r.n_tokens == 0 and not kind_of(parse_spec(r.model)).projection:
                 raise ValueError(f"latency[{i}] has n_tokens 0, which only a steered model's projection row has")
         _unique("continuations", self.continuations, lambda r: (r.verifier, r.workload, _setting_key(r.setting), r.prompt_index))
         for i, c in enumerate(self.continuations):

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from hsd_runtime import parse_spec
 from hsd_runtime.terms.choices import Mode
+from hsd_runtime.terms.kinds import kind_of
 
 from ..errors import StoreError
 from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
@@ -136,7 +137,7 @@ def _assemble(
         curves = stored_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
         if 1 not in curves:
             continue  # no latency here: not a usable candidate on this hardware
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curves, lookup=spec.is_ngram or spec.is_bpd))
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curves, lookup=kind_of(spec).lookup))
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(
