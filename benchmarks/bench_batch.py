@@ -34,7 +34,7 @@ from hsd_planner.plan import SolveConfig
 from hsd_planner.profiling import ProfileConfig, run_profile
 from hsd_planner.prompts import PromptSet, load_prompts, split
 from hsd_planner.solving import solve_and_store, solve_batch_schedule
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.solves import solve_record
 from hsd_planner.store.validations import plans_of_solve
 from hsd_planner.validation import run_validation
@@ -73,7 +73,7 @@ def main() -> None:
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     check = [int(b) for b in args.validate_batch_sizes.split(",")]
     print(f"machine: {machine()}, {cpu_capability()}, {dtype}\n", flush=True)
-    engine = open_engine(str(args.out / "batch.db"))
+    db = open_db(str(args.out / "batch.db"))
     results = {}
     for workload in args.workloads.split(","):
         prompts = _prompts(workload, args.spec_bench)
@@ -86,19 +86,19 @@ def main() -> None:
             batch_sizes=sizes,
         )
         if args.stage != "validate":
-            run_profile(engine, config, split(prompts, "profile", args.profile_prompts), loader)
+            run_profile(db, config, split(prompts, "profile", args.profile_prompts), loader)
         if args.stage == "profile":
             continue
         solve_config = SolveConfig(t_max=8, trees=False)
-        solved = solve_and_store(engine, args.target, f"{prompts.name}:profile", config=solve_config)
-        batch = solve_batch_schedule(engine, solved.solve_id, solve_config, sizes)
+        solved = solve_and_store(db, args.target, f"{prompts.name}:profile", config=solve_config)
+        batch = solve_batch_schedule(db, solved.solve_id, solve_config, sizes)
         drafters = {plan.chain[0] for _, plan in batch.best if plan.depth == 1}
         drafter = next(iter(drafters)) if len(drafters) == 1 else solved.best.plan.chain[0]
         fixed = [([drafter, args.target], [k]) for k in map(int, args.fixed.split(","))]
-        solve = solve_record(engine, solved.solve_id)
+        solve = solve_record(db, solved.solve_id)
         held = split(prompts, "validate", args.prompts)
-        auto = [p for p in plans_of_solve(engine, solve.id) if p.kind == "autoregressive"]  # the schedule and fixed chains beside it
-        report = run_validation(engine, loader, solve, auto, held, args.new_tokens, args.repeats, check, fixed)
+        auto = [p for p in plans_of_solve(db, solve.id) if p.kind == "autoregressive"]  # the schedule and fixed chains beside it
+        report = run_validation(db, loader, solve, auto, held, args.new_tokens, args.repeats, check, fixed)
         results[workload] = {"solve": batch.to_dict(), "validation": report.to_dict(), "drafter": drafter}
         print(json.dumps({"workload": workload, "schedule": batch.to_dict()["schedule"]}), flush=True)
         _table(workload, batch.to_dict(), report.to_dict())

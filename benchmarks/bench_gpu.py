@@ -177,13 +177,13 @@ def compiled_greedy_ms(model: Any, new: int, prompt_len: int = 64) -> float:
 def plan_on_gpu(curves: dict[str, dict[int, dict[int, float]]], target: str) -> dict[str, Any]:
     """The solver's pick with these GPU curves and the shipped profile's acceptance."""
     from hsd_planner.plan import Profile, SolveConfig, solve
-    from hsd_planner.store import open_memory_engine
+    from hsd_planner.store import open_memory_db
     from hsd_planner.store.exchange import import_document, read_document
     from hsd_planner.store.profiles import load_profile
 
-    engine = open_memory_engine()
-    import_document(engine, read_document(PROFILE, "profile"))
-    cpu, _source = load_profile(engine, target=PROFILED[target])
+    db = open_memory_db()
+    import_document(db, read_document(PROFILE, "profile"))
+    cpu, _source = load_profile(db, target=PROFILED[target])
     names = {name: shape for shape, name in PROFILED.items() if shape in curves}
     models = []
     for m in cpu.models:

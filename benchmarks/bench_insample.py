@@ -27,7 +27,7 @@ from hsd_planner.plan import SolveConfig
 from hsd_planner.profiling import prepare_profile, run_profile
 from hsd_planner.prompts import load_prompts, split
 from hsd_planner.solving import solve_and_store
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime.models.device import auto_dtype, cpu_capability
 
@@ -45,11 +45,11 @@ def main() -> None:
     loader = make_loader("cpu", dtype, True, args.engine)
     config = family.profile_config(dtype)
     prepared = prepare_profile(config, held_out, loader)
-    engine = open_engine(args.db)
-    run_profile(engine, config, held_out, loader, prepared=prepared)  # the held-out problems themselves
-    solve_and_store(engine, target=config.models[-1], workload=held_out.name, config=SolveConfig())
-    solve, plans = select_plans(engine, (), "best")
-    report = run_validation(engine, loader, solve, plans, held_out, family.max_new_tokens, family.repeats)
+    db = open_db(args.db)
+    run_profile(db, config, held_out, loader, prepared=prepared)  # the held-out problems themselves
+    solve_and_store(db, target=config.models[-1], workload=held_out.name, config=SolveConfig())
+    solve, plans = select_plans(db, (), "best")
+    report = run_validation(db, loader, solve, plans, held_out, family.max_new_tokens, family.repeats)
     print(format_validation(report))
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_option, spec_bench_set
 from hsd_planner.profiling import ProfileConfig, profile_summary, run_profile
 from hsd_planner.prompts import PromptSet, split
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_runtime import ModelLoader
 
 MODELS = ["ngram", "smollm2-135m:layers=2", "smollm2-135m:layers=4", "smollm2-135m:layers=8", "smollm2-135m"]
@@ -47,7 +47,7 @@ def main() -> None:
     for mode in args.modes.split(","):
         db = args.out / f"profile-{mode}.db"
         db.unlink(missing_ok=True)
-        engine = open_engine(str(db))
+        db = open_db(str(db))
         config = ProfileConfig(models=models, mode=mode, temperature=1.0, dtype=args.dtype, max_new_tokens=args.new_tokens)
         runs = {}
         total = 0.0
@@ -55,23 +55,23 @@ def main() -> None:
             part = split(spec_bench_set(args.spec_bench, category), "profile")
             prompts = PromptSet(f"spec_bench/{category}", part.prompts[: args.per_category])
             t1 = time.perf_counter()
-            outcome = run_profile(engine, config, prompts, loader)
+            outcome = run_profile(db, config, prompts, loader)
             wall = time.perf_counter() - t1
             total += wall
-            runs[category] = {"wall_s": wall, **profile_summary(engine, outcome).to_dict()}
+            runs[category] = {"wall_s": wall, **profile_summary(db, outcome).to_dict()}
             print(f"[{mode}] {category}: {wall:.1f} s, {outcome.measured} measurements", flush=True)
         report["runs"][mode] = {"total_wall_s": total, "categories": runs}
         print(
             f"\n## {mode}: whole profile {total:.1f} s ({len(SPEC_CATEGORIES)} x {args.per_category} prompts x {args.new_tokens} new tokens)\n"
         )
-        _print_tables(engine, runs, models)
+        _print_tables(db, runs, models)
     (args.out / "profile.json").write_text(json.dumps(report, indent=1))
 
 
-def _print_tables(engine, runs: dict, models: list[str]) -> None:
+def _print_tables(db, runs: dict, models: list[str]) -> None:
     from hsd_planner.store.measurements import latency_points
 
-    rows = latency_points(engine)
+    rows = latency_points(db)
     grid = sorted({r.n_tokens for _, r in rows})
     for ctx in sorted({r.context_len for _, r in rows}):
         print(f"latency, median ms per forward pass, context {ctx}\n")

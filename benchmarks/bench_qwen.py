@@ -39,7 +39,7 @@ from hsd_planner.plan import SolveConfig
 from hsd_planner.profiling import ProfileConfig, profile_summary, run_profile
 from hsd_planner.prompts import PromptSet, encode_prompt, load_prompts, split
 from hsd_planner.solving import solve_and_store
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import Hierarchy, ModelLoader
 from hsd_runtime.build import build_hierarchy
@@ -82,28 +82,28 @@ def _workloads(args) -> list[tuple[str, PromptSet, PromptSet]]:
     return [w for w in out if not args.only or w[0].split("/")[-1] in args.only]
 
 
-def stage_profile(args, engine, loader, dtype: str, runs: dict) -> dict:
+def stage_profile(args, db, loader, dtype: str, runs: dict) -> dict:
     """Profile every workload (those of ``--only``), adding each to ``runs``."""
     config = ProfileConfig(models=args.models, dtype=dtype, max_new_tokens=args.new_tokens)
     for name, prompts, _ in _workloads(args):
         t0 = time.perf_counter()
-        outcome = run_profile(engine, config, prompts, loader)
+        outcome = run_profile(db, config, prompts, loader)
         wall = time.perf_counter() - t0
-        summary = profile_summary(engine, outcome).to_dict()
+        summary = profile_summary(db, outcome).to_dict()
         runs[name] = {"wall_s": wall, "prompts": len(prompts.prompts), "summary": summary}
         alphas = {f"{a['drafter']} > {a['verifier']}": round(a["alpha"], 3) for a in summary["acceptance"] if a["verifier"] == TARGET}
         print(f"[profile] {name}: {wall:.0f} s; alpha by the target: {alphas}", flush=True)
     return runs
 
 
-def stage_validate(args, engine, loader, reports: dict, save) -> dict:
+def stage_validate(args, db, loader, reports: dict, save) -> dict:
     """Validate every workload (those of ``--only``), adding each report to ``reports`` and
     calling ``save()`` as it lands, so that a stopped run keeps the workloads it finished."""
     for name, _, held in _workloads(args):
-        solved = solve_and_store(engine, target=TARGET, workload=name, config=SolveConfig(top_k=5, t_max=args.t_max))
-        solve, plans = select_plans(engine, (), "all")
+        solved = solve_and_store(db, target=TARGET, workload=name, config=SolveConfig(top_k=5, t_max=args.t_max))
+        solve, plans = select_plans(db, (), "all")
         assert solve.id == solved.solve_id
-        report = run_validation(engine, loader, solve, plans, held, args.new_tokens, args.repeats)
+        report = run_validation(db, loader, solve, plans, held, args.new_tokens, args.repeats)
         reports[name] = report.to_dict()
         save()
         row = _summary_row(name, reports[name])
@@ -310,14 +310,14 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     dtype = auto_dtype(torch.device("cpu"))
     loader = ModelLoader(device="cpu", dtype=dtype)
-    engine = open_engine(str(args.out / "qwen.db"))
+    db = open_db(str(args.out / "qwen.db"))
     result_file = args.out / "qwen.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else {}
     result["machine"] = f"{machine()}; CPU capability {cpu_capability()}; dtype {dtype}"
     print(result["machine"], flush=True)
     stages = args.stages.split(",")
     if "profile" in stages:
-        result["profile"] = stage_profile(args, engine, loader, dtype, result.get("profile", {}) if args.only else {})
+        result["profile"] = stage_profile(args, db, loader, dtype, result.get("profile", {}) if args.only else {})
         result_file.write_text(json.dumps(result, indent=1))
     if "validate" in stages:
         result["validate"] = result.get("validate", {}) if args.only else {}
@@ -325,9 +325,9 @@ def main() -> None:
         def save() -> None:
             result_file.write_text(json.dumps(result, indent=1))
 
-        stage_validate(args, engine, loader, result["validate"], save)
+        stage_validate(args, db, loader, result["validate"], save)
     if "hf" in stages:
-        result["hf"] = stage_hf(args, engine, loader, result["validate"])
+        result["hf"] = stage_hf(args, db, loader, result["validate"])
         result_file.write_text(json.dumps(result, indent=1))
     _print_tables(result)
 

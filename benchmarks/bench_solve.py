@@ -108,17 +108,17 @@ def real_profiles(dbs: list[str]) -> None:
     """Best plan per category on real profiles, against the best single drafter."""
     from benchmarks.common import SPEC_CATEGORIES
     from hsd_planner.solving import solve_and_store
-    from hsd_planner.store import open_engine
+    from hsd_planner.store import open_db
 
     print(
         "| mode | category | best plan | predicted ms/token | speed-up vs autoregressive | best single drafter | its ms/token | best / single |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for db in dbs:
-        engine = open_engine(db)
+        db = open_db(db)
         for category in SPEC_CATEGORIES:
             mode = "sample" if "sample" in db else "greedy"
-            r = solve_and_store(engine, target="smollm2-135m", workload=f"spec_bench/{category}", mode=mode, config=SolveConfig(t_max=8))
+            r = solve_and_store(db, target="smollm2-135m", workload=f"spec_bench/{category}", mode=mode, config=SolveConfig(t_max=8))
             best = next(p.plan for p in r.plans if p.kind == "best")
             single = next(p.plan for p in r.plans if p.kind == "single")  # singles come best first
             ms, single_ms = best.prediction.ms_per_token, single.prediction.ms_per_token

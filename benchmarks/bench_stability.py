@@ -32,7 +32,7 @@ from hsd_planner.plan import SolveConfig, predict_over
 from hsd_planner.profiling import run_profile
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.solving import solve_and_store
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.measurements import latency_points, rewrite_latency
 from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.validations import stored_validations
@@ -44,42 +44,42 @@ FAMILY = FAMILIES["smollm2"]
 TARGET = FAMILY.models.split(",")[-1]
 
 
-def profile_and_validate(db: Path, rounds: int, loader: ModelLoader, dtype: str) -> dict:
+def profile_and_validate(db_url: Path, rounds: int, loader: ModelLoader, dtype: str) -> dict:
     """One run: fresh profile, solve, validation of every plan. Returns its report and timings."""
-    db.unlink(missing_ok=True)
-    engine = open_engine(str(db))
+    db_url.unlink(missing_ok=True)
+    db = open_db(str(db_url))
     prompts = split(load_prompts(FAMILY.prompts), "profile", FAMILY.max_prompts)
     config = FAMILY.profile_config(dtype, rounds=rounds)
     t0 = time.perf_counter()
-    run_profile(engine, config, prompts, loader)
+    run_profile(db, config, prompts, loader)
     profile_s = time.perf_counter() - t0
-    solve_and_store(engine, target=TARGET, workload=prompts.name, config=SolveConfig())
-    solve, plans = select_plans(engine, (), "all")
+    solve_and_store(db, target=TARGET, workload=prompts.name, config=SolveConfig())
+    solve, plans = select_plans(db, (), "all")
     held = split(load_prompts(FAMILY.prompts), "validate", FAMILY.validate_prompts)
-    report = run_validation(engine, loader, solve, plans, held, FAMILY.max_new_tokens, 1).to_dict()
+    report = run_validation(db, loader, solve, plans, held, FAMILY.max_new_tokens, 1).to_dict()
     return {"profile_s": profile_s, "started": time.strftime("%H:%M:%S"), "report": report, "workload": prompts.name}
 
 
-def _curves(db: Path, rounds: int) -> dict[tuple[str, int, int], list[float]]:
+def _curves(db_url: Path, rounds: int) -> dict[tuple[str, int, int], list[float]]:
     """(model, context, n) -> the samples of the first interleaved rounds, in round order."""
-    engine = open_engine(str(db))
-    return {(spec, r.context_len, r.n_tokens): list(r.samples_ms[:rounds]) for spec, r in latency_points(engine)}
+    db = open_db(str(db_url))
+    return {(spec, r.context_len, r.n_tokens): list(r.samples_ms[:rounds]) for spec, r in latency_points(db)}
 
 
-def _cut(db: Path, rounds: int, to: Path) -> Path:
+def _cut(db_url: Path, rounds: int, to: Path) -> Path:
     """A copy of ``db`` whose latency medians use only the first ``rounds`` rounds."""
     to.unlink(missing_ok=True)
-    with sqlite3.connect(db) as src, sqlite3.connect(to) as dst:  # the backup API: committed pages in the WAL included
+    with sqlite3.connect(db_url) as src, sqlite3.connect(to) as dst:  # the backup API: committed pages in the WAL included
         src.backup(dst)
-    engine = open_engine(str(to))
-    rewrite_latency(engine, lambda point: replace(point, median_ms=statistics.median(point.samples_ms[:rounds])))
-    engine.dispose()
+    db = open_db(str(to))
+    rewrite_latency(db, lambda point: replace(point, median_ms=statistics.median(point.samples_ms[:rounds])))
+    db.dispose()
     return to
 
 
 def _stored_validation(db: Path, loader: ModelLoader) -> tuple[str, list[int], list[dict]]:
     """The workload, per-prompt contexts and measured plans of the newest validation in ``db``."""
-    validation = stored_validations(open_engine(str(db)))[-1]
+    validation = stored_validations(open_db(str(db)))[-1]
     workload, new_tokens = validation.solve.workload.name, validation.entry.max_new_tokens
     runs = [
         {"plan_id": r.plan_id, "chain": r.chain, "widths": r.widths, "measured_speedup": r.measured_speedup, "ms": r.measured_ms_per_token}
@@ -94,7 +94,7 @@ def _stored_validation(db: Path, loader: ModelLoader) -> tuple[str, list[int], l
 def _errors(db: Path, stored: tuple[str, list[int], list[dict]]) -> dict:
     """The stored validation predicted again from ``db``: median |speed-up error| over its plans."""
     workload, contexts, runs = stored
-    profile, _ = load_profile(open_engine(str(db)), TARGET, workload, "greedy", 1.0)
+    profile, _ = load_profile(open_db(str(db)), TARGET, workload, "greedy", 1.0)
     auto = next(p for p in runs if len(p["chain"]) == 1)
     predicted = {p["plan_id"]: predict_over(profile, p["chain"], p["widths"], "empirical", contexts).ms_per_token for p in runs}
     errors = [abs(predicted[auto["plan_id"]] / predicted[p["plan_id"]] / p["measured_speedup"] - 1) for p in runs if p is not auto]

@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from hsd_planner.plan import LatencyCurve, Profile, format_chain, predict_over, widths_from_json
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
 
 
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=64, help="The validation's --max-new-tokens.")
     args = ap.parse_args()
     run = json.loads(args.validation.read_text())
-    profile, _ = load_profile(open_engine(str(args.db)), target=run["target"], mode=run["mode"])
+    profile, _ = load_profile(open_db(str(args.db)), target=run["target"], mode=run["mode"])
     moved = per_pass(profile)
     contexts = run["context_lens"]
     print(f"validation {run['validation_id']} ({run['mode']}, {run['prompt_count']} prompts), ms per token")

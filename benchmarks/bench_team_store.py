@@ -39,14 +39,14 @@ FAST = ["--latency-grid", "1,4", "--context-lens", "8", "--repeats", "2", "--max
 
 def _counts(url: str) -> dict[str, int]:
     """Rows per table, and rows whose natural key repeats (must be 0)."""
-    from hsd_planner.store import open_engine
+    from hsd_planner.store import open_db
     from hsd_planner.store.measurements import key_counts
 
-    engine = open_engine(url, create=False)
+    db = open_db(url, create=False)
     try:
-        return key_counts(engine)
+        return key_counts(db)
     finally:
-        engine.dispose()
+        db.dispose()
 
 
 def _databases(cluster, root: Path):
@@ -95,7 +95,7 @@ def _profiled_prompts(n: int) -> list[str]:
 
 def _writer(url: str, first: int, count: int, ready: Path, go: Path) -> None:
     """One writer process: connect, say ready, wait for go, write ``count`` units, print its end time."""
-    from hsd_planner.store import open_engine
+    from hsd_planner.store import open_db
     from hsd_planner.store.measurements import register_run, save_latency, save_prompt_acceptance
     from hsd_planner.store.records import (
         HardwareRecord,
@@ -107,9 +107,9 @@ def _writer(url: str, first: int, count: int, ready: Path, go: Path) -> None:
         WorkloadRecord,
     )
 
-    engine = open_engine(url)
+    db = open_db(url)
     keys, (drafter, verifier) = register_run(
-        engine,
+        db,
         HardwareRecord("bench", "cpu", "bench", None, 1, "-", None),
         WorkloadRecord("bench", "b" * 64, 1),
         [8],
@@ -120,9 +120,9 @@ def _writer(url: str, first: int, count: int, ready: Path, go: Path) -> None:
     while not go.exists():
         time.sleep(0.005)
     for k in range(first, first + count):
-        save_latency(engine, LatencyKey(verifier, keys.hardware_id, "fp32", k + 1, 8), LatencyPoint(k + 1, 8, 1.0, None, (1.0,)))
+        save_latency(db, LatencyKey(verifier, keys.hardware_id, "fp32", k + 1, 8), LatencyPoint(k + 1, 8, 1.0, None, (1.0,)))
         pair = PromptPairKey(drafter, verifier, keys.workload_id, keys.setting_id, k)
-        save_prompt_acceptance(engine, pair, PromptAcceptance(16, 8.0, [16.0, 8.0], [16, 16]))
+        save_prompt_acceptance(db, pair, PromptAcceptance(16, 8.0, [16.0, 8.0], [16, 16]))
     print(time.time(), flush=True)
 
 

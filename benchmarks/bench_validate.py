@@ -22,7 +22,7 @@ from benchmarks.common import SPEC_CATEGORIES, machine, spec_bench_option, spec_
 from hsd_planner.plan import SolveConfig, predict_over
 from hsd_planner.prompts import PromptSet, encode_prompt, split
 from hsd_planner.solving import solve_and_store
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
 from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import ModelLoader
@@ -47,7 +47,7 @@ def main() -> None:
     print(f"machine: {machine()}\n", flush=True)
     rows, results = [], {}
     for mode in args.modes.split(","):
-        engine = open_engine(str(args.out / f"profile-{mode}.db"))
+        db = open_db(str(args.out / f"profile-{mode}.db"))
         for category in SPEC_CATEGORIES:
             workload = f"spec_bench/{category}"
             held = split(spec_bench_set(args.spec_bench, category), "validate")
@@ -55,15 +55,15 @@ def main() -> None:
             # solve at the context the plans will run at: the held-out prompts plus half the continuation
             context = int(statistics.median(len(encode_prompt(tokenizer, p)) for p in prompts.prompts)) + args.new_tokens // 2
             solve_and_store(
-                engine,
+                db,
                 target="smollm2-135m",
                 workload=workload,
                 mode=mode,
                 temperature=1.0,
                 config=SolveConfig(top_k=5, t_max=8, context_len=context),
             )
-            solve, plans = select_plans(engine, (), "all")
-            report = run_validation(engine, loader, solve, plans, prompts, args.new_tokens, 1).to_dict()
+            solve, plans = select_plans(db, (), "all")
+            report = run_validation(db, loader, solve, plans, prompts, args.new_tokens, 1).to_dict()
             rows.append(_row(args.out, mode, category, report))
             results[f"{mode}/{category}"] = report
             print(json.dumps(rows[-1]), flush=True)
@@ -73,9 +73,9 @@ def main() -> None:
 
 def _row(out: Path, mode: str, category: str, report: dict) -> dict:
     """Both acceptance models' predictions for the measured plans of one category."""
-    engine = open_engine(str(out / f"profile-{mode}.db"))
+    db = open_db(str(out / f"profile-{mode}.db"))
     workload = f"spec_bench/{category}"
-    profile, _ = load_profile(engine, "smollm2-135m", workload, mode, 1.0)
+    profile, _ = load_profile(db, "smollm2-135m", workload, mode, 1.0)
     errors = {"empirical": [], "iid": []}
     for p in report["plans"]:
         for model in errors:

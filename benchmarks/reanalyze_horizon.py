@@ -18,23 +18,23 @@ import statistics
 from dataclasses import asdict
 
 from hsd_planner.plan.rounds import RoundLaw
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
 from hsd_planner.store.validations import stored_validations
 
 
-def reanalyze(db: str) -> list[dict]:
+def reanalyze(db_url: str) -> list[dict]:
     """One record per stored validation: speed-up errors under both predictions, per plan."""
-    engine = open_engine(db, create=False)
+    db = open_db(db_url, create=False)
     stored = []
-    for v in stored_validations(engine):
+    for v in stored_validations(db):
         solve = v.solve
         key = (solve.target, solve.workload.name, solve.setting.mode, solve.setting.temperature, solve.hardware.fingerprint)
         runs = [asdict(r) for r in v.runs]
         stored.append((v.id, v.entry.prompts_name, v.entry.max_new_tokens, key, solve.acceptance_model, runs))
     out = []
     for vid, prompts, n, key, acceptance, runs in stored:
-        profile, _ = load_profile(engine, *key)
+        profile, _ = load_profile(db, *key)
         pairs = profile.pairs(acceptance)
         ar = next(r for r in runs if len(r["chain"]) == 1)
         plans = []
@@ -55,7 +55,7 @@ def reanalyze(db: str) -> list[dict]:
                     finite_error=ar["predicted_ms_per_token"] / (round_cost / finite) / r["measured_speedup"] - 1,
                 )
             )
-        out.append(dict(db=db, validation=vid, prompts=prompts, max_new_tokens=n, plans=plans))
+        out.append(dict(db=db_url, validation=vid, prompts=prompts, max_new_tokens=n, plans=plans))
     return out
 
 

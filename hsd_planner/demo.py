@@ -151,7 +151,7 @@ class DemoReport:
 
 
 def run_demo(
-    engine: Engine | Callable[[], Engine],
+    db: Engine | Callable[[], Engine],
     loader: ModelLoader,
     family: DemoFamily = FAMILIES["qwen"],
     dtype: Dtype = "fp32",
@@ -164,7 +164,7 @@ def run_demo(
     single drafter against autoregressive decoding on held-out prompts, write the figure.
 
     What the database already holds is reused, so a second run only validates again. ``say``
-    gets a line at each stage, ``show`` the profile summary when profiling ends. ``engine`` may
+    gets a line at each stage, ``show`` the profile summary when profiling ends. ``db`` may
     be a function that opens the database: it is called once the candidates are loaded and
     checked, so that a refusal leaves no database behind.
     """
@@ -184,22 +184,22 @@ def run_demo(
             f"the target {config.models[-1]} (the last of --models) is not the dearest candidate: {prepared.target} costs more; "
             "list the target last"
         )
-    engine = engine() if callable(engine) else engine
+    db = db() if callable(db) else db
     runs = "llama.cpp, the GGUF files as packaged" if loader.engine == "llamacpp" else dtype
     say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({runs})")
     bars.start("profiling")
-    outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
+    outcome = run_profile(db, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     bars.close()
-    summary = profile_summary(engine, outcome)
+    summary = profile_summary(db, outcome)
     show(summary)
     say("\n2/3 solving")
-    solved = solve_and_store(engine, target=config.models[-1], workload=prompts.name, config=SolveConfig())
+    solved = solve_and_store(db, target=config.models[-1], workload=prompts.name, config=SolveConfig())
     best = solved.best.plan
     say(f"best: {best.label}, predicted {best.prediction.ms_per_token:.1f} ms/token ({best.prediction.speedup:.2f}x)")
     say("\n3/3 validating on held-out prompts")
-    solve, plans = select_plans(engine, (), "best")
+    solve, plans = select_plans(db, (), "best")
     bars.start("validating")
-    report = run_validation(engine, loader, solve, plans, held_out, f.max_new_tokens, f.repeats, progress=bars.step, total=bars.total)
+    report = run_validation(db, loader, solve, plans, held_out, f.max_new_tokens, f.repeats, progress=bars.step, total=bars.total)
     bars.close()
     plot_validation(report, plot_file)
     return DemoReport(summary, solved, report, str(plot_file))

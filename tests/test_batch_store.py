@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from hsd_planner.cli import cli
 from hsd_planner.export.schema import PlanDocument
-from hsd_planner.store import open_engine, resolve_url
+from hsd_planner.store import open_db, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.exchange import export_document, import_document
 from hsd_planner.store.plans import load_plan
@@ -39,7 +39,7 @@ def _latency(**key) -> Latency:
 def test_migration_keys_latency_by_batch_size_and_downgrades_to_batch_one(isolated_db):
     url = resolve_url(str(isolated_db))
     cfg = alembic_config(url)
-    open_engine(str(isolated_db)).dispose()
+    open_db(str(isolated_db)).dispose()
     downgrade(cfg, "0012_validation_calibration")
     with sqlite3.connect(isolated_db) as conn:  # a database of before: one model, one plain latency row
         conn.execute(
@@ -51,12 +51,12 @@ def test_migration_keys_latency_by_batch_size_and_downgrades_to_batch_one(isolat
             "VALUES (1, 1, 'fp32', 1, 64, 5.0, 5.0, 5.0, 1, '2026-01-01')"
         )
     upgrade(cfg, "head")
-    engine = open_engine(str(isolated_db))
-    with Session(engine) as s, s.begin():
+    db = open_db(str(isolated_db))
+    with Session(db) as s, s.begin():
         assert [r.batch_size for r in s.query(Latency)] == [1]  # existing rows are b = 1
         s.add(_latency(model_id=1, hardware_id=1, dtype="fp32", n_tokens=1, context_len=64, batch_size=4))  # same key but b
-    assert "batch_size" in {c["name"] for c in inspect(engine).get_columns("plans")}
-    engine.dispose()
+    assert "batch_size" in {c["name"] for c in inspect(db).get_columns("plans")}
+    db.dispose()
     downgrade(cfg, "0012_validation_calibration")
     with sqlite3.connect(isolated_db) as conn:
         assert conn.execute("SELECT n_tokens, median_ms FROM latency").fetchall() == [(1, 5.0)]  # b = 4 dropped, b = 1 kept
@@ -68,7 +68,7 @@ def test_migration_keys_latency_by_batch_size_and_downgrades_to_batch_one(isolat
 
 def test_migration_moves_schedules_into_the_plan_table_and_back(isolated_db):
     cfg = alembic_config(resolve_url(str(isolated_db)))
-    open_engine(str(isolated_db)).dispose()
+    open_db(str(isolated_db)).dispose()
     downgrade(cfg, "0019_host_ms")
     prediction = "predicted_ms_per_token, predicted_mean_accepted_length, predicted_speedup"
     with sqlite3.connect(isolated_db) as conn:  # a solve of before: ranked plans, a schedule at b = 1 and 4, a validation
@@ -103,15 +103,15 @@ def test_migration_moves_schedules_into_the_plan_table_and_back(isolated_db):
         )
         before = conn.execute(f"SELECT solve_id, batch_size, chain, widths, {prediction} FROM batch_plans ORDER BY batch_size").fetchall()
     upgrade(cfg, "head")
-    engine = open_engine(str(isolated_db))
-    assert [(p.batch_size, p.plan.chain, p.plan.widths, p.plan.prediction.ms_per_token) for p in load_batch_plans(engine, 1)] == [
+    db = open_db(str(isolated_db))
+    assert [(p.batch_size, p.plan.chain, p.plan.widths, p.plan.prediction.ms_per_token) for p in load_batch_plans(db, 1)] == [
         (1, ("d", "t"), (3,), 5.5),
         (4, ("t",), (), 3.0),
     ]
-    assert [(p.id, p.kind, p.batch_size) for p in plans_of_solve(engine, 1)] == [(1, "best", 1), (2, "autoregressive", 1)]
-    assert load_plan(engine).plan_id == 1  # the newest solve's pick, never a schedule's row
-    assert "batch_plans" not in inspect(engine).get_table_names()
-    engine.dispose()
+    assert [(p.id, p.kind, p.batch_size) for p in plans_of_solve(db, 1)] == [(1, "best", 1), (2, "autoregressive", 1)]
+    assert load_plan(db).plan_id == 1  # the newest solve's pick, never a schedule's row
+    assert "batch_plans" not in inspect(db).get_table_names()
+    db.dispose()
     downgrade(cfg, "0019_host_ms")
     with sqlite3.connect(isolated_db) as conn:
         assert (
@@ -140,8 +140,8 @@ def _ms(name: str, n: int, b: int) -> float:
 
 @pytest.fixture
 def batch_db(isolated_db):
-    engine = open_engine(str(isolated_db))
-    with Session(engine) as s, s.begin():
+    db = open_db(str(isolated_db))
+    with Session(db) as s, s.begin():
         hw = Hardware(fingerprint="hw1", device="cpu", device_name="test CPU", threads=2, torch_version="2.13", capability="AVX2")
         wl = Workload(name="w", content_hash="h" * 64, count=8)
         setting = Setting(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=32)
@@ -168,7 +168,7 @@ def batch_db(isolated_db):
                     run_lengths=[a**g for g in range(65)],
                 )
             )
-    return engine
+    return db
 
 
 def test_batch_curves_are_read_back_and_survive_export_and_import(batch_db, tmp_path):
@@ -177,7 +177,7 @@ def test_batch_curves_are_read_back_and_survive_export_and_import(batch_db, tmp_
     big = profile.model("big")
     assert sorted(big.latency) == [1, 2, 4, 8, 16] and big.latency[1](1, 64) == 21.0 and big.latency[4](2, 64) == 28.0
     doc = export_document(batch_db)
-    fresh = open_engine(str(tmp_path / "fresh.db"))
+    fresh = open_db(str(tmp_path / "fresh.db"))
     import_document(fresh, doc)
     again, _ = load_profile(fresh, hardware="hw1")
     assert again.model("big").latency == big.latency
@@ -242,7 +242,7 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
     chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
     result = run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--batch-sizes", "1,2,4", *FAST)
     assert result.exit_code == 0, result.output
-    with Session(open_engine(str(isolated_db))) as s:
+    with Session(open_db(str(isolated_db))) as s:
         sizes = {r.batch_size for r in s.query(Latency)}
         assert sizes == {1, 2, 4} and s.query(Latency).filter_by(batch_size=4).count() == 3 * 2 * 3  # models x contexts x n
     shown = run("profiles", "show").output
@@ -274,7 +274,7 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
             assert r["tokens"] % 6 == 0  # every sequence decodes exactly --max-new-tokens
         if not r["widths"]:
             assert r["measured_speedup"] == 1.0 and r["measured_mean_accepted_length"] == 1.0
-    with Session(open_engine(str(isolated_db))) as s:
+    with Session(open_db(str(isolated_db))) as s:
         from hsd_planner.store.schema import ValidationRun
 
         assert {r.batch_size for r in s.query(ValidationRun).filter_by(validation_id=report["validation_id"])} == {1, 4}

@@ -210,4 +210,4 @@ def test_static_engine_graph_passes_equal_its_eager_passes():
     for extra, first in (([7, 3, 11], 8), ([12], 11), ([4, 4], 10)):
         seq = seq[:first] + extra if first < len(seq) else seq + extra
         torch.testing.assert_close(graphs.logits(seq, first), eager.logits(seq, first), rtol=1e-4, atol=1e-4)
-    assert graphs.engine.buffers.graphs  # the passes were replayed from captured graphs
+    assert graphs.kv.buffers.graphs  # the passes were replayed from captured graphs

@@ -15,7 +15,7 @@ from hsd_planner.profiling.pairs import MEASURES
 from hsd_planner.profiling.runner import BINDINGS, _verifications
 from hsd_planner.profiling.sweep import TIMERS, latency_points
 from hsd_planner.prompts import load_prompts
-from hsd_planner.store import AcceptancePrompt, Latency, open_engine
+from hsd_planner.store import AcceptancePrompt, Latency, open_db
 from hsd_runtime import ChainError, ModelLoader, ModelSpecError, NgramDrafter, build_hierarchy, parse_spec
 from hsd_runtime.build import MEMBERS
 from hsd_runtime.decoding.cache import engine_cache
@@ -163,10 +163,10 @@ def test_a_profile_times_and_measures_each_kind_as_the_table_says(tiny_dirs, kin
     config = ProfileConfig(models=models, latency_grid=[1, 4], context_lens=[8], repeats=1, max_new_tokens=6, batch_sizes=[1, 2])
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("w1 w2 w3 w1 w2\n")
-    engine = open_engine(str(isolated_db))
-    out = run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
+    db = open_db(str(isolated_db))
+    out = run_profile(db, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
     kinds = {row_id: kind_of(parse_spec(spec)) for spec, row_id in out.model_ids.items()}
-    with Session(engine) as s:
+    with Session(db) as s:
         latency = s.scalars(select(Latency)).all()
         pairs = s.scalars(select(AcceptancePrompt)).all()
     assert {kinds[r.model_id] for r in latency if r.n_tokens == 0} == {k for k in KINDS if k.projection}

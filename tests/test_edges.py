@@ -356,7 +356,7 @@ def test_validate_refuses_another_dtype_than_profiled(scratch):
 
 
 def test_imports_run_in_bulk_with_progress(scratch):
-    from hsd_planner.store import open_engine
+    from hsd_planner.store import open_db
     from hsd_planner.store.exchange import ProfileDocument, document_rows, import_document
 
     doc = _doc(scratch)
@@ -365,9 +365,9 @@ def test_imports_run_in_bulk_with_progress(scratch):
     parsed = ProfileDocument.model_validate(doc)
     steps: list[int] = []
     with deadline(60):  # one row at a time took 1.7 ms: 34 s
-        added = import_document(open_engine(str(scratch / "fresh.db")), parsed, progress=steps.append)
+        added = import_document(open_db(str(scratch / "fresh.db")), parsed, progress=steps.append)
     assert added["latency"] == 20_000 and sum(steps) == document_rows(parsed)
-    again = import_document(open_engine(str(scratch / "fresh.db")), parsed)
+    again = import_document(open_db(str(scratch / "fresh.db")), parsed)
     assert sum(again.values()) == 0
 
 

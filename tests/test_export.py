@@ -18,7 +18,7 @@ from hsd_planner.export.restrict import restricted_solve, restrictions
 from hsd_planner.export.schema import shipped_schema
 from hsd_planner.plan import SolveConfig, predict
 from hsd_planner.solving import solve_and_store
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.plans import load_plan
 from hsd_planner.store.schema import Acceptance, Hardware, Latency, ModelRow, Setting, Workload
 from hsd_runtime.terms.shape import TreeShape
@@ -50,8 +50,8 @@ SIBLINGS = {("small", "big"): [0.7, 0.9, 0.96, 0.98, 0.99, 0.99, 0.99, 0.99]}  #
 def solved(isolated_db):
     """A profile written straight into the database, and solves that store plans of every depth
     (0 to 3) and a draft tree: ``{description: plan id}``."""
-    engine = open_engine(str(isolated_db))
-    with Session(engine) as s, s.begin():
+    db = open_db(str(isolated_db))
+    with Session(db) as s, s.begin():
         hw = Hardware(fingerprint="hw1", device="cpu", device_name="test CPU", threads=2, torch_version="2.13", capability="AVX2")
         wl = Workload(name="w", content_hash="h" * 64, count=8)
         setting = Setting(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=32)
@@ -85,12 +85,12 @@ def solved(isolated_db):
         SolveConfig(require=("small", "mid"), max_depth=2, t_max=6),
         SolveConfig(t_max=6),
     ):
-        for p in solve_and_store(engine, config=config).plans:
+        for p in solve_and_store(db, config=config).plans:
             depth = len(p.plan.widths)
             key = "tree" if depth and isinstance(p.plan.widths[0], TreeShape) else f"depth {depth}"
             plans.setdefault(key, p.id)
     assert {"depth 0", "depth 1", "depth 2", "depth 3", "tree"} <= set(plans), plans
-    return engine, plans
+    return db, plans
 
 
 def _exported(plan_id, fmt, *extra):
@@ -166,9 +166,9 @@ def _check_payload(fmt: str, payload: dict, drafter: str | None, k: int) -> None
 
 
 def test_the_restricted_solve_is_the_best_expressible_plan(solved):
-    engine, plans = solved
+    db, plans = solved
     for kind in ("depth 3", "tree"):
-        stored = load_plan(engine, plans[kind])
+        stored = load_plan(db, plans[kind])
         for versions in STACKS.values():
             for stack in versions:
                 got = restricted_solve(stored.profile, stack, stored.solve.t_max, stored.solve.acceptance_model, stored.contexts)
@@ -189,19 +189,19 @@ def test_the_restricted_solve_is_the_best_expressible_plan(solved):
 
 
 def test_an_expressible_pick_is_exported_with_its_stored_prediction(solved):
-    engine, plans = solved
-    stored = load_plan(engine, plans["depth 1"])
+    db, plans = solved
+    stored = load_plan(db, plans["depth 1"])
     again = predict(stored.profile, stored.plan.chain, stored.plan.widths, stored.solve.acceptance_model, stored.contexts)
     assert again.ms_per_token == pytest.approx(stored.plan.prediction.ms_per_token, rel=1e-12)
 
 
 def test_plan_document_round_trips_and_ships_its_schema(solved, tmp_path):
-    engine, plans = solved
+    db, plans = solved
     out = tmp_path / "plan.json"
     result = run("export", "--plan", plans["tree"], "--format", "json", "--out", out)
     assert result.exit_code == 0, result.output
     doc = PlanDocument.model_validate_json(out.read_text())
-    assert doc == plan_document(load_plan(engine, plans["tree"]))
+    assert doc == plan_document(load_plan(db, plans["tree"]))
     assert PlanDocument.model_validate_json(doc.model_dump_json()) == doc
     assert doc.schema_version == 2 and "x" in str(doc.widths[0]) and doc.schedule[0].widths == doc.widths
     assert doc.profile.hardware.device_name == "test CPU" and doc.profile.dtype == "fp32" and doc.profile.workload.name == "w"

@@ -20,8 +20,8 @@ def test_wheel_carries_migrations_and_prompts(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     env = {**os.environ, "PYTHONPATH": str(site)}
     code = (
-        "import hsd_planner, json; from hsd_planner.store import open_engine; from hsd_planner.prompts import load_prompts;"
-        "from sqlalchemy import inspect; e = open_engine(r'%s');"
+        "import hsd_planner, json; from hsd_planner.store import open_db; from hsd_planner.prompts import load_prompts;"
+        "from sqlalchemy import inspect; e = open_db(r'%s');"
         "print(json.dumps([hsd_planner.__file__, sorted(inspect(e).get_table_names()), len(load_prompts().prompts)]))"
     ) % (tmp_path / "wheel.db")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)

@@ -10,7 +10,7 @@ import torch
 from alembic.command import downgrade
 from pydantic import ValidationError
 
-from hsd_planner.store import open_engine, resolve_url
+from hsd_planner.store import open_db, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_runtime import ChainError, Hierarchy, SamplingConfig, TreeShape, verify_sample
 from tests.helpers import QUICK_PROFILE, one_line_error, run
@@ -114,7 +114,7 @@ def test_a_database_from_before_lenience_upgrades_with_every_row(tiny_dirs, tmp_
 
     before = counts()
     downgrade(alembic_config(resolve_url(str(db))), "0014_batch_sizes")
-    open_engine(str(db)).dispose()  # upgrades to head, foreign keys on as every hsd-plan connection has them
+    open_db(str(db)).dispose()  # upgrades to head, foreign keys on as every hsd-plan connection has them
     assert counts() == before and all(before.values())
     with sqlite3.connect(db) as con:
         assert con.execute("SELECT lenience FROM settings").fetchall() == [(1.0,)]

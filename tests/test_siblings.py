@@ -16,7 +16,7 @@ from hsd_planner.plan import Profile
 from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from hsd_planner.profiling.siblings import _chain, _Residual, greedy_siblings, sampled_siblings, sibling_acceptance, sibling_sums
 from hsd_planner.stats import pool_siblings, resample_profiles
-from hsd_planner.store import open_engine, resolve_url
+from hsd_planner.store import open_db, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.document import AcceptanceOut, AcceptancePromptOut
 from hsd_planner.store.profiles import load_profile
@@ -246,7 +246,7 @@ def test_a_profile_stores_the_curve_of_model_drafters(profiled, tmp_path):
             assert all(b >= a for a, b in zip(siblings, siblings[1:]))
     summary = {(a["drafter"], a["verifier"]): a["siblings"] for a in profiled.summary["acceptance"]}
     assert summary == {pair: s for pair, (_, s) in stored.items()}
-    profile, _ = load_profile(open_engine(str(profiled.db)))
+    profile, _ = load_profile(open_db(str(profiled.db)))
     by_pair = {(a.drafter, a.verifier): a.siblings for a in profile.acceptance}
     assert by_pair == summary  # the planner's input carries the curve
     shown = CliRunner().invoke(cli, ["profiles", "show", "--db", str(profiled.db)])
@@ -274,11 +274,11 @@ def test_an_old_database_upgrades_and_fills_in_when_measured_again(profiled, tmp
     with sqlite3.connect(db) as con:
         columns = {row[1] for row in con.execute("PRAGMA table_info(acceptance)")}
     assert "siblings" not in columns
-    open_engine(str(db)).dispose()  # every open upgrades to head
+    open_db(str(db)).dispose()  # every open upgrades to head
     upgraded = curves(db)
     assert {pair: alpha for pair, (alpha, _) in upgraded.items()} == {pair: alpha for pair, (alpha, _) in curves(profiled.db).items()}
     assert all(s is None for _, s in upgraded.values())
-    profile, _ = load_profile(open_engine(str(db)))
+    profile, _ = load_profile(open_db(str(db)))
     assert all(a.siblings is None for a in profile.acceptance)  # chains only until measured again
     args = [a if a != str(profiled.db) else str(db) for a in profiled.args]
     rerun = CliRunner().invoke(cli, args)

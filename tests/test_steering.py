@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
 from hsd_runtime import ChainError, Hierarchy, ModelLoader, ModelSpecError, SamplingConfig, build_hierarchy, parse_spec
 from hsd_runtime.decoding.cache import CachedModel
@@ -344,7 +344,7 @@ def test_a_steered_drafter_is_one_more_candidate_profiled_under_its_verifier_onl
         # its projection is timed apart (n = 0), to be charged once per proposal; no other model has one
         proposals = {row["model"]: (row["proposal_ms"], row["context_len"]) for row in report["latency"]}
         assert proposals[name][0] > 0 and all(ms is None for m, (ms, _) in proposals.items() if m != name)
-        profile, _ = load_profile(open_engine(str(db)), mode=mode)
+        profile, _ = load_profile(open_db(str(db)), mode=mode)
         assert profile.proposal(name, proposals[name][1]) == pytest.approx(proposals[name][0]) and profile.proposal(draft, 64) == 0.0
         solved = run("solve", "--db", db, "--mode", mode, "--top", "30", "--json")
         assert solved.exit_code == 0, solved.output

@@ -10,16 +10,16 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
-from hsd_planner.store import Base, StoreError, open_engine, resolve_url
+from hsd_planner.store import Base, StoreError, open_db, resolve_url
 from hsd_planner.store.db import _enable_wal, alembic_config
 
 
 def _execute(db_url: str, sql: str) -> None:
     """Run ``sql`` on the database behind hsd-plan's back (as another program or version would)."""
-    engine = create_engine(resolve_url(db_url))
-    with engine.begin() as conn:
+    db = create_engine(resolve_url(db_url))
+    with db.begin() as conn:
         conn.execute(text(sql))
-    engine.dispose()
+    db.dispose()
 
 
 def test_migrations_have_a_single_head():
@@ -28,24 +28,24 @@ def test_migrations_have_a_single_head():
 
 
 def test_upgrade_from_empty_matches_the_orm(db_url):
-    engine = open_engine(db_url)
-    assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
-    with engine.connect() as conn:
+    db = open_db(db_url)
+    assert set(inspect(db).get_table_names()) >= set(Base.metadata.tables)
+    with db.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
     assert diff == []
-    engine.dispose()
+    db.dispose()
 
 
 def test_downgrade_and_upgrade_round_trip(db_url):
-    engine = open_engine(db_url)
+    db = open_db(db_url)
     cfg = alembic_config(resolve_url(db_url))
     downgrade(cfg, "base")
-    assert set(inspect(engine).get_table_names()) <= {"alembic_version"}
+    assert set(inspect(db).get_table_names()) <= {"alembic_version"}
     upgrade(cfg, "head")
-    assert set(inspect(engine).get_table_names()) >= set(Base.metadata.tables)
-    with engine.connect() as conn:
+    assert set(inspect(db).get_table_names()) >= set(Base.metadata.tables)
+    with db.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
-    engine.dispose()
+    db.dispose()
 
 
 def test_a_file_that_is_not_sqlite_is_left_untouched(tmp_path):
@@ -53,21 +53,21 @@ def test_a_file_that_is_not_sqlite_is_left_untouched(tmp_path):
     path.write_bytes(b"my precious notes\n" * 10)
     before = path.read_bytes()
     with pytest.raises(StoreError, match="is not an SQLite database"):
-        open_engine(str(path))
+        open_db(str(path))
     assert path.read_bytes() == before
 
 
 def test_a_database_from_a_newer_schema_is_refused(db_url):
-    open_engine(db_url).dispose()
+    open_db(db_url).dispose()
     _execute(db_url, "UPDATE alembic_version SET version_num = '9999_future'")
     with pytest.raises(StoreError, match="newer than this hsd-plan"):
-        open_engine(db_url)
+        open_db(db_url)
 
 
 def test_a_foreign_database_is_refused(db_url):
     _execute(db_url, "CREATE TABLE customers (id INTEGER)")
     with pytest.raises(StoreError, match="not an hsd-plan database"):
-        open_engine(db_url)
+        open_db(db_url)
 
 
 def test_switching_to_wal_retries_while_another_process_holds_the_file():

@@ -14,7 +14,7 @@ from hsd_planner.profiling.config import ProfiledModel
 from hsd_planner.profiling.continuations import Assistant
 from hsd_planner.profiling.timing import inversions, spread, summarize, sweep_order
 from hsd_planner.prompts import load_prompts
-from hsd_planner.store import Latency, open_engine
+from hsd_planner.store import Latency, open_db
 from hsd_runtime import ModelLoader, parse_spec
 
 
@@ -84,11 +84,11 @@ def test_an_inverted_point_is_measured_again_and_kept_only_if_real(tiny_dirs, tm
     config = ProfileConfig(models=[str(tiny_dirs["target"])], latency_grid=[1, 2, 4], context_lens=[8], repeats=3, acceptance=False)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
-    engine = open_engine(str(isolated_db))
-    out = run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
+    db = open_db(str(isolated_db))
+    out = run_profile(db, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
     assert _SlowSpellTimer.calls == {1: 3 + 6, 2: 3 + 6, 4: 3}  # the inverted pair twice its rounds again
     assert out.inverted == kept
-    with Session(engine) as s:
+    with Session(db) as s:
         median = {r.n_tokens: r.median_ms for r in s.scalars(select(Latency))}
     assert (median[1] < median[2]) == (not kept)
 
@@ -123,7 +123,7 @@ def test_latency_rounds_spread_over_the_acceptance_passes(tiny_dirs, tmp_path, i
     acceptance = runner.measure_acceptance
 
     def recording(run, verification, prompt):
-        with Session(run.engine) as s:
+        with Session(run.db) as s:
             seen.append(sorted({len(r.samples_ms) for r in s.scalars(select(Latency))}))
         return acceptance(run, verification, prompt)
 
@@ -132,10 +132,10 @@ def test_latency_rounds_spread_over_the_acceptance_passes(tiny_dirs, tmp_path, i
     config = ProfileConfig(models=models, latency_grid=[1, 2], context_lens=[8], repeats=5, max_new_tokens=4)
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
-    engine = open_engine(str(isolated_db))
-    run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
+    db = open_db(str(isolated_db))
+    run_profile(db, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
     assert seen == [[3], [3], [4], [4]]  # two prompts, two verifiers each: 3 rounds first, one after the first prompt
-    with Session(engine) as s:
+    with Session(db) as s:
         assert min(len(r.samples_ms) for r in s.scalars(select(Latency))) >= 5  # noisy points get more
 
 
@@ -166,12 +166,12 @@ def test_points_of_a_batch_are_swept_with_the_same_care(tiny_dirs, tmp_path, iso
     )
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("w1 w2 w3\nw4 w5 w6\n")
-    engine = open_engine(str(isolated_db))
-    out = run_profile(engine, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
+    db = open_db(str(isolated_db))
+    out = run_profile(db, config, load_prompts(prompts), ModelLoader(device="cpu", dtype="fp32"))
     # per point of b = 2: one warm-up, three rounds, three more for its noise
     assert _NoisyBatchTimer.calls == {(ctx, 2, n): 1 + 3 + 3 for ctx in (8, 16) for n in (1, 2)}
     assert len(_NoisyBatchTimer.made) <= 2 * (3 + 3)  # at most one timer per group and round
     assert out.noisy >= 4
-    with Session(engine) as s:
+    with Session(db) as s:
         rows = s.scalars(select(Latency).where(Latency.batch_size == 2)).all()
         assert len(rows) == 4 and all(len(r.samples_ms) == 6 and r.floor_ms is None for r in rows)

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from hsd_planner.cli import cli
-from hsd_planner.store import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Workload, open_engine, resolve_url
+from hsd_planner.store import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Workload, open_db, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.exchange import export_document
 from hsd_planner.store.repo import get_or_create, pool_prompts
@@ -58,9 +58,9 @@ def prompts_file(path, start: int, count: int = 6):
 
 def keys(url: str) -> dict[str, list]:
     """The natural key of every stored row, per table (sorted, repeats kept: a repeat is a duplicate)."""
-    engine = open_engine(url, create=False)
-    doc = export_document(engine)
-    engine.dispose()
+    db = open_db(url, create=False)
+    doc = export_document(db)
+    db.dispose()
 
     def setting(s) -> tuple:
         return tuple(s.model_dump().values())
@@ -80,8 +80,8 @@ def keys(url: str) -> dict[str, list]:
 
 def check_consistent(url: str, repeats: int) -> None:
     """Every pooled pair is the pool of its stored prompts, and every latency point is complete."""
-    engine = open_engine(url, create=False)
-    with Session(engine) as s:
+    db = open_db(url, create=False)
+    with Session(db) as s:
         for agg in s.scalars(select(Acceptance)):
             key = dict(drafter_id=agg.drafter_id, verifier_id=agg.verifier_id, workload_id=agg.workload_id, setting_id=agg.setting_id)
             rows = s.scalars(select(AcceptancePrompt).filter_by(**key)).all()
@@ -89,7 +89,7 @@ def check_consistent(url: str, repeats: int) -> None:
             assert (agg.prompts, agg.positions) == (len(rows), positions)
             assert agg.alpha == pytest.approx(alpha) and agg.run_lengths == pytest.approx(run_lengths)
         assert all(r.repeats >= repeats and len(r.samples_ms) == r.repeats for r in s.scalars(select(Latency)))
-    engine.dispose()
+    db.dispose()
 
 
 def profile_process(tiny_dirs, prompts, db: str, *extra: str) -> subprocess.Popen:
@@ -104,14 +104,14 @@ def profile_process(tiny_dirs, prompts, db: str, *extra: str) -> subprocess.Pope
 
 
 def count(url: str, table: str) -> int:
-    engine = create_engine(resolve_url(url))
+    db = create_engine(resolve_url(url))
     try:
-        with engine.connect() as conn:
+        with db.connect() as conn:
             return conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
     except Exception:  # not created yet: the profiler has not migrated the database
         return 0
     finally:
-        engine.dispose()
+        db.dispose()
 
 
 def wait_for_rows(url: str, table: str, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -159,8 +159,8 @@ def test_bad_servers_are_one_line_each(pg_cluster, pg_url, tiny_dirs, tmp_path):
     # the right password works: the account migrates a fresh database and reads it
     fresh = pg_cluster.create_database()
     right = pg_cluster.url(fresh, pg.PASSWORD_USER, pg.PASSWORD)
-    engine = open_engine(right)
-    engine.dispose()
+    db = open_db(right)
+    db.dispose()
     assert run("profiles", "show", "--db", right).exit_code == 0
 
 
@@ -169,7 +169,7 @@ def test_a_libpq_keyword_string_opens_the_database_its_url_names(pg_cluster):
     password in it is one line that never shows it."""
     fresh = pg_cluster.create_database()
     conninfo = f"host='{pg_cluster.root}' user={pg.PASSWORD_USER} password='{pg.PASSWORD}' dbname={fresh}"
-    open_engine(conninfo).dispose()  # migrated through the keyword form
+    open_db(conninfo).dispose()  # migrated through the keyword form
     assert run("profiles", "show", "--db", pg_cluster.url(fresh, pg.PASSWORD_USER, pg.PASSWORD)).exit_code == 0
     assert run("profiles", "show", "--db", conninfo).exit_code == 0
     wrong = run("profiles", "show", "--db", conninfo.replace(pg.PASSWORD, "s3cret-guess"))
@@ -178,7 +178,7 @@ def test_a_libpq_keyword_string_opens_the_database_its_url_names(pg_cluster):
 
 
 def test_a_database_of_a_newer_hsd_plan_is_refused_before_a_profile_loads(pg_cluster, pg_url, tiny_dirs, tmp_path):
-    open_engine(pg_url).dispose()
+    open_db(pg_url).dispose()
     name = make_url(pg_url).database
     pg_cluster.execute("UPDATE alembic_version SET version_num = '9999_future'", database=name)
     prompts = prompts_file(tmp_path / "p.txt", 0)
@@ -209,22 +209,22 @@ def _threads(n: int, work) -> list[BaseException]:
 
 
 def test_processes_opening_a_new_database_at_once_migrate_it_once(db_url):
-    engines: list = []
-    assert _threads(6, lambda i: engines.append(open_engine(db_url))) == []
-    with engines[0].connect() as conn:
+    dbs: list = []
+    assert _threads(6, lambda i: dbs.append(open_db(db_url))) == []
+    with dbs[0].connect() as conn:
         assert conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all() == [
             ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
         ]
-    for engine in engines:
-        engine.dispose()
+    for db in dbs:
+        db.dispose()
 
 
 def test_rows_created_at_once_are_created_once(db_url):
-    engine = open_engine(db_url)
+    db = open_db(db_url)
     specs = [f"ngram:n={k}" for k in range(2, 8)]
 
     def create(i: int) -> None:  # each writer creates the same rows, in its own order
-        with Session(engine) as s, s.begin():
+        with Session(db) as s, s.begin():
             get_or_create(s, Hardware, {"fingerprint": "f" * 16}, device="cpu", device_name="CPU", threads=2, torch_version="2")
             for spec in specs[i % 3 :] + specs[: i % 3] if i % 2 else reversed(specs):
                 get_or_create(s, ModelRow, {"spec": spec}, parameters=0)
@@ -237,7 +237,7 @@ def test_rows_created_at_once_are_created_once(db_url):
 
     def crosswise(i: int) -> None:
         first, second = ("x", "y") if i == 0 else ("y", "x")
-        with Session(engine) as s, s.begin():
+        with Session(db) as s, s.begin():
             get_or_create(s, ModelRow, {"spec": f"ngram:n={first}"}, parameters=0)
             with contextlib.suppress(threading.BrokenBarrierError):  # the other may be waiting for this one instead
                 halfway.wait(timeout=2)
@@ -245,16 +245,16 @@ def test_rows_created_at_once_are_created_once(db_url):
 
     assert _threads(2, crosswise) == []
     specs += ["ngram:n=x", "ngram:n=y"]
-    with Session(engine) as s:
+    with Session(db) as s:
         assert s.scalar(select(func.count()).select_from(ModelRow)) == len(specs)
         assert s.scalar(select(func.count()).select_from(Hardware)) == 1
         assert s.scalar(select(func.count()).select_from(Setting)) == 1
-    engine.dispose()
+    db.dispose()
 
 
 def test_a_pairs_pooled_acceptance_counts_every_prompt_written_at_once(db_url):
-    engine = open_engine(db_url)
-    with Session(engine) as s, s.begin():
+    db = open_db(db_url)
+    with Session(db) as s, s.begin():
         ids = [get_or_create(s, ModelRow, {"spec": spec}, parameters=p).id for spec, p in (("ngram", 0), ("big", 10))]
         wl = get_or_create(s, Workload, {"content_hash": "c" * 64}, name="w", count=24).id
         st = get_or_create(s, Setting, dict(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=8, lenience=1.0)).id
@@ -262,34 +262,34 @@ def test_a_pairs_pooled_acceptance_counts_every_prompt_written_at_once(db_url):
 
     def write(i: int) -> None:  # 6 writers, 4 prompts each, every prompt its own transaction
         for k in range(i * 4, i * 4 + 4):
-            with Session(engine) as s, s.begin():
+            with Session(db) as s, s.begin():
                 a = (k % 5) / 5
                 values = dict(positions=4, alpha_sum=4 * a, run_sum=[4.0, 4 * a], run_count=[4, 4], visit_sum=None, visit_count=None)
                 record_acceptance_prompt(s, {**pair, "prompt_index": k}, **values)
 
     assert _threads(6, write) == []
-    with Session(engine) as s:
+    with Session(db) as s:
         agg = s.scalars(select(Acceptance).filter_by(**pair)).one()
         assert agg.prompts == 24 and agg.positions == 96
         assert agg.alpha == pytest.approx(sum((k % 5) / 5 for k in range(24)) / 24)
     # the same point measured by several writers at once: one row, the last one written whole
     key = dict(model_id=ids[1], hardware_id=None, dtype="fp32", n_tokens=1, context_len=8, batch_size=1)
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         key["hardware_id"] = get_or_create(
             s, Hardware, {"fingerprint": "h"}, device="cpu", device_name="CPU", threads=2, torch_version="2"
         ).id
 
     def measure(i: int) -> None:
         for r in range(5):
-            with Session(engine) as s, s.begin():
+            with Session(db) as s, s.begin():
                 samples = [float(i + 1)] * (r + 1)
                 record_latency(s, key, median_ms=i + 1.0, p10_ms=i + 1.0, p90_ms=i + 1.0, repeats=r + 1, samples_ms=samples, floor_ms=None)
 
     assert _threads(4, measure) == []
-    with Session(engine) as s:
+    with Session(db) as s:
         (row,) = s.scalars(select(Latency)).all()
         assert row.repeats == 5 and row.samples_ms == [row.median_ms] * 5
-    engine.dispose()
+    db.dispose()
 
 
 @pytest.mark.parametrize("writers", [2, pytest.param(4, marks=pytest.mark.slow)])
@@ -316,20 +316,20 @@ def test_a_killed_profiler_resumes_against_the_server(pg_url, tiny_dirs, tmp_pat
     wait_for_rows(pg_url, "acceptance_prompts", 3, proc)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
-    engine = open_engine(pg_url, create=False)
-    with Session(engine) as s:
+    db = open_db(pg_url, create=False)
+    with Session(db) as s:
         kept = s.execute(select(AcceptancePrompt.id, AcceptancePrompt.alpha_sum).order_by(AcceptancePrompt.id)).all()
-    engine.dispose()
+    db.dispose()
     assert kept
     rerun = profile_process(tiny_dirs, prompts, pg_url, "--max-new-tokens", "20", "--json")
     out, err = rerun.communicate(timeout=600)
     assert rerun.returncode == 0, err
     summary = json.loads(out)
     assert summary["skipped"] >= len(kept)
-    engine = open_engine(pg_url, create=False)
-    with Session(engine) as s:
+    db = open_db(pg_url, create=False)
+    with Session(db) as s:
         after = s.execute(select(AcceptancePrompt.id, AcceptancePrompt.alpha_sum).order_by(AcceptancePrompt.id)).all()
-    engine.dispose()
+    db.dispose()
     assert after[: len(kept)] == kept and len(after) == 3 * summary["workload"]["count"]
     check_consistent(pg_url, repeats=2)
 

@@ -29,7 +29,7 @@ from hsd_planner.plan.rounds import RoundLaw, RunLengths, SiblingCurve
 from hsd_planner.plan.simulate import simulate
 from hsd_planner.plan.solver import MAX_BRANCHING, SOURCE, Candidate, solve_graph, tree_shapes
 from hsd_planner.solving import solve_and_store
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.store.exchange import import_document, read_document
 from hsd_planner.store.plans import stored_widths
 from hsd_planner.store.records import RankedPlan
@@ -383,8 +383,8 @@ def curated_db(tmp_path, monkeypatch):
     draft -> target pair (the store itself does not carry curves here)."""
     from hsd_planner.solving import runner as solves
 
-    engine = open_engine(str(tmp_path / "curated.db"))
-    import_document(engine, read_document(CURATED))
+    db = open_db(str(tmp_path / "curated.db"))
+    import_document(db, read_document(CURATED))
     real = solves.load_profile
 
     def with_curve(*args, **kwargs):
@@ -396,17 +396,17 @@ def curated_db(tmp_path, monkeypatch):
         return profile.model_copy(update={"acceptance": acceptance}), source
 
     monkeypatch.setattr(solves, "load_profile", with_curve)
-    return engine, tmp_path / "curated.db"
+    return db, tmp_path / "curated.db"
 
 
 def test_stored_tree_plans_round_trip(curated_db):
-    engine, _ = curated_db
-    report = solve_and_store(engine, target=TARGET, config=SolveConfig(top_k=3))
+    db, _ = curated_db
+    report = solve_and_store(db, target=TARGET, config=SolveConfig(top_k=3))
     best = report.best.plan
     assert isinstance(best.widths[0], TreeShape) and best.chain[0] == DRAFT
     from sqlalchemy.orm import Session
 
-    with Session(engine) as s:
+    with Session(db) as s:
         row = s.get(PlanRow, report.best.id)
         assert row.widths[0] == str(best.widths[0])
         assert tuple(widths_from_json(row.widths)) == best.widths

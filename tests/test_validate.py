@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from hsd_planner.plan import Plan, Prediction
-from hsd_planner.store import open_engine
+from hsd_planner.store import open_db
 from hsd_planner.validation.runner import _Entry, _measure, _one_row, _units
 from hsd_runtime import CachePool, Hierarchy, NgramDrafter, TreeShape
 from tests.helpers import SOLVABLE_PROFILE, run
@@ -143,7 +143,7 @@ def test_repeats_reuse_the_prompts_prefill_and_the_prefill_is_still_measured(sol
 def test_validate_without_a_plan(isolated_db):
     result = run("validate")  # read-only commands do not create a database
     assert result.exit_code == 1 and "there is no database at" in result.output and not isolated_db.exists()
-    open_engine(str(isolated_db))  # an empty, migrated database
+    open_db(str(isolated_db))  # an empty, migrated database
     result = run("validate")
     assert result.exit_code == 1 and "no plan in the database" in result.output
 

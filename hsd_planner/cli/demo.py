@@ -10,7 +10,7 @@ from ..demo import FAMILIES, run_demo
 from ..limits import MAX_COUNT, MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileSummary
 from ..profiling.sources import with_engine
-from ..store import check_db, open_engine
+from ..store import check_db, open_db
 from ..validation.plot import check_plot_path
 from .loader import make_loader, resolve_dtype_choice
 from .options import db_option, engine_option, json_option, prepack_option, runtime_options
@@ -67,7 +67,7 @@ def demo(
     device: str,
     prepack: bool,
     engine: str,
-    db: str | None,
+    db_url: str | None,
     as_json: bool,
 ) -> None:
     """Profile, solve and validate a model family end to end.
@@ -99,7 +99,7 @@ def demo(
         say(format_summary(summary))
 
     plot = check_plot_path(plot_file, force)
-    check_db(db)  # a bad --db fails before the models load
+    check_db(db_url)  # a bad --db fails before the models load
     chosen = FAMILIES[family].on_engine(engine)
     overrides = {
         "models": ",".join(with_engine(model_list(models, "--models"), engine)) if models is not None else None,
@@ -112,7 +112,7 @@ def demo(
     chosen = replace(chosen, **{k: v for k, v in overrides.items() if v is not None})
     dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(
-        lambda: open_engine(db),  # opened once the models are loaded and checked: a refusal creates no database
+        lambda: open_db(db_url),  # opened once the models are loaded and checked: a refusal creates no database
         make_loader(device, dtype, prepack, engine),
         chosen,
         dtype,

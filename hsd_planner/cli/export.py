@@ -7,7 +7,7 @@ import click
 from ..export import export_plan, parse_model_map
 from ..limits import SQLITE_INT_MAX
 from ..paths import check_output_path
-from ..store import open_engine
+from ..store import open_db
 from .options import FORCE_HELP, db_option, export_options, json_option
 from .render import emit_export
 
@@ -36,7 +36,7 @@ def export_command(
     model_map: tuple[str, ...],
     out: str | None,
     force: bool,
-    db: str | None,
+    db_url: str | None,
     as_json: bool,
 ) -> None:
     """Export a solved plan as a serving stack's configuration, or as a plan document.
@@ -58,7 +58,7 @@ def export_command(
 
         hsd-plan export --plan 3 --format json --out plan.json
     """
-    path = check_output_path(out, "--out", force, database=db) if out is not None else None  # before any work
+    path = check_output_path(out, "--out", force, database=db_url) if out is not None else None  # before any work
     names = parse_model_map(model_map)
-    report = export_plan(open_engine(db, create=False), plan_id, fmt, stack_version, names)
+    report = export_plan(open_db(db_url, create=False), plan_id, fmt, stack_version, names)
     emit_export(report, as_json, path)

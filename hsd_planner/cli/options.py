@@ -83,6 +83,7 @@ def export_options(f: F | None = None, *, fmt_option: str = "--format", required
 def db_option(f: F) -> F:
     return click.option(
         "--db",
+        "db_url",
         envvar="HSD_PLAN_DB",
         default=None,
         help="Database: an SQLite file path, or a PostgreSQL server's postgresql://user:password@host/name "

@@ -11,7 +11,7 @@ from ..limits import MAX_LENGTH, MAX_REPEATS
 from ..profiling import ProfileConfig, prepare_profile, profile_summary, run_profile
 from ..profiling.sources import absolute_specs, trained_overlaps, with_engine
 from ..prompts import load_prompts, split
-from ..store import check_db, open_engine
+from ..store import check_db, open_db
 from ..store.failures import LOST, describe_lost
 from .batch import batch_sizes_option, parse_batch_sizes
 from .loader import make_loader, resolve_dtype_choice
@@ -84,7 +84,7 @@ def profile(
     device: str,
     prepack: bool,
     engine: str,
-    db: str | None,
+    db_url: str | None,
     as_json: bool,
 ) -> None:
     """Measure latency curves and pairwise acceptance into the database.
@@ -134,23 +134,23 @@ def profile(
             f"trainer's --reserve, or on other prompts",
             err=True,
         )
-    check_db(db)  # a bad --db fails before the models load
+    check_db(db_url)  # a bad --db fails before the models load
     # the kernels the profile is stored under are its models' engine's: where every model spec
     # names one engine (engine=static on each, say), that engine's, not the command's default
     named = {parse_spec(m).engine or engine for m in config.models if parse_spec(m).is_model}
     loader = make_loader(device, dtype, prepack, named.pop() if len(named) == 1 else engine)
     prepared = prepare_profile(config, prompts, loader)  # every refusal before the database is created or written
-    engine = open_engine(db)
+    db = open_db(db_url)
     bars = Bars()
     bars.start("profiling")
     try:
-        outcome = run_profile(engine, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
+        outcome = run_profile(db, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
     except KeyboardInterrupt:
         raise click.ClickException("interrupted; every finished measurement is saved, rerun the same command to resume") from None
     except LOST as exc:  # the database went away under us: a server stopped, a network gone
         raise StoreError(
-            f"{describe_lost(engine.url, exc.orig or exc)}; every finished measurement is saved, rerun the same command to resume"
+            f"{describe_lost(db.url, exc.orig or exc)}; every finished measurement is saved, rerun the same command to resume"
         ) from None
     finally:
         bars.close()
-    emit(profile_summary(engine, outcome), as_json, format_summary)
+    emit(profile_summary(db, outcome), as_json, format_summary)

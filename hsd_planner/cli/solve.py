@@ -12,7 +12,7 @@ from ..plan import SolveConfig
 from ..profiling.hardware import this_machine
 from ..profiling.sources import absolute_spec, absolute_specs
 from ..solving import solve_and_store, solve_batch_schedule
-from ..store import open_engine, open_memory_engine
+from ..store import open_db, open_memory_db
 from ..store.exchange import import_document, read_document
 from ..store.machines import resolve_hardware
 from ..store.unit import all_or_nothing
@@ -69,7 +69,7 @@ def solve_command(
     fmt: str | None,
     stack_version: str | None,
     model_map: tuple[str, ...],
-    db: str | None,
+    db_url: str | None,
     as_json: bool,
 ) -> None:
     """Find the latency-optimal hierarchy from the stored profile, and store the plans.
@@ -125,16 +125,16 @@ def solve_command(
     )
     if profile_file is not None:
         doc = read_document(Path(profile_file), "--profile-file")
-        engine = open_memory_engine()  # the file is the whole profile, whatever machine it came from
-        import_document(engine, doc)
-        machines = resolve_hardware(engine, hardware) if hardware is not None else None
+        db = open_memory_db()  # the file is the whole profile, whatever machine it came from
+        import_document(db, doc)
+        machines = resolve_hardware(db, hardware) if hardware is not None else None
     else:
-        engine = open_engine(db, create=False)
+        db = open_db(db_url, create=False)
         # imported profiles of other machines never stand in for this one unless asked for
-        machines = resolve_hardware(engine, hardware) if hardware is not None else this_machine()
+        machines = resolve_hardware(db, hardware) if hardware is not None else this_machine()
     # the solve, its batch schedule and its export are stored together: a refusal of either
     # (a --model-map naming a model the pick lacks, a profile without batch curves) stores nothing
-    with all_or_nothing(engine) as unit:
+    with all_or_nothing(db) as unit:
         report = solve_and_store(unit, target, workload, mode, temperature, config, machines, lenience)
         batch = solve_batch_schedule(unit, report.solve_id, config, sizes) if sizes else None
         export = export_plan(unit, report.best.id, fmt, stack_version, names) if fmt is not None else None

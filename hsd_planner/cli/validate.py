@@ -7,7 +7,7 @@ import click
 from ..errors import ChainError
 from ..limits import MAX_LENGTH, MAX_REPEATS, SQLITE_INT_MAX
 from ..prompts import load_prompts, split
-from ..store import open_engine
+from ..store import open_db
 from ..validation import CANDIDATE_SETS, run_validation, select_plans
 from ..validation.plot import check_plot_path, plot_validation
 from .batch import batch_sizes_option, parse_batch_sizes
@@ -58,7 +58,7 @@ def validate(
     force: bool,
     dtype: str | None,
     device: str,
-    db: str | None,
+    db_url: str | None,
     as_json: bool,
 ) -> None:
     """Run solved plans on held-out prompts and compare predicted with measured latency.
@@ -85,8 +85,8 @@ def validate(
     if sizes and max(sizes) > 1 and plot_file is not None:
         raise ChainError("--plot draws a validation at batch size 1; leave it out with --batch-sizes above 1")
     plot = check_plot_path(plot_file, force) if plot_file is not None else None
-    engine = open_engine(db, create=False)
-    solve, plans = select_plans(engine, plan_ids, "best" if best else candidates)
+    db = open_db(db_url, create=False)
+    solve, plans = select_plans(db, plan_ids, "best" if best else candidates)
     prompts = split(load_prompts(prompts_file, category), "validate", max_prompts)
     solve_dtype = solve.setting.dtype
     chosen = resolve_dtype_choice(dtype, device) if dtype else solve_dtype
@@ -100,7 +100,7 @@ def validate(
     bars.start("validating")
     try:
         report = run_validation(
-            engine, loader, solve, plans, prompts, max_new_tokens, repeats, batch_sizes=sizes, progress=bars.step, total=bars.total
+            db, loader, solve, plans, prompts, max_new_tokens, repeats, batch_sizes=sizes, progress=bars.step, total=bars.total
         )
     finally:
         bars.close()

@@ -87,7 +87,7 @@ def check_request(fmt: str, version: str | None, model_map: dict[str, str]) -> S
 
 
 def export_plan(
-    engine: Engine, plan_id: int | None, fmt: str, version: str | None = None, model_map: dict[str, str] | None = None
+    db: Engine, plan_id: int | None, fmt: str, version: str | None = None, model_map: dict[str, str] | None = None
 ) -> ExportReport:
     """Plan ``plan_id`` (None: the newest solve's pick) as format ``fmt`` reads it.
 
@@ -97,8 +97,8 @@ def export_plan(
     names = model_map or {}
     stack = check_request(fmt, version, names)
     if stack is None:
-        stored = load_plan(engine, plan_id)
-        doc = plan_document(stored, load_batch_plans(engine, stored.solve.id))
+        stored = load_plan(db, plan_id)
+        doc = plan_document(stored, load_batch_plans(db, stored.solve.id))
         return ExportReport(
             format="json",
             stack="hsd-plan plan document",
@@ -110,13 +110,13 @@ def export_plan(
             payload=doc.model_dump(mode="json"),
             text=doc.model_dump_json(indent=2) + "\n",
         )
-    stored = load_plan(engine, plan_id)
+    stored = load_plan(db, plan_id)
     exported, reasons = _for_stack(stored, stack)
     check_mapped(names, [stored.plan.chain, exported.chain])
     target = exported.chain[-1]
     if unloadable(target, False, stack) is not None and target not in names:
         raise ExportError(f"the target {target} is a model variant {stack.label} cannot load; solve for a target it serves")
-    schedule, why = _schedule(stored, exported, stack, [e.batch_size for e in load_batch_plans(engine, stored.solve.id)])
+    schedule, why = _schedule(stored, exported, stack, [e.batch_size for e in load_batch_plans(db, stored.solve.id)])
     if stack.gguf_files:  # llama-server loads files: each model's GGUF unless the map names another
         names = {**gguf_names([exported.chain]), **names}
     rendered = stack.render(replace(_served(stored, exported, names), schedule=schedule))

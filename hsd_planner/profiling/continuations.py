@@ -70,12 +70,12 @@ class Assistant:
         return best
 
 
-def check_stored_continuations(engine: Engine, content_hash: str, verifiers: list[ProfiledModel]) -> None:
+def check_stored_continuations(db: Engine, content_hash: str, verifiers: list[ProfiledModel]) -> None:
     """Refuse, before a profile writes anything, stored continuations of this workload that hold
     token ids a verifier has no logits for (an import from a model with a larger vocabulary)."""
     for v in verifiers:
         width = v.loaded.logits_width
-        for k, tokens in continuations_of(engine, content_hash, str(v.spec)):
+        for k, tokens in continuations_of(db, content_hash, str(v.spec)):
             if any(not 0 <= t < width for t in tokens):
                 raise StoreError(
                     f"the stored continuation of prompt {k + 1} for {v.spec} holds token ids outside its vocabulary "
@@ -84,7 +84,7 @@ def check_stored_continuations(engine: Engine, content_hash: str, verifiers: lis
 
 
 def verifier_continuation(
-    engine: Engine,
+    db: Engine,
     config: ProfileConfig,
     out: ProfileOutcome,
     verifier: ProfiledModel,
@@ -103,7 +103,7 @@ def verifier_continuation(
     prompt it prefilled last; see :class:`~hsd_runtime.CachePool`).
     """
     key = ContinuationKey(verifier.row_id, out.workload_id, out.setting_id, k)
-    stored = None if config.force else stored_continuation(engine, key)
+    stored = None if config.force else stored_continuation(db, key)
     if stored is not None:  # its token ids were checked by check_stored_continuations
         return stored, None
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, seed=config.seed + k)
@@ -126,5 +126,5 @@ def verifier_continuation(
     for row, ms in zip(rows, host_ms_per_pass(result, [r.kind.own_model for r in rows])):
         if ms is not None:
             out.host_samples.setdefault(row.row_id, []).append(ms)
-    save_continuation(engine, key, result.tokens)
+    save_continuation(db, key, result.tokens)
     return result.tokens, result.target_logits

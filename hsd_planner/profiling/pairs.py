@@ -44,7 +44,7 @@ class AcceptanceRun:
     """What every prompt's acceptance step shares: the database, the run's config and outcome,
     the chooser of the continuations' drafters and the progress callback (``step(n)``: n units done)."""
 
-    engine: Engine
+    db: Engine
     config: ProfileConfig
     out: ProfileOutcome
     assist: Assistant
@@ -105,7 +105,7 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
     sampling = SamplingConfig(mode=config.mode, temperature=config.temperature, top_p=config.top_p, lenience=verification.lenience)
     width = min([verifier.loaded_model.logits_width] + [d.loaded.logits_width for d in drafters if d.loaded is not None])
     keys = {d.row_id: PromptPairKey(d.row_id, verifier.row_id, out.workload_id, out.setting_id, prompt.k) for d in drafters}
-    done = measured_prompts(run.engine, keys.values())
+    done = measured_prompts(run.db, keys.values())
     todo = drafters if config.force else [d for d in drafters if keys[d.row_id] not in done]
     if not todo:
         out.skipped += 1 + len(drafters)
@@ -114,7 +114,7 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
     # a kind bound to its host or verifier drafts under it only, never the continuation (a plain chain)
     assistants = [d for d in drafters if d.kind.host is None]
     chosen = run.assist.choose(assistants, verifier)
-    continuation, rows = verifier_continuation(run.engine, config, out, verifier, prompt.k, prompt.ids, chosen, prompt.pool)
+    continuation, rows = verifier_continuation(run.db, config, out, verifier, prompt.k, prompt.ids, chosen, prompt.pool)
     out.measured += rows is not None
     out.skipped += rows is None
     step(1)
@@ -143,7 +143,7 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
             visit_drafted=visited.drafted,
         )
         run.assist.record(d.row_id, verifier.row_id, run_sum[1], len(c))
-        save_prompt_acceptance(run.engine, keys[d.row_id], sums)
+        save_prompt_acceptance(run.db, keys[d.row_id], sums)
         out.measured += 1
         step(1)
 

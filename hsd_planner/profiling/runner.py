@@ -152,7 +152,7 @@ def prepare_profile(config: ProfileConfig, prompts: PromptSet, loader: ModelLoad
 
 
 def run_profile(
-    engine: Engine,
+    db: Engine,
     config: ProfileConfig,
     prompts: PromptSet,
     loader: ModelLoader,
@@ -169,9 +169,9 @@ def run_profile(
     prep = prepared or prepare_profile(config, prompts, loader)
     candidates, encoded, contexts = prep.candidates, prep.encoded, prep.contexts
     if config.acceptance and not config.force:
-        check_stored_continuations(engine, prompts.content_hash, [c for c in candidates if c.kind.own_model])
+        check_stored_continuations(db, prompts.content_hash, [c for c in candidates if c.kind.own_model])
     keys, ids = register_run(
-        engine,
+        db,
         detect_hardware(loader.device, loader.kernels),
         WorkloadRecord(prompts.name, prompts.content_hash, len(prompts.prompts)),
         [len(ids) for ids in encoded],  # the workload's own contexts, for solves that do not name one
@@ -188,16 +188,16 @@ def run_profile(
         total(len(points) * config.repeats + len(prompts.prompts) * sum(1 + len(v.drafters) for v in verifications))
     step = progress or (lambda _n: None)
 
-    sweep = Sweep(engine, config, out, points, step, _floors(engine, config, out, candidates, loader))
+    sweep = Sweep(db, config, out, points, step, _floors(db, config, out, candidates, loader))
     # half the rounds before acceptance (whose drafting picks the fastest candidate from these
     # curves), the rest spread between the verifiers' acceptance passes, which take minutes
     first = -(-config.repeats // 2) if verifications else config.repeats
     sweep.to(first)
     assist = Assistant(
-        latency_curves(engine, out.hardware_id, {c.row_id: c.spec.run_dtype(config.dtype) for c in candidates}),
+        latency_curves(db, out.hardware_id, {c.row_id: c.spec.run_dtype(config.dtype) for c in candidates}),
         statistics.median(len(ids) for ids in encoded) + config.max_new_tokens // 2,
     )
-    acceptance = AcceptanceRun(engine, config, out, assist, step)
+    acceptance = AcceptanceRun(db, config, out, assist, step)
     # prompt by prompt, every verifier's continuation and its drafters' passes over it, on one cache
     # per model: a drafter's pass over a verifier's continuation keeps the prompt its own
     # continuation (or its assisting) prefilled and feeds only the continuation. The caches go
@@ -211,7 +211,7 @@ def run_profile(
     sweep.finish()
     dtypes = {c.row_id: c.spec.run_dtype(config.dtype) for c in candidates}
     for row_id, samples in out.host_samples.items():  # after every curve's rows exist: stored on each of them
-        set_host_cost(engine, row_id, out.hardware_id, dtypes[row_id], statistics.median(samples))
+        set_host_cost(db, row_id, out.hardware_id, dtypes[row_id], statistics.median(samples))
     return out
 
 
@@ -232,7 +232,7 @@ def _verifications(candidates: list[ProfiledModel], config: ProfileConfig) -> li
 
 
 def _floors(
-    engine: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[ProfiledModel], loader: ModelLoader
+    db: Engine, config: ProfileConfig, out: ProfileOutcome, candidates: list[ProfiledModel], loader: ModelLoader
 ) -> Callable[[ProfiledModel, int, int], float | None]:
     """Probe the machine's floor (kept with the hardware row); return the floor of a pass (None:
     ngram, and a steered model's projection, n = 0)."""
@@ -240,6 +240,6 @@ def _floors(
     if not models:  # llama.cpp, static: their kernels are not torch's, the floor probe says nothing of them
         return lambda c, ctx, n: None
     probe = probe_floor(loader.device, sorted({c.spec.run_dtype(config.dtype) for c in models}), loader.kernels)
-    record_floor_probe(engine, out.hardware_id, probe)
+    record_floor_probe(db, out.hardware_id, probe)
     traffic = {c.row_id: pass_traffic(c.loaded.model) for c in models}
     return lambda c, ctx, n: pass_floor_ms(traffic[c.row_id], n, ctx, probe) if c.row_id in traffic and n else None

@@ -92,13 +92,13 @@ def _at(curve: dict[int, float], n: int) -> float | None:
     return LatencyCurve(points={0: curve})(n, 0)
 
 
-def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
+def profile_summary(db: Engine, out: ProfileOutcome) -> ProfileSummary:
     """Latency at n in SUMMARY_N (smallest context) and the acceptance matrix of one profile run."""
     ids = out.model_ids
-    hw, workload, setting = run_records(engine, out.keys)
+    hw, workload, setting = run_records(db, out.keys)
     latency = []
     for spec, mid in ids.items():
-        rows = [point for _spec, point in latency_points(engine, model_id=mid, hardware_id=out.hardware_id)]
+        rows = [point for _spec, point in latency_points(db, model_id=mid, hardware_id=out.hardware_id)]
         if not rows:
             continue
         ctx, at = shortest_context(rows)
@@ -108,7 +108,7 @@ def profile_summary(engine: Engine, out: ProfileOutcome) -> ProfileSummary:
     names = {mid: spec for spec, mid in ids.items()}
     acceptance = [
         AcceptanceRow(names[a.drafter_id], names[a.verifier_id], a.alpha, a.positions, a.run_lengths, a.siblings)
-        for a in pair_acceptance(engine, out.workload_id, out.setting_id)
+        for a in pair_acceptance(db, out.workload_id, out.setting_id)
         if a.drafter_id in names and a.verifier_id in names
     ]
     return ProfileSummary(

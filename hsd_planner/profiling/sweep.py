@@ -85,14 +85,14 @@ class Sweep:
 
     def __init__(
         self,
-        engine: Engine,
+        db: Engine,
         config: ProfileConfig,
         out: ProfileOutcome,
         points: list[Point],
         step: Callable[[int], None],
         floor: Callable[[ProfiledModel, int, int], float | None],
     ) -> None:
-        self.engine, self.config, self.out, self.step, self.floor = engine, config, out, step, floor
+        self.db, self.config, self.out, self.step, self.floor = db, config, out, step, floor
         self.samples: dict[_Key, list[float]] = {}
         self.keys: dict[_Key, LatencyKey] = {}
         self.by_point: dict[_Key, Point] = {}
@@ -100,7 +100,7 @@ class Sweep:
         self._group: tuple[tuple[int, int, int], Callable[[int], float]] | None = None  # the one timer of b > 1 held
         self._warmed: set[_Key] = set()  # points of b > 1 whose shape has run once (its kernels built)
         keys = [LatencyKey(c.row_id, out.hardware_id, c.spec.run_dtype(config.dtype), n, ctx, batch_size=b) for c, ctx, n, b in points]
-        stored = stored_latency(engine, keys)
+        stored = stored_latency(db, keys)
         backfill: dict[LatencyKey, float] = {}  # points measured before the floor probe existed
         for (cand, ctx, n, b), key in zip(points, keys):
             row = stored.get(key)
@@ -115,7 +115,7 @@ class Sweep:
             point = (cand.row_id, ctx, n, b)
             self.samples[point], self.keys[point], self.by_point[point] = have, key, (cand, ctx, n, b)
             step(len(have))
-        set_floors(engine, backfill)
+        set_floors(db, backfill)
 
     def _floor(self, cand: ProfiledModel, ctx: int, n: int, b: int) -> float | None:
         """The machine's floor for one pass of a point (the probe's model is of one sequence: None above)."""
@@ -146,7 +146,7 @@ class Sweep:
         self.samples[point].append(timer(n))
         med, p10, p90 = summarize(self.samples[point])
         save_latency(
-            self.engine, self.keys[point], LatencyPoint(n, ctx, med, self._floor(cand, ctx, n, b), tuple(self.samples[point]), p10, p90)
+            self.db, self.keys[point], LatencyPoint(n, ctx, med, self._floor(cand, ctx, n, b), tuple(self.samples[point]), p10, p90)
         )
 
     def _order(self, points: Sequence[_Key], rounds: int, seed: int) -> Iterator[_Key]:

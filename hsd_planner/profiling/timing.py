@@ -96,8 +96,8 @@ class PassTimer:
         prefill the context: a cache that allocates its cells up front (llama.cpp, static) would
         otherwise hold keys and values for thousands of positions no pass reaches."""
         self._room = room
-        self._engine: EngineCache = self._model.open_cache(self._vocab, self._context_len + room)
-        self._engine.feed(self._context, 0, 1)
+        self._kv: EngineCache = self._model.open_cache(self._vocab, self._context_len + room)
+        self._kv.feed(self._context, 0, 1)
 
     @torch.inference_mode()
     def _pass(self, n: int) -> float:
@@ -107,12 +107,12 @@ class PassTimer:
         if n == 0:  # the projection of a steered model's proposal
             self._steerer.steer(self._taps)
         else:
-            self._engine.feed(self._new[n], self._context_len, n)  # every row's logits, as a verifier asks
+            self._kv.feed(self._new[n], self._context_len, n)  # every row's logits, as a verifier asks
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         elapsed = time.perf_counter() - t0
         if n:
-            self._engine.crop(self._context_len, self._context_len + n)
+            self._kv.crop(self._context_len, self._context_len + n)
         return elapsed
 
     def __call__(self, n: int) -> float:

@@ -16,12 +16,12 @@ from ..store.schedule import save_batch_plans
 __all__ = ["solve_batch_schedule"]
 
 
-def solve_batch_schedule(engine: Engine, solve_id: int, config: SolveConfig, batch_sizes: Sequence[int]) -> BatchSolution:
+def solve_batch_schedule(db: Engine, solve_id: int, config: SolveConfig, batch_sizes: Sequence[int]) -> BatchSolution:
     """Solve the profile stored solve ``solve_id`` read at each batch size with ``config`` (the
     solve's options; chains only), and store the best chain per batch size with that solve."""
-    profile, source = load_solve_profile(engine, solve_id)
+    profile, source = load_solve_profile(db, solve_id)
     # the contexts the solve read its costs at (see solve_and_store)
     contexts: int | list[int] = config.context_len or source.contexts or DEFAULT_CONTEXT
     solution = solve_batches(profile, batch_sizes, config, contexts)
-    save_batch_plans(engine, solve_id, solution.best)
+    save_batch_plans(db, solve_id, solution.best)
     return solution

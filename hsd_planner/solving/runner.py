@@ -22,7 +22,7 @@ __all__ = ["predicted_intervals", "solve_and_store"]
 
 
 def solve_and_store(
-    engine: Engine,
+    db: Engine,
     target: str | None = None,
     workload: str | None = None,
     mode: Mode = "greedy",
@@ -37,14 +37,14 @@ def solve_and_store(
     are read at ``config.context_len`` or, without one, averaged over the workload's own contexts
     (each prompt plus half its continuation).
     """
-    profile, source = load_profile(engine, target, workload, mode, temperature, hardware, lenience)
+    profile, source = load_profile(db, target, workload, mode, temperature, hardware, lenience)
     contexts: int | list[int] = config.context_len or source.contexts or DEFAULT_CONTEXT
     context_len = contexts if isinstance(contexts, int) else int(statistics.median(contexts))
     ranked = _ranked(solve(profile, config, contexts))
     plans = [plan for plan, _ in ranked]
-    intervals = predicted_intervals(_bootstrap_profiles(engine, profile, source), plans, config.acceptance, contexts)
-    stored = save_solve(engine, source, config, context_len, _with_intervals(ranked, intervals))
-    sample = acceptance_sample(engine, source, plans[0].chain)
+    intervals = predicted_intervals(_bootstrap_profiles(db, profile, source), plans, config.acceptance, contexts)
+    stored = save_solve(db, source, config, context_len, _with_intervals(ranked, intervals))
+    sample = acceptance_sample(db, source, plans[0].chain)
     return SolveReport(
         solve_id=stored[0].solve_id,
         target=source.target,
@@ -80,10 +80,10 @@ def _with_intervals(ranked: list[tuple[Plan, PlanKind]], intervals: list[tuple[f
     return out
 
 
-def _bootstrap_profiles(engine: Engine, profile: Profile, source: ProfileSource) -> list[Profile]:
+def _bootstrap_profiles(db: Engine, profile: Profile, source: ProfileSource) -> list[Profile]:
     """Profiles whose acceptance pools resamples of the profiled prompts (none without per-prompt rows)."""
     pairs = {(a.drafter, a.verifier) for a in profile.acceptance}
-    return resample_profiles(profile, prompt_acceptance(engine, source, pairs))
+    return resample_profiles(profile, prompt_acceptance(db, source, pairs))
 
 
 def predicted_intervals(

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError as DatabaseError
 
 from ..errors import StoreError
-from .db import check_db, default_db_path, migrations_dir, open_engine, open_memory_engine, resolve_url, upgrade_to_head
+from .db import check_db, default_db_path, migrations_dir, open_db, open_memory_db, resolve_url, upgrade_to_head
 from .schema import (
     Acceptance,
     AcceptancePrompt,
@@ -55,8 +55,8 @@ __all__ = [
     "check_db",
     "default_db_path",
     "migrations_dir",
-    "open_engine",
-    "open_memory_engine",
+    "open_db",
+    "open_memory_db",
     "resolve_url",
     "upgrade_to_head",
 ]

@@ -47,8 +47,8 @@ __all__ = [
     "check_db",
     "default_db_path",
     "migrations_dir",
-    "open_engine",
-    "open_memory_engine",
+    "open_db",
+    "open_memory_db",
     "resolve_url",
     "upgrade_to_head",
 ]
@@ -123,10 +123,10 @@ def alembic_config(url: str | URL) -> Config:
     return cfg
 
 
-def _sqlite_settings(engine: Engine) -> None:
+def _sqlite_settings(db: Engine) -> None:
     """WAL, a busy timeout, foreign keys, and BEGIN IMMEDIATE so concurrent writers queue up."""
 
-    @event.listens_for(engine, "connect")
+    @event.listens_for(db, "connect")
     def _connect(dbapi_conn, _record) -> None:
         dbapi_conn.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cur = dbapi_conn.cursor()
@@ -135,7 +135,7 @@ def _sqlite_settings(engine: Engine) -> None:
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
 
-    @event.listens_for(engine, "begin")
+    @event.listens_for(db, "begin")
     def _begin(conn) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
@@ -164,7 +164,7 @@ def _enable_wal(cur: sqlite3.Cursor) -> None:
             delay = min(2 * delay, 0.5)
 
 
-def open_engine(db: str | None = None, upgrade: bool = True, create: bool = True) -> Engine:
+def open_db(db: str | None = None, upgrade: bool = True, create: bool = True) -> Engine:
     """Open (and by default upgrade) the database named by ``db`` (see :func:`resolve_url`).
 
     ``create=False`` (read-only commands) refuses a database file that does not exist instead of
@@ -179,11 +179,11 @@ def open_engine(db: str | None = None, upgrade: bool = True, create: bool = True
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the database folder {folder}: {exc.strerror}") from None
-    return _engine(url, upgrade)
+    return _db(url, upgrade)
 
 
 def check_db(db: str | None = None, create: bool = True) -> URL:
-    """The URL of :func:`resolve_url`, its SQLite file checked as :func:`open_engine` checks it,
+    """The URL of :func:`resolve_url`, its SQLite file checked as :func:`open_db` checks it,
     without writing anything: commands call it first, so a bad ``--db`` fails before a long load."""
     url = resolve_url(db)
     if url.get_backend_name() == "sqlite" and url.database:
@@ -193,21 +193,21 @@ def check_db(db: str | None = None, create: bool = True) -> URL:
     return url
 
 
-def open_memory_engine() -> Engine:
+def open_memory_db() -> Engine:
     """A migrated in-memory database, for work on an exported profile that stores nothing."""
-    return _engine(URL.create("sqlite"), upgrade=True)
+    return _db(URL.create("sqlite"), upgrade=True)
 
 
-def _engine(url: URL, upgrade: bool, **options) -> Engine:
+def _db(url: URL, upgrade: bool, **options) -> Engine:
     with _refusals(url):
         if is_server(url):  # a dropped connection is replaced before use, not reported mid-profile
             options = {"pool_pre_ping": True, "connect_args": connect_args(url), **options}
-        engine = create_engine(url, **options)
+        db = create_engine(url, **options)
         if url.get_backend_name() == "sqlite":
-            _sqlite_settings(engine)
+            _sqlite_settings(db)
         if upgrade:
-            upgrade_to_head(engine, url)
-    return engine
+            upgrade_to_head(db, url)
+    return db
 
 
 @contextlib.contextmanager
@@ -239,14 +239,14 @@ def _check_server(url: URL, create: bool) -> None:
     """Connect once to the server ``url`` names and read its schema version: an unreachable
     server, a refused login or a database of a newer hsd-plan fails here, before a long load.
     ``create=False`` (read-only commands) also refuses a database hsd-plan never wrote to."""
-    engine = _engine(url, upgrade=False, poolclass=NullPool)
+    db = _db(url, upgrade=False, poolclass=NullPool)
     try:
-        with _refusals(url), engine.connect() as conn:
+        with _refusals(url), db.connect() as conn:
             current = _schema_revisions(conn, url)
         if not current and not create:
             raise StoreError(f"{shown(url)} holds no hsd-plan profiles yet; run hsd-plan profile --db URL first, or pass the right --db")
     finally:
-        engine.dispose()
+        db.dispose()
 
 
 def _schema_revisions(conn: Connection, url: str | URL) -> tuple[str, ...]:
@@ -306,7 +306,7 @@ def _check_sqlite_file(path: Path, create: bool) -> None:
         raise StoreError(f"{path} is damaged ({exc}); it was left untouched: restore it from a backup or pass another --db") from None
 
 
-def upgrade_to_head(engine: Engine, url: str | URL | None = None) -> None:
+def upgrade_to_head(db: Engine, url: str | URL | None = None) -> None:
     """Migrate the schema to head inside one transaction; refuse newer or foreign databases.
 
     On a server, processes that open a new database at once take turns (an advisory lock held to
@@ -318,17 +318,17 @@ def upgrade_to_head(engine: Engine, url: str | URL | None = None) -> None:
     every acceptance row with it). ``PRAGMA foreign_key_check`` then proves the references whole
     before the transaction commits.
     """
-    cfg = alembic_config(url or engine.url)
+    cfg = alembic_config(url or db.url)
     head = ScriptDirectory.from_config(cfg).get_current_head()
-    sqlite = engine.dialect.name == "sqlite"
-    with engine.connect() as conn:
+    sqlite = db.dialect.name == "sqlite"
+    with db.connect() as conn:
         raw = conn.connection.driver_connection
         if sqlite:  # before BEGIN: inside a transaction the pragma is ignored
             raw.execute("PRAGMA foreign_keys = OFF")
         try:
             with conn.begin():
                 advisory_lock(conn, "hsd-plan schema")
-                current = _schema_revisions(conn, url or engine.url)
+                current = _schema_revisions(conn, url or db.url)
                 if tuple(current) != (head,):
                     cfg.attributes["connection"] = conn
                     command.upgrade(cfg, "head")

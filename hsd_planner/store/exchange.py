@@ -54,9 +54,9 @@ def _fields(row: Any, cls: type[BaseModel], **extra: Any) -> dict:
     return {name: getattr(row, name) for name in cls.model_fields if name not in extra} | extra
 
 
-def export_document(engine: Engine) -> ProfileDocument:
+def export_document(db: Engine) -> ProfileDocument:
     """Read the whole database into a document."""
-    with Session(engine) as s:
+    with Session(db) as s:
         ordered = lambda cls: s.scalars(select(cls).order_by(cls.id))  # noqa: E731  (a server keeps no order of its own)
         models = {m.id: m.spec for m in ordered(ModelRow)}
         hardware = {h.id: h for h in ordered(Hardware)}
@@ -157,7 +157,7 @@ def read_document(path: Path, what: str = "profile file") -> ProfileDocument:
 IMPORT_CHUNK = 2000  # rows per bulk insert, and per progress step
 
 
-def import_document(engine: Engine, doc: ProfileDocument, progress: Callable[[int], None] | None = None) -> dict[str, int]:
+def import_document(db: Engine, doc: ProfileDocument, progress: Callable[[int], None] | None = None) -> dict[str, int]:
     """Merge ``doc`` into the database in one transaction; return rows added per table.
 
     Rows whose natural key the database holds already are skipped; the rest are inserted in bulk
@@ -168,7 +168,7 @@ def import_document(engine: Engine, doc: ProfileDocument, progress: Callable[[in
     """
     step = progress or (lambda _n: None)
     added = {name: 0 for name in ProfileDocument.model_fields if name != "schema_version"}
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         advisory_lock(s, REGISTRY)  # creates hardware, model and workload rows, as a profiler's start does
 
         def merge(table: str, cls: type, rows: list[dict], key: tuple[str, ...]) -> None:

@@ -19,18 +19,18 @@ __all__ = ["MIN_PREFIX", "hardware_ids", "resolve_hardware"]
 MIN_PREFIX = 4  # the shortest fingerprint prefix taken for a fingerprint
 
 
-def hardware_ids(engine: Engine) -> dict[str, int]:
+def hardware_ids(db: Engine) -> dict[str, int]:
     """Row id of every hardware fingerprint (what ``profiles show`` numbers machines by)."""
-    with Session(engine) as s:
+    with Session(db) as s:
         return dict(s.execute(select(Hardware.fingerprint, Hardware.id).order_by(Hardware.id)).tuples().all())
 
 
-def resolve_hardware(engine: Engine, name: str) -> list[str]:
+def resolve_hardware(db: Engine, name: str) -> list[str]:
     """The fingerprints ``name`` designates: a row id, a fingerprint or a prefix of one, a device name.
 
     Refuses a name that matches nothing, or a prefix of several fingerprints, listing the machines.
     """
-    with Session(engine) as s:
+    with Session(db) as s:
         rows = s.scalars(select(Hardware).order_by(Hardware.id)).all()
     text = name.strip()
     exact = [r.fingerprint for r in rows if r.fingerprint == text]

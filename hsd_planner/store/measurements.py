@@ -58,7 +58,7 @@ __all__ = [
 
 
 def register_run(
-    engine: Engine,
+    db: Engine,
     hardware: HardwareRecord,
     workload: WorkloadRecord,
     prompt_tokens: list[int],
@@ -73,7 +73,7 @@ def register_run(
     :func:`~hsd_planner.store.repo.model_row`). The workload keeps its prompts' token lengths,
     for solves that do not name a context.
     """
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         keys = RunKeys(
             hardware_row(s, hardware).id,
             workload_row(s, workload).id,
@@ -86,16 +86,16 @@ def register_run(
     return keys, ids
 
 
-def record_floor_probe(engine: Engine, hardware_id: int, probe: object) -> None:
+def record_floor_probe(db: Engine, hardware_id: int, probe: object) -> None:
     """Keep ``probe`` (a :class:`~hsd_planner.profiling.floor.FloorProbe`) as the machine's newest floor."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         record_probe(s.get_one(Hardware, hardware_id, with_for_update=True), probe)  # another machine's probe may merge in too
 
 
-def stored_latency(engine: Engine, keys: Iterable[LatencyKey]) -> dict[LatencyKey, LatencyPoint]:
+def stored_latency(db: Engine, keys: Iterable[LatencyKey]) -> dict[LatencyKey, LatencyPoint]:
     """The stored points among ``keys``."""
     out = {}
-    with Session(engine) as s:
+    with Session(db) as s:
         for key in keys:
             row = s.scalars(select(Latency).filter_by(**asdict(key))).first()
             if row is not None:
@@ -103,27 +103,27 @@ def stored_latency(engine: Engine, keys: Iterable[LatencyKey]) -> dict[LatencyKe
     return out
 
 
-def set_floors(engine: Engine, floors: Mapping[LatencyKey, float | None]) -> None:
+def set_floors(db: Engine, floors: Mapping[LatencyKey, float | None]) -> None:
     """Fill in the floor of stored points measured before the floor probe existed."""
     if not floors:
         return
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         for key, value in floors.items():
             row = s.scalars(select(Latency).filter_by(**asdict(key))).first()
             if row is not None:
                 row.floor_ms = value
 
 
-def set_host_cost(engine: Engine, model_id: int, hardware_id: int, dtype: str, host_ms: float) -> None:
+def set_host_cost(db: Engine, model_id: int, hardware_id: int, dtype: str, host_ms: float) -> None:
     """Store a model's host work per pass (the decoding loop's, beside the pass) on every row of
     its curves on ``hardware_id`` in ``dtype``."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         s.execute(update(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype).values(host_ms=host_ms))
 
 
-def save_latency(engine: Engine, key: LatencyKey, point: LatencyPoint) -> None:
+def save_latency(db: Engine, key: LatencyKey, point: LatencyPoint) -> None:
     """Store ``point`` under ``key``, replacing what was there (one upsert: safe beside other profilers)."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         record_latency(
             s,
             asdict(key),
@@ -137,7 +137,7 @@ def save_latency(engine: Engine, key: LatencyKey, point: LatencyPoint) -> None:
 
 
 def latency_points(
-    engine: Engine, model_id: int | None = None, hardware_id: int | None = None, batch_size: int | None = 1
+    db: Engine, model_id: int | None = None, hardware_id: int | None = None, batch_size: int | None = 1
 ) -> list[tuple[str, LatencyPoint]]:
     """Every stored latency point, with its model's spec (only one model's or machine's when given);
     the plain curves c(n) (``batch_size`` 1) unless another batch size, or None for every one, is asked for."""
@@ -148,13 +148,13 @@ def latency_points(
         query = query.where(Latency.model_id == model_id)
     if hardware_id is not None:
         query = query.where(Latency.hardware_id == hardware_id)
-    with Session(engine) as s:
+    with Session(db) as s:
         return [(spec, _point(row)) for row, spec in s.execute(query).tuples()]
 
 
-def rewrite_latency(engine: Engine, update: Callable[[LatencyPoint], LatencyPoint]) -> None:
+def rewrite_latency(db: Engine, update: Callable[[LatencyPoint], LatencyPoint]) -> None:
     """Replace every stored latency point by ``update(point)`` (its median, spread and samples)."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         for row in s.scalars(select(Latency)):
             new = update(_point(row))
             row.median_ms, row.samples_ms = new.median_ms, list(new.samples_ms)
@@ -163,39 +163,39 @@ def rewrite_latency(engine: Engine, update: Callable[[LatencyPoint], LatencyPoin
             row.repeats, row.floor_ms = len(new.samples_ms), new.floor_ms
 
 
-def latency_curves(engine: Engine, hardware_id: int, dtypes: Mapping[int, str]) -> dict[int, LatencyCurve]:
+def latency_curves(db: Engine, hardware_id: int, dtypes: Mapping[int, str]) -> dict[int, LatencyCurve]:
     """Each model's cost curve c(n) as stored (model id -> curve), read in the dtype ``dtypes[id]`` it runs in."""
-    with Session(engine) as s:
+    with Session(db) as s:
         curves = {mid: stored_curves(s, mid, hardware_id, dtype).get(1) for mid, dtype in dtypes.items()}
     return {mid: curve for mid, curve in curves.items() if curve is not None}
 
 
-def measured_prompts(engine: Engine, keys: Iterable[PromptPairKey]) -> set[PromptPairKey]:
+def measured_prompts(db: Engine, keys: Iterable[PromptPairKey]) -> set[PromptPairKey]:
     """The keys among ``keys`` whose per-prompt acceptance is stored."""
-    with Session(engine) as s:
+    with Session(db) as s:
         return {key for key in keys if s.scalars(select(AcceptancePrompt.id).filter_by(**asdict(key))).first() is not None}
 
 
-def save_prompt_acceptance(engine: Engine, key: PromptPairKey, sums: PromptAcceptance) -> None:
+def save_prompt_acceptance(db: Engine, key: PromptPairKey, sums: PromptAcceptance) -> None:
     """Store one prompt's acceptance sums (replacing what was there) and pool the pair's workload row again."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         record_acceptance_prompt(s, asdict(key), **asdict(sums))
 
 
-def stored_continuation(engine: Engine, key: ContinuationKey) -> list[int] | None:
+def stored_continuation(db: Engine, key: ContinuationKey) -> list[int] | None:
     """The stored continuation of ``key`` (None when there is none)."""
-    with Session(engine) as s:
+    with Session(db) as s:
         row = s.scalars(select(Continuation).filter_by(**asdict(key))).first()
         return None if row is None else list(row.tokens)
 
 
-def save_continuation(engine: Engine, key: ContinuationKey, tokens: list[int]) -> None:
+def save_continuation(db: Engine, key: ContinuationKey, tokens: list[int]) -> None:
     """Store the continuation of ``key``, replacing what was there."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         record_continuation(s, asdict(key), tokens)
 
 
-def continuations_of(engine: Engine, content_hash: str, verifier: str) -> list[tuple[int, list[int]]]:
+def continuations_of(db: Engine, content_hash: str, verifier: str) -> list[tuple[int, list[int]]]:
     """(prompt index, tokens) of every stored continuation by ``verifier`` of the workload ``content_hash``."""
     query = (
         select(Continuation.prompt_index, Continuation.tokens)
@@ -203,20 +203,20 @@ def continuations_of(engine: Engine, content_hash: str, verifier: str) -> list[t
         .join(Workload, Continuation.workload_id == Workload.id)
         .where(ModelRow.spec == verifier, Workload.content_hash == content_hash)
     )
-    with Session(engine) as s:
+    with Session(db) as s:
         return [(k, list(tokens)) for k, tokens in s.execute(query).tuples()]
 
 
-def run_records(engine: Engine, keys: RunKeys) -> tuple[HardwareRecord, WorkloadRecord, SettingRecord]:
+def run_records(db: Engine, keys: RunKeys) -> tuple[HardwareRecord, WorkloadRecord, SettingRecord]:
     """The machine, workload and setting of a profiling run."""
-    with Session(engine) as s:
+    with Session(db) as s:
         hw, wl, st = s.get_one(Hardware, keys.hardware_id), s.get_one(Workload, keys.workload_id), s.get_one(Setting, keys.setting_id)
         return hardware_record(hw), WorkloadRecord(wl.name, wl.content_hash, wl.count), setting_record(st)
 
 
-def pair_acceptance(engine: Engine, workload_id: int, setting_id: int) -> list[PairAcceptanceRecord]:
+def pair_acceptance(db: Engine, workload_id: int, setting_id: int) -> list[PairAcceptanceRecord]:
     """The pooled acceptance of every pair measured on a workload in a setting."""
-    with Session(engine) as s:
+    with Session(db) as s:
         rows = s.scalars(select(Acceptance).filter_by(workload_id=workload_id, setting_id=setting_id).order_by(Acceptance.id))
         return [PairAcceptanceRecord(a.drafter_id, a.verifier_id, a.alpha, a.positions, a.prompts, a.run_lengths, a.siblings) for a in rows]
 
@@ -246,12 +246,12 @@ def _point(row: Latency) -> LatencyPoint:
     return LatencyPoint(row.n_tokens, row.context_len, row.median_ms, row.floor_ms, samples, row.p10_ms, row.p90_ms)
 
 
-def key_counts(engine: Engine) -> dict[str, int]:
+def key_counts(db: Engine) -> dict[str, int]:
     """Rows per measured table and, under ``<table>_repeated``, rows whose natural key repeats
     (0 in a healthy store; profilers writing at once must keep it so), and ``pooled_prompts``."""
     tables = (Latency, Continuation, AcceptancePrompt, Acceptance, ModelRow, Hardware, Workload)
     out: dict[str, int] = {}
-    with Session(engine) as s:
+    with Session(db) as s:
         for cls in tables:
             table = cls.__table__
             key = next(c for c in table.constraints if isinstance(c, UniqueConstraint)).columns

@@ -50,9 +50,9 @@ def ranked_plan(row: PlanRow) -> RankedPlan:
     return RankedPlan(row.id, row.solve_id, cast(PlanKind, row.kind), plan, interval, row.tied, row.batch_size)
 
 
-def load_plan(engine: Engine, plan_id: int | None = None) -> SolvedPlan:
+def load_plan(db: Engine, plan_id: int | None = None) -> SolvedPlan:
     """Plan ``plan_id`` (None: the pick of the newest solve) with its solve and the solve's profile."""
-    with Session(engine) as s:
+    with Session(db) as s:
         if plan_id is None:
             ranked = select(PlanRow).join(Solve).where(PlanRow.kind != "schedule")
             row = s.scalars(ranked.order_by(Solve.id.desc(), PlanRow.rank)).first()
@@ -64,8 +64,8 @@ def load_plan(engine: Engine, plan_id: int | None = None) -> SolvedPlan:
                 raise StoreError(f"no plan with id {plan_id}; see hsd-plan solve for plan ids")
         plan = ranked_plan(row).plan
         plan_id, solve_id = row.id, row.solve_id
-    solve = solve_record(engine, solve_id)
-    profile, source = load_solve_profile(engine, solve_id)
+    solve = solve_record(db, solve_id)
+    profile, source = load_solve_profile(db, solve_id)
     return SolvedPlan(plan_id, plan, solve, profile, _contexts(source.contexts, solve.context_len))
 
 

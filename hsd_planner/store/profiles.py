@@ -53,7 +53,7 @@ def stored_curves(session: Session, model_id: int, hardware_id: int, dtype: str)
 
 
 def load_profile(
-    engine: Engine,
+    db: Engine,
     target: str | None = None,
     workload: str | None = None,
     mode: Mode = "greedy",
@@ -67,7 +67,7 @@ def load_profile(
 
     The target defaults to the largest model measured as a verifier.
     """
-    with Session(engine) as s:
+    with Session(db) as s:
         settings = s.scalars(select(Setting).filter_by(mode=mode)).all()
         if mode == "sample":
             settings = [x for x in settings if abs(x.temperature - temperature) < 1e-9]
@@ -112,10 +112,10 @@ def load_profile(
         return _assemble(s, rows, models, target_id, hw, s.get_one(Setting, newest.setting_id), s.get_one(Workload, newest.workload_id))
 
 
-def load_solve_profile(engine: Engine, solve_id: int) -> tuple[Profile, ProfileSource]:
+def load_solve_profile(db: Engine, solve_id: int) -> tuple[Profile, ProfileSource]:
     """The profile a stored solve was made on: its target, workload, setting and hardware exactly
     (never a newer profile of the same names), as :func:`load_profile` builds it."""
-    with Session(engine) as s:
+    with Session(db) as s:
         solve = s.get(Solve, solve_id)
         if solve is None:
             raise StoreError(f"no solve with id {solve_id}; see hsd-plan solve")
@@ -158,13 +158,13 @@ def _assemble(
 
 
 def prompt_acceptance(
-    engine: Engine, source: ProfileSource, pairs: Collection[tuple[str, str]]
+    db: Engine, source: ProfileSource, pairs: Collection[tuple[str, str]]
 ) -> dict[tuple[str, str], dict[int, PromptAcceptance]]:
     """The per-prompt acceptance sums behind the profile ``source`` for ``pairs`` (drafter,
     verifier): ``[pair][prompt index]``; pairs without per-prompt rows are absent."""
     fields = PromptAcceptance.__dataclass_fields__
     out: dict[tuple[str, str], dict[int, PromptAcceptance]] = defaultdict(dict)
-    with Session(engine) as s:
+    with Session(db) as s:
         names = {m.id: m.spec for m in s.scalars(select(ModelRow))}
         for r in s.scalars(select(AcceptancePrompt).filter_by(workload_id=source.workload_id, setting_id=source.setting_id)):
             pair = (names[r.drafter_id], names[r.verifier_id])

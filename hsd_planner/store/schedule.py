@@ -18,10 +18,10 @@ from .schema import PlanRow, Solve
 __all__ = ["load_batch_plans", "save_batch_plans"]
 
 
-def save_batch_plans(engine: Engine, solve_id: int, best: Sequence[tuple[int, Plan]]) -> list[RankedPlan]:
+def save_batch_plans(db: Engine, solve_id: int, best: Sequence[tuple[int, Plan]]) -> list[RankedPlan]:
     """Store ``best`` (batch size, its best plan predicted per sequence) as solve ``solve_id``'s
     schedule, replacing the one it had, in one transaction; return the plans as stored."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         if s.get(Solve, solve_id) is None:
             raise StoreError(f"no solve with id {solve_id}; see hsd-plan solve")
         s.execute(delete(PlanRow).where(PlanRow.solve_id == solve_id, PlanRow.kind == "schedule"))
@@ -34,9 +34,9 @@ def save_batch_plans(engine: Engine, solve_id: int, best: Sequence[tuple[int, Pl
         return stored
 
 
-def load_batch_plans(engine: Engine, solve_id: int) -> list[RankedPlan]:
+def load_batch_plans(db: Engine, solve_id: int) -> list[RankedPlan]:
     """The schedule stored with solve ``solve_id``, by batch size (empty: a solve at batch size 1 only)."""
-    with Session(engine) as s:
+    with Session(db) as s:
         if s.get(Solve, solve_id) is None:
             raise StoreError(f"no solve with id {solve_id}; see hsd-plan solve")
         rows = s.scalars(select(PlanRow).filter_by(solve_id=solve_id, kind="schedule").order_by(PlanRow.batch_size)).all()

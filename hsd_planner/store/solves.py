@@ -24,10 +24,10 @@ from .schema import Acceptance, Hardware, ModelRow, PlanRow, Setting, Solve, Wor
 __all__ = ["acceptance_sample", "newest_solve", "save_solve", "solve_record"]
 
 
-def save_solve(engine: Engine, source: ProfileSource, config: SolveConfig, context_len: int, ranked: Sequence[Ranking]) -> list[RankedPlan]:
+def save_solve(db: Engine, source: ProfileSource, config: SolveConfig, context_len: int, ranked: Sequence[Ranking]) -> list[RankedPlan]:
     """Store a solve of the profile ``source`` with its ``ranked`` plans in rank order, in one
     transaction; return the plans as stored."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         target_id = get_or_create(s, ModelRow, {"spec": source.target}, parameters=0).id
         row = Solve(
             target_id=target_id,
@@ -52,10 +52,10 @@ def save_solve(engine: Engine, source: ProfileSource, config: SolveConfig, conte
         return stored
 
 
-def acceptance_sample(engine: Engine, source: ProfileSource, chain: Sequence[str]) -> tuple[int, int] | None:
+def acceptance_sample(db: Engine, source: ProfileSource, chain: Sequence[str]) -> tuple[int, int] | None:
     """(fewest prompts, fewest positions) over the acceptance rows of the consecutive pairs of
     ``chain`` in the profile's workload and setting; None when it has no pair or a row is missing."""
-    with Session(engine) as s:
+    with Session(db) as s:
         ids = dict(s.execute(select(ModelRow.spec, ModelRow.id).where(ModelRow.spec.in_(list(chain)))).tuples().all())
         rows = []
         for drafter, verifier in zip(chain, chain[1:]):
@@ -70,18 +70,18 @@ def acceptance_sample(engine: Engine, source: ProfileSource, chain: Sequence[str
         return (min(r.prompts for r in rows), min(r.positions for r in rows)) if rows else None
 
 
-def solve_record(engine: Engine, solve_id: int) -> SolveRecord:
+def solve_record(db: Engine, solve_id: int) -> SolveRecord:
     """Solve ``solve_id`` with the rows of the profile it read."""
-    with Session(engine) as s:
+    with Session(db) as s:
         solve = s.get(Solve, solve_id)
         if solve is None:
             raise StoreError(f"no solve with id {solve_id}; see hsd-plan solve")
         return _solve(s, solve)
 
 
-def newest_solve(engine: Engine) -> SolveRecord:
+def newest_solve(db: Engine) -> SolveRecord:
     """The newest solve; a StoreError when there is none."""
-    with Session(engine) as s:
+    with Session(db) as s:
         solve = s.scalars(select(Solve).order_by(Solve.id.desc())).first()
         if solve is None:
             raise StoreError("there is no plan in the database; run hsd-plan solve first")

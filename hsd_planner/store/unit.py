@@ -13,8 +13,8 @@ __all__ = ["all_or_nothing"]
 
 
 @contextmanager
-def all_or_nothing(engine: Engine) -> Iterator[Engine]:
-    """Yield a stand-in for ``engine`` whose writes are committed when the block ends normally and
+def all_or_nothing(db: Engine) -> Iterator[Engine]:
+    """Yield a stand-in for ``db`` whose writes are committed when the block ends normally and
     rolled back when it raises.
 
     The stand-in is one connection inside one transaction: every store function opens its
@@ -23,6 +23,6 @@ def all_or_nothing(engine: Engine) -> Iterator[Engine]:
     transaction). On SQLite that transaction holds the write lock from the start (BEGIN
     IMMEDIATE), so other writers wait for the block (up to the busy timeout), readers do not.
     """
-    with engine.connect() as conn, conn.begin():
+    with db.connect() as conn, conn.begin():
         # a Connection is not an Engine, but Session(bind) takes either: that is all the store asks
         yield cast(Engine, conn)

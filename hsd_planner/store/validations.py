@@ -77,22 +77,22 @@ class StoredValidation:
     runs: list[ValidationRunEntry]
 
 
-def stored_validations(engine: Engine) -> list[StoredValidation]:
+def stored_validations(db: Engine) -> list[StoredValidation]:
     """Every stored validation, oldest first."""
     entry_fields = ValidationEntry.__dataclass_fields__
     run_fields = ValidationRunEntry.__dataclass_fields__
     out: list[tuple[int, ValidationEntry, list[ValidationRunEntry]]] = []
-    with Session(engine) as s:
+    with Session(db) as s:
         for v in s.scalars(select(Validation).order_by(Validation.id)):
             runs = s.scalars(select(ValidationRun).filter_by(validation_id=v.id).order_by(ValidationRun.id))
             entry = ValidationEntry(**{k: getattr(v, k) for k in entry_fields})
             out.append((v.id, entry, [ValidationRunEntry(**{k: getattr(r, k) for k in run_fields}) for r in runs]))
-    return [StoredValidation(vid, entry, solve_record(engine, entry.solve_id), runs) for vid, entry, runs in out]
+    return [StoredValidation(vid, entry, solve_record(db, entry.solve_id), runs) for vid, entry, runs in out]
 
 
-def plans_by_id(engine: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:
+def plans_by_id(db: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:
     """The plans ``plan_ids``, in that order; a StoreError names the first that does not exist."""
-    with Session(engine) as s:
+    with Session(db) as s:
         rows = [s.get(PlanRow, i) for i in plan_ids]
         missing = [i for i, r in zip(plan_ids, rows) if r is None]
         if missing:
@@ -100,23 +100,23 @@ def plans_by_id(engine: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:
         return [ranked_plan(r) for r in rows if r is not None]
 
 
-def plans_of_solve(engine: Engine, solve_id: int) -> list[RankedPlan]:
+def plans_of_solve(db: Engine, solve_id: int) -> list[RankedPlan]:
     """Every ranked plan of a solve, by rank (best first, autoregressive decoding last); its
     schedule is :func:`~hsd_planner.store.schedule.load_batch_plans`."""
-    with Session(engine) as s:
+    with Session(db) as s:
         rows = s.scalars(select(PlanRow).filter_by(solve_id=solve_id).where(PlanRow.kind != "schedule").order_by(PlanRow.rank))
         return [ranked_plan(r) for r in rows]
 
 
-def model_sources(engine: Engine) -> dict[str, str | None]:
+def model_sources(db: Engine) -> dict[str, str | None]:
     """Every stored model spec with the fingerprint of the files it was measured from (None: no files)."""
-    with Session(engine) as s:
+    with Session(db) as s:
         return {m.spec: m.source_fingerprint for m in s.scalars(select(ModelRow))}
 
 
-def save_validation(engine: Engine, entry: ValidationEntry, runs: Sequence[ValidationRunEntry]) -> int:
+def save_validation(db: Engine, entry: ValidationEntry, runs: Sequence[ValidationRunEntry]) -> int:
     """Store a validation and its runs in one transaction; return its id."""
-    with Session(engine) as s, s.begin():
+    with Session(db) as s, s.begin():
         row = Validation(**asdict(entry))
         s.add(row)
         s.flush()

@@ -88,20 +88,20 @@ CANDIDATE_SETS: dict[str, tuple[tuple[PlanKind, ...], int | None]] = {
 }
 
 
-def select_plans(engine: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[SolveRecord, list[RankedPlan]]:
+def select_plans(db: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[SolveRecord, list[RankedPlan]]:
     """The plans to run (the solve's autoregressive baseline always included)."""
     if plan_ids:
-        rows = plans_by_id(engine, plan_ids)
+        rows = plans_by_id(db, plan_ids)
         solves = sorted({r.solve_id for r in rows})
         if len(solves) > 1:
             raise StoreError(
                 f"plans {', '.join(map(str, plan_ids))} come from different solves ({', '.join(map(str, solves))}); validate one solve's plans at a time"
             )
-        solve = solve_record(engine, solves[0])
-        all_rows = plans_of_solve(engine, solve.id)
+        solve = solve_record(db, solves[0])
+        all_rows = plans_of_solve(db, solve.id)
     else:
-        solve = newest_solve(engine)
-        all_rows = plans_of_solve(engine, solve.id)
+        solve = newest_solve(db)
+        all_rows = plans_of_solve(db, solve.id)
         kinds, n_singles = CANDIDATE_SETS[candidates]
         singles = [r for r in all_rows if r.kind == "single"]
         rows = [r for r in all_rows if r.kind in kinds] + singles[:n_singles]
@@ -132,7 +132,7 @@ class _Entry:
 
 
 def run_validation(
-    engine: Engine,
+    db: Engine,
     loader: ModelLoader,
     solve: SolveRecord,
     plans: list[RankedPlan],
@@ -154,8 +154,8 @@ def run_validation(
     and the report says so). ``total``: told the number of ``progress`` steps once the plans to
     run are known."""
     sizes = sorted(set(batch_sizes or [1]))
-    entries = _entries(engine, solve, plans, sizes, fixed, schedule=batch_sizes is not None)
-    profile = _solve_profile(engine, solve, [e for group in entries.values() for e in group])
+    entries = _entries(db, solve, plans, sizes, fixed, schedule=batch_sizes is not None)
+    profile = _solve_profile(db, solve, [e for group in entries.values() for e in group])
     loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the plans run on the kernels their latencies were measured with
     encoded = [encode_prompt(loader.load(solve.target).tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
@@ -178,11 +178,11 @@ def run_validation(
     results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, calibration, runs, units[b])]
     report = _report(solve, prompts.name, contexts, results, calibration, skipped)
     summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": report.calibration.to_dict() if report.calibration else None}
-    return replace(report, validation_id=store_validation(engine, solve, prompts, max_new_tokens, repeats, results, **summary))
+    return replace(report, validation_id=store_validation(db, solve, prompts, max_new_tokens, repeats, results, **summary))
 
 
 def _entries(
-    engine: Engine,
+    db: Engine,
     solve: SolveRecord,
     plans: list[RankedPlan],
     sizes: list[int],
@@ -191,7 +191,7 @@ def _entries(
 ) -> dict[int, list[_Entry]]:
     """Per batch size, the plans to run: ``plans``, then (with ``schedule``) the schedule's plan
     for it, then the ``fixed`` chains; a plan once, under its first kind."""
-    stored = load_batch_plans(engine, solve.id) if schedule else []
+    stored = load_batch_plans(db, solve.id) if schedule else []
     ranges = schedule_of([(p.batch_size, p.plan) for p in stored])
     beyond = [b for b in sizes if ranges and not ranges[0].min_batch <= b <= ranges[-1].max_batch]
     if beyond:
@@ -249,14 +249,14 @@ def _units(prompts: int, b: int, repeats: int) -> list[list[int]]:
     return [[(j * b + i) % prompts for i in range(b)] for j in range(count)]
 
 
-def _solve_profile(engine: Engine, solve: SolveRecord, entries: list[_Entry]) -> Profile:
+def _solve_profile(db: Engine, solve: SolveRecord, entries: list[_Entry]) -> Profile:
     """The profile ``solve`` was made on, after checking that no model of ``entries`` changed on disk since."""
-    stored = model_sources(engine)
+    stored = model_sources(db)
     for spec in {name for e in entries for name in e.plan.chain}:
         check_source(spec, stored.get(spec))
     setting = solve.setting
     profile, _ = load_profile(
-        engine, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience
+        db, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience
     )
     return profile
 
@@ -543,7 +543,7 @@ def level_results(
 
 
 def store_validation(
-    engine: Engine, solve: SolveRecord, prompts: PromptSet, max_new_tokens: int, repeats: int, results: list[PlanResult], **summary: Any
+    db: Engine, solve: SolveRecord, prompts: PromptSet, max_new_tokens: int, repeats: int, results: list[PlanResult], **summary: Any
 ) -> int:
     """Store a validation of ``solve``: its ``summary`` figures (those of :class:`ValidationEntry`
     it has; the rest None) and every plan's run; return its id."""
@@ -552,7 +552,7 @@ def store_validation(
     entry = ValidationEntry(**(absent | run | {"repeats": repeats} | summary))
     fields = ValidationRunEntry.__dataclass_fields__
     runs = [ValidationRunEntry(**{k: v for k, v in r.to_dict().items() if k in fields}) for r in results]
-    return save_validation(engine, entry, runs)
+    return save_validation(db, entry, runs)
 
 
 def _speedup_interval(auto: list[GenerationResult], runs: list[GenerationResult], units: int) -> tuple[float, float] | None:
