@@ -9,7 +9,8 @@ and profiling; the CLI and the demo import it.
 """
 
 from .report import LevelResult, PlanResult, ValidationReport
-from .runner import CANDIDATE_SETS, run_validation, select_plans
+from .runner import run_validation
+from .selection import CANDIDATE_SETS, select_plans
 
 __all__ = [
     "CANDIDATE_SETS",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from hsd_runtime import (
     CachePool,
@@ -43,31 +43,25 @@ from hsd_runtime import (
 )
 from hsd_runtime.terms.shape import Width
 
-from ..choices import AcceptanceModel, PlanKind
+from ..choices import AcceptanceModel
 from ..errors import StoreError
-from ..plan import Plan, Prediction, Profile, predict_over, rounds_per_round, tokens_per_round, widths_to_json
+from ..plan import Plan, Prediction, Profile, predict_over, widths_to_json
 from ..plan.batch import schedule_of
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..stats import bootstrap_interval
 from ..store import Engine
 from ..store.profiles import load_profile
 from ..store.records import RankedPlan, SolveRecord
 from ..store.schedule import load_batch_plans
-from ..store.solves import newest_solve, solve_record
 from ..store.validations import (
-    ValidationEntry,
-    ValidationRunEntry,
     model_sources,
-    plans_by_id,
-    plans_of_solve,
-    save_validation,
 )
 from .calibration import Calibration
-from .report import LevelResult, PlanResult, ValidationReport
+from .report import PlanResult, ValidationReport
+from .results import level_results, plan_result, speedup_interval, store_validation
 
-__all__ = ["CANDIDATE_SETS", "level_results", "plan_result", "run_validation", "select_plans", "store_validation"]
+__all__ = ["run_validation"]
 
 # the summary figures of a validation report that are stored with it
 SUMMARY = (
@@ -77,42 +71,6 @@ SUMMARY = (
     "median_abs_error_calibrated",
     "median_abs_speedup_error_calibrated",
 )
-
-# which plans of a solve ``--candidates`` runs: (kinds run in full, how many best single drafters
-# besides: None for all); the solve's autoregressive plan always runs as the baseline
-CANDIDATE_SETS: dict[str, tuple[tuple[PlanKind, ...], int | None]] = {
-    "best": (("best",), 1),  # the solver's pick and the best single drafter
-    "top-k": (("best", "top"), 0),
-    "singles": ((), None),
-    "all": (("best", "top"), None),
-}
-
-
-def select_plans(db: Engine, plan_ids: tuple[int, ...], candidates: str) -> tuple[SolveRecord, list[RankedPlan]]:
-    """The plans to run (the solve's autoregressive baseline always included)."""
-    if plan_ids:
-        rows = plans_by_id(db, plan_ids)
-        solves = sorted({r.solve_id for r in rows})
-        if len(solves) > 1:
-            raise StoreError(
-                f"plans {', '.join(map(str, plan_ids))} come from different solves ({', '.join(map(str, solves))}); validate one solve's plans at a time"
-            )
-        solve = solve_record(db, solves[0])
-        all_rows = plans_of_solve(db, solve.id)
-    else:
-        solve = newest_solve(db)
-        all_rows = plans_of_solve(db, solve.id)
-        kinds, n_singles = CANDIDATE_SETS[candidates]
-        singles = [r for r in all_rows if r.kind == "single"]
-        rows = [r for r in all_rows if r.kind in kinds] + singles[:n_singles]
-    auto = next(r for r in all_rows if r.kind == "autoregressive")
-    seen, plans = set(), []
-    for r in [*rows, auto]:
-        key = (r.plan.chain, tuple(widths_to_json(r.plan.widths)))
-        if key not in seen:
-            seen.add(key)
-            plans.append(r)
-    return solve, plans
 
 
 @dataclass(frozen=True)
@@ -430,7 +388,7 @@ class _Comparison:
                     (predicted[(batch, e.key)], predicted[(batch, auto.key)]),
                     (mine, mine_auto),
                     level_results(self.profile, e.plan, mine, self.acceptance, batch),
-                    measured_speedup_interval=_speedup_interval(mine_auto, mine, groups),
+                    measured_speedup_interval=speedup_interval(mine_auto, mine, groups),
                     tied=e.tied,
                     calibrated_ms_per_token=calibrated[e.key],
                     calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
@@ -438,39 +396,6 @@ class _Comparison:
                 )
             )
         return out
-
-
-def plan_result(
-    plan_id: int | None,
-    kind: str,
-    plan: Plan,
-    predicted: tuple[Prediction, Prediction],
-    measured: tuple[list[GenerationResult], list[GenerationResult]],
-    levels: list[LevelResult],
-    **extra: Any,
-) -> PlanResult:
-    """``plan``'s runs against its prediction, ``predicted`` and ``measured`` each (the plan's,
-    the autoregressive plan's beside it: on the same prompts, or batches); ``extra``: the
-    :class:`PlanResult` fields a validation adds (batch size, calibration, interval)."""
-    (mine, auto), (runs, auto_runs) = predicted, measured
-    ms = _median_ms(runs)
-    return PlanResult(
-        plan_id=plan_id,
-        kind=kind,
-        plan=Plan(plan.chain, plan.widths, Prediction(mine.ms_per_token, mine.mean_accepted_length, auto.ms_per_token / mine.ms_per_token)),
-        measured_ms_per_token=ms,
-        measured_mean_accepted_length=sum(r.total_tokens for r in runs) / sum(len(c) for r in runs for c in r.committed),
-        measured_speedup=_median_ms(auto_runs) / ms,
-        # the prefills that fed their prompt (a repeat of a prompt reuses its cached prefill)
-        prefill_ms=statistics.median(1000 * r.prefill_s for r in runs if r.levels[-1].prefill_tokens),
-        tokens=sum(r.total_tokens for r in runs),
-        levels=levels,
-        **extra,
-    )
-
-
-def _median_ms(results: list[GenerationResult]) -> float:
-    return statistics.median(r.ms_per_token for r in results if r.total_tokens)
 
 
 def _report(
@@ -503,67 +428,3 @@ def _calibration(profile: Profile, loader: ModelLoader, plans: list[Plan], conte
     """Reference timers for the target and every model the plans run (the n-gram lookup has none)."""
     names = [profile.target] + sorted({n for p in plans for n in p.chain if n != profile.target and not profile.model(n).lookup})
     return Calibration(profile, {name: PassTimer(loader.load(name).model, context_len) for name in names}, context_len)
-
-
-def level_results(
-    profile: Profile, plan: Plan, results: list[GenerationResult], acceptance: AcceptanceModel, batch: int = 1
-) -> list[LevelResult]:
-    """Per level: forward passes and acceptance, summed over ``results``, and tokens per round
-    predicted vs measured (at one sequence only: a batched pass serves several sequences' rounds)."""
-    predicted_tokens = tokens_per_round(profile, plan.chain, plan.widths, acceptance)  # E[X] per level, trees included
-    predicted_rounds = rounds_per_round(profile, plan.chain, plan.widths, acceptance)  # m(T_k) per middle level
-    passes = [sum(r.levels[k].forward_passes for r in results) for k in range(len(plan.chain))]
-    out = []
-    for k, name in enumerate(plan.chain):
-        stats = [r.levels[k] for r in results]
-        measured = rounds = None
-        if k > 0 and batch == 1:
-            below = [r.levels[k - 1] for r in results]
-            made = passes[k] or 1
-            measured = (sum(x.accepted for x in below) + made) / made
-            if predicted_rounds[k] is not None and passes[k + 1]:
-                rounds = passes[k] / passes[k + 1]
-        out.append(
-            LevelResult(
-                model=name,
-                forward_passes=passes[k],
-                proposed=sum(x.proposed for x in stats),
-                accepted=sum(x.accepted for x in stats),
-                measured_tokens_per_round=measured,
-                predicted_tokens_per_round=predicted_tokens[k],
-                predicted_rounds=predicted_rounds[k],
-                measured_rounds=rounds,
-                **{
-                    key: sum(getattr(x, key) for x in stats)
-                    for key in ("time_s", "forward_s", "cache_s", "draft_s", "verify_s", "steers", "steer_s")
-                },
-            )
-        )
-    return out
-
-
-def store_validation(
-    db: Engine, solve: SolveRecord, prompts: PromptSet, max_new_tokens: int, repeats: int, results: list[PlanResult], **summary: Any
-) -> int:
-    """Store a validation of ``solve``: its ``summary`` figures (those of :class:`ValidationEntry`
-    it has; the rest None) and every plan's run; return its id."""
-    absent = {k: None for k in ValidationEntry.__dataclass_fields__}
-    run = {"solve_id": solve.id, "prompts_name": prompts.name, "prompts": len(prompts.prompts), "max_new_tokens": max_new_tokens}
-    entry = ValidationEntry(**(absent | run | {"repeats": repeats} | summary))
-    fields = ValidationRunEntry.__dataclass_fields__
-    runs = [ValidationRunEntry(**{k: v for k, v in r.to_dict().items() if k in fields}) for r in results]
-    return save_validation(db, entry, runs)
-
-
-def _speedup_interval(auto: list[GenerationResult], runs: list[GenerationResult], units: int) -> tuple[float, float] | None:
-    """The 90% interval of the measured speed-up over bootstrap resamples of ``units`` (the
-    prompts, or the batches).
-
-    ``auto`` and ``runs`` hold each unit's repeats in order (unit-major, as run).
-    """
-    per = len(runs) // units
-    a = [_median_ms(auto[k * per : (k + 1) * per]) for k in range(units)]
-    b = [_median_ms(runs[k * per : (k + 1) * per]) for k in range(units)]
-    return bootstrap_interval(
-        list(range(units)), lambda drawn: statistics.median(a[k] for k in drawn) / statistics.median(b[k] for k in drawn)
-    )

@@ -88,7 +88,7 @@ class LevelStats:
 class GenerationResult:
     """New tokens of one generation of b >= 1 sequences decoded in lockstep, and where its time went.
 
-    The one-sequence runtime returns b = 1, whose sequence ``tokens``, ``prompt_tokens`` and
+    One prompt's generation is b = 1, whose sequence ``tokens``, ``prompt_tokens`` and
     ``committed_per_round`` name; a batch in lockstep returns one row per prompt.
     """
 
