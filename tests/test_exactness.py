@@ -256,9 +256,9 @@ def test_a_drafter_that_never_warps_is_still_exact(monkeypatch):
     """Speculative sampling is exact for any q the drafter really draws from: a drafter that ignores
     top-k and top-p, drawing from and reporting its raw softmax, still gives the target's warped law."""
 
-    def raw(logits: torch.Tensor, ctx) -> tuple[int, torch.Tensor]:
+    def raw(logits: torch.Tensor, ctx, row: int) -> tuple[int, torch.Tensor]:
         q = torch.softmax(logits.float(), dim=-1)  # [1, V]
-        return int(torch.multinomial(q[0], 1, generator=ctx.generator)), q
+        return int(torch.multinomial(q[0], 1, generator=ctx.generators[row])), q
 
     hierarchy, target, cfg = FAST["topk-topp-depth1"].build()
     monkeypatch.setattr(drafters, "_choose", raw)

@@ -202,9 +202,9 @@ def test_a_timer_reopens_its_cache_for_a_pass_wider_than_its_room(zoo, monkeypat
 
     monkeypatch.setattr(timing, "ROOM", 4)
     timer = timing.PassTimer(zoo["T"], context_len=60)
-    assert timer._engine.n_ctx == 64
-    assert timer(3) > 0 and timer._engine.n_ctx == 64
-    assert timer(20) > 0 and timer._engine.n_ctx == 80  # reopened with room for 20 after the 60 cached
+    assert timer._kv.n_ctx == 64
+    assert timer(3) > 0 and timer._kv.n_ctx == 64
+    assert timer(20) > 0 and timer._kv.n_ctx == 80  # reopened with room for 20 after the 60 cached
     assert timer(3) > 0  # the narrower pass still runs on the wider cache
 
 
