@@ -385,3 +385,14 @@ def test_a_student_from_another_model_of_the_tokenizer(tiny_dirs, prompts, tmp_p
         "different tokenizers",
     )
     assert not (tmp_path / "x").exists()
+
+
+def test_a_checkpoint_of_an_older_run_names_its_minibatch_batch_size(tiny_dirs, prompts, tmp_path):
+    """A run saved before the minibatch was named train_batch resumes with its settings read."""
+    assert distill(tiny_dirs["target"], tmp_path / "out", prompts, "--steps", 1, "--train-batch", 3).exit_code == 0
+    path = tmp_path / "out" / "checkpoint" / "state.pt"
+    state = torch.load(path, weights_only=True)
+    state["config"]["batch_size"] = state["config"].pop("train_batch")  # as a run made before the rename wrote it
+    torch.save(state, path)
+    result = distill(tiny_dirs["target"], tmp_path / "out", prompts, "--steps", 2, "--resume", "--train-batch", 3)
+    assert result.exit_code == 0, result.output

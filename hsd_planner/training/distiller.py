@@ -45,7 +45,7 @@ from .card import DistillReport, StepLog, model_card
 from .config import DistillConfig
 from .corpus import Corpus, build_corpus
 from .divergences import bucket_log_probs, sparse_divergence
-from .runs import PASS_GROUP, TrainingRun, corpus_key
+from .runs import PASS_GROUP, TrainingRun, corpus_key, renamed
 from .sampling import by_length, last_tokens, sample_batched
 from .student import HeldOut, build_student, own_student
 from .teacher import TeacherRows, continuation_logits, teacher_signal
@@ -174,7 +174,7 @@ class Distiller(TrainingRun[StepLog, DistillReport]):
 
     def _read_config(self, saved: dict[str, Any]) -> DistillConfig:
         # runs from before max_context read whole prompts; from before the reserve, all profiling prompts
-        return DistillConfig(**{"max_context": 0, "reserve": 0, **saved})
+        return DistillConfig(**{"max_context": 0, "reserve": 0, **renamed(saved)})
 
     def _load_own_state(self, state: dict[str, Any]) -> None:
         params = dict(self.trainable)

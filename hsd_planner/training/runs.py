@@ -40,6 +40,15 @@ STATE = "state.pt"
 # groups of 8, 2.1 s in groups of 4
 PASS_GROUP = 4
 EVAL_PROMPTS = 8  # held-out prompts (of the validation split) a run's result is measured on
+# settings older checkpoints name otherwise: their names now
+RENAMED = {"batch_size": "train_batch"}
+
+
+def renamed(saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved settings under their names now."""
+    return {RENAMED.get(key, key): value for key, value in saved.items()}
+
+
 # changing these on --resume does not change what the run computes
 RESUMABLE = frozenset({"steps", "checkpoint_every", "gen_batch", "cache"})
 StepT = TypeVar("StepT")
@@ -147,8 +156,9 @@ class TrainingRun(ABC, Generic[StepT, ReportT]):
 
     def _read_config(self, saved: dict[str, Any]) -> TrainingConfig:
         """The settings a checkpoint was made with (a trainer fills in fields older runs lacked:
-        runs from before the reserve trained on the whole profiling split)."""
-        return type(self.config)(**{"reserve": 0, **saved})
+        runs from before the reserve trained on the whole profiling split; older runs named the
+        minibatch ``batch_size``)."""
+        return type(self.config)(**{"reserve": 0, **renamed(saved)})
 
     def mixed_precision(self, device: torch.device, when: bool = True) -> torch.autocast:
         """bf16 autocast around the passes of what trains (its weights, the optimizer and the loss
