@@ -175,3 +175,26 @@ def test_a_profile_times_and_measures_each_kind_as_the_table_says(tiny_dirs, kin
     assert {kinds[r.drafter_id] for r in pairs} == set(KINDS)
     for r in pairs:  # greedy, exact: a drafter that drafts trees has its sibling sums
         assert (r.siblings_sum is not None) == kinds[r.drafter_id].drafts_trees
+
+
+def test_the_executor_decodes_rows_for_the_kinds_the_table_batches(tiny_dirs, kinds_dirs):
+    """The table's ``batched`` and the executor agree: a chain whose level 0 is each kind decodes two
+    prompts in lockstep where the table batches the kind, and refuses them in one line where not."""
+    heads, steer = kinds_dirs
+    target, draft = str(tiny_dirs["target"]), str(tiny_dirs["draft"])
+    loader = ModelLoader(device="cpu", dtype="fp32")
+    chains = {
+        MODEL: [draft, target],
+        NGRAM_LOOKUP: ["ngram", target],
+        BLOCK_HEADS: [f"bpd:{heads}", target],
+        STEERED: [f"{draft}:steer={steer}", target],
+    }
+    assert set(chains) == set(KINDS)
+    for kind, chain in chains.items():
+        hierarchy, _ = build_hierarchy(chain, [2], loader)
+        if kind.batched:
+            assert len(hierarchy.generate_batch([[1, 2, 3], [4, 5]], 3).sequences) == 2
+        else:
+            with pytest.raises(ChainError, match="one prompt") as refused:
+                hierarchy.generate_batch([[1, 2, 3], [4, 5]], 3)
+            assert "\n" not in str(refused.value)
