@@ -35,6 +35,7 @@ from torch import nn
 from ..decoding.cache import CachedModel
 from ..decoding.drafters import DraftContext, ModelDrafter, Proposal, VerifierLevel
 from ..models.loading import LoadedModel
+from ..models.output import activation_dtype
 from ..models.views import decoder_of, shallow_module
 from ..terms.errors import ChainError, ModelSpecError
 from ..terms.shape import TreeShape
@@ -269,7 +270,7 @@ def steer_model(loaded: LoadedModel) -> LoadedModel:
     if spec.steer is None:
         return loaded
     model: Any = loaded.model
-    dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+    dtype = activation_dtype(model)
     steerer = load_steering(Path(spec.steer).expanduser(), dtype, next(model.parameters()).device)
     if not same_model(parse_spec(steerer.card.drafter), spec):
         raise ModelSpecError(f"{spec}: the steering in {spec.steer} was trained for the drafter {steerer.card.drafter}, not {spec.base}")

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from ..terms.errors import ChainError, ModelSpecError, PromptError
 from .engine import TreeFeed, hidden_refusal, rows_refusal
-from .output import apply_output_layer
+from .output import activation_dtype, additive_mask, apply_output_layer
 from .torch_engine import tree_allowed
 
 __all__ = ["ARCHITECTURES", "DEFAULT_STATIC_CTX", "StaticCache", "StaticModel", "static_kernels"]
@@ -96,7 +96,7 @@ class StaticModel:
         self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
         self.device = next(model.parameters()).device
         # the activations' dtype: the cache's and the mask's (an int8 copy computes in fp32)
-        self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        self.dtype = activation_dtype(model)
         self.n_vocab = int(model.get_output_embeddings().out_features)
         limit = getattr(cfg, "max_position_embeddings", None)
         self.n_ctx = min(n_ctx, limit) if isinstance(limit, int) else n_ctx
@@ -157,7 +157,7 @@ class StaticModel:
         cos, sin = dec.rotary_emb(h, x.positions[None])  # [1, n, D] each
         cos, sin = cos[:, None], sin[:, None]  # [1, 1, n, D]: broadcast over heads
         allowed = (buffers.index[None, :] <= x.slots[:, None]) & ~x.blocked  # [n, S]
-        mask = torch.zeros(allowed.shape, dtype=h.dtype, device=h.device).masked_fill_(~allowed, torch.finfo(h.dtype).min)
+        mask = additive_mask(allowed, h.dtype)
         mask = mask.repeat(g, 1)  # [g n, S]: the rows of one key/value head's g query heads
         for layer, keys, values in zip(dec.layers, buffers.keys, buffers.values):
             attn = layer.self_attn

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..terms.tree import DraftTree
 from .engine import EngineModel, TreeFeed
-from .output import apply_output_layer, cache_argument
+from .output import activation_dtype, additive_mask, apply_output_layer, cache_argument
 
 if TYPE_CHECKING:
     from .torch_rows import RowsCache
@@ -113,7 +113,7 @@ class TorchCache:
         self.layers = layers
         self.device = next(model.parameters()).device
         # the activations' dtype, for the additive tree mask (an int8 copy computes in fp32 like its embeddings)
-        self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        self.dtype = activation_dtype(model)
         self.captured: torch.Tensor | None = None  # [keep, d] (or [keep, len(layers) d]) of the latest pass
         self.clear()
 
@@ -197,7 +197,4 @@ def tree_mask(tree: DraftTree, linear: int, tail: int, first: int, dtype: torch.
     sees all linear text, its ancestors and itself. 0 where attention is allowed, the dtype's
     minimum elsewhere (added to the scores by eager and SDPA attention alike).
     """
-    allowed = tree_allowed(tree, linear, tail, first)
-    mask = torch.zeros(allowed.shape, dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask.to(device)[None, None]
+    return additive_mask(tree_allowed(tree, linear, tail, first), dtype).to(device)[None, None]

@@ -19,7 +19,7 @@ from torch import nn
 from transformers import Cache
 from transformers.cache_utils import DynamicLayer
 
-from .output import cache_argument
+from .output import activation_dtype, additive_mask, cache_argument
 
 __all__ = ["RowsCache"]
 
@@ -104,7 +104,7 @@ class RowsCache:
         self.rows = rows
         self.device = next(model.parameters()).device
         # the activations' dtype, for the additive mask (an int8 copy computes in fp32 like its embeddings)
-        self.dtype = next(p.dtype for p in model.parameters() if p.is_floating_point())
+        self.dtype = activation_dtype(model)
         self.clear()
 
     def clear(self) -> None:
@@ -134,7 +134,7 @@ class RowsCache:
         self._layout.capacity = max(self._layout.capacity, -(-kv // CHUNK) * CHUNK)
         self._layout.write = write[:, None, :, None]
         allowed = torch.arange(kv, device=dev)[None, None] <= last[:, :, None]  # [b, n, kv]
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=dev).masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        mask = additive_mask(allowed, self.dtype)
         out = self.model(
             input_ids=ids,
             position_ids=last,
