@@ -46,11 +46,10 @@ def worker(new_tokens: int) -> None:
     loader = ModelLoader(device="cpu", dtype="fp32")
     out: dict[str, object] = {}
     for name, (chain, widths) in CHAINS.items():
+        hierarchy, tokenizer = build_hierarchy(chain, widths, loader)
         if hasattr(Hierarchy, "generate_batch"):
-            hierarchy, tokenizer = build_hierarchy(chain, widths, loader)
             batch = lambda ids: hierarchy.generate_batch(ids, new_tokens, stop_at_eos=False)  # noqa: E731
         else:  # a tree with a batched runtime of its own
-            hierarchy, tokenizer = build_hierarchy(chain, widths, loader)
             batched, _ = build_hierarchy(chain, widths, loader, batched=True)
             batch = lambda ids: batched.generate(ids, new_tokens, stop_at_eos=False)  # noqa: E731
         hierarchy.eos_token_ids = frozenset()
