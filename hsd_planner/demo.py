@@ -193,7 +193,7 @@ def run_demo(
     summary = profile_summary(db, outcome)
     show(summary)
     say("\n2/3 solving")
-    solved = solve_and_store(db, target=config.models[-1], workload=prompts.name, config=SolveConfig())
+    solved = solve_and_store(db, target=config.models[-1], workload=prompts.name, config=SolveConfig(max_new_tokens=f.max_new_tokens))
     best = solved.best.plan
     say(f"best: {best.label}, predicted {best.prediction.ms_per_token:.1f} ms/token ({best.prediction.speedup:.2f}x)")
     say("\n3/3 validating on held-out prompts")

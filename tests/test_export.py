@@ -191,7 +191,10 @@ def test_the_restricted_solve_is_the_best_expressible_plan(solved):
 def test_an_expressible_pick_is_exported_with_its_stored_prediction(solved):
     db, plans = solved
     stored = load_plan(db, plans["depth 1"])
-    again = predict(stored.profile, stored.plan.chain, stored.plan.widths, stored.solve.acceptance_model, stored.contexts)
+    again = predict(
+        stored.profile, stored.plan.chain, stored.plan.widths, stored.solve.acceptance_model, stored.contexts, stored.solve.max_new_tokens
+    )
+    assert stored.solve.max_new_tokens is not None  # ranked for the profiled length, not the steady state
     assert again.ms_per_token == pytest.approx(stored.plan.prediction.ms_per_token, rel=1e-12)
 
 

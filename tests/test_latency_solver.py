@@ -122,7 +122,7 @@ def _instance(rng: random.Random, n: int, empirical: bool, proposals: random.Ran
     return cands, target, acc
 
 
-def _brute_force(cands, target, acc, t_max, max_depth=None, require=()):
+def _brute_force(cands, target, acc, t_max, max_depth=None, require=(), horizon=None):
     order = sorted(cands, key=lambda c: c.cost(1))
     best = (target.cost(1), (target.name,), ()) if not require else (float("inf"), None, None)
     for r in range(1, len(order) + 1 if max_depth is None else max_depth + 1):
@@ -136,7 +136,7 @@ def _brute_force(cands, target, acc, t_max, max_depth=None, require=()):
             levels = [Level(subset[0].cost, lookup=subset[0].lookup, proposal=subset[0].proposal)]
             levels += [Level(c.cost, acc[p], proposal=c.proposal) for c, p in zip([*subset[1:], target], pairs)]
             for widths in itertools.product(range(1, t_max + 1), repeat=r):
-                ms = hierarchy_latency(levels, list(widths)).ms_per_token
+                ms = hierarchy_latency(levels, list(widths), horizon).ms_per_token
                 if ms < best[0] - 1e-12:
                     best = (ms, tuple(names), widths)
     return best
@@ -153,6 +153,31 @@ def test_solver_equals_brute_force(seed):
         ms, chain, widths = _brute_force(cands, target, acc, t_max)
         assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
         assert sol.best.chain == chain and sol.best.widths == widths
+
+
+@pytest.mark.parametrize("horizon", [1, 5, 48])
+def test_solver_at_a_finite_length_equals_brute_force(horizon):
+    for offset in range(12):
+        rng = random.Random(500 + offset)
+        cands, target, acc = _instance(rng, rng.randint(1, 4), empirical=bool(offset % 2))
+        t_max = rng.randint(1, 5)
+        sol = solve_graph(cands, target, acc, SolveConfig(t_max=t_max, top_k=3, max_new_tokens=horizon))
+        ms, chain, widths = _brute_force(cands, target, acc, t_max, horizon=horizon)
+        assert sol.best.prediction.ms_per_token == pytest.approx(ms, rel=1e-9)
+        assert sol.best.chain == chain and sol.best.widths == widths
+
+
+def test_a_short_generation_is_planned_with_narrower_batches():
+    # 9 tokens from rounds of up to T + 1: at T = 8 one round may finish them, but two rounds of
+    # T = 4 cost fewer drafting passes than the long batches a steady state favours
+    d, t = Candidate("d", lambda n: 1.0), Candidate("t", lambda n: 10.0)
+    acc = {("d", "t"): RunLengths.iid(0.95)}
+    steady = solve_graph([d], t, acc, SolveConfig(t_max=16)).best
+    short = solve_graph([d], t, acc, SolveConfig(t_max=16, max_new_tokens=9)).best
+    assert short.widths[0] < steady.widths[0]
+    levels = [Level(d.cost), Level(t.cost, acc[("d", "t")])]
+    assert short.prediction.ms_per_token == pytest.approx(hierarchy_latency(levels, short.widths, 9).ms_per_token)
+    assert short.prediction.ms_per_token < hierarchy_latency(levels, steady.widths, 9).ms_per_token
 
 
 def test_max_depth_is_respected_and_exact():

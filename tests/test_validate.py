@@ -101,6 +101,26 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
     assert calibrated == {p["plan_id"]: pytest.approx(p["calibrated_ms_per_token"]) for p in report["plans"]}
     assert summary == pytest.approx(report["median_abs_speedup_error_calibrated"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every plan above autoregressive decoding carries the 90% interval of its predicted speed-up,
+    # whether the measured one fell inside, and the validation the share that did
+    drafted = [p for p in report["plans"] if len(p["chain"]) > 1 and not _is_tree(p)]
+    assert drafted
+    for p in drafted:
+        lo, hi = p["predicted_speedup_lo"], p["predicted_speedup_hi"]
+        assert 0 < lo <= hi and p["covered"] == (lo <= p["measured_speedup"] <= hi)
+        assert p["interval_width"] == pytest.approx((hi - lo) / p["predicted_speedup"])
+    assert auto[0]["covered"] is None
+    hits = [p["covered"] for p in report["plans"] if p["covered"] is not None]
+    assert report["coverage"] == pytest.approx(sum(hits) / len(hits))
+    with sqlite3.connect(isolated_db) as conn:
+        covered = dict(conn.execute("SELECT plan_id, covered FROM validation_runs WHERE validation_id = ?", (report["validation_id"],)))
+        coverage = conn.execute("SELECT coverage FROM validations WHERE id = ?", (report["validation_id"],)).fetchone()[0]
+    assert {k: None if v is None else bool(v) for k, v in covered.items()} == {p["plan_id"]: p["covered"] for p in report["plans"]}
+    assert coverage == pytest.approx(report["coverage"])
+
+
+def _is_tree(plan: dict) -> bool:
+    return any(isinstance(w, str) for w in plan["widths"])
 
 
 def test_a_three_level_plans_middle_level_reports_its_rounds_per_round_above(solved, prompts, tiny_dirs):

@@ -197,6 +197,13 @@ def solve_options(f: F) -> F:
     f = click.option("--require", default="", help="Comma-separated model specs every plan must contain.")(f)
     f = click.option("--exclude", default="", help="Comma-separated model specs not to use.")(f)
     f = click.option(
+        "--max-new-tokens",
+        type=click.IntRange(1, MAX_LENGTH),
+        default=d.max_new_tokens,
+        help="Rank plans by the time of a generation of this many new tokens, its last round cut short "
+        "[default: as many as the profile's continuations, the workload's own length].",
+    )(f)
+    f = click.option(
         "--context-len",
         type=click.IntRange(1, MAX_LENGTH),
         default=d.context_len,

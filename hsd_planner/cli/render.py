@@ -171,7 +171,8 @@ def emit_solve(report: SolveReport, as_json: bool, export: ExportReport | None =
 def format_solve(report: SolveReport) -> str:
     """The plans of a solve as a table, best first."""
     lines = [
-        f"target {report.target}, workload {report.workload}, {report.mode}, {report.acceptance} acceptance, context {report.context_len}"
+        f"target {report.target}, workload {report.workload}, {report.mode}, {report.acceptance} acceptance, context {report.context_len}, "
+        + (f"{report.max_new_tokens} new tokens" if report.max_new_tokens is not None else "steady state")
         + (f", LOSSY: lenience {report.lenience}" if report.lenience != 1.0 else ""),
         f"{'plan':>5} {'kind':<15} {'ms/token':>9} {'accepted':>9} {'speed-up':>9} {'90% interval':>13}  hierarchy",
     ]
@@ -306,6 +307,16 @@ def _without_folders(spec: str) -> str:
     return re.sub(r"[^:=,]*/", "", spec)
 
 
+def _coverage(report: ValidationReport) -> str:
+    """The summary's clause on the predicted intervals: how many held the measured speed-up, how wide."""
+    hits = [p.covered for p in report.plans if p.covered is not None]
+    if not hits:
+        return ""
+    width = report.median_interval_width
+    wide = f", median width {width:.0%} of the prediction" if width is not None else ""
+    return f"measured inside the predicted 90% interval: {sum(hits)} of {len(hits)} plans{wide}; "
+
+
 def format_validation(report: ValidationReport) -> str:
     """The report as a plain-text table with the summary line."""
     batched = report.batch_sizes != [1]  # a batch column, and each batch's throughput
@@ -315,7 +326,8 @@ def format_validation(report: ValidationReport) -> str:
         f"{report.mode}, {report.acceptance} acceptance model, context {report.context_len}"
         + (f", LOSSY: lenience {report.lenience}" if report.lenience != 1.0 else ""),
         (f"{'batch':>5} " if batched else "")
-        + f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'cal ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/c/m':>18} {'measured 90%':>13} "
+        + f"{'plan':>5} {'kind':<15} {'pred ms':>8} {'cal ms':>8} {'meas ms':>8} {'error':>7} {'speed-up p/c/m':>18} {'predicted 90%':>14} "
+        + f"{'measured 90%':>13} "
         + f"{'accepted p/m':>13}  "
         + (f"{'tok/s':>8}  " if batched else "")
         + "hierarchy",
@@ -323,6 +335,9 @@ def format_validation(report: ValidationReport) -> str:
     for p in report.plans:
         interval = p.measured_speedup_interval
         spread = f"{interval[0]:.2f}-{interval[1]:.2f}" if interval else "-"
+        band = p.predicted_speedup_interval
+        mark = {True: " ", False: "!", None: " "}[p.covered]  # ! : the measured speed-up fell outside
+        predicted = f"{band[0]:.2f}-{band[1]:.2f}{mark}" if band else "- "
         cal_ms = f"{p.calibrated_ms_per_token:>8.2f}" if p.calibrated_ms_per_token is not None else f"{'-':>8}"
         cal_up = f"{p.calibrated_speedup:.2f}" if p.calibrated_speedup is not None else "-"
         pred = p.plan.prediction
@@ -330,7 +345,7 @@ def format_validation(report: ValidationReport) -> str:
         lines.append(
             (f"{p.batch_size:>5} " if batched else "")
             + f"{plan_id:>5} {p.kind:<15} {pred.ms_per_token:>8.2f} {cal_ms} {p.measured_ms_per_token:>8.2f} "
-            + f"{p.error:>+7.1%} {f'{pred.speedup:.2f}/{cal_up}/{p.measured_speedup:.2f}':>18} {spread:>13} "
+            + f"{p.error:>+7.1%} {f'{pred.speedup:.2f}/{cal_up}/{p.measured_speedup:.2f}':>18} {predicted:>14} {spread:>13} "
             + f"{pred.mean_accepted_length:>6.2f}/{p.measured_mean_accepted_length:<6.2f}  "
             + (f"{p.measured_tokens_per_s:>8.1f}  " if batched else "")
             + f"{p.plan.label}{' (tied)' if p.tied else ''}"
@@ -341,7 +356,8 @@ def format_validation(report: ValidationReport) -> str:
         f"median |speed-up error| {report.median_abs_speedup_error:.1%} as profiled, {report.median_abs_speedup_error_calibrated:.1%} calibrated; "
         f"median |error| {report.median_abs_error:.1%} raw, {report.median_abs_error_calibrated:.1%} calibrated "
         f"(target now / profiled: {report.drift:.3f}); "
-        f"regret {report.regret:.1%}, against the best untied plan {report.regret_untied:.1%} (pick: plan {report.pick}"
+        + _coverage(report)
+        + f"regret {report.regret:.1%}, against the best untied plan {report.regret_untied:.1%} (pick: plan {report.pick}"
         + (f" at batch size {pick_batch}" if batched else "")
         + "); "
         f"validation {report.validation_id} stored"

@@ -63,6 +63,7 @@ def solve_command(
     trees: bool,
     tree_budget: int,
     context_len: int | None,
+    max_new_tokens: int | None,
     exclude: str,
     require: str,
     batch_sizes: str | None,
@@ -97,6 +98,8 @@ def solve_command(
 
         hsd-plan solve --no-trees
 
+        hsd-plan solve --max-new-tokens 256
+
         hsd-plan solve --profile-file profiles/amd-epyc-avx512bf16-smollm2-builtin.json
 
         hsd-plan solve --db postgresql://ann@db.lan/team --hardware 2
@@ -120,6 +123,7 @@ def solve_command(
         tree_budget=tree_budget,
         acceptance=acceptance,
         context_len=context_len,
+        max_new_tokens=max_new_tokens,
         exclude=tuple(absolute_specs(split_specs(exclude))),
         require=tuple(absolute_specs(split_specs(require))),
     )
@@ -136,6 +140,7 @@ def solve_command(
     # (a --model-map naming a model the pick lacks, a profile without batch curves) stores nothing
     with all_or_nothing(db) as unit:
         report = solve_and_store(unit, target, workload, mode, temperature, config, machines, lenience)
-        batch = solve_batch_schedule(unit, report.solve_id, config, sizes) if sizes else None
+        solved = config.model_copy(update={"max_new_tokens": report.max_new_tokens})  # the length the solve resolved
+        batch = solve_batch_schedule(unit, report.solve_id, solved, sizes) if sizes else None
         export = export_plan(unit, report.best.id, fmt, stack_version, names) if fmt is not None else None
     emit_solve(report, as_json, export, batch)

@@ -62,6 +62,7 @@ def restricted_solve(
     acceptance: AcceptanceModel,
     contexts: int | Sequence[int],
     max_depth: int | None = None,
+    max_new_tokens: int | None = None,
 ) -> Plan:
     """The latency-optimal plan for ``profile.target`` among those ``stack`` can express: at most
     its drafter levels (and ``max_depth``), chains only unless it drafts trees, drafters it can
@@ -72,6 +73,8 @@ def restricted_solve(
     depth = stack.max_depth if max_depth is None else min(stack.max_depth, max_depth)
     pairs = profile.pairs(acceptance)
     if depth == 0 or not any((name, target) in pairs for name in usable):
-        return Plan((target,), (), predict(profile, [target], [], acceptance, contexts))
-    config = SolveConfig(t_max=t_max, top_k=1, max_depth=depth, acceptance=acceptance, exclude=tuple(exclude), trees=stack.trees)
+        return Plan((target,), (), predict(profile, [target], [], acceptance, contexts, max_new_tokens))
+    config = SolveConfig(
+        t_max=t_max, top_k=1, max_depth=depth, acceptance=acceptance, exclude=tuple(exclude), trees=stack.trees, max_new_tokens=max_new_tokens
+    )
     return solve(profile, config, contexts).best

@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from hsd_runtime.terms.limits import MAX_BATCH, MAX_TREE_NODES, MAX_WIDTH
 
 from ..choices import AcceptanceModel
+from ..limits import MAX_LENGTH
 
 __all__ = ["DEFAULT_CONTEXT", "SOLVE_DEFAULTS", "TREE_BUDGET_LIMIT", "T_MAX_LIMIT", "SolveConfig"]
 
@@ -46,6 +47,12 @@ class SolveConfig(BaseModel):
     )
     exclude: tuple[str, ...] = Field((), description="candidates not to use")
     require: tuple[str, ...] = Field((), description="models every returned hierarchy must contain")
+    max_new_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LENGTH,
+        description="rank plans by the time of a generation of this many new tokens (the last round cut short); None: the steady state",
+    )
     batch_size: int = Field(1, ge=1, le=MAX_BATCH, description="sequences decoded in lockstep: costs read at c(n, b), chains only above 1")
 
 

@@ -74,6 +74,11 @@ class LatencyCurve(BaseModel):
     # ms of host work a decoder spends per pass of this model beside the pass (its cache
     # bookkeeping, drafting and verification): part of every pass's cost in a plan (Profile.cost)
     host_ms: float = Field(default=0.0, ge=0.0)
+    # the sigma of log(ms) of one pass over the profile's samples (the median over the curve's
+    # points of ln(p90 / p10) / 2.563, p10..p90 spanning +-1.2816 sigma of a normal): how far the
+    # machine moved this model's passes while it was profiled, which the bootstrap of predicted
+    # speed-ups draws each model's drift from (0: not measured)
+    spread: float = Field(default=0.0, ge=0.0)
 
     def __call__(self, n: int, context_len: int) -> float:
         """Interpolated ms of a pass of ``n`` >= 1 tokens after ``context_len`` cached ones."""

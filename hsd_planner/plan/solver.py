@@ -12,7 +12,9 @@ D(v) = g (D(u) + w):
   run-length law of (j, i) over batches of T'; from (j, b): w = p_j + c_i(N + 1), g = m(T) under
   the tree law of (j, i) (its sibling curve; see :class:`RoundLaw`);
 - (j, T') -> target: w = p_j + c_K(T' + 1), g = 1 / E[X] - the label becomes ms per token; from
-  (j, b): w = p_j + c_K(N + 1), g = 1 / E[X] under the tree law;
+  (j, b): w = p_j + c_K(N + 1), g = 1 / E[X] under the tree law. For a generation of exactly L new
+  tokens (``max_new_tokens``) g = m(L) / L instead: its expected target rounds, the last one cut
+  short, per token (at batch size b, the expected rounds of the slowest of b sequences);
 - source -> target: plain autoregressive decoding, c_K(1).
 
 Every map is increasing in D, and the graph is acyclic, so keeping the k smallest labels per node
@@ -37,7 +39,7 @@ from ..errors import SolverError
 from ..limits import MAX_BRANCHING
 from .config import SOLVE_DEFAULTS, SolveConfig
 from .latency import CostCurve, Prediction, draft_cost, pass_cost
-from .lockstep import max_rounds_table
+from .lockstep import expected_max_rounds, max_rounds_table
 from .plans import Plan
 from .rounds import RoundLaw, RunLengths, SiblingCurve
 
@@ -169,7 +171,9 @@ def solve_graph(
     depth_cap = config.max_depth if config.max_depth is not None else len(order)
     curves = siblings or {}
     shapes = tree_shapes(config.t_max, config.tree_budget) if config.trees and curves else []
-    graph = _graph(order, target, acceptance, curves, range(1, config.t_max + 1), shapes, depth_cap >= 1, config.batch_size)
+    graph = _graph(
+        order, target, acceptance, curves, range(1, config.t_max + 1), shapes, depth_cap >= 1, config.batch_size, config.max_new_tokens
+    )
     labels = _labels(graph, config.top_k, depth_cap, {name: 1 << i for i, name in enumerate(require)}, config.max_depth is not None)
     full = (1 << len(require)) - 1
     plans = [_plan(path, target, d, graph) for d, _, mask, path in labels if mask == full]
@@ -190,10 +194,13 @@ def _graph(
     shapes: Sequence[TreeShape],
     drafters: bool,
     batch_size: int = 1,
+    horizon: int | None = None,
 ) -> nx.DiGraph:
     """The DAG of the module docstring: edges carry ``w`` and ``g`` of D(v) = g (D(u) + w), and
-    an edge into the target its round ``law``. Without ``drafters``, autoregressive decoding only;
-    at ``batch_size`` > 1 a level above level 0 runs the expected maximum of the batch's round counts."""
+    an edge into the target its round ``law`` and ``tokens`` per round. Without ``drafters``,
+    autoregressive decoding only; at ``batch_size`` > 1 a level above level 0 runs the expected
+    maximum of the batch's round counts; with ``horizon`` = L the target's rounds are those of a
+    generation of L tokens."""
     graph = nx.DiGraph()
     graph.add_node(SOURCE)
     graph.add_node(TARGET)
@@ -212,13 +219,23 @@ def _graph(
                 graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
     for c in order:
         for b, law, runs in _batches(c, target.name, acceptance, curves, widths, shapes):
-            graph.add_edge((c.name, b), TARGET, w=c.proposal + pass_cost(target.cost, b, runs), g=1.0 / law.mean, law=law)
+            g = 1.0 / law.mean if horizon is None else _target_rounds(law, horizon, batch_size) / horizon
+            # one sequence's tokens per target round, as the latency model reports it
+            tokens = 1.0 / g if horizon is not None and batch_size == 1 else law.mean
+            graph.add_edge((c.name, b), TARGET, w=c.proposal + pass_cost(target.cost, b, runs), g=g, tokens=tokens)
     # a tree only ever enters from the source; its node exists when some verifier can take it
     for c in order:
         for shape in shapes:
             if (c.name, shape) in graph:
                 graph.add_edge(SOURCE, (c.name, shape), w=draft_cost(c.cost, c.lookup, shape), g=1.0)
     return graph
+
+
+def _target_rounds(law: RoundLaw, horizon: int, batch_size: int) -> float:
+    """The expected target rounds of a generation of ``horizon`` tokens: m(L), or at batch size b
+    the expected most rounds of b sequences (every round priced at the full batch: an upper bound
+    of :func:`~.latency.batch_latency`, which prices the last rounds at the sequences still going)."""
+    return law.rounds(horizon)[horizon] if batch_size == 1 else expected_max_rounds(law, horizon, batch_size)
 
 
 def _labels(graph: nx.DiGraph, top_k: int, depth_cap: int, bit: Mapping[str, int], by_depth: bool) -> list[tuple[float, int, int, tuple]]:
@@ -253,7 +270,7 @@ def _keep(found: list, k: int, by_depth: bool) -> list:
 def _plan(path: tuple, target: Candidate, ms: float, graph: nx.DiGraph) -> Plan:
     chain = tuple(name for name, _ in path) + (target.name,)
     widths = tuple(t for _, t in path)
-    tokens = graph.edges[path[-1], TARGET]["law"].mean if path else 1.0
+    tokens = graph.edges[path[-1], TARGET]["tokens"] if path else 1.0
     return Plan(chain, widths, Prediction(ms, tokens, target.cost(1) / ms))
 
 

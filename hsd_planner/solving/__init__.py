@@ -8,7 +8,8 @@ the CLI, validation's demo and the benchmarks import it.
 """
 
 from .batch import solve_batch_schedule
+from .intervals import bootstrap_profiles, predicted_intervals
 from .report import THIN_PROMPTS, SolveReport
-from .runner import predicted_intervals, solve_and_store
+from .runner import solve_and_store
 
-__all__ = ["THIN_PROMPTS", "SolveReport", "predicted_intervals", "solve_and_store", "solve_batch_schedule"]
+__all__ = ["THIN_PROMPTS", "SolveReport", "bootstrap_profiles", "predicted_intervals", "solve_and_store", "solve_batch_schedule"]

@@ -34,6 +34,7 @@ class SolveReport:
     sample_prompts: int | None = None
     sample_positions: int | None = None
     lenience: float = 1.0  # below 1: acceptance (and the plans) under lossy verification
+    max_new_tokens: int | None = None  # the generation length the plans are ranked for (None: the steady state)
 
     @property
     def thin_sample(self) -> bool:
@@ -56,6 +57,7 @@ class SolveReport:
             "lenience",
             "acceptance",
             "context_len",
+            "max_new_tokens",
             "sample_prompts",
             "sample_positions",
             "thin_sample",

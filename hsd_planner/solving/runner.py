@@ -6,19 +6,18 @@ import statistics
 from collections.abc import Sequence
 
 from hsd_runtime.terms.choices import Mode
-from hsd_runtime.terms.shape import TreeShape
 
-from ..choices import AcceptanceModel, PlanKind
-from ..plan import SOLVE_DEFAULTS, Plan, Profile, Solution, SolveConfig, predict, solve
+from ..choices import PlanKind
+from ..plan import SOLVE_DEFAULTS, Plan, Solution, SolveConfig, solve
 from ..plan.config import DEFAULT_CONTEXT
-from ..stats import interval, resample_profiles
 from ..store import Engine
-from ..store.profiles import ProfileSource, load_profile, prompt_acceptance
+from ..store.profiles import load_profile
 from ..store.records import Ranking
-from ..store.solves import acceptance_sample, save_solve
+from ..store.solves import acceptance_sample, profiled_length, save_solve
+from .intervals import bootstrap_profiles, predicted_intervals
 from .report import SolveReport
 
-__all__ = ["predicted_intervals", "solve_and_store"]
+__all__ = ["solve_and_store"]
 
 
 def solve_and_store(
@@ -35,14 +34,21 @@ def solve_and_store(
 
     ``hardware``: the fingerprint(s) whose latency to use (None: the newest of any). Cost curves
     are read at ``config.context_len`` or, without one, averaged over the workload's own contexts
-    (each prompt plus half its continuation).
+    (each prompt plus half its continuation). Plans are ranked by the time of a generation of
+    ``config.max_new_tokens`` tokens or, without one, of as many as the profile's continuations
+    held (the workload's own length); each carries the 90% interval of its predicted speed-up
+    over bootstrap profiles (the profiled prompts resampled, each model's curves drifted as far as
+    its own samples moved while profiled).
     """
     profile, source = load_profile(db, target, workload, mode, temperature, hardware, lenience)
     contexts: int | list[int] = config.context_len or source.contexts or DEFAULT_CONTEXT
     context_len = contexts if isinstance(contexts, int) else int(statistics.median(contexts))
+    if config.max_new_tokens is None:
+        config = config.model_copy(update={"max_new_tokens": profiled_length(db, source.setting_id)})
     ranked = _ranked(solve(profile, config, contexts))
     plans = [plan for plan, _ in ranked]
-    intervals = predicted_intervals(_bootstrap_profiles(db, profile, source), plans, config.acceptance, contexts)
+    boot = bootstrap_profiles(db, profile, source, drift=True)
+    intervals = predicted_intervals(boot, plans, config.acceptance, contexts, config.max_new_tokens)
     stored = save_solve(db, source, config, context_len, _with_intervals(ranked, intervals))
     sample = acceptance_sample(db, source, plans[0].chain)
     return SolveReport(
@@ -55,6 +61,7 @@ def solve_and_store(
         lenience=lenience,
         acceptance=config.acceptance,
         context_len=context_len,
+        max_new_tokens=config.max_new_tokens,
         plans=stored,
         sample_prompts=sample[0] if sample else None,
         sample_positions=sample[1] if sample else None,
@@ -78,34 +85,3 @@ def _with_intervals(ranked: list[tuple[Plan, PlanKind]], intervals: list[tuple[f
             tied = (plan.chain, plan.widths) != (pick_plan.chain, pick_plan.widths) and own[1] >= pick[0]
         out.append((plan, kind, own, tied))
     return out
-
-
-def _bootstrap_profiles(db: Engine, profile: Profile, source: ProfileSource) -> list[Profile]:
-    """Profiles whose acceptance pools resamples of the profiled prompts (none without per-prompt rows)."""
-    pairs = {(a.drafter, a.verifier) for a in profile.acceptance}
-    return resample_profiles(profile, prompt_acceptance(db, source, pairs))
-
-
-def predicted_intervals(
-    profiles: list[Profile], plans: list[Plan], acceptance: AcceptanceModel, contexts: int | list[int]
-) -> list[tuple[float, float] | None] | None:
-    """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``profiles``; None
-    for a tree plan whose sibling curve the resamples do not carry (a fixed curve would shrink the
-    interval to the upper levels' uncertainty and claim a certainty never measured)."""
-    if not profiles:
-        return None
-    out: list[tuple[float, float] | None] = []
-    for plan in plans:
-        if not all(_predictable(b, plan) for b in profiles):
-            out.append(None)
-            continue
-        out.append(interval([predict(b, plan.chain, plan.widths, acceptance, contexts).speedup for b in profiles]))
-    return out
-
-
-def _predictable(profile: Profile, plan: Plan) -> bool:
-    """Whether ``profile`` has what ``plan`` needs beyond run lengths: the first pair's sibling
-    curve when the first drafter drafts a tree."""
-    if not plan.widths or not isinstance(plan.widths[0], TreeShape):
-        return True
-    return (plan.chain[0], plan.chain[1]) in profile.siblings_curves()

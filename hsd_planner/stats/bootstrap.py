@@ -4,13 +4,16 @@ Acceptance and latency are measured on a finite set of prompts; a different set 
 figures. A bootstrap draws as many prompts as there are, with replacement, computes the figure on
 the draw, and repeats; the interval is the 5th to 95th percentile of the figures (numpy's linear
 interpolation between order statistics). Used for the predicted speed-up of every solved plan
-(:func:`resample_profiles`: profiles whose acceptance pools resampled profiled prompts; latency
-curves are kept, their medians vary far less than acceptance between prompts) and for the measured
-speed-up of every validated plan (:func:`bootstrap_interval` over held-out prompts).
+(:func:`resample_profiles`: profiles whose acceptance pools resampled profiled prompts, and whose
+latency curves, with ``drift``, each move by a factor drawn from the spread their own samples showed
+while profiled: the machine drifts between a profile and the runs it predicts, and not for every
+model alike) and for the measured speed-up of every validated plan (:func:`bootstrap_interval`
+over held-out prompts).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
@@ -57,9 +60,15 @@ def bootstrap_interval(
 
 
 def resample_profiles(
-    profile: Profile, by_pair: Mapping[tuple[str, str], Mapping[int, PromptSums]], count: int = BOOTSTRAP_PROFILES, seed: int = 0
+    profile: Profile,
+    by_pair: Mapping[tuple[str, str], Mapping[int, PromptSums]],
+    count: int = BOOTSTRAP_PROFILES,
+    seed: int = 0,
+    drift: bool = False,
 ) -> list[Profile]:
-    """``count`` copies of ``profile`` whose acceptance pools a resample of the profiled prompts.
+    """``count`` copies of ``profile`` whose acceptance pools a resample of the profiled prompts;
+    with ``drift``, each model's latency curves also scaled by exp(sigma z), z a standard normal
+    drawn per model and copy, sigma the curves' measured :attr:`~hsd_planner.plan.LatencyCurve.spread`.
 
     ``by_pair[(drafter, verifier)][prompt]`` holds per-prompt acceptance sums (optionally with
     siblings_sum and siblings_count: the resampled A(k) of pairs that have one). None when a pair of
@@ -89,4 +98,20 @@ def resample_profiles(
                 )
             )
         out.append(profile.model_copy(update={"acceptance": acceptance}))
-    return out
+    if not drift:
+        return out
+    rng = np.random.default_rng(seed + 1)  # its own stream: the prompts drawn stay those drawn without drift
+    return [_drifted(p, rng) for p in out]
+
+
+def _drifted(profile: Profile, rng: np.random.Generator) -> Profile:
+    """``profile`` with each model's curves scaled by one factor exp(sigma z) (sigma: the curve's spread)."""
+    models = []
+    for m in profile.models:
+        z = float(rng.standard_normal())
+        latency = {
+            b: c.model_copy(update={"points": {ctx: {n: ms * math.exp(c.spread * z) for n, ms in row.items()} for ctx, row in c.points.items()}})
+            for b, c in m.latency.items()
+        }
+        models.append(m.model_copy(update={"latency": latency}))
+    return profile.model_copy(update={"models": models})

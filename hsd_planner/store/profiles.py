@@ -6,6 +6,7 @@ measures one into the database (:mod:`hsd_planner.profiling`); this module reads
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Collection, Sequence
@@ -23,7 +24,7 @@ from ..plan import LatencyCurve, ModelProfile, PairAcceptance, Profile
 from .records import PromptAcceptance
 from .schema import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Solve, Workload
 
-__all__ = ["ProfileSource", "load_profile", "load_solve_profile", "prompt_acceptance", "stored_curves"]
+__all__ = ["ProfileSource", "load_profile", "load_solve_profile", "pass_spread", "prompt_acceptance", "stored_curves"]
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,27 @@ def stored_curves(session: Session, model_id: int, hardware_id: int, dtype: str)
     carries the median host work stored on its rows."""
     points: dict[int, dict[int, dict[int, float]]] = {}
     host: dict[int, list[float]] = {}
+    spreads: dict[int, list[float]] = {}
     for r in session.scalars(select(Latency).filter_by(model_id=model_id, hardware_id=hardware_id, dtype=dtype)):
         points.setdefault(r.batch_size, {}).setdefault(r.context_len, {})[r.n_tokens] = r.median_ms
         host.setdefault(r.batch_size, []).extend([r.host_ms] if r.host_ms is not None else [])
-    return {b: LatencyCurve(points=p, host_ms=statistics.median(host[b]) if host[b] else 0.0) for b, p in sorted(points.items())}
+        spreads.setdefault(r.batch_size, []).extend([pass_spread(r.p10_ms, r.p90_ms)] if r.n_tokens >= 1 and r.p10_ms > 0 else [])
+    return {
+        b: LatencyCurve(
+            points=p, host_ms=statistics.median(host[b]) if host[b] else 0.0, spread=statistics.median(spreads[b]) if spreads[b] else 0.0
+        )
+        for b, p in sorted(points.items())
+    }
+
+
+def pass_spread(p10_ms: float, p90_ms: float) -> float:
+    """The sigma of log(ms) that a normal law of it with this p10 and p90 has (they lie 2.563
+    sigma apart).
+
+    >>> round(pass_spread(10.0, 12.0), 4)
+    0.0711
+    """
+    return max(0.0, math.log(p90_ms / p10_ms) / 2.563)
 
 
 def load_profile(

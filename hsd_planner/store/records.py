@@ -178,6 +178,7 @@ class SolveRecord:
     t_max: int
     max_depth: int | None
     context_len: int
+    max_new_tokens: int | None  # the generation length its plans were ranked for; None: the steady state
     setting: SettingRecord
     hardware: HardwareRecord
 

@@ -235,6 +235,7 @@ class Solve(Base):
     t_max: Mapped[int] = mapped_column(Integer)
     max_depth: Mapped[int | None] = mapped_column(Integer)
     context_len: Mapped[int] = mapped_column(Integer)
+    max_new_tokens: Mapped[int | None] = mapped_column(Integer)  # the generation length plans were ranked for; None: steady state
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -280,6 +281,7 @@ class Validation(Base):
     median_abs_error_calibrated: Mapped[float | None] = mapped_column(Float)
     median_abs_speedup_error_calibrated: Mapped[float | None] = mapped_column(Float)
     calibration: Mapped[dict | None] = mapped_column(JSON)  # per model: profiled reference ms and the samples measured
+    coverage: Mapped[float | None] = mapped_column(Float)  # share of plans whose measured speed-up fell in the predicted interval
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -303,3 +305,6 @@ class ValidationRun(Base):
     tokens: Mapped[int] = mapped_column(Integer)
     levels: Mapped[list[dict]] = mapped_column(JSON)
     batch_size: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # sequences decoded in lockstep
+    predicted_speedup_lo: Mapped[float | None] = mapped_column(Float)  # the 90% interval of the predicted speed-up
+    predicted_speedup_hi: Mapped[float | None] = mapped_column(Float)
+    covered: Mapped[bool | None] = mapped_column(Boolean)  # the measured speed-up fell inside it

@@ -21,7 +21,7 @@ from .records import RankedPlan, Ranking, SolveRecord, WorkloadRecord
 from .repo import get_or_create
 from .schema import Acceptance, Hardware, ModelRow, PlanRow, Setting, Solve, Workload
 
-__all__ = ["acceptance_sample", "newest_solve", "save_solve", "solve_record"]
+__all__ = ["acceptance_sample", "newest_solve", "profiled_length", "save_solve", "solve_record"]
 
 
 def save_solve(db: Engine, source: ProfileSource, config: SolveConfig, context_len: int, ranked: Sequence[Ranking]) -> list[RankedPlan]:
@@ -38,6 +38,7 @@ def save_solve(db: Engine, source: ProfileSource, config: SolveConfig, context_l
             t_max=config.t_max,
             max_depth=config.max_depth,
             context_len=context_len,
+            max_new_tokens=config.max_new_tokens,
         )
         s.add(row)
         s.flush()
@@ -50,6 +51,12 @@ def save_solve(db: Engine, source: ProfileSource, config: SolveConfig, context_l
             s.flush()
             stored.append(RankedPlan.of(plan_row.id, row.id, ranking))
         return stored
+
+
+def profiled_length(db: Engine, setting_id: int) -> int:
+    """The new tokens of each continuation the profile of ``setting_id`` measured acceptance on."""
+    with Session(db) as s:
+        return s.get_one(Setting, setting_id).max_new_tokens
 
 
 def acceptance_sample(db: Engine, source: ProfileSource, chain: Sequence[str]) -> tuple[int, int] | None:
@@ -101,6 +108,7 @@ def _solve(s: Session, solve: Solve) -> SolveRecord:
         t_max=solve.t_max,
         max_depth=solve.max_depth,
         context_len=solve.context_len,
+        max_new_tokens=solve.max_new_tokens,
         setting=setting_record(s.get_one(Setting, solve.setting_id)),
         hardware=hardware_record(s.get_one(Hardware, solve.hardware_id)),
     )

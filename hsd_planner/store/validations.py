@@ -48,6 +48,9 @@ class ValidationRunEntry:
     tokens: int
     levels: list[dict]
     batch_size: int = 1  # sequences decoded in lockstep (validate --batch-sizes)
+    predicted_speedup_lo: float | None = None  # the 90% interval of the predicted speed-up
+    predicted_speedup_hi: float | None = None
+    covered: bool | None = None  # the measured speed-up fell inside it
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class ValidationEntry:
     median_abs_error_calibrated: float | None
     median_abs_speedup_error_calibrated: float | None
     calibration: dict | None
+    coverage: float | None = None  # share of the plans with an interval whose measured speed-up fell inside it
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,26 @@ class PlanResult:
     calibrated_ms_per_token: float | None = None  # predicted from the profile scaled by the drift of each model and pass size
     calibrated_speedup: float | None = None  # over the autoregressive plan's calibrated prediction
     batch_size: int = 1  # sequences decoded in lockstep
+    # the 90% interval of the predicted speed-up: the profiled prompts' spread (bootstrap) with the
+    # profile's measured timing drift, at this validation's length, contexts and batch size
+    predicted_speedup_interval: tuple[float, float] | None = None
+
+    @property
+    def covered(self) -> bool | None:
+        """Whether the measured speed-up fell inside the predicted interval (None: no interval,
+        or autoregressive decoding, whose speed-up is 1 by definition)."""
+        if self.predicted_speedup_interval is None or not self.plan.depth:
+            return None
+        lo, hi = self.predicted_speedup_interval
+        return lo <= self.measured_speedup <= hi
+
+    @property
+    def interval_width(self) -> float | None:
+        """The predicted interval's width over the predicted speed-up (None without one)."""
+        if self.predicted_speedup_interval is None or not self.plan.prediction.speedup:
+            return None
+        lo, hi = self.predicted_speedup_interval
+        return (hi - lo) / self.plan.prediction.speedup
 
     @property
     def error(self) -> float:
@@ -98,8 +118,19 @@ class PlanResult:
     def to_dict(self) -> dict:
         """The plan's JSON in a validation report (and, the keys it has, its stored row)."""
         own = {k: getattr(self, k) for k in self.__dataclass_fields__ if k not in ("plan", "levels")}
-        keys = ("error", "speedup_error", "calibrated_error", "calibrated_speedup_error", "predicted_tokens_per_s", "measured_tokens_per_s")
+        keys = (
+            "error",
+            "speedup_error",
+            "calibrated_error",
+            "calibrated_speedup_error",
+            "predicted_tokens_per_s",
+            "measured_tokens_per_s",
+            "covered",
+            "interval_width",
+        )
         derived = {k: getattr(self, k) for k in keys}
+        lo, hi = self.predicted_speedup_interval or (None, None)
+        derived |= {"predicted_speedup_lo": lo, "predicted_speedup_hi": hi}
         return {**own, **self.plan.to_dict(), **derived, "levels": [lv.to_dict() for lv in self.levels]}
 
 
@@ -174,6 +205,19 @@ class ValidationReport:
         return _median([abs(p.calibrated_speedup_error) for p in self.plans if p.plan.depth and p.calibrated_speedup_error is not None])
 
     @property
+    def coverage(self) -> float | None:
+        """The share of plans above autoregressive decoding, among those with a predicted interval,
+        whose measured speed-up fell inside it (None: no plan had one)."""
+        hits = [p.covered for p in self.plans if p.covered is not None]
+        return sum(hits) / len(hits) if hits else None
+
+    @property
+    def median_interval_width(self) -> float | None:
+        """The median width of the plans' predicted intervals over their predicted speed-ups."""
+        widths = [w for p in self.plans if p.plan.depth and (w := p.interval_width) is not None]
+        return statistics.median(widths) if widths else None
+
+    @property
     def regret(self) -> float:
         """Measured latency of the pick over the best measured among the plans run beside it, minus one."""
         pick = self._pick()
@@ -238,6 +282,8 @@ class ValidationReport:
             "regret_untied",
             "drift",
             "state_changed",
+            "coverage",
+            "median_interval_width",
         )
         summary = {k: getattr(self, k) for k in keys}
         summary["acceptance_shift"] = [{**asdict(x), "change": x.change} for x in self.acceptance_shift]

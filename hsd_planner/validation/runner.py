@@ -50,8 +50,9 @@ from ..plan.batch import schedule_of
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
+from ..solving import bootstrap_profiles, predicted_intervals
 from ..store import Engine
-from ..store.profiles import load_profile
+from ..store.profiles import ProfileSource, load_profile
 from ..store.records import RankedPlan, SolveRecord
 from ..store.schedule import load_batch_plans
 from ..store.validations import (
@@ -70,6 +71,7 @@ SUMMARY = (
     "median_abs_speedup_error",
     "median_abs_error_calibrated",
     "median_abs_speedup_error_calibrated",
+    "coverage",
 )
 
 
@@ -113,7 +115,7 @@ def run_validation(
     run are known."""
     sizes = sorted(set(batch_sizes or [1]))
     entries = _entries(db, solve, plans, sizes, fixed, schedule=batch_sizes is not None)
-    profile = _solve_profile(db, solve, [e for group in entries.values() for e in group])
+    profile, source = _solve_profile(db, solve, [e for group in entries.values() for e in group])
     loader = loader.with_kernels(solve.hardware.kernels or "plain")  # the plans run on the kernels their latencies were measured with
     encoded = [encode_prompt(loader.load(solve.target).tokenizer, p) for p in prompts.prompts]
     contexts = [len(ids) + max_new_tokens // 2 for ids in encoded]
@@ -128,12 +130,14 @@ def run_validation(
     # predicted before anything runs: a batch size the profile cannot price is refused up front
     comparison = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens)
     predicted = {(b, e.key): comparison.predicted(e.plan, b) for b, group in entries.items() for e in group}
+    boot = bootstrap_profiles(db, profile, source, drift=True)
+    intervals = {(b, e.key): comparison.interval(boot, e.plan, b) for b, group in entries.items() for e in group}
     calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
     units = {b: _units(len(encoded), b, repeats) for b in sizes}
     if total is not None:
         total(sum(len(entries[b]) * len(units[b]) for b in sizes))
     runs = _measure(built, entries, units, encoded, solve, max_new_tokens, calibration, progress or (lambda _n: None))
-    results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, calibration, runs, units[b])]
+    results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, intervals, calibration, runs, units[b])]
     report = _report(solve, prompts.name, contexts, results, calibration, skipped)
     summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": report.calibration.to_dict() if report.calibration else None}
     return replace(report, validation_id=store_validation(db, solve, prompts, max_new_tokens, repeats, results, **summary))
@@ -207,16 +211,13 @@ def _units(prompts: int, b: int, repeats: int) -> list[list[int]]:
     return [[(j * b + i) % prompts for i in range(b)] for j in range(count)]
 
 
-def _solve_profile(db: Engine, solve: SolveRecord, entries: list[_Entry]) -> Profile:
-    """The profile ``solve`` was made on, after checking that no model of ``entries`` changed on disk since."""
+def _solve_profile(db: Engine, solve: SolveRecord, entries: list[_Entry]) -> tuple[Profile, ProfileSource]:
+    """The profile ``solve`` was made on and its rows, after checking that no model of ``entries`` changed on disk since."""
     stored = model_sources(db)
     for spec in {name for e in entries for name in e.plan.chain}:
         check_source(spec, stored.get(spec))
     setting = solve.setting
-    profile, _ = load_profile(
-        db, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience
-    )
-    return profile
+    return load_profile(db, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience)
 
 
 def _cells(entries: dict[int, list[_Entry]], encoded: list[list[int]], max_new_tokens: int) -> int:
@@ -343,6 +344,15 @@ class _Comparison:
         """The median over the prompts' contexts, from the profile as measured."""
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
+    def interval(self, boot: list[Profile], plan: Plan, batch: int) -> tuple[float, float] | None:
+        """The 90% interval of the predicted speed-up over the bootstrap profiles ``boot`` (costs
+        averaged over the prompts' contexts; None without per-prompt acceptance or for a tree whose
+        sibling curve the resamples lack)."""
+        if not plan.depth:
+            return None
+        found = predicted_intervals(boot, [plan], self.acceptance, self.contexts, self.max_new_tokens, batch)
+        return found[0] if found else None
+
     def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:
         """The median over the plan's runs of the prediction from the profile scaled by the drift
         of the reference rounds around each run, at its prompts' contexts."""
@@ -366,6 +376,7 @@ class _Comparison:
         entries: list[_Entry],
         batch: int,
         predicted: dict[tuple, Prediction],
+        intervals: dict[tuple, tuple[float, float] | None],
         calibration: Calibration,
         runs: _Runs,
         units: list[list[int]],
@@ -393,6 +404,7 @@ class _Comparison:
                     calibrated_ms_per_token=calibrated[e.key],
                     calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
                     batch_size=batch,
+                    predicted_speedup_interval=intervals[(batch, e.key)],
                 )
             )
         return out
