@@ -120,7 +120,9 @@ def _table(runs: list[dict]) -> None:
     hits = [p["covered"] for r in runs for p in r["plans"] if p["covered"] is not None]
     errors = [abs(p["speedup_error"]) for r in runs for p in r["plans"]]
     if hits:
-        print(f"\nall lengths: {sum(hits)} of {len(hits)} inside ({sum(hits) / len(hits):.0%}); median |speed-up error| {statistics.median(errors):.1%}")
+        print(
+            f"\nall lengths: {sum(hits)} of {len(hits)} inside ({sum(hits) / len(hits):.0%}); median |speed-up error| {statistics.median(errors):.1%}"
+        )
 
 
 if __name__ == "__main__":

@@ -132,7 +132,9 @@ def _for_stack(stored: SolvedPlan, stack: Stack) -> tuple[Plan, list[str]]:
     if not reasons:
         return stored.plan, []
     solve = stored.solve
-    plan = restricted_solve(stored.profile, stack, solve.t_max, solve.acceptance_model, stored.contexts, solve.max_depth, solve.max_new_tokens)
+    plan = restricted_solve(
+        stored.profile, stack, solve.t_max, solve.acceptance_model, stored.contexts, solve.max_depth, solve.max_new_tokens
+    )
     return plan, reasons
 
 

@@ -75,6 +75,12 @@ def restricted_solve(
     if depth == 0 or not any((name, target) in pairs for name in usable):
         return Plan((target,), (), predict(profile, [target], [], acceptance, contexts, max_new_tokens))
     config = SolveConfig(
-        t_max=t_max, top_k=1, max_depth=depth, acceptance=acceptance, exclude=tuple(exclude), trees=stack.trees, max_new_tokens=max_new_tokens
+        t_max=t_max,
+        top_k=1,
+        max_depth=depth,
+        acceptance=acceptance,
+        exclude=tuple(exclude),
+        trees=stack.trees,
+        max_new_tokens=max_new_tokens,
     )
     return solve(profile, config, contexts).best

@@ -110,7 +110,9 @@ def _drifted(profile: Profile, rng: np.random.Generator) -> Profile:
     for m in profile.models:
         z = float(rng.standard_normal())
         latency = {
-            b: c.model_copy(update={"points": {ctx: {n: ms * math.exp(c.spread * z) for n, ms in row.items()} for ctx, row in c.points.items()}})
+            b: c.model_copy(
+                update={"points": {ctx: {n: ms * math.exp(c.spread * z) for n, ms in row.items()} for ctx, row in c.points.items()}}
+            )
             for b, c in m.latency.items()
         }
         models.append(m.model_copy(update={"latency": latency}))

@@ -217,7 +217,9 @@ def _solve_profile(db: Engine, solve: SolveRecord, entries: list[_Entry]) -> tup
     for spec in {name for e in entries for name in e.plan.chain}:
         check_source(spec, stored.get(spec))
     setting = solve.setting
-    return load_profile(db, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience)
+    return load_profile(
+        db, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience
+    )
 
 
 def _cells(entries: dict[int, list[_Entry]], encoded: list[list[int]], max_new_tokens: int) -> int:
