@@ -17,11 +17,15 @@ from ..store.profiles import ProfileSource, prompt_acceptance
 __all__ = ["bootstrap_profiles", "predicted_intervals"]
 
 
-def bootstrap_profiles(db: Engine, profile: Profile, source: ProfileSource, drift: bool = False) -> list[Profile]:
+def bootstrap_profiles(
+    db: Engine, profile: Profile, source: ProfileSource, drift: bool = False, sample: int | None = None
+) -> list[Profile]:
     """Profiles whose acceptance pools resamples of the profiled prompts (none without per-prompt
-    rows); with ``drift``, their latency curves drawn around the measured ones too."""
+    rows); with ``drift``, their latency curves drawn around the measured ones too; with
+    ``sample``, each pooling that many prompts, as a run on that many new prompts would (see
+    :func:`~hsd_planner.stats.resample_profiles`)."""
     pairs = {(a.drafter, a.verifier) for a in profile.acceptance}
-    return resample_profiles(profile, prompt_acceptance(db, source, pairs), drift=drift)
+    return resample_profiles(profile, prompt_acceptance(db, source, pairs), drift=drift, sample=sample)
 
 
 def predicted_intervals(

@@ -65,10 +65,16 @@ def resample_profiles(
     count: int = BOOTSTRAP_PROFILES,
     seed: int = 0,
     drift: bool = False,
+    sample: int | None = None,
 ) -> list[Profile]:
     """``count`` copies of ``profile`` whose acceptance pools a resample of the profiled prompts;
     with ``drift``, each model's latency curves also scaled by exp(sigma z), z a standard normal
     drawn per model and copy, sigma the curves' measured :attr:`~hsd_planner.plan.LatencyCurve.spread`.
+
+    ``sample``: the copies predict what a run on that many new prompts will show, not the mean
+    over the workload: each pools ``sample`` prompts drawn from a resample of the profiled ones (the
+    mean's own uncertainty, then the spread of a small set around it; a validation on 3 prompts
+    varies far more than the mean of 12 profiled ones).
 
     ``by_pair[(drafter, verifier)][prompt]`` holds per-prompt acceptance sums (optionally with
     siblings_sum and siblings_count: the resampled A(k) of pairs that have one). None when a pair of
@@ -79,7 +85,11 @@ def resample_profiles(
     if not prompts or any(set(by_pair.get(pair, {})) != set(prompts) for pair in have):
         return []
     out = []
-    for drawn in resamples(prompts, count, seed):
+    draws = resamples(prompts, count, seed)
+    if sample is not None:
+        rng = np.random.default_rng(seed + 2)
+        draws = [[drawn[i] for i in rng.integers(len(drawn), size=sample)] for drawn in draws]
+    for drawn in draws:
         acceptance = []
         for (drafter, verifier), per_prompt in by_pair.items():
             if (drafter, verifier) not in have:

@@ -130,7 +130,8 @@ def run_validation(
     # predicted before anything runs: a batch size the profile cannot price is refused up front
     comparison = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens)
     predicted = {(b, e.key): comparison.predicted(e.plan, b) for b, group in entries.items() for e in group}
-    boot = bootstrap_profiles(db, profile, source, drift=True)
+    # what a run on these held-out prompts will show: each bootstrap profile pools as many prompts
+    boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(encoded))
     intervals = {(b, e.key): comparison.interval(boot, e.plan, b) for b, group in entries.items() for e in group}
     calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
     units = {b: _units(len(encoded), b, repeats) for b in sizes}
