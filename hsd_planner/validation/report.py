@@ -10,6 +10,7 @@ from hsd_runtime.terms.choices import Mode
 
 from ..choices import AcceptanceModel
 from ..plan import Plan
+from ..profiling.contention import Load
 from .calibration import CalibrationRecord
 
 __all__ = ["SHIFT", "LevelResult", "PlanResult", "Shift", "ValidationReport"]
@@ -62,6 +63,8 @@ class PlanResult:
     calibrated_ms_per_token: float | None = None  # predicted from the profile scaled by the drift of each model and pass size
     calibrated_speedup: float | None = None  # over the autoregressive plan's calibrated prediction
     batch_size: int = 1  # sequences decoded in lockstep
+    other_cores: float | None = None  # cores other work kept busy during its runs, on average (None: not checked)
+    busy_runs: int | None = None  # its runs during which other work contended for the cores (profiling.contention)
 
     @property
     def error(self) -> float:
@@ -139,6 +142,13 @@ class ValidationReport:
     calibration: CalibrationRecord | None = None  # the reference passes: per model, profiled ms and the samples now
     lenience: float = 1.0  # below 1 the plans ran with lossy verification
     skipped: list[str] = field(default_factory=list)  # plans left out at a batch size, and why
+    contention: Load | None = None  # other work over the whole measuring, reference passes included (None: not checked)
+
+    @property
+    def busy(self) -> bool:
+        """Other work contended for the cores while the plans ran: the errors are then partly the
+        machine's, not the latency model's."""
+        return bool(self.contention and self.contention.contended) or any(p.busy_runs for p in self.plans)
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -229,6 +239,7 @@ class ValidationReport:
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"} | {"batch_sizes": self.batch_sizes}
         out["calibration"] = self.calibration.to_dict() if self.calibration else None
+        out["contention"] = self.contention.to_dict() if self.contention else None
         keys = (
             "median_abs_error",
             "median_abs_error_calibrated",
@@ -238,6 +249,7 @@ class ValidationReport:
             "regret_untied",
             "drift",
             "state_changed",
+            "busy",
         )
         summary = {k: getattr(self, k) for k in keys}
         summary["acceptance_shift"] = [{**asdict(x), "change": x.change} for x in self.acceptance_shift]
