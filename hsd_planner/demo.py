@@ -188,7 +188,7 @@ def run_demo(
     runs = "llama.cpp, the GGUF files as packaged" if loader.engine == "llamacpp" else dtype
     say(f"1/3 profiling {len(config.models)} models on {len(prompts.prompts)} prompts of {prompts.name} ({runs})")
     bars.start("profiling")
-    outcome = run_profile(db, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
+    outcome = run_profile(db, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared, note=say)
     bars.close()
     summary = profile_summary(db, outcome)
     show(summary)

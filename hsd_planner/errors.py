@@ -21,6 +21,7 @@ from hsd_runtime.terms.errors import (
 )
 
 __all__ = [
+    "BusyMachineError",
     "ChainError",
     "DistillError",
     "ExportError",
@@ -53,3 +54,7 @@ class DistillError(HSDError):
 class ExportError(HSDError):
     """A plan that cannot be exported as asked: an unknown format or version, a bad model name
     map, a target the stack cannot load, or a file that may not be written."""
+
+
+class BusyMachineError(HSDError):
+    """Other work kept sharing the CPU while latencies were timed, past the re-measuring's patience."""

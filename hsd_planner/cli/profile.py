@@ -58,6 +58,13 @@ _D = ProfileConfig.model_fields
 )
 @click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")
+@click.option(
+    "--allow-busy",
+    is_flag=True,
+    envvar="HSD_PLAN_ALLOW_BUSY",
+    help="Keep latency samples timed while other work shared the CPU (counted in the summary) instead of timing them "
+    "again and refusing a machine that stays busy [env: HSD_PLAN_ALLOW_BUSY=1].",
+)
 @runtime_options
 @prepack_option
 @engine_option
@@ -80,6 +87,7 @@ def profile(
     batch_sizes: str,
     skip_acceptance: bool,
     force: bool,
+    allow_busy: bool,
     dtype: str,
     device: str,
     prepack: bool,
@@ -106,6 +114,10 @@ def profile(
 
         hsd-plan profile --engine llamacpp --models ngram,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b --max-prompts 12
 
+    Latency samples timed while other processes kept the cores busy (or the hypervisor took
+    more than 5% of their time) are timed again once the machine is quiet; a machine that stays
+    busy for about half a minute is refused in one line (--allow-busy keeps such samples).
+
     --engine llamacpp profiles the GGUF files on llama.cpp: every model spec gets engine=llamacpp,
     and the profile is stored under llama.cpp's kernels (its binding's version) and thread count.
     """
@@ -125,6 +137,7 @@ def profile(
         batch_sizes=parse_batch_sizes(batch_sizes),
         acceptance=not skip_acceptance,
         force=force,
+        allow_busy=allow_busy,
     )
     prompts = split(load_prompts(prompts_file, category), "profile", max_prompts)
     for spec, n in trained_overlaps(config.models, prompts):
@@ -144,7 +157,7 @@ def profile(
     bars = Bars()
     bars.start("profiling")
     try:
-        outcome = run_profile(db, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared)
+        outcome = run_profile(db, config, prompts, loader, progress=bars.step, total=bars.total, prepared=prepared, note=bars.note)
     except KeyboardInterrupt:
         raise click.ClickException("interrupted; every finished measurement is saved, rerun the same command to resume") from None
     except LOST as exc:  # the database went away under us: a server stopped, a network gone

@@ -106,6 +106,12 @@ class Bars:
 
         return progress
 
+    def note(self, text: str) -> None:
+        """One line on stderr above the bar."""
+        from tqdm import tqdm
+
+        tqdm.write(_safe(text), file=sys.stderr)
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
@@ -269,6 +275,9 @@ def format_summary(summary: ProfileSummary) -> str:
         f"{summary.measured} measurements taken, {summary.skipped} already stored"
         + (f", {summary.noisy} latency points still noisy (p90/p10 > {SPREAD_LIMIT})" if summary.noisy else "")
         + (f", {summary.inverted} pass sizes slower than the next wider one even measured again (kept)" if summary.inverted else "")
+        + (f", {summary.remeasured} samples timed again: other work shared the CPU" if summary.remeasured else "")
+        + (f", {summary.kept_busy} samples kept from a busy machine (--allow-busy)" if summary.kept_busy else "")
+        + ("" if summary.busy_checked else ", other work on the CPU not checked (this system has no /proc/stat)")
         + " "
         f"[{hw.device_name} ({hw.capability}), {hw.threads} threads, {hw.kernels} kernels; workload {summary.workload.name} "
         f"({summary.workload.count} prompts); {st.mode}, dtype {st.dtype}]",
@@ -362,6 +371,10 @@ def format_validation(report: ValidationReport) -> str:
         + "); "
         f"validation {report.validation_id} stored"
     )
+    if report.busy:
+        lines.append(
+            f"warning: {_busy_text(report)}; these errors are partly the machine's, not the model's: validate again on a quiet machine"
+        )
     if report.state_changed:
         pick = next(p for p in report.plans if p.plan_id == report.pick)
         ratios = ", ".join(f"{r:.2f} at {n} token{'s' if n > 1 else ''}" for n, r in sorted(report.target_ratios.items()))
@@ -380,3 +393,15 @@ def format_validation(report: ValidationReport) -> str:
             "prompts' acceptance. Profile more prompts like these to plan for them."
         )
     return "\n".join(lines)
+
+
+def _busy_text(report: ValidationReport) -> str:
+    """What other work the validation ran beside: over the whole of it, and the runs it contended with."""
+    runs = sum(p.busy_runs or 0 for p in report.plans)
+    whole = report.contention
+    text = "other work shared the CPU while the plans ran"
+    if whole is not None:
+        text += f" ({whole.describe()} on average)"
+    if runs:
+        text += f", contending with {runs} run{'s' if runs > 1 else ''}"
+    return text

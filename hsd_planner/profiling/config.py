@@ -47,6 +47,7 @@ class ProfileConfig(BaseModel):
     batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_BATCH)]] = Field(default_factory=lambda: [1], min_length=1)
     acceptance: bool = True
     force: bool = False
+    allow_busy: bool = False  # keep latency samples taken while other work contended for the cores (profiling.guard)
 
     @field_validator("models")
     @classmethod
@@ -70,6 +71,9 @@ class ProfileOutcome:
     skipped: int = 0
     noisy: int = 0  # latency points still above SPREAD_LIMIT after their extra rounds
     inverted: int = 0  # neighbouring points where fewer tokens still cost more after measuring again
+    remeasured: int = 0  # latency samples dropped from windows where other work contended, and taken again
+    kept_busy: int = 0  # latency samples from such windows kept (allow_busy)
+    busy_checked: bool = True  # False where the machine does not say what else runs (not Linux)
     hardware_id: int = 0
     workload_id: int = 0
     setting_id: int = 0

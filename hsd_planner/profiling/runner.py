@@ -22,9 +22,11 @@ from ..prompts import PromptSet, encode_prompt
 from ..store import Engine
 from ..store.measurements import latency_curves, record_floor_probe, register_run, set_host_cost
 from ..store.records import SettingRecord, WorkloadRecord
+from . import contention
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations
 from .floor import pass_floor_ms, pass_traffic, probe_floor
+from .guard import Guard
 from .hardware import detect_hardware
 from .pairs import AcceptanceRun, Prompt, Verification, measure_acceptance
 from .sources import source_fingerprint
@@ -159,20 +161,23 @@ def run_profile(
     progress: Callable[[int], None] | None = None,
     total: Callable[[int], None] | None = None,
     prepared: PreparedProfile | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> ProfileOutcome:
     """Measure what the database lacks for ``config`` on ``prompts``.
 
     ``total(n)`` is called once with the number of work units and ``progress(1)`` after each.
     ``prepared`` is :func:`prepare_profile` of the same arguments, when the caller ran it before
-    opening the database (so that a refusal creates no database); None prepares here.
+    opening the database (so that a refusal creates no database); None prepares here. ``note``:
+    told in one line when other work contends for the cores (:mod:`.guard`).
     """
     prep = prepared or prepare_profile(config, prompts, loader)
     candidates, encoded, contexts = prep.candidates, prep.encoded, prep.contexts
     if config.acceptance and not config.force:
         check_stored_continuations(db, prompts.content_hash, [c for c in candidates if c.kind.own_model])
+    hardware = detect_hardware(loader.device, loader.kernels)
     keys, ids = register_run(
         db,
-        detect_hardware(loader.device, loader.kernels),
+        hardware,
         WorkloadRecord(prompts.name, prompts.content_hash, len(prompts.prompts)),
         [len(ids) for ids in encoded],  # the workload's own contexts, for solves that do not name one
         SettingRecord(config.mode, config.temperature, config.top_p, config.dtype, config.max_new_tokens, config.lenience),
@@ -188,7 +193,10 @@ def run_profile(
         total(len(points) * config.repeats + len(prompts.prompts) * sum(1 + len(v.drafters) for v in verifications))
     step = progress or (lambda _n: None)
 
-    sweep = Sweep(db, config, out, points, step, _floors(db, config, out, candidates, loader))
+    # every engine's passes run on the process's thread count (llama.cpp's too: docs/engines.md)
+    guard = Guard(contention.probe(hardware.threads), config.allow_busy, note=note)
+    out.busy_checked = guard.available
+    sweep = Sweep(db, config, out, points, step, _floors(db, config, out, candidates, loader), guard)
     # half the rounds before acceptance (whose drafting picks the fastest candidate from these
     # curves), the rest spread between the verifiers' acceptance passes, which take minutes
     first = -(-config.repeats // 2) if verifications else config.repeats

@@ -64,10 +64,14 @@ class ProfileSummary:
     models: list[str]  # cheapest first
     latency: list[LatencyRow]
     acceptance: list[AcceptanceRow]
+    remeasured: int = 0  # latency samples dropped because other work contended for the cores, and taken again
+    kept_busy: int = 0  # such samples kept (--allow-busy)
+    busy_checked: bool = True  # False where the machine does not say what else runs
 
     def to_dict(self) -> dict:
+        keys = ("measured", "skipped", "noisy", "inverted", "remeasured", "kept_busy", "busy_checked", "models")
         return {
-            **{k: getattr(self, k) for k in ("measured", "skipped", "noisy", "inverted", "models")},
+            **{k: getattr(self, k) for k in keys},
             **{k: asdict(getattr(self, k)) for k in ("hardware", "workload", "setting")},
             "latency": [r.to_dict() for r in self.latency],
             "acceptance": [asdict(a) for a in self.acceptance],
@@ -122,4 +126,7 @@ def profile_summary(db: Engine, out: ProfileOutcome) -> ProfileSummary:
         models=list(ids),
         latency=latency,
         acceptance=acceptance,
+        remeasured=out.remeasured,
+        kept_busy=out.kept_busy,
+        busy_checked=out.busy_checked,
     )

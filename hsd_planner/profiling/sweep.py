@@ -3,7 +3,8 @@ point, taken in stages so that they spread over the profiling run (see :mod:`.ti
 
 A point of batch size 1 is c(n), one pass over one sequence; a point of batch size b > 1 is
 c(n, b), one pass over b sequences of n new tokens each (:mod:`.batch`). Every point gets the
-same care: interleaved rounds, then more rounds for noisy and inverted points.
+same care: interleaved rounds, then more rounds for noisy and inverted points. Samples are kept
+only from windows in which no other work contended for the cores (:mod:`.guard`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..store.measurements import save_latency, set_floors, stored_latency
 from ..store.records import LatencyKey, LatencyPoint
 from .batch import BatchLookupTimer, BatchPassTimer
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
+from .guard import Guard
 from .timing import SPREAD_LIMIT, HeadsTimer, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
 __all__ = ["TIMERS", "Point", "Sweep", "latency_points"]
@@ -73,14 +75,21 @@ class Sweep:
     Rounds are taken in stages (:meth:`to`), so that a profile's rounds spread over its whole
     run instead of the first seconds of it: the machine's state changes from minute to minute,
     and the curves should describe its usual state, not the one of the sweep's first seconds.
-    Each sample is committed as it is taken (the row's median, p10 and p90 over its samples so
-    far), so an interrupted sweep resumes where it stopped. :meth:`finish` completes the rounds;
+    Each sample is committed once its window is judged (the row's median, p10 and p90 over its
+    samples so far; half a second or so after it is taken), so an interrupted sweep resumes where
+    it stopped. :meth:`finish` completes the rounds;
     then points whose spread stays above SPREAD_LIMIT get up to ``repeats`` more, interleaved
     among themselves, and inverted neighbours twice that.
 
     A round visits the points of batch size b > 1 by group (model, context, b), every n of a group
     in turn in its own order: a group's timer holds b contexts cached, and one at a time is all the
     memory the larger batch sizes leave (the timers of one sequence are kept for the whole sweep).
+
+    Samples wait in a window until the ``guard`` judges it (:mod:`.guard`): those of a window in
+    which other work contended for the cores are taken again once the machine is quiet, so a
+    busy spell never reaches a curve. A window closes when it is long enough to judge, at the end
+    of each stage, before the noisy and inverted points are chosen, and before a group of b > 1
+    is left (its points are taken again on its own timer).
     """
 
     def __init__(
@@ -91,8 +100,11 @@ class Sweep:
         points: list[Point],
         step: Callable[[int], None],
         floor: Callable[[ProfiledModel, int, int], float | None],
+        guard: Guard | None = None,
     ) -> None:
         self.db, self.config, self.out, self.step, self.floor = db, config, out, step, floor
+        self.guard = guard or Guard(None)
+        self._pending: list[tuple[_Key, float]] = []  # samples of the open window, not yet judged
         self.samples: dict[_Key, list[float]] = {}
         self.keys: dict[_Key, LatencyKey] = {}
         self.by_point: dict[_Key, Point] = {}
@@ -138,16 +150,49 @@ class Sweep:
         return self._timers[(cand.row_id, ctx)]
 
     def _sample(self, point: _Key) -> None:
+        """One sample of ``point`` into the open window; the window is judged once it is long enough."""
+        cand, ctx, _n, b = self.by_point[point]
+        if b > 1 and (self._group is None or self._group[0] != (cand.row_id, ctx, b)):
+            self._settle()  # the window's points of the group held are taken again, if need be, on its timer
+        self.guard.open()
+        self._pending.append((point, self._time(point)))
+        if self.guard.due():
+            self._settle()
+
+    def _time(self, point: _Key) -> float:
+        """ms of one pass of ``point``."""
         cand, ctx, n, b = self.by_point[point]
         timer = self._timer(cand, ctx, b)
         if b > 1 and point not in self._warmed:  # the first pass of a shape builds its kernels (PassTimer warms its own)
             timer(n)
             self._warmed.add(point)
-        self.samples[point].append(timer(n))
+        return timer(n)
+
+    def _settle(self) -> None:
+        """Judge the open window: keep its samples, or take them again in a new window after the
+        machine has quieted, until a window is quiet (the guard refuses a machine that stays busy)."""
+        while self._pending:
+            if self.guard.keep(len(self._pending)):
+                for point, ms in self._pending:
+                    self._commit(point, ms)
+                self._pending = []
+            else:
+                self.guard.open()
+                self._pending = [(point, self._time(point)) for point, _ in self._pending]
+        self.out.remeasured, self.out.kept_busy = self.guard.remeasured, self.guard.kept_busy
+
+    def _commit(self, point: _Key, ms: float) -> None:
+        """Add a judged sample to its point and store the point's row."""
+        cand, ctx, n, b = self.by_point[point]
+        self.samples[point].append(ms)
         med, p10, p90 = summarize(self.samples[point])
         save_latency(
             self.db, self.keys[point], LatencyPoint(n, ctx, med, self._floor(cand, ctx, n, b), tuple(self.samples[point]), p10, p90)
         )
+
+    def _count(self, point: _Key) -> int:
+        """Samples of ``point`` taken so far, those of the open window included."""
+        return len(self.samples[point]) + sum(1 for p, _ in self._pending if p == point)
 
     def _order(self, points: Sequence[_Key], rounds: int, seed: int) -> Iterator[_Key]:
         """Every point once per round in a seeded order (:func:`.timing.sweep_order`), those of b > 1
@@ -164,12 +209,13 @@ class Sweep:
     def to(self, rounds: int) -> None:
         """Interleaved rounds until every point has ``rounds`` samples (at most ``repeats``)."""
         rounds = min(rounds, self.config.repeats)
-        short = [p for p in self.by_point if len(self.samples[p]) < rounds]
-        need = rounds - min((len(self.samples[p]) for p in short), default=rounds)
+        short = [p for p in self.by_point if self._count(p) < rounds]
+        need = rounds - min((self._count(p) for p in short), default=rounds)
         for point in self._order(short, need, self.config.seed + rounds):
-            if len(self.samples[point]) < rounds:
+            if self._count(point) < rounds:
                 self._sample(point)
                 self.step(1)
+        self._settle()  # a stage's samples are judged before the run does other work
 
     def finish(self) -> None:
         """The remaining rounds, then more for noisy and inverted points."""
@@ -178,11 +224,13 @@ class Sweep:
         noisy = [p for p in self.by_point if spread(self.samples[p]) > SPREAD_LIMIT]
         for point in self._order(noisy, repeats, seed + 1):
             self._sample(point)
+        self._settle()
         # a pass of fewer tokens measured slower than a wider one beyond their noise: both points get
         # twice their rounds again, so a slow spell that produced the inversion ends up a minority
         inverted = sorted({p for pair in _inversions(self.samples) for p in pair})
         for point in self._order(inverted, 2 * repeats, seed + 2):
             self._sample(point)
+        self._settle()
         self._group = None
         self.out.measured += len(self.by_point)
         self.out.noisy += sum(spread(self.samples[p]) > SPREAD_LIMIT for p in noisy)

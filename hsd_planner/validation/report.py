@@ -10,6 +10,7 @@ from hsd_runtime.terms.choices import Mode
 
 from ..choices import AcceptanceModel
 from ..plan import Plan
+from ..profiling.contention import Load
 from .calibration import CalibrationRecord
 
 __all__ = ["SHIFT", "LevelResult", "PlanResult", "Shift", "ValidationReport"]
@@ -82,6 +83,9 @@ class PlanResult:
             return None
         lo, hi = self.predicted_speedup_interval
         return (hi - lo) / self.plan.prediction.speedup
+
+    other_cores: float | None = None  # cores other work kept busy during its runs, on average (None: not checked)
+    busy_runs: int | None = None  # its runs during which other work contended for the cores (profiling.contention)
 
     @property
     def error(self) -> float:
@@ -170,6 +174,13 @@ class ValidationReport:
     calibration: CalibrationRecord | None = None  # the reference passes: per model, profiled ms and the samples now
     lenience: float = 1.0  # below 1 the plans ran with lossy verification
     skipped: list[str] = field(default_factory=list)  # plans left out at a batch size, and why
+    contention: Load | None = None  # other work over the whole measuring, reference passes included (None: not checked)
+
+    @property
+    def busy(self) -> bool:
+        """Other work contended for the cores while the plans ran: the errors are then partly the
+        machine's, not the latency model's."""
+        return bool(self.contention and self.contention.contended) or any(p.busy_runs for p in self.plans)
 
     @property
     def batch_sizes(self) -> list[int]:
@@ -273,6 +284,7 @@ class ValidationReport:
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"} | {"batch_sizes": self.batch_sizes}
         out["calibration"] = self.calibration.to_dict() if self.calibration else None
+        out["contention"] = self.contention.to_dict() if self.contention else None
         keys = (
             "median_abs_error",
             "median_abs_error_calibrated",
@@ -284,6 +296,7 @@ class ValidationReport:
             "state_changed",
             "coverage",
             "median_interval_width",
+            "busy",
         )
         summary = {k: getattr(self, k) for k in keys}
         summary["acceptance_shift"] = [{**asdict(x), "change": x.change} for x in self.acceptance_shift]

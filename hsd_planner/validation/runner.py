@@ -14,6 +14,10 @@ batches of b prompts decoded in lockstep, beside autoregressive decoding of the 
 the solve's schedule's plan for b; predicted by the same rule at b (the median over the prompts'
 contexts of the lockstep prediction), calibrated and measured as at b = 1.
 
+Other work on the machine is watched over every run and over the whole measuring
+(:mod:`hsd_planner.profiling.contention`): the report says how much there was and which runs it
+contended with, since a run slowed by it measures the machine, not the plan.
+
 The error compares a profile measured at one time with runs at another, so it includes any
 change of the machine's speed in between (on a shared 2-core host, 10-25% from one minute to the
 next). The speed-up error, predicted over measured speed-up against autoregressive decoding minus
@@ -27,8 +31,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import cast
+
+import torch
 
 from hsd_runtime import (
     CachePool,
@@ -47,6 +53,8 @@ from ..choices import AcceptanceModel
 from ..errors import StoreError
 from ..plan import Plan, Prediction, Profile, predict_over, widths_to_json
 from ..plan.batch import schedule_of
+from ..profiling import contention
+from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
@@ -139,8 +147,10 @@ def run_validation(
         total(sum(len(entries[b]) * len(units[b]) for b in sizes))
     runs = _measure(built, entries, units, encoded, solve, max_new_tokens, calibration, progress or (lambda _n: None))
     results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, intervals, calibration, runs, units[b])]
-    report = _report(solve, prompts.name, contexts, results, calibration, skipped)
-    summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": report.calibration.to_dict() if report.calibration else None}
+    report = replace(_report(solve, prompts.name, contexts, results, calibration, skipped), contention=runs.whole)
+    # the other work seen rides in the stored calibration's JSON: both describe the machine's state during the runs
+    stored = (report.calibration.to_dict() if report.calibration else {}) | {"contention": runs.whole.to_dict() if runs.whole else None}
+    summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": stored}
     return replace(report, validation_id=store_validation(db, solve, prompts, max_new_tokens, repeats, results, **summary))
 
 
@@ -256,6 +266,17 @@ class _Runs:
 
     results: dict[tuple, list[GenerationResult]]  # (batch size, plan key) -> runs
     around: dict[tuple, list[list[int]]]
+    loads: dict[tuple, list[Load]] = field(default_factory=dict)  # other work during each run (none where not checked)
+    whole: Load | None = None  # other work over the whole measuring
+
+    def busy(self, key: tuple) -> tuple[float | None, int | None]:
+        """A plan's runs' other work: its cores on average and the runs it contended with (a run
+        shorter than a window that can be judged is not counted); None where not checked."""
+        loads = self.loads.get(key, [])
+        both = combine(loads)
+        if both is None:
+            return None, None
+        return both.other_cores, sum(x.contended and x.seconds >= MIN_WINDOW_S for x in loads)
 
 
 def _measure(
@@ -281,6 +302,8 @@ def _measure(
     plus the runs of that prompt before it at this batch size."""
     s = solve.setting
     sampling = SamplingConfig(mode=s.mode, temperature=s.temperature, top_p=s.top_p, lenience=s.lenience)
+    probe = contention.probe(torch.get_num_threads())  # None where the machine does not say
+    whole = probe.snapshot() if probe else None
     calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed; the shared models are prefilled once
         h.generate(encoded[0], 4, sampling, reuse_prompt=True)
@@ -289,7 +312,7 @@ def _measure(
     for b, group in entries.items():
         keys = [e.key for e in group]
         for key in keys:
-            runs.results[(b, key)], runs.around[(b, key)] = [], []
+            runs.results[(b, key)], runs.around[(b, key)], runs.loads[(b, key)] = [], [], []
         if b > 1 and lockstep:  # the first batch size above 1: the lockstep passes warmed up, untimed
             for key in sorted(lockstep):
                 built[key].generate_batch(encoded[:2], 4, sampling, stop_at_eos=False)
@@ -307,6 +330,7 @@ def _measure(
             leaders = [key for i, key in enumerate(keys) if lead[i] == distinct.index(tuple(unit))]
             for key in leaders + [k for k in keys if k not in leaders]:
                 h, reuse = built[key], not (fresh and key in leaders)
+                start = probe.snapshot() if probe else None
                 if b == 1:
                     seeded = sampling.model_copy(update={"seed": seeds[0]})
                     result = h.generate(encoded[unit[0]], max_new_tokens, seeded, reuse_prompt=reuse)
@@ -314,9 +338,12 @@ def _measure(
                     rows = [encoded[k] for k in unit]
                     result = h.generate_batch(rows, max_new_tokens, sampling, stop_at_eos=False, seeds=seeds, reuse_prompt=reuse)
                 runs.results[(b, key)].append(result)
+                if probe and start:
+                    runs.loads[(b, key)].append(probe.load(start))
                 after = calibration.measure()  # the reference right after every run; the one before is the last round
                 runs.around[(b, key)].append([after - 1, after])
                 step(1)
+    runs.whole = probe.load(whole) if probe and whole else None
     return runs
 
 
@@ -394,6 +421,7 @@ class _Comparison:
         out = []
         for e in entries:
             mine = runs.results[(batch, e.key)]
+            other, busy = runs.busy((batch, e.key))
             out.append(
                 plan_result(
                     e.plan_id,
@@ -408,6 +436,8 @@ class _Comparison:
                     calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
                     batch_size=batch,
                     predicted_speedup_interval=intervals[(batch, e.key)],
+                    other_cores=other,
+                    busy_runs=busy,
                 )
             )
         return out
