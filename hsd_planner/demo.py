@@ -159,6 +159,7 @@ def run_demo(
     say: Callable[[str], None] = lambda _text: None,
     show: Callable[[ProfileSummary], None] = lambda _summary: None,
     stages: Stages | None = None,
+    allow_busy: bool = False,
 ) -> DemoReport:
     """Profile the ``family``'s candidates on its prompts, solve, validate the pick and the best
     single drafter against autoregressive decoding on held-out prompts, write the figure.
@@ -166,13 +167,14 @@ def run_demo(
     What the database already holds is reused, so a second run only validates again. ``say``
     gets a line at each stage, ``show`` the profile summary when profiling ends. ``db`` may
     be a function that opens the database: it is called once the candidates are loaded and
-    checked, so that a refusal leaves no database behind.
+    checked, so that a refusal leaves no database behind. ``allow_busy``: keep latency samples
+    timed while other work held the cores instead of timing them again (see :mod:`.profiling.guard`).
     """
     bars = stages or _Quiet()
     f = family
     prompts = split(load_prompts(f.prompts), "profile", f.max_prompts)
     held_out = split(load_prompts(f.prompts), "validate", f.validate_prompts)
-    config = f.profile_config(dtype)
+    config = f.profile_config(dtype).model_copy(update={"allow_busy": allow_busy})
     names = {parse_spec(spec).name for spec in config.models}
     converted = all(is_converted(name) for name in names & PACKAGED.keys())
     expected = f.expected(dtype, converted)

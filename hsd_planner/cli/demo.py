@@ -13,7 +13,7 @@ from ..profiling.sources import with_engine
 from ..store import check_db, open_db
 from ..validation.plot import check_plot_path
 from .loader import make_loader, resolve_dtype_choice
-from .options import db_option, engine_option, json_option, prepack_option, runtime_options
+from .options import allow_busy_option, db_option, engine_option, json_option, prepack_option, runtime_options
 from .render import Bars, emit, format_summary, format_validation
 from .values import model_list
 
@@ -48,6 +48,7 @@ __all__ = ["demo"]
 )
 @click.option("--plot", "plot_file", default="hsd-plan-demo.png", show_default=True, help="The validation figure (PNG, PDF, SVG or JPEG).")
 @click.option("--force", is_flag=True, help="Let --plot replace a file that is not a figure of its format, or a symbolic link.")
+@allow_busy_option
 @runtime_options
 @prepack_option
 @engine_option
@@ -63,6 +64,7 @@ def demo(
     repeats: int | None,
     plot_file: str,
     force: bool,
+    allow_busy: bool,
     dtype: str,
     device: str,
     prepack: bool,
@@ -120,5 +122,6 @@ def demo(
         say=say,
         show=show,
         stages=Bars(),
+        allow_busy=allow_busy,
     )
     emit(report, as_json, lambda r: f"{format_validation(r.validation)}\n\n{r.conclusion}")

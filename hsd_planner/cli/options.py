@@ -18,6 +18,7 @@ from ..plan import SOLVE_DEFAULTS, T_MAX_LIMIT, TREE_BUDGET_LIMIT
 __all__ = [
     "FORCE_HELP",
     "FiniteRange",
+    "allow_busy_option",
     "db_option",
     "engine_option",
     "export_options",
@@ -242,4 +243,15 @@ def solve_options(f: F) -> F:
         default=d.acceptance,
         show_default=True,
         help="Run-length model: the measured P(G >= g), or alpha^g.",
+    )(f)
+
+
+def allow_busy_option(f: F) -> F:
+    """``--allow-busy``: keep latency samples timed while other work held the cores."""
+    return click.option(
+        "--allow-busy",
+        is_flag=True,
+        envvar="HSD_PLAN_ALLOW_BUSY",
+        help="Keep latency samples timed while other work shared the CPU (counted in the summary) instead of timing them "
+        "again and refusing a machine that stays busy [env: HSD_PLAN_ALLOW_BUSY=1].",
     )(f)

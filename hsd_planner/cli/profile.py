@@ -15,7 +15,16 @@ from ..store import check_db, open_db
 from ..store.failures import LOST, describe_lost
 from .batch import batch_sizes_option, parse_batch_sizes
 from .loader import make_loader, resolve_dtype_choice
-from .options import db_option, engine_option, json_option, prepack_option, prompt_options, runtime_options, sampling_options
+from .options import (
+    allow_busy_option,
+    db_option,
+    engine_option,
+    json_option,
+    prepack_option,
+    prompt_options,
+    runtime_options,
+    sampling_options,
+)
 from .render import Bars, emit, format_summary
 from .values import int_list, model_list
 
@@ -58,13 +67,7 @@ _D = ProfileConfig.model_fields
 )
 @click.option("--skip-acceptance", is_flag=True, help="Measure latency curves only.")
 @click.option("--force", is_flag=True, help="Re-measure what is already stored.")
-@click.option(
-    "--allow-busy",
-    is_flag=True,
-    envvar="HSD_PLAN_ALLOW_BUSY",
-    help="Keep latency samples timed while other work shared the CPU (counted in the summary) instead of timing them "
-    "again and refusing a machine that stays busy [env: HSD_PLAN_ALLOW_BUSY=1].",
-)
+@allow_busy_option
 @runtime_options
 @prepack_option
 @engine_option
