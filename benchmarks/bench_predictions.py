@@ -1,8 +1,8 @@
 """How far a plan's predicted speed-up can be trusted: error, interval coverage and regret at
 several generation lengths, on one of the demo's model families.
 
-Profiles the family once (its demo budget, continuations of ``--profile-tokens``), then for each
-length N: solves for N (``solve --max-new-tokens N``; ``--t-max`` as asked), validates every plan
+For each length N: profiles the family (its demo budget; continuations of N new tokens, as a
+user who serves N-token replies profiles, or of ``--profile-tokens`` for every N), solves for N (``solve --max-new-tokens N``; ``--t-max`` as asked), validates every plan
 of the solve (``--candidates all``: the pick, the next ones, the best of every single drafter,
 autoregressive decoding) on the family's held-out prompts at N new tokens, and records per plan
 the speed-up predicted from the profile as measured against the one measured beside
@@ -11,6 +11,7 @@ width. Per length: the median |speed-up error| over the plans above autoregressi
 the regret of the pick; over all lengths: the coverage.
 
     python -m benchmarks.bench_predictions --family smollm2 --lengths 48,128,256
+    python -m benchmarks.bench_predictions --family smollm2 --lengths 48,128,256 --profile-tokens 128
     python -m benchmarks.bench_predictions --family smollm2 --t-max 16 --lengths 128
     python -m benchmarks.bench_predictions --family qwen --lengths 128 --repeats 1
 """
@@ -42,7 +43,7 @@ def main() -> None:
     ap.add_argument("--engine", default="torch", choices=["torch", "llamacpp"])
     ap.add_argument("--dtype", default=None, help="[default: bf16 where the CPU has AVX512-BF16, else fp32]")
     ap.add_argument("--lengths", default="48,128,256", help="generation lengths N to solve for and validate at")
-    ap.add_argument("--profile-tokens", type=int, default=128, help="new tokens of each profiled continuation")
+    ap.add_argument("--profile-tokens", type=int, default=None, help="new tokens of each profiled continuation [default: each N]")
     ap.add_argument("--t-max", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=2, help="runs of every plan on every held-out prompt")
     ap.add_argument("--prompts", type=int, default=None, help="held-out prompts [default: the family's demo count]")
@@ -59,18 +60,19 @@ def main() -> None:
 
     prompts = split(load_prompts(family.prompts), "profile", family.max_prompts)
     held = split(load_prompts(family.prompts), "validate", args.prompts or family.validate_prompts)
-    config = family.profile_config(dtype).model_copy(update={"max_new_tokens": args.profile_tokens})
-    started = time.perf_counter()
-    run_profile(db, config, prompts, loader)  # resumes: a second run measures nothing again
-    print(f"profiled in {time.perf_counter() - started:.0f} s", flush=True)
-
     runs = []
     for n in lengths:
+        config = family.profile_config(dtype).model_copy(update={"max_new_tokens": args.profile_tokens or n})
+        started = time.perf_counter()
+        run_profile(db, config, prompts, loader)  # resumes: what the database holds is not measured again
+        print(f"profiled {config.max_new_tokens} new tokens in {time.perf_counter() - started:.0f} s", flush=True)
         solve_and_store(db, target=config.models[-1], workload=prompts.name, config=SolveConfig(max_new_tokens=n, t_max=args.t_max))
         solve, plans = select_plans(db, (), "all")
         started = time.perf_counter()
         report = run_validation(db, loader, solve, plans, held, n, args.repeats)
-        runs.append({"max_new_tokens": n, "seconds": time.perf_counter() - started, **_summary(report)})
+        runs.append(
+            {"max_new_tokens": n, "profiled_tokens": config.max_new_tokens, "seconds": time.perf_counter() - started, **_summary(report)}
+        )
         print(json.dumps(runs[-1], indent=None), flush=True)
     out = args.out / f"predictions-{tag}.json"
     out.write_text(json.dumps({"machine": machine(), "dtype": dtype, "family": args.family, "engine": args.engine, "runs": runs}, indent=1))
