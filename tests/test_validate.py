@@ -227,3 +227,35 @@ def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
     tree = _one_row(Hierarchy([drafter, target], [TreeShape((2, 1))]), [0, 5, 9])
     assert tree is not None and "tree" in tree
     assert _one_row(Hierarchy([NgramDrafter(), drafter, target], [2, 2]), [0, 5, 9, 5, 9]) is None
+
+
+def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolated_db):
+    from hsd_planner.solving import MIN_RESIDUALS, widened
+    from hsd_planner.store.validations import speedup_residuals
+
+    args = ("validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--json")
+    first = json.loads(run(*args).output)
+    assert first["interval_history"] == 0  # nothing validated before: the bootstrap alone
+    db = open_db(f"sqlite:///{isolated_db}")
+    target = first["target"]
+    with sqlite3.connect(isolated_db) as conn:
+        hardware = conn.execute("SELECT hardware_id FROM solves").fetchone()[0]
+    while len(speedup_residuals(db, target, hardware)) < MIN_RESIDUALS:
+        assert run(*args).exit_code == 0
+    past = speedup_residuals(db, target, hardware)
+    # each is a stored plan's log measured over predicted speed-up; another machine's or target's are not read
+    assert speedup_residuals(db, target, hardware + 1) == [] and speedup_residuals(db, "other", hardware) == []
+    report = json.loads(run(*args).output)
+    assert report["interval_history"] == len(past)
+    checked = 0
+    for p in report["plans"]:
+        if p["covered"] is None:
+            continue
+        lo, hi = p["predicted_speedup_lo"], p["predicted_speedup_hi"]
+        alone = widened((hi, lo), p["predicted_speedup"], past)  # an empty band: what the past alone gives
+        assert lo <= alone[0] + 1e-9 and hi >= alone[1] - 1e-9
+        checked += 1
+    assert checked
+    # a solve now prints its intervals widened by the same history
+    solve = json.loads(run("solve", "--t-max", "4", "--json").output)
+    assert solve["interval_history"] == len(speedup_residuals(db, target, hardware))

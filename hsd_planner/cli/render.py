@@ -189,6 +189,11 @@ def format_solve(report: SolveReport) -> str:
             f"{p.id:>5} {p.kind:<15} {pred.ms_per_token:>9.2f} {pred.mean_accepted_length:>9.2f} "
             f"{pred.speedup:>8.2f}x {interval:>13}  {p.plan.label}{' (tied with the pick)' if p.tied else ''}"
         )
+    if report.interval_history:
+        lines.append(
+            f"intervals: the bootstrap over the profiled prompts, widened by how far {report.interval_history} plans validated "
+            "before on this machine measured from their predictions"
+        )
     if report.thin_sample:
         lines.append(
             f"note: the pick's acceptance rests on {report.sample_prompts} prompts ({report.sample_positions} positions); prompts vary "
@@ -323,7 +328,8 @@ def _coverage(report: ValidationReport) -> str:
         return ""
     width = report.median_interval_width
     wide = f", median width {width:.0%} of the prediction" if width is not None else ""
-    return f"measured inside the predicted 90% interval: {sum(hits)} of {len(hits)} plans{wide}; "
+    past = f", widened by {report.interval_history} earlier validated plans' misses" if report.interval_history else ""
+    return f"measured inside the predicted 90% interval: {sum(hits)} of {len(hits)} plans{wide}{past}; "
 
 
 def format_validation(report: ValidationReport) -> str:

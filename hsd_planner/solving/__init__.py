@@ -8,8 +8,17 @@ the CLI, validation's demo and the benchmarks import it.
 """
 
 from .batch import solve_batch_schedule
-from .intervals import bootstrap_profiles, predicted_intervals
+from .intervals import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals, widened
 from .report import THIN_PROMPTS, SolveReport
 from .runner import solve_and_store
 
-__all__ = ["THIN_PROMPTS", "SolveReport", "bootstrap_profiles", "predicted_intervals", "solve_and_store", "solve_batch_schedule"]
+__all__ = [
+    "MIN_RESIDUALS",
+    "THIN_PROMPTS",
+    "SolveReport",
+    "bootstrap_profiles",
+    "predicted_intervals",
+    "solve_and_store",
+    "solve_batch_schedule",
+    "widened",
+]

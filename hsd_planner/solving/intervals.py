@@ -1,9 +1,21 @@
 """How sure a prediction is: the 90% interval of a plan's predicted speed-up over bootstrap
 profiles (the profiled prompts resampled, and with ``drift`` each model's latency moved as far as
-its own samples moved while it was profiled)."""
+its own samples moved while it was profiled), widened by how far this machine's past validations
+of the same target measured from their predictions.
+
+The bootstrap sees only what the profile holds: prompts like the profiled ones, a machine in the
+state it was profiled in. What it cannot see - held-out prompts that draft otherwise, a machine
+whose curves changed shape, the latency model's own bias - shows in the validations stored
+before: each gives, per plan, r = log(measured / predicted speed-up). Once at least
+:data:`MIN_RESIDUALS` plans were validated for the target on this machine, an interval is the
+union of the bootstrap's and speed-up x exp(r) between the 5th and 95th percentile of those r (a
+split-conformal interval: it holds the next measured speed-up as often as the past ones held
+theirs, as far as the next run is like them).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from hsd_runtime.terms.shape import TreeShape
@@ -14,7 +26,11 @@ from ..stats import interval, resample_profiles
 from ..store import Engine
 from ..store.profiles import ProfileSource, prompt_acceptance
 
-__all__ = ["bootstrap_profiles", "predicted_intervals"]
+__all__ = ["MIN_RESIDUALS", "bootstrap_profiles", "predicted_intervals", "widened"]
+
+# past validated plans (of one target on one machine) before their misses widen an interval: with
+# fewer, the 5th and 95th percentiles are the extremes of a handful of runs
+MIN_RESIDUALS = 10
 
 
 def bootstrap_profiles(
@@ -35,11 +51,14 @@ def predicted_intervals(
     contexts: int | list[int],
     max_new_tokens: int | None = None,
     batch_size: int = 1,
+    residuals: Sequence[float] = (),
 ) -> list[tuple[float, float] | None] | None:
     """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``profiles`` (for
     a generation of ``max_new_tokens`` at ``batch_size``; see :func:`~hsd_planner.plan.predict`);
     None for a tree plan whose sibling curve the resamples do not carry (a fixed curve would
-    shrink the interval to the upper levels' uncertainty and claim a certainty never measured)."""
+    shrink the interval to the upper levels' uncertainty and claim a certainty never measured).
+    The interval of a plan above autoregressive decoding is :func:`widened` by ``residuals``, the
+    log misses of past validations."""
     if not profiles:
         return None
     out: list[tuple[float, float] | None] = []
@@ -48,8 +67,25 @@ def predicted_intervals(
             out.append(None)
             continue
         speedups = [predict(b, plan.chain, plan.widths, acceptance, contexts, max_new_tokens, batch_size).speedup for b in profiles]
-        out.append(interval(speedups))
+        band = interval(speedups)
+        out.append(widened(band, plan.prediction.speedup, residuals) if plan.depth else band)
     return out
+
+
+def widened(band: tuple[float, float], speedup: float, residuals: Sequence[float]) -> tuple[float, float]:
+    """``band`` joined with ``speedup`` x exp(r) for r between the 5th and 95th percentile of
+    ``residuals`` (log measured over predicted speed-ups of past validations); ``band`` itself
+    with fewer than :data:`MIN_RESIDUALS` of them.
+
+    >>> widened((1.9, 2.1), 2.0, [0.0] * 8 + [-0.5])
+    (1.9, 2.1)
+    >>> [round(x, 3) for x in widened((1.9, 2.1), 2.0, [-0.2] * 5 + [0.1] * 5)]
+    [1.637, 2.21]
+    """
+    if len(residuals) < MIN_RESIDUALS:
+        return band
+    low, high = interval(residuals)
+    return min(band[0], speedup * math.exp(low)), max(band[1], speedup * math.exp(high))
 
 
 def _predictable(profile: Profile, plan: Plan) -> bool:

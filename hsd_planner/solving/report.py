@@ -35,6 +35,7 @@ class SolveReport:
     sample_positions: int | None = None
     lenience: float = 1.0  # below 1: acceptance (and the plans) under lossy verification
     max_new_tokens: int | None = None  # the generation length the plans are ranked for (None: the steady state)
+    interval_history: int = 0  # past validated plans whose misses widened the intervals (0: the bootstrap alone)
 
     @property
     def thin_sample(self) -> bool:
@@ -58,6 +59,7 @@ class SolveReport:
             "acceptance",
             "context_len",
             "max_new_tokens",
+            "interval_history",
             "sample_prompts",
             "sample_positions",
             "thin_sample",

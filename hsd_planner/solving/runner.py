@@ -14,7 +14,8 @@ from ..store import Engine
 from ..store.profiles import load_profile
 from ..store.records import Ranking
 from ..store.solves import acceptance_sample, profiled_length, save_solve
-from .intervals import bootstrap_profiles, predicted_intervals
+from ..store.validations import speedup_residuals
+from .intervals import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals
 from .report import SolveReport
 
 __all__ = ["solve_and_store"]
@@ -38,7 +39,8 @@ def solve_and_store(
     ``config.max_new_tokens`` tokens or, without one, of as many as the profile's continuations
     held (the workload's own length); each carries the 90% interval of its predicted speed-up
     over bootstrap profiles (the profiled prompts resampled, each model's curves drifted as far as
-    its own samples moved while profiled).
+    its own samples moved while profiled), widened by the misses of this machine's past
+    validations of the target (:mod:`.intervals`).
     """
     profile, source = load_profile(db, target, workload, mode, temperature, hardware, lenience)
     contexts: int | list[int] = config.context_len or source.contexts or DEFAULT_CONTEXT
@@ -48,7 +50,8 @@ def solve_and_store(
     ranked = _ranked(solve(profile, config, contexts))
     plans = [plan for plan, _ in ranked]
     boot = bootstrap_profiles(db, profile, source, drift=True)
-    intervals = predicted_intervals(boot, plans, config.acceptance, contexts, config.max_new_tokens)
+    residuals = speedup_residuals(db, source.target, source.hardware_id)
+    intervals = predicted_intervals(boot, plans, config.acceptance, contexts, config.max_new_tokens, residuals=residuals)
     stored = save_solve(db, source, config, context_len, _with_intervals(ranked, intervals))
     sample = acceptance_sample(db, source, plans[0].chain)
     return SolveReport(
@@ -62,6 +65,7 @@ def solve_and_store(
         acceptance=config.acceptance,
         context_len=context_len,
         max_new_tokens=config.max_new_tokens,
+        interval_history=len(residuals) if len(residuals) >= MIN_RESIDUALS else 0,
         plans=stored,
         sample_prompts=sample[0] if sample else None,
         sample_positions=sample[1] if sample else None,

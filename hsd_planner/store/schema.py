@@ -305,6 +305,7 @@ class ValidationRun(Base):
     tokens: Mapped[int] = mapped_column(Integer)
     levels: Mapped[list[dict]] = mapped_column(JSON)
     batch_size: Mapped[int] = mapped_column(Integer, default=1, server_default="1")  # sequences decoded in lockstep
+    predicted_speedup: Mapped[float | None] = mapped_column(Float)  # over autoregressive decoding's prediction
     predicted_speedup_lo: Mapped[float | None] = mapped_column(Float)  # the 90% interval of the predicted speed-up
     predicted_speedup_hi: Mapped[float | None] = mapped_column(Float)
     covered: Mapped[bool | None] = mapped_column(Boolean)  # the measured speed-up fell inside it

@@ -6,6 +6,7 @@ reads them back as typed records and stores what was measured.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 from ..errors import StoreError
 from .plans import ranked_plan
 from .records import RankedPlan, SolveRecord
-from .schema import ModelRow, PlanRow, Validation, ValidationRun
+from .schema import ModelRow, PlanRow, Solve, Validation, ValidationRun
 from .solves import solve_record
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "plans_by_id",
     "plans_of_solve",
     "save_validation",
+    "speedup_residuals",
     "stored_validations",
 ]
 
@@ -48,6 +50,7 @@ class ValidationRunEntry:
     tokens: int
     levels: list[dict]
     batch_size: int = 1  # sequences decoded in lockstep (validate --batch-sizes)
+    predicted_speedup: float | None = None  # over autoregressive decoding's prediction
     predicted_speedup_lo: float | None = None  # the 90% interval of the predicted speed-up
     predicted_speedup_hi: float | None = None
     covered: bool | None = None  # the measured speed-up fell inside it
@@ -92,6 +95,23 @@ def stored_validations(db: Engine) -> list[StoredValidation]:
             entry = ValidationEntry(**{k: getattr(v, k) for k in entry_fields})
             out.append((v.id, entry, [ValidationRunEntry(**{k: getattr(r, k) for k in run_fields}) for r in runs]))
     return [StoredValidation(vid, entry, solve_record(db, entry.solve_id), runs) for vid, entry, runs in out]
+
+
+def speedup_residuals(db: Engine, target: str, hardware_id: int) -> list[float]:
+    """log(measured / predicted speed-up) of every plan above autoregressive decoding that a stored
+    validation ran for ``target`` on the machine ``hardware_id`` (one prompt at a time), oldest
+    first. Runs stored before predicted speed-ups were kept are left out."""
+    q = (
+        select(ValidationRun.chain, ValidationRun.predicted_speedup, ValidationRun.measured_speedup)
+        .join(Validation, Validation.id == ValidationRun.validation_id)
+        .join(Solve, Solve.id == Validation.solve_id)
+        .join(ModelRow, ModelRow.id == Solve.target_id)
+        .where(ModelRow.spec == target, Solve.hardware_id == hardware_id, ValidationRun.batch_size == 1)
+        .where(ValidationRun.predicted_speedup.is_not(None))
+        .order_by(ValidationRun.id)
+    )
+    with Session(db) as s:
+        return [math.log(m / p) for chain, p, m in s.execute(q) if len(chain) > 1 and p > 0 and m > 0]
 
 
 def plans_by_id(db: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:

@@ -174,6 +174,7 @@ class ValidationReport:
     calibration: CalibrationRecord | None = None  # the reference passes: per model, profiled ms and the samples now
     lenience: float = 1.0  # below 1 the plans ran with lossy verification
     skipped: list[str] = field(default_factory=list)  # plans left out at a batch size, and why
+    interval_history: int = 0  # past validated plans whose misses widened the predicted intervals (0: the bootstrap alone)
     contention: Load | None = None  # other work over the whole measuring, reference passes included (None: not checked)
 
     @property

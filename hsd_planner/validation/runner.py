@@ -58,14 +58,12 @@ from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..solving import bootstrap_profiles, predicted_intervals
+from ..solving import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_profile
 from ..store.records import RankedPlan, SolveRecord
 from ..store.schedule import load_batch_plans
-from ..store.validations import (
-    model_sources,
-)
+from ..store.validations import model_sources, speedup_residuals
 from .calibration import Calibration
 from .report import PlanResult, ValidationReport
 from .results import level_results, plan_result, speedup_interval, store_validation
@@ -140,14 +138,19 @@ def run_validation(
     predicted = {(b, e.key): comparison.predicted(e.plan, b) for b, group in entries.items() for e in group}
     # what a run on these held-out prompts will show: each bootstrap profile pools as many prompts
     boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(encoded))
-    intervals = {(b, e.key): comparison.interval(boot, e.plan, b) for b, group in entries.items() for e in group}
+    residuals = speedup_residuals(db, solve.target, solve.hardware_id)  # the validations stored before this one
+    intervals = {(b, e.key): comparison.interval(boot, e.plan, b, residuals) for b, group in entries.items() for e in group}
     calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
     units = {b: _units(len(encoded), b, repeats) for b in sizes}
     if total is not None:
         total(sum(len(entries[b]) * len(units[b]) for b in sizes))
     runs = _measure(built, entries, units, encoded, solve, max_new_tokens, calibration, progress or (lambda _n: None))
     results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, intervals, calibration, runs, units[b])]
-    report = replace(_report(solve, prompts.name, contexts, results, calibration, skipped), contention=runs.whole)
+    report = replace(
+        _report(solve, prompts.name, contexts, results, calibration, skipped),
+        contention=runs.whole,
+        interval_history=len(residuals) if len(residuals) >= MIN_RESIDUALS else 0,
+    )
     # the other work seen rides in the stored calibration's JSON: both describe the machine's state during the runs
     stored = (report.calibration.to_dict() if report.calibration else {}) | {"contention": runs.whole.to_dict() if runs.whole else None}
     summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": stored}
@@ -374,13 +377,15 @@ class _Comparison:
         """The median over the prompts' contexts, from the profile as measured."""
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
-    def interval(self, boot: list[Profile], plan: Plan, batch: int) -> tuple[float, float] | None:
+    def interval(self, boot: list[Profile], plan: Plan, batch: int, residuals: Sequence[float]) -> tuple[float, float] | None:
         """The 90% interval of the predicted speed-up over the bootstrap profiles ``boot`` (costs
-        averaged over the prompts' contexts; None without per-prompt acceptance or for a tree whose
-        sibling curve the resamples lack)."""
+        averaged over the prompts' contexts), widened by the log misses ``residuals`` of past
+        validations (:func:`~hsd_planner.solving.widened`) around this validation's prediction;
+        None without per-prompt acceptance or for a tree whose sibling curve the resamples lack."""
         if not plan.depth:
             return None
-        found = predicted_intervals(boot, [plan], self.acceptance, self.contexts, self.max_new_tokens, batch)
+        plan = replace(plan, prediction=self.predicted(plan, batch))
+        found = predicted_intervals(boot, [plan], self.acceptance, self.contexts, self.max_new_tokens, batch, residuals)
         return found[0] if found else None
 
     def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:

@@ -1,7 +1,7 @@
 """A solve keeps the generation length it ranked plans for (nullable: older solves ranked the
-steady state), and a validation keeps, per plan, the 90% interval of its predicted speed-up and
-whether the measured one fell inside, with the share that did over its plans (nullable: older
-validations predate both).
+steady state), and a validation keeps, per plan, its predicted speed-up, the 90% interval of it
+and whether the measured one fell inside, with the share that did over its plans (nullable: older
+validations predate all three).
 
 Revision ID: 0021_horizons_coverage
 Revises: 0020_one_plan_table
@@ -21,6 +21,7 @@ def upgrade() -> None:
     with op.batch_alter_table("solves") as batch:
         batch.add_column(sa.Column("max_new_tokens", sa.Integer(), nullable=True))
     with op.batch_alter_table("validation_runs") as batch:
+        batch.add_column(sa.Column("predicted_speedup", sa.Float(), nullable=True))
         batch.add_column(sa.Column("predicted_speedup_lo", sa.Float(), nullable=True))
         batch.add_column(sa.Column("predicted_speedup_hi", sa.Float(), nullable=True))
         batch.add_column(sa.Column("covered", sa.Boolean(), nullable=True))
@@ -35,5 +36,6 @@ def downgrade() -> None:
         batch.drop_column("covered")
         batch.drop_column("predicted_speedup_hi")
         batch.drop_column("predicted_speedup_lo")
+        batch.drop_column("predicted_speedup")
     with op.batch_alter_table("solves") as batch:
         batch.drop_column("max_new_tokens")
