@@ -30,7 +30,7 @@ from benchmarks.common import machine
 from hsd_planner.demo import FAMILIES
 from hsd_planner.plan import SolveConfig
 from hsd_planner.profiling import run_profile
-from hsd_planner.prompts import PromptSet, load_prompts, split
+from hsd_planner.prompts import load_prompts, split
 from hsd_planner.solving import solve_and_store
 from hsd_planner.store import open_db
 from hsd_planner.validation import ValidationReport, run_validation, select_plans
@@ -58,17 +58,15 @@ def main() -> None:
     loader = ModelLoader(device="cpu", dtype=dtype, engine=args.engine)
     print(f"machine: {machine()}, AVX512-BF16 {torch.cpu._is_avx512_bf16_supported()}, {dtype}\n", flush=True)
 
-    profiled = split(load_prompts(family.prompts), "profile", family.max_prompts)
+    prompts = split(load_prompts(family.prompts), "profile", family.max_prompts)
     held = split(load_prompts(family.prompts), "validate", args.prompts or family.validate_prompts)
     runs = []
     for n in lengths:
         config = family.profile_config(dtype).model_copy(update={"max_new_tokens": args.profile_tokens or n})
-        # a workload per profiled length: a solve reads the newest matching acceptance, and each
-        # length must be solved on its own profile whatever order they were measured in
-        prompts = PromptSet(f"{profiled.name}@{config.max_new_tokens}", profiled.prompts)
         started = time.perf_counter()
         run_profile(db, config, prompts, loader)  # resumes: what the database holds is not measured again
         print(f"profiled {config.max_new_tokens} new tokens in {time.perf_counter() - started:.0f} s", flush=True)
+        # solved on the acceptance profiled at N where there is one (else at --profile-tokens)
         solve_and_store(db, target=config.models[-1], workload=prompts.name, config=SolveConfig(max_new_tokens=n, t_max=args.t_max))
         solve, plans = select_plans(db, (), "all")
         started = time.perf_counter()

@@ -22,6 +22,26 @@ def profiled(tiny_dirs, tmp_path):
     return tiny_dirs
 
 
+def test_a_solve_ranks_for_a_length_on_the_acceptance_profiled_at_it(profiled, tmp_path, isolated_db):
+    prompts = tmp_path / "p.txt"  # the fixture's prompts, profiled again at 10 new tokens
+    chain = f"ngram,{profiled['draft']},{profiled['target']}"
+    longer = [*FAST[:-4], "--max-new-tokens", "10", "--device", "cpu"]
+    assert run("profile", "--models", chain, "--prompts", prompts, *longer).exit_code == 0
+
+    def solved(*args: str) -> tuple[int | None, int]:
+        report = json.loads(run("solve", "--t-max", "4", "--json", *args).output)
+        with sqlite3.connect(isolated_db) as conn:
+            (length,) = conn.execute(
+                "SELECT settings.max_new_tokens FROM solves JOIN settings ON settings.id = solves.setting_id WHERE solves.id = ?",
+                (report["solve_id"],),
+            ).fetchone()
+        return report["max_new_tokens"], length
+
+    assert solved() == (10, 10)  # the newest profile, and its own length
+    assert solved("--max-new-tokens", "6") == (6, 6)  # the older profile measured at 6 tokens
+    assert solved("--max-new-tokens", "7") == (7, 10)  # no profile at 7: the newest
+
+
 def test_solve_prints_and_stores_plans(profiled, isolated_db):
     result = run("solve", "--t-max", "4", "--top", "3", "--json")
     assert result.exit_code == 0, result.output

@@ -36,13 +36,14 @@ def solve_and_store(
     ``hardware``: the fingerprint(s) whose latency to use (None: the newest of any). Cost curves
     are read at ``config.context_len`` or, without one, averaged over the workload's own contexts
     (each prompt plus half its continuation). Plans are ranked by the time of a generation of
-    ``config.max_new_tokens`` tokens or, without one, of as many as the profile's continuations
-    held (the workload's own length); each carries the 90% interval of its predicted speed-up
+    ``config.max_new_tokens`` tokens (read on the acceptance profiled at that length where there
+    is one) or, without one, of as many as the profile's continuations held (the workload's own
+    length); each carries the 90% interval of its predicted speed-up
     over bootstrap profiles (the profiled prompts resampled, each model's curves drifted as far as
     its own samples moved while profiled), widened by the misses of this machine's past
     validations of the target (:mod:`.intervals`).
     """
-    profile, source = load_profile(db, target, workload, mode, temperature, hardware, lenience)
+    profile, source = load_profile(db, target, workload, mode, temperature, hardware, lenience, config.max_new_tokens)
     contexts: int | list[int] = config.context_len or source.contexts or DEFAULT_CONTEXT
     context_len = contexts if isinstance(contexts, int) else int(statistics.median(contexts))
     if config.max_new_tokens is None:

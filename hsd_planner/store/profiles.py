@@ -78,10 +78,13 @@ def load_profile(
     temperature: float = 1.0,
     hardware: str | Sequence[str] | None = None,
     lenience: float = 1.0,
+    length: int | None = None,
 ) -> tuple[Profile, ProfileSource]:
     """The newest matching profile: acceptance of ``workload`` under ``mode``/``temperature``
     and ``lenience``, latency on ``hardware`` (a fingerprint, or several to choose the newest of;
-    None: any).
+    None: any). ``length``: where acceptance was also profiled on continuations of exactly that
+    many new tokens, that profile (a lookup drafts otherwise early in a reply than late), else
+    the newest of any length.
 
     The target defaults to the largest model measured as a verifier.
     """
@@ -90,6 +93,8 @@ def load_profile(
         if mode == "sample":
             settings = [x for x in settings if abs(x.temperature - temperature) < 1e-9]
         settings = [x for x in settings if abs(x.lenience - lenience) < 1e-9]
+        if length is not None and any(x.max_new_tokens == length for x in settings):
+            settings = [x for x in settings if x.max_new_tokens == length]
         if not settings:
             detail = f" at temperature {temperature}" if mode == "sample" else ""
             detail += f" with lenience {lenience}" if lenience != 1.0 else ""
