@@ -259,3 +259,28 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     # a solve now prints its intervals widened by the same history
     solve = json.loads(run("solve", "--t-max", "4", "--json").output)
     assert solve["interval_history"] == len(speedup_residuals(db, target, hardware))
+
+
+def test_a_solve_is_validated_on_its_own_profile_after_a_newer_one(solved, prompts, tiny_dirs):
+    # a newer profile of the same workload at another length: the older solve still predicts from its own
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    longer = [*FAST[:-4], "--max-new-tokens", "12", "--device", "cpu"]
+    assert run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 6, *longer).exit_code == 0
+    best = solved["plans"][0]
+    report = json.loads(
+        run(
+            "validate",
+            "--plan",
+            best["id"],
+            "--prompts",
+            prompts,
+            "--max-prompts",
+            2,
+            "--max-new-tokens",
+            solved["max_new_tokens"],
+            "--json",
+        ).output
+    )
+    mine = next(p for p in report["plans"] if p["plan_id"] == best["id"])
+    # tokens per round depend on acceptance and length alone, not on the prompts' contexts
+    assert mine["predicted_mean_accepted_length"] == pytest.approx(best["predicted_mean_accepted_length"])

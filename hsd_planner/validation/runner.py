@@ -60,7 +60,7 @@ from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
 from ..solving import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals
 from ..store import Engine
-from ..store.profiles import ProfileSource, load_profile
+from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
 from ..store.schedule import load_batch_plans
 from ..store.validations import model_sources, speedup_residuals
@@ -230,10 +230,7 @@ def _solve_profile(db: Engine, solve: SolveRecord, entries: list[_Entry]) -> tup
     stored = model_sources(db)
     for spec in {name for e in entries for name in e.plan.chain}:
         check_source(spec, stored.get(spec))
-    setting = solve.setting
-    return load_profile(
-        db, solve.target, solve.workload.name, setting.mode, setting.temperature, solve.hardware.fingerprint, setting.lenience
-    )
+    return load_solve_profile(db, solve.id)  # its own workload, setting and machine, not the newest of their names
 
 
 def _cells(entries: dict[int, list[_Entry]], encoded: list[list[int]], max_new_tokens: int) -> int:
