@@ -28,7 +28,7 @@ class Guard:
     """Judges the sweep's sampling windows; counts what it dropped and what it kept busy.
 
     ``probe``: None where detection is unavailable (every window is then quiet). ``note``: told in
-    one line when the sweep starts waiting for a busy machine, or keeps a busy window's samples.
+    one line when the sweep starts waiting for a busy machine.
     ``sleep``: injected in tests.
     """
 
@@ -82,9 +82,7 @@ class Guard:
             return True
         self.last = load
         self._streak += 1
-        if self.allow_busy:
-            if self._streak == 1:
-                self._note(f"note: other work shares the CPU ({load.describe()}); its samples are kept (--allow-busy)")
+        if self.allow_busy:  # asked for: counted in the summary, not told window by window
             self.kept_busy += samples
             return True
         self.remeasured += samples

@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import hsd_planner.profiling.contention as contention  # the module, not the package, which imports this one
 from hsd_runtime import CachePool, ModelLoader, ModelSpec, check_same_tokenizer, parse_spec, positions_needed
 from hsd_runtime.learned.bpd import load_bpd
 from hsd_runtime.learned.steering import steer_model
@@ -22,7 +23,6 @@ from ..prompts import PromptSet, encode_prompt
 from ..store import Engine
 from ..store.measurements import latency_curves, record_floor_probe, register_run, set_host_cost
 from ..store.records import SettingRecord, WorkloadRecord
-from . import contention
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .continuations import ASSIST_WIDTH, Assistant, check_stored_continuations
 from .floor import pass_floor_ms, pass_traffic, probe_floor
