@@ -139,7 +139,11 @@ def run_validation(
     # what a run on these held-out prompts will show: each bootstrap profile pools as many prompts
     boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(encoded))
     residuals = speedup_residuals(db, solve.target, solve.hardware_id)  # the validations stored before this one
-    intervals = {(b, e.key): comparison.interval(boot, e.plan, b, residuals) for b, group in entries.items() for e in group}
+    intervals = {
+        (b, e.key): comparison.interval(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, residuals)
+        for b, group in entries.items()
+        for e in group
+    }
     calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
     units = {b: _units(len(encoded), b, repeats) for b in sizes}
     if total is not None:
@@ -377,11 +381,11 @@ class _Comparison:
     def interval(self, boot: list[Profile], plan: Plan, batch: int, residuals: Sequence[float]) -> tuple[float, float] | None:
         """The 90% interval of the predicted speed-up over the bootstrap profiles ``boot`` (costs
         averaged over the prompts' contexts), widened by the log misses ``residuals`` of past
-        validations (:func:`~hsd_planner.solving.widened`) around this validation's prediction;
-        None without per-prompt acceptance or for a tree whose sibling curve the resamples lack."""
+        validations (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction, this
+        validation's; None without per-prompt acceptance or for a tree whose sibling curve the
+        resamples lack."""
         if not plan.depth:
             return None
-        plan = replace(plan, prediction=self.predicted(plan, batch))
         found = predicted_intervals(boot, [plan], self.acceptance, self.contexts, self.max_new_tokens, batch, residuals)
         return found[0] if found else None
 
