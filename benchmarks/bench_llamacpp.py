@@ -1,8 +1,8 @@
 """hsd-plan on the llama.cpp engine against llama-server's own configurations, in one run.
 
     python -m benchmarks.bench_llamacpp                                  # Qwen 1.5B, HumanEval
-    python -m benchmarks.bench_llamacpp --spec-bench question.jsonl --category coding
-    python -m benchmarks.bench_llamacpp --t-max 32 --models ngram,ngram:min=2,ngram:min=3,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
+    python -m benchmarks.bench_llamacpp --spec-bench question.jsonl --category summarization
+    python -m benchmarks.bench_llamacpp --t-max 8 --models ngram,ngram:min=3,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b
 
 One workload, one machine, one sitting:
 
@@ -40,6 +40,11 @@ from hsd_planner.validation.llama_server import LlamaServer, LlamaServerError
 from hsd_runtime import cpu_capability, parse_spec
 from hsd_runtime.models.llamacpp import quantized_gguf
 from hsd_runtime.models.packaged import packaged_gguf
+
+# our lookup and llama-server's (ngram-simple: n = 4, 8 and its default 12, up to 48 tokens a round)
+DEFAULT_MODELS = (
+    "ngram:min=3,ngram:n=4:rule=llama-server,ngram:n=8:rule=llama-server,ngram:rule=llama-server,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b"
+)
 
 
 def configurations(drafter: str, n_max: list[int]) -> dict[str, list[str]]:
@@ -84,15 +89,16 @@ def gguf_of(spec: str, threads: int) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="ngram,qwen2.5-coder-0.5b,qwen2.5-coder-1.5b", help="candidates, target last")
+    ap.add_argument("--models", default=DEFAULT_MODELS, help="candidates, the draft model llama-server runs second to last, target last")
     ap.add_argument("--prompts", default="humaneval", help="prompt set, unless --spec-bench")
     spec_bench_option(ap, required=False)
     ap.add_argument("--category", default="coding", help="Spec-Bench category with --spec-bench")
     ap.add_argument("--profile-prompts", type=int, default=8)
+    ap.add_argument("--latency-grid", help="tokens per pass to time (hsd-plan profile --latency-grid; default: its own)")
     ap.add_argument("--max-prompts", type=int, default=6, help="held-out prompts")
     ap.add_argument("--new", type=int, default=128, help="new tokens per prompt")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--t-max", type=int, default=8, help="widest proposal the solver considers (hsd-plan solve --t-max)")
+    ap.add_argument("--t-max", type=int, default=48, help="widest proposal the solver considers (hsd-plan solve --t-max)")
     ap.add_argument("--n-max", default="8", help="llama-server draft-model k to try besides its default (3)")
     ap.add_argument("--repeats", type=int, default=2, help="rounds, alternating llama-server and hsd-plan")
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/llamacpp"))
@@ -113,8 +119,9 @@ def main() -> None:
     if args.fresh:
         db.unlink(missing_ok=True)
     common = ["--db", str(db)]
+    grid = ["--latency-grid", args.latency_grid] if args.latency_grid else []
     profile = hsd_plan("profile", "--engine", "llamacpp", "--models", args.models, *source, "--max-prompts", str(args.profile_prompts),
-                       "--max-new-tokens", str(args.new), *common)  # fmt: skip
+                       "--max-new-tokens", str(args.new), *grid, *common)  # fmt: skip
     solve = hsd_plan("solve", "--t-max", str(args.t_max), *common)
     print(f"pick: {' -> '.join(solve['chain'])} {solve['widths']}, predicted {solve['predicted_speedup']:.2f}x", flush=True)
 
@@ -172,6 +179,8 @@ def main() -> None:
     ours_ms = {c: statistics.median(v) for c, v in ours.items()}
     none = server_ms["no speculation"]
     best_server = min(server_ms, key=server_ms.__getitem__)
+    own = {c: ms for c, ms in server_ms.items() if c != "exported pick"}  # the configurations a user picks without hsd-plan
+    best_own = min(own, key=own.__getitem__)
     pick = next(c for c in ours_ms if c.startswith("best"))
     ar = "autoregressive (validate's baseline)"
     print(f"\n{held_out.name}: {len(prompts)} held-out prompts x {args.repeats} rounds, {args.new} greedy tokens, {args.threads} threads; "
@@ -186,6 +195,8 @@ def main() -> None:
     print(f"exported pick ({' '.join(configs['exported pick']) or 'no speculation'}): measured {server_ms['exported pick']:.2f} ms/token "
           f"against {predicted:.2f} predicted ({server_ms['exported pick'] / predicted - 1:+.1%}); llama-server's default draft model "
           f"{server_ms['draft-simple (default n_max)']:.2f}")  # fmt: skip
+    print(f"exported pick over llama-server's best own configuration ({best_own}, {own[best_own]:.2f} ms/token): "
+          f"{own[best_own] / server_ms['exported pick']:.3f}x")  # fmt: skip
     print(f"our autoregressive / llama-server none: {ours_ms[ar] / none:.3f}; pick vs llama-server's best ({best_server}): "
           f"{server_ms[best_server] / ours_ms[pick]:.2f}x; median |speed-up error| per validation: {', '.join(f'{e:.1%}' for e in errors)}")  # fmt: skip
     doc = {
@@ -205,7 +216,12 @@ def main() -> None:
         "ours_ar_over_server_none": ours_ms[ar] / none,
         "pick_over_server_best": server_ms[best_server] / ours_ms[pick],
         "server_best": best_server,
+        "server_best_own": best_own,
         "exported": {
+            "over_server_best_own": own[best_own] / server_ms["exported pick"],
+            "chain": exported["exported"]["chain"],
+            "widths": exported["exported"]["widths"],
+            "restriction": exported["restriction"],
             "args": configs["exported pick"],
             "predicted_ms_per_token": predicted,
             "measured_ms_per_token": server_ms["exported pick"],

@@ -66,8 +66,7 @@ def _model(site: _Site) -> Member:
 
 
 def _ngram(site: _Site) -> Member:
-    s = site.spec
-    return NgramDrafter(n=s.ngram_order, name=str(s), min_size=s.ngram_min)
+    return NgramDrafter.of(site.spec)
 
 
 def _heads(site: _Site) -> Member:

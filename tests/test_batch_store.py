@@ -203,6 +203,11 @@ def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
     assert spec["num_speculative_tokens"] == max(k for _, _, k in table) and spec["model"] == "small"
     ks = [k for _, _, k in table]
     assert ks == sorted(ks, reverse=True) and len(set(ks)) > 2
+    # ranked for the solve's length as the solve's own plans were: where the best plan of a batch
+    # size drafts with the same drafter, the table's k there is that plan's width
+    k_at = {b: k for start, end, k in table for b in range(start, end + 1)}
+    same = [e for e in batch["batch_sizes"] if e["chain"] == ["small", "big"]]
+    assert same and all(k_at[e["batch_size"]] == e["widths"][0] for e in same)
 
     trt = run("export", "--format", "trtllm", "--json")
     trt_spec = json.loads(trt.output)["payload"]["speculative_config"]

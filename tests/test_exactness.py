@@ -62,6 +62,8 @@ def _drafter(name: str, zoo: dict[str, torch.nn.Module]) -> NgramDrafter | BpdDr
         return NgramDrafter(n=2)
     if name == "ngram:min=2":  # the lookup that drafts only on a 2-token match
         return NgramDrafter(n=2, min_size=2)
+    if name == "ngram:n=2:rule=llama-server":  # llama-server's ngram-simple: the latest exact 2-token match
+        return NgramDrafter(n=2, server=True)
     torch.manual_seed(7)
     heads = BlockHeads(16, 4)
     with torch.no_grad():
@@ -105,7 +107,11 @@ class Cell:
         cfg = SamplingConfig(mode="sample", **self.sampling)
         zoo = models(cfg.temperature)
         members = [
-            _drafter(name, zoo) if name in ("ngram", "ngram:min=2", *BPD) else _steered(name, zoo) if name in STEERED else zoo[name]
+            _drafter(name, zoo)
+            if name in ("ngram", "ngram:min=2", "ngram:n=2:rule=llama-server", *BPD)
+            else _steered(name, zoo)
+            if name in STEERED
+            else zoo[name]
             for name in self.chain.split(",")
         ]
         widths = [TreeShape(tuple(int(b) for b in w.split("x"))) if isinstance(w, str) else w for w in self.widths]
@@ -128,6 +134,7 @@ SLOW = {
     "ngram-depth1": Cell("ngram,T", (3,)),
     "ngram-depth3": Cell("ngram,B,M,T", (2, 1, 2)),
     "ngram-min2-depth2": Cell("ngram:min=2,M,T", (3, 2)),
+    "ngram-server-depth1": Cell("ngram:n=2:rule=llama-server,T", (3,)),
     "tree-2x2-under-middle": Cell("S,M,T", ("2x2", 2)),
     "t0.5-depth1": Cell("B,T", (3,), {"temperature": 0.5}),
     "t0.5-depth2": Cell("B,M,T", (2, 2), {"temperature": 0.5}),

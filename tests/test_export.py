@@ -14,7 +14,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from hsd_planner.export import STACKS, PlanDocument, json_schema, plan_document
-from hsd_planner.export.restrict import restricted_solve, restrictions
+from hsd_planner.export.restrict import restricted_solve, restrictions, unloadable
 from hsd_planner.export.schema import shipped_schema
 from hsd_planner.plan import SolveConfig, predict
 from hsd_planner.solving import solve_and_store
@@ -46,30 +46,28 @@ ALPHA = {
 SIBLINGS = {("small", "big"): [0.7, 0.9, 0.96, 0.98, 0.99, 0.99, 0.99, 0.99]}  # A(k): trees pay for this pair
 
 
-@pytest.fixture
-def solved(isolated_db):
-    """A profile written straight into the database, and solves that store plans of every depth
-    (0 to 3) and a draft tree: ``{description: plan id}``."""
-    db = open_db(str(isolated_db))
+def _store_profile(db, models: dict = MODELS, alpha: dict = ALPHA) -> None:
+    """A profile written straight into ``db``: ``models`` (name -> parameters, c(1) ms, ms per
+    extra token) timed on one machine, ``alpha`` per pair on one workload."""
     with Session(db) as s, s.begin():
         hw = Hardware(fingerprint="hw1", device="cpu", device_name="test CPU", threads=2, torch_version="2.13", capability="AVX2")
         wl = Workload(name="w", content_hash="h" * 64, count=8)
         setting = Setting(mode="greedy", temperature=1.0, top_p=1.0, dtype="fp32", max_new_tokens=32)
-        models = {name: ModelRow(spec=name, parameters=p) for name, (p, _, _) in MODELS.items()}
-        s.add_all([hw, wl, setting, *models.values()])
+        rows = {name: ModelRow(spec=name, parameters=p) for name, (p, _, _) in models.items()}
+        s.add_all([hw, wl, setting, *rows.values()])
         s.flush()
-        for name, (_, c1, slope) in MODELS.items():
-            dtype = "-" if name == "ngram" else "fp32"
+        for name, (_, c1, slope) in models.items():
+            dtype = "-" if name.startswith("ngram") else "fp32"
             for ctx in (64, 512):
                 for n in (1, 2, 4, 8, 16, 32, 64):
                     ms = (c1 + slope * (n - 1)) * (1.2 if ctx == 512 else 1.0)
-                    key = {"model_id": models[name].id, "hardware_id": hw.id, "dtype": dtype, "n_tokens": n, "context_len": ctx}
+                    key = {"model_id": rows[name].id, "hardware_id": hw.id, "dtype": dtype, "n_tokens": n, "context_len": ctx}
                     s.add(Latency(**key, median_ms=ms, p10_ms=ms, p90_ms=ms, repeats=1))
-        for (d, v), a in ALPHA.items():
+        for (d, v), a in alpha.items():
             s.add(
                 Acceptance(
-                    drafter_id=models[d].id,
-                    verifier_id=models[v].id,
+                    drafter_id=rows[d].id,
+                    verifier_id=rows[v].id,
                     workload_id=wl.id,
                     setting_id=setting.id,
                     alpha=a,
@@ -79,6 +77,14 @@ def solved(isolated_db):
                     siblings=SIBLINGS.get((d, v)),
                 )
             )
+
+
+@pytest.fixture
+def solved(isolated_db):
+    """A profile written straight into the database, and solves that store plans of every depth
+    (0 to 3) and a draft tree: ``{description: plan id}``."""
+    db = open_db(str(isolated_db))
+    _store_profile(db)
     plans: dict[str, int] = {}
     for config in (
         SolveConfig(require=("ngram", "small", "mid"), t_max=6),
@@ -178,7 +184,7 @@ def test_the_restricted_solve_is_the_best_expressible_plan(solved):
                 options = [((target,), ())] + [
                     ((m.name, target), (t,))
                     for m in stored.profile.models
-                    if m.name != target and (m.lookup or ":" not in m.name) and (stack.ngram or not m.lookup)
+                    if m.name != target and unloadable(m.name, m.lookup, stack) is None
                     for t in range(1, stored.solve.t_max + 1)
                 ]
                 best = min(predict(stored.profile, c, w, stored.solve.acceptance_model, stored.contexts).ms_per_token for c, w in options)
@@ -186,6 +192,24 @@ def test_the_restricted_solve_is_the_best_expressible_plan(solved):
     # the legacy llama.cpp server has no n-gram drafter: its plan differs from the newest one's
     legacy = _exported(plans["depth 3"], "llamacpp", "--stack-version", "legacy")
     assert legacy["exported"]["chain"][0] != "ngram" and any("n-gram" in r for r in legacy["restriction"])
+
+
+def test_llama_server_gets_only_a_lookup_profiled_as_its_ngram_simple_runs(isolated_db):
+    # the plain lookup (longest suffix, earliest occurrence) is the pick; llama-server's
+    # ngram-simple drafts otherwise, so its export is the best lookup profiled with its rule
+    server_lookup = "ngram:n=2:rule=llama-server"
+    models = {k: MODELS[k] for k in ("ngram", "small", "big")} | {server_lookup: (0, 0.05, 0.0)}
+    alpha = {("ngram", "big"): 0.8, (server_lookup, "big"): 0.75, ("small", "big"): 0.5}
+    db = open_db(str(isolated_db))
+    _store_profile(db, models, alpha)
+    pick = solve_and_store(db, config=SolveConfig(t_max=6, max_depth=1)).plans[0]
+    assert pick.plan.chain[0] == "ngram"
+    out = _exported(pick.id, "llamacpp")
+    assert out["exported"]["chain"][0] == server_lookup and "rule=llama-server" in out["restriction"][0]
+    args, k = out["payload"]["server_args"], out["exported"]["widths"][0]
+    assert args == ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", str(k)]
+    assert out["exported"]["predicted_ms_per_token"] > out["pick"]["predicted_ms_per_token"]
+    assert _exported(pick.id, "vllm")["restriction"] == []  # vLLM's lookup is mapped from the plain one
 
 
 def test_an_expressible_pick_is_exported_with_its_stored_prediction(solved):

@@ -12,10 +12,12 @@ skipped (``HSD_PLAN_SKIP_LLAMACPP=1``).
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import signal
 import socket
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +26,7 @@ import pytest
 from hsd_planner.export.stacks import Served, stack_for
 from hsd_planner.validation import llama_server
 from hsd_planner.validation.llama_server import LLAMA_CPP_PYTHON, LlamaServer, LlamaServerError, llama_server_path
+from hsd_runtime import server_lookup
 from hsd_runtime.models.packaged import packaged_gguf
 from tests.gguf_tiny import char_gguf
 
@@ -79,6 +82,37 @@ def test_exported_flags_start_the_server_and_draft(gguf):
     # so a near-tie late in the text may flip: the first 8 tokens must agree (all 24 did here)
     for other in (drafted, looked_up):
         assert other.tokens[:8] == plain.tokens[:8], (other.tokens, plain.tokens)
+
+
+def _replayed(prompt: list[int], out: list[int], n: int, m: int, n_predict: int) -> tuple[int, int]:
+    """(tokens drafted, tokens accepted) of a greedy generation ``out`` after ``prompt``, replayed
+    round by round with :func:`server_lookup` as llama-server runs its rounds: the draft capped at
+    the tokens still to make less one, and accepted while it agrees with what the target made."""
+    made, drafted, accepted = [out[0]], 0, 0  # the prefill samples the first token
+    while len(made) < n_predict:
+        draft = server_lookup(prompt + made, n, m)[: n_predict - len(made) - 1]
+        rest = out[len(made) :]
+        a = next((i for i, (x, y) in enumerate(zip(draft, rest)) if x != y), min(len(draft), len(rest)))
+        drafted, accepted = drafted + len(draft), accepted + a
+        made += rest[: a + 1]
+    return drafted, accepted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("n", "m"), [(2, 6), (3, 4)])
+def test_the_server_rule_lookup_drafts_what_ngram_simple_drafts(gguf, n, m):
+    """ngram:rule=llama-server is llama-server's ngram-simple token for token: replaying the
+    server's own greedy generation through the lookup gives the drafted and accepted counts the
+    server reports (any other match, occurrence or gate would draft other tokens)."""
+    served = Served(target=gguf, drafter="ngram", lookup=True, k=m, ngram_order=n, mode="greedy", temperature=None)
+    text = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
+    with LlamaServer(gguf, stack_for("llamacpp").render(served).payload["server_args"], threads=1) as server:
+        request = urllib.request.Request(f"{server.url}/tokenize", data=json.dumps({"content": text}).encode())
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            prompt = json.load(resp)["tokens"]
+        done = server.complete(prompt, 48)
+    assert done.predicted_n == 48 and done.draft_n > 0
+    assert _replayed(prompt, done.tokens, n, m, 48) == (done.draft_n, done.draft_n_accepted)
 
 
 @pytest.mark.slow

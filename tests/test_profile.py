@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from hsd_planner.profiling.acceptance import (
+    VISIT_MAX,
     acceptance_from_logits,
     model_conditionals,
     ngram_acceptance,
@@ -64,15 +65,15 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
         assert 0.0 <= a["alpha"] <= 1.0 and a["run_lengths"][0] == 1.0
         assert all(x >= y for x, y in zip(a["run_lengths"], a["run_lengths"][1:]))  # P(G >= g) decreases
     assert count(isolated_db, "acceptance_prompts") == 3 * prompts
-    with sqlite3.connect(isolated_db) as con:  # the run lengths a decoder sees, for widths 1..32
+    with sqlite3.connect(isolated_db) as con:  # the run lengths a decoder sees, for widths 1..64
         for (visited,) in con.execute("SELECT visited FROM acceptance"):
             tables = json.loads(visited)
-            assert len(tables) == 32 and all(t is None or (len(t) == b + 2 and t[0] == 1.0) for b, t in enumerate(tables))
+            assert len(tables) == VISIT_MAX == 64 and all(t is None or (len(t) == b + 2 and t[0] == 1.0) for b, t in enumerate(tables))
         # the lookup's proposal lengths per width (P(L >= l), l = 0..b); a model always proposes b
         drafted = dict(con.execute("SELECT m.spec, a.drafted FROM acceptance a JOIN models m ON m.id = a.drafter_id"))
         assert json.loads(drafted[str(tiny_dirs["draft"])]) is None
         tables = json.loads(drafted["ngram"])
-        assert len(tables) == 32 and all(len(t) == b + 2 and t[0] == 1.0 for b, t in enumerate(tables))
+        assert len(tables) == VISIT_MAX and all(len(t) == b + 2 and t[0] == 1.0 for b, t in enumerate(tables))
         # the decoding loop's host work per pass, on every row of the models' curves; none for the lookup
         host = dict(con.execute("SELECT m.spec, MIN(l.host_ms) FROM latency l JOIN models m ON m.id = l.model_id GROUP BY m.spec"))
         assert host["ngram"] is None and host[str(tiny_dirs["draft"])] > 0 and host[str(tiny_dirs["target"])] > 0

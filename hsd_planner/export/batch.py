@@ -27,8 +27,9 @@ def stack_schedule(stored: SolvedPlan, exported: Plan, batch_sizes: Sequence[int
     ``exported`` runs no drafter or no batch size was solved)."""
     if not exported.depth or not batch_sizes:
         return ()
+    solve = stored.solve
     best = drafter_schedule(
-        stored.profile, exported.chain[0], batch_sizes, stored.solve.t_max, stored.solve.acceptance_model, stored.contexts
+        stored.profile, exported.chain[0], batch_sizes, solve.t_max, solve.acceptance_model, stored.contexts, solve.max_new_tokens
     )
     return tuple((r.min_batch, r.max_batch, int(r.plan.widths[0]) if r.plan.widths else 0) for r in schedule_of(best))
 

@@ -30,7 +30,14 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
     if spec.steer is not None:  # no stack adds vectors from the verifier into a drafter's layers
         return f"it cannot steer the drafter {name}"
     if lookup:
-        return None if stack.ngram else f"it has no n-gram drafter ({name})"
+        if not stack.ngram:
+            return f"it has no n-gram drafter ({name})"
+        if stack.lookup_rule is not None and spec.ngram_rule != stack.lookup_rule:
+            return (
+                f"its n-gram drafter matches exactly n tokens at their latest occurrence, not as {name} does; "
+                f"profile ngram:rule={stack.lookup_rule} to plan for it"
+            )
+        return None
     if spec.layers is not None and not stack.early_exit:
         return f"it cannot load the early exit {name}"
     if spec.quant is not None and not (stack.gguf_files if spec.quant in GGUF_QUANTS else stack.int8_copy):

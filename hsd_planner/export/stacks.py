@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hsd_runtime.terms.choices import Mode
+from hsd_runtime.terms.spec import SERVER_RULE
 
 from ..errors import ExportError
 from .batch import trtllm_schedule
@@ -60,6 +61,9 @@ class Stack:
     version: str
     render: Callable[[Served], Rendered]
     ngram: bool = True  # has an n-gram (prompt lookup) drafter
+    # the one lookup rule its n-gram drafter runs (a spec's rule=), None where the stack's own
+    # lookup is mapped from any of ours (vLLM, SGLang, TensorRT-LLM, transformers)
+    lookup_rule: str | None = None
     max_depth: int = 1  # drafter levels it chains
     trees: bool = False  # a standalone drafter may draft a tree
     early_exit: bool = False  # loads the first K layers of a model as its own drafter
@@ -183,6 +187,8 @@ def _llamacpp(draft_max: str, draft_min: str, spec_type: bool) -> Callable[[Serv
     def render(s: Served) -> Rendered:
         args: list[str] = []
         if s.drafter is not None and s.lookup and spec_type:
+            # only a lookup profiled with rule=llama-server gets here (Stack.lookup_rule): it drafts
+            # what ngram-simple drafts, so the prediction holds for the server
             args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
         elif s.drafter is not None and spec_type:
             # -md alone loads the drafter and drafts nothing: draft-simple must be named. n_min 0
@@ -237,8 +243,17 @@ STACKS: dict[str, list[Stack]] = {
         # read from llama.cpp's source of 2026-10-01 (the tree llama-cpp-python 0.3.36 vendors):
         # --spec-type names what drafts (a list enables types; their priority is fixed in code, the
         # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens, and
-        # --draft-max/--draft-min are removed (the server exits on them)
-        Stack("llamacpp", "llama.cpp server", "2026-10", _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True), gguf_files=True),
+        # --draft-max/--draft-min are removed (the server exits on them). Its n-gram drafter mapped
+        # is ngram-simple, and only from a lookup profiled as it runs (ngram:rule=llama-server);
+        # ngram-mod, ngram-map-k and comma lists of types are not mapped
+        Stack(
+            "llamacpp",
+            "llama.cpp server",
+            "2026-10",
+            _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True),
+            gguf_files=True,
+            lookup_rule=SERVER_RULE,
+        ),
         # builds before the --spec-* flags (spring 2026): --draft-max; their n-gram drafter (early
         # 2026 only) is not mapped
         Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False, gguf_files=True),

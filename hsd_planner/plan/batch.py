@@ -107,16 +107,18 @@ def drafter_schedule(
     t_max: int,
     acceptance: AcceptanceModel,
     context_len: int | Sequence[int],
+    max_new_tokens: int | None = None,
 ) -> list[tuple[int, Plan]]:
     """Per batch size, the best plan with one fixed ``drafter`` over the target: its best width k,
     or autoregressive decoding (k = 0) where no width pays; what a serving stack that runs one
-    drafter with a batch-size table of k can express."""
+    drafter with a batch-size table of k can express. Ranked for generations of ``max_new_tokens``
+    (None: the steady state), as the solve was."""
     target = profile.target
     out = []
     for b in sorted(set(batch_sizes)):
-        best = Plan((target,), (), predict(profile, [target], [], acceptance, context_len, batch_size=b))
+        best = Plan((target,), (), predict(profile, [target], [], acceptance, context_len, max_new_tokens, batch_size=b))
         for k in range(1, t_max + 1):
-            pred = predict(profile, [drafter, target], [k], acceptance, context_len, batch_size=b)
+            pred = predict(profile, [drafter, target], [k], acceptance, context_len, max_new_tokens, batch_size=b)
             if pred.ms_per_token < best.prediction.ms_per_token:
                 best = Plan((drafter, target), (k,), pred)
         out.append((b, best))

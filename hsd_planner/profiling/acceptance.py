@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hsd_runtime import SamplingConfig, engine_model, ngram_lookup, warp
+from hsd_runtime import SamplingConfig, engine_model, ngram_lookup, server_lookup, warp
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.steering import layer_inputs, stale_sources, steering_delta
 from hsd_runtime.models.output import apply_output_layer
@@ -67,7 +67,7 @@ __all__ = [
 
 G_MAX = 64
 STALE_MAX = 8  # steering offsets measured one pass each; a draft further from its verification reads offset 8's
-VISIT_MAX = 32  # widths b for which the visited distribution is kept
+VISIT_MAX = 64  # widths b for which the visited distribution is kept: every width a plan may have
 
 
 def teacher_forced_logits(model: Any, prompt: list[int], continuation: list[int], width: int) -> torch.Tensor:
@@ -92,7 +92,9 @@ def acceptance_from_logits(q_logits: torch.Tensor, p_logits: torch.Tensor, sampl
     return torch.minimum(p, q).sum(-1).double().clamp(0.0, 1.0).cpu()
 
 
-def ngram_blocks(order: int, prompt: list[int], continuation: list[int], g_max: int = G_MAX, min_size: int = 1) -> list[list[int]]:
+def ngram_blocks(
+    order: int, prompt: list[int], continuation: list[int], g_max: int = G_MAX, min_size: int = 1, server: bool = False
+) -> list[list[int]]:
     """The block the n-gram lookup proposes at each start t of the continuation (asked for up to
     ``g_max`` tokens, never past the continuation's end; ``min_size`` its shortest suffix match,
     ``ngram:min=K``): ``[m]`` blocks. Their lengths are what a verification pass holds: a short or
@@ -103,6 +105,8 @@ def ngram_blocks(order: int, prompt: list[int], continuation: list[int], g_max: 
     [[3, 1], []]
     """
     m = len(continuation)
+    if server:  # llama-server's rule, as it drafts at its narrowest width (k = n; a narrower one drafts nothing)
+        return [server_lookup(prompt + continuation[:t], order, g_max, gate=order)[: m - t] for t in range(m)]
     return [ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size) for t in range(m)]
 
 
@@ -258,7 +262,9 @@ class VisitedSums(NamedTuple):
     drafted: list[list[float]] | None  # [b - 1][l]: sum_t v_b(t) [min(L_t, b) >= l], L_t the tokens proposed at t
 
 
-def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0, lengths: Sequence[int] | None = None) -> VisitedSums:
+def visited_run_sums(
+    survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0, lengths: Sequence[int] | None = None, min_width: int = 1
+) -> VisitedSums:
     """Sums behind P_b(G >= g) as a decoder drafting ``b`` tokens a round visits starts.
 
     v_b(start) = 1: the runtime's first round drafts at position 0, right after the prompt (the
@@ -279,7 +285,8 @@ def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int 
     Returns :class:`VisitedSums`; with ``lengths`` (a lookup drafter's block length L_t at each
     start, the lengths of :func:`ngram_blocks`) also how many tokens each visited round's proposal held,
     for l = 0..b: a lookup that proposes nothing leaves its verifier a one-token pass. A block cut
-    by the continuation's end counts as proposed there.
+    by the continuation's end counts as proposed there. A width below ``min_width`` drafts nothing
+    (llama-server's lookup copies at least its n tokens): every round there commits one token.
 
     >>> v = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0, [3, 2, 1, 0, 1])
     >>> v.sums[1], v.counts[1], v.bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
@@ -289,22 +296,25 @@ def visited_run_sums(survival: torch.Tensor, b_max: int = VISIT_MAX, start: int 
     """
     surv = survival.double().cpu().numpy()  # numpy: this loop is many tiny vector operations
     m = surv.shape[0]
+    nothing = np.zeros(surv.shape[1])  # S(g) of a round that drafts nothing: 1 at g = 0 only
+    nothing[0] = 1.0
     sums, counts, bases, drafted = [], [], [], []
     for b in range(1, b_max + 1):
         total, base, held = np.zeros(b + 1), np.zeros(b + 1), np.zeros(b + 1)
         v = np.zeros(m + b + 2)
         v[min(start, m)] = 1.0
+        silent = b < min_width
         for t in range(min(start, m), m):
             w = v[t]
             if w == 0.0:
                 continue
-            s = surv[t, : b + 1]
+            s = nothing[: b + 1] if silent else surv[t, : b + 1]
             seen = min(b, m - t)  # positions t .. t + seen - 1 lie inside the continuation
             total[: seen + 1] += w * s[: seen + 1]
             base[0] += w
             base[1 : seen + 1] += w * s[:seen]
             if lengths is not None:
-                held[: min(b, lengths[t]) + 1] += w  # l = 0..min(L_t, b)
+                held[: (0 if silent else min(b, lengths[t])) + 1] += w  # l = 0..min(L_t, b)
             v[t + 1 : t + b + 1] += w * (s[:-1] - s[1:])  # P(X = x), x = 1..b
             v[t + b + 1] += w * s[-1]  # P(X = b + 1): all b accepted
         sums.append(total.tolist())

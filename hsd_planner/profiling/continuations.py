@@ -112,7 +112,7 @@ def verifier_continuation(
     if assistant is not None:
         spec = assistant.spec
         own = assistant.kind.own_model  # an assistant drafts under any level: a model, else the n-gram lookup
-        members.insert(0, assistant.loaded_model.model if own else NgramDrafter(spec.ngram_order, min_size=spec.ngram_min))
+        members.insert(0, assistant.loaded_model.model if own else NgramDrafter.of(spec))
         names.insert(0, str(spec))
     # over the tokenizer's columns: a padded row of the verifier's output layer is no token, and a
     # smaller drafter could not embed its id

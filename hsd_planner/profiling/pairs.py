@@ -16,6 +16,7 @@ import torch
 
 from hsd_runtime import CachePool, SamplingConfig
 from hsd_runtime.terms.kinds import Measure
+from hsd_runtime.terms.spec import SERVER_RULE
 
 from ..store import Engine
 from ..store.measurements import measured_prompts, save_prompt_acceptance
@@ -90,6 +91,7 @@ class _Measured(NamedTuple):
     c: torch.Tensor
     siblings: tuple[list[float] | None, int | None] = (None, None)
     lengths: list[int] | None = None
+    min_width: int = 1  # narrower widths draft nothing (llama-server's lookup)
 
 
 def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: Prompt) -> None:
@@ -127,10 +129,11 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
     step(len(drafters) - len(todo))
     teacher = _Teacher(verifier, prompt.ids, continuation, p_logits, width, sampling, config.seed + prompt.k, prompt.pool)
     for d in todo:
-        c, siblings, lengths = MEASURES[d.kind.acceptance](d, teacher)
+        measured = MEASURES[d.kind.acceptance](d, teacher)
+        c, siblings = measured.c, measured.siblings
         survival = start_survival(c)  # [m, G_MAX + 1]
         run_sum, run_count = run_length_sums(survival)
-        visited = visited_run_sums(survival, lengths=lengths)
+        visited = visited_run_sums(survival, lengths=measured.lengths, min_width=measured.min_width)
         sums = PromptAcceptance(
             len(c),
             run_sum[1],
@@ -164,8 +167,11 @@ def _by_logits(d: ProfiledModel, t: _Teacher) -> _Measured:
 
 def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:
     """The n-gram lookup: the block it proposes at each start (one lookup per start), chains only."""
-    blocks = ngram_blocks(d.spec.ngram_order, t.prompt, t.continuation, min_size=d.spec.ngram_min)
-    return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks])
+    spec = d.spec
+    server = spec.ngram_rule == SERVER_RULE
+    blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server)
+    least = spec.ngram_order if server else 1
+    return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks], min_width=least)
 
 
 def _by_heads(d: ProfiledModel, t: _Teacher) -> _Measured:

@@ -8,6 +8,12 @@ passes (llama.cpp on a CPU), since a round without a proposal is a one-token pas
 (Earliest rather than latest: on Spec-Bench rag prompts the earliest match, usually in the source
 document, gave a mean accepted length of 2.0 against 1.5; see BENCHMARKS.md.) It is
 deterministic, so its q is one-hot, and it may propose nothing.
+
+``rule=llama-server`` drafts as llama-server's ``ngram-simple`` does (read from llama.cpp's
+``common_ngram_simple_draft``, tree of 2026-10-01), so that a plan profiled with it is the plan
+the server runs: the last n tokens must recur exactly, the latest occurrence is copied, nothing is
+drafted unless at least n tokens follow it and the text holds more than n + k + 1 tokens, and a
+width k < n drafts nothing.
 """
 
 from __future__ import annotations
@@ -20,13 +26,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..terms.errors import ChainError
 from ..terms.limits import DEFAULT_NGRAM_ORDER
+from ..terms.spec import SERVER_RULE, ModelSpec
 from .drafters import DraftContext, Proposal
 from .results import LevelStats
 
 if TYPE_CHECKING:
     from .cache import CachedModel
 
-__all__ = ["NgramDrafter", "ngram_lookup"]
+__all__ = ["NgramDrafter", "ngram_lookup", "server_lookup"]
 
 
 def ngram_lookup(tokens: list[int], n: int, count: int, min_size: int = 1) -> list[int]:
@@ -54,19 +61,59 @@ def ngram_lookup(tokens: list[int], n: int, count: int, min_size: int = 1) -> li
     return []
 
 
+def server_lookup(tokens: list[int], n: int, count: int, gate: int | None = None) -> list[int]:
+    """What llama-server's ``ngram-simple`` (size-n ``n``, size-m ``count``) drafts after ``tokens``
+    (the text so far, its last token the one just sampled): up to ``count`` tokens that followed
+    the latest earlier occurrence of the last ``n`` tokens; nothing when fewer than ``n`` of them
+    would be copied, or when the text before the last token holds no more than n + ``gate`` + 1
+    tokens (``gate``: the size-m of that check, ``count`` unless given).
+
+    >>> server_lookup([5, 1, 2, 3, 4, 9, 1, 2, 3, 4, 7, 1, 2], n=2, count=3)  # the latest "1 2" is followed by 3 4 7
+    [3, 4, 7]
+    >>> server_lookup([5, 1, 2, 3, 4, 9, 1, 2, 3, 4, 7, 1, 2], n=2, count=1)  # fewer than n would be copied
+    []
+    >>> server_lookup([1, 2, 3, 1, 2], n=2, count=2)  # a text too short for the check
+    []
+    """
+    cur = len(tokens) - 1  # llama.cpp's history excludes the token just sampled
+    if cur <= n + (count if gate is None else gate) + 1:
+        return []
+    seq = np.asarray(tokens, dtype=np.int64)
+    # windows start at j = 1 .. cur - n - 1 (position 0 is llama.cpp's "no match"), so a match
+    # ends before the current suffix begins and is followed by at least one token
+    windows = sliding_window_view(seq[1 : cur - 1], n)
+    hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
+    if not len(hits):
+        return []
+    start = int(hits[-1]) + 1 + n  # the token after the latest match
+    copy = min(count, cur - start)
+    return seq[start : start + copy].tolist() if copy >= n else []
+
+
 class NgramDrafter:
     """Level 0 without a model: n-gram prompt lookup of order ``n``, drafting on a suffix match of
-    at least ``min_size`` tokens."""
+    at least ``min_size`` tokens (``server``: llama-server's ``ngram-simple`` rule instead,
+    :func:`server_lookup`)."""
 
     reads_host = False
     tree_refusal = "ngram drafts chains only; give level 0 a number or make it a model"
     placement = "ngram can only be the lowest level of a chain (it cannot verify)"
     rows_refusal: str | None = None  # a lookup per row
 
-    def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram", min_size: int = 1) -> None:
+    def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram", min_size: int = 1, server: bool = False) -> None:
         self.n = n
         self.min_size = min_size
+        self.server = server
         self.stats = LevelStats(model=name)
+
+    @classmethod
+    def of(cls, spec: ModelSpec) -> NgramDrafter:
+        """The lookup an ``ngram`` spec names (its n, min= and rule=)."""
+        return cls(n=spec.ngram_order, name=str(spec), min_size=spec.ngram_min, server=spec.ngram_rule == SERVER_RULE)
+
+    def lookup(self, tokens: list[int], count: int) -> list[int]:
+        """What this drafter proposes after ``tokens`` when asked for ``count`` tokens."""
+        return server_lookup(tokens, self.n, count) if self.server else ngram_lookup(tokens, self.n, count, self.min_size)
 
     def prefill(self, prompts: list[list[int]]) -> None:
         """Nothing to cache: the lookup reads the context each time."""
@@ -78,7 +125,7 @@ class NgramDrafter:
     def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
         """Up to ``n`` tokens per active row (none where its suffix recurs nowhere); one pass counted for all rows."""
         t0 = time.perf_counter()
-        out = [Proposal(ngram_lookup(t, self.n, n, self.min_size)) if a else None for t, a in zip(ctx.rows, ctx.active)]
+        out = [Proposal(self.lookup(t, n)) if a else None for t, a in zip(ctx.rows, ctx.active)]
         self.stats.forward_passes += 1
         elapsed = time.perf_counter() - t0
         self.stats.time_s += elapsed

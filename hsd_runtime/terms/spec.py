@@ -8,7 +8,9 @@ NAME is a packaged alias (``smollm2-135m``, ``gemma3-270m``, ``qwen2.5-coder-0.5
 on llama.cpp a spec names a packaged alias or a ``.gguf`` file, run as it is or re-quantized by
 ``quant=q8_0|q4_0|q2_k|...``, llama.cpp's file types), ``n=N`` (n-gram order, ``ngram`` only),
 ``min=K`` (``ngram`` only: propose nothing unless a suffix of at least K tokens matches; 1 by
-default, so that any repeated token drafts), ``vocab=N`` or ``vocab=FILE``
+default, so that any repeated token drafts), ``rule=llama-server`` (``ngram`` only: draft as
+llama-server's ``ngram-simple`` does, on an exact match of n tokens, 12 unless ``n=`` says, from
+its latest occurrence; see :mod:`hsd_runtime.decoding.ngram`), ``vocab=N`` or ``vocab=FILE``
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
 ranking file lists; see :mod:`hsd_runtime.models.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
 the model directly above it, with the projection trained into DIR; see :mod:`hsd_runtime.learned.steering`).
@@ -42,6 +44,8 @@ __all__ = [
     "NGRAM",
     "QUANTS",
     "RESCORERS",
+    "SERVER_NGRAM_ORDER",
+    "SERVER_RULE",
     "Dtype",
     "ModelSpec",
     "check_engine",
@@ -56,7 +60,9 @@ BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
 _INT_OPTIONS = {"layers", "n", "min"}
-_KNOWN = {"layers", "dtype", "n", "min", "quant", "vocab", "steer", "engine", "weights"}
+_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights"}
+SERVER_RULE = "llama-server"  # rule=: the lookup llama-server's ngram-simple runs
+SERVER_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-simple-size-n
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
 
@@ -85,13 +91,22 @@ class ModelSpec(BaseModel):
     def ngram_order(self) -> int:
         """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
         value = self.get("n")
-        return DEFAULT_NGRAM_ORDER if value is None else int(value)
+        if value is None:
+            return SERVER_NGRAM_ORDER if self.ngram_rule == SERVER_RULE else DEFAULT_NGRAM_ORDER
+        return int(value)
 
     @property
     def ngram_min(self) -> int:
         """The shortest suffix match on which an ``ngram`` spec drafts (``min=K``), 1 when unset."""
+        if self.ngram_rule == SERVER_RULE:
+            return self.ngram_order  # an exact match of n tokens
         value = self.get("min")
         return 1 if value is None else int(value)
+
+    @property
+    def ngram_rule(self) -> str | None:
+        """How an ``ngram`` spec looks up (``rule=llama-server``), None for the longest-suffix rule."""
+        return self.get("rule")
 
     def run_dtype(self, default: str) -> str:
         """The dtype this model runs in: its own ``dtype=``, fp32 for a quantized copy (int8
@@ -222,14 +237,20 @@ def parse_spec(text: str) -> ModelSpec:
             raise ModelSpecError(
                 f"weights={value[:40]} in model spec {text[:200]!r}; the one choice is weights=random (the config's shape, random weights)"
             )
+        if key == "rule" and value != SERVER_RULE:
+            raise ModelSpecError(
+                f"rule={value[:40]} in model spec {text[:200]!r}; the one choice is rule={SERVER_RULE} (llama-server's ngram-simple)"
+            )
         if key == "engine" and value not in ENGINES:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
     spec = ModelSpec(name=name, options=tuple(options))
     if spec.is_ngram and any(
         v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"))
     ):
-        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N and min=K")
-    for key, form in (("n", "n=N"), ("min", "min=K")):
+        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K and rule={SERVER_RULE}")
+    if spec.ngram_rule is not None and spec.get("min") is not None:
+        raise ModelSpecError(f"model spec {text!r}: rule={SERVER_RULE} matches exactly n tokens; drop min=")
+    for key, form in (("n", "n=N"), ("min", "min=K"), ("rule", f"rule={SERVER_RULE}")):
         if not spec.is_ngram and spec.get(key) is not None:
             raise ModelSpecError(f"model spec {text!r}: option {form} applies to ngram only")
     if spec.is_ngram and spec.ngram_min > spec.ngram_order:
