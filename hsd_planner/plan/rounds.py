@@ -51,16 +51,25 @@ class RunLengths:
 
     def verify_cost(self, cost: Callable[[int], float], b: int) -> float:
         """E[c(L + 1)]: the expected pass that verifies a proposal asked for ``b`` tokens, L its
-        length (b, unless a lookup's proposal lengths were measured at width b).
+        length (b, unless a lookup's proposal lengths were measured, at width b or, for a profile
+        of narrower tables, at the widest width measured).
 
         >>> runs = RunLengths.iid(0.5, drafted=[None, [1.0, 0.5, 0.25]])
-        >>> runs.verify_cost(lambda n: 10.0 * n, 2), runs.verify_cost(lambda n: 10.0 * n, 3)  # 0.5 c(1) + 0.25 c(2) + 0.25 c(3)
-        (17.5, 40.0)
+        >>> runs.verify_cost(lambda n: 10.0 * n, 2)  # 0.5 c(1) + 0.25 c(2) + 0.25 c(3)
+        17.5
+        >>> runs.verify_cost(lambda n: 10.0 * n, 4)  # beyond the tables: 0.5 c(1) + 0.25 c(2) + 0.25 c(5)
+        22.5
         """
-        table = self._drafted[b - 1] if b <= len(self._drafted) else None
+        if b <= len(self._drafted):
+            table = self._drafted[b - 1]
+            pad = 0.0
+        else:  # wider than measured (a profile of narrower tables): a round that filled the widest
+            # table is priced as filling b, an upper bound, not every round as a full pass
+            table = self._drafted[-1] if self._drafted else None
+            pad = table[-1] if table is not None else 0.0
         if table is None:
             return cost(b + 1)
-        held = [*table[: b + 1], *[0.0] * (b + 1 - len(table)), 0.0]  # P(L >= l), l = 0..b + 1
+        held = [*table[: b + 1], *[pad] * (b + 1 - len(table)), 0.0]  # P(L >= l), l = 0..b + 1
         return sum((held[n] - held[n + 1]) * cost(n + 1) for n in range(b + 1))
 
     @property
