@@ -161,3 +161,17 @@ def test_bad_chains_are_refused(members, widths, fragment):
 def test_empty_prompt_is_refused():
     with pytest.raises(PromptError, match="empty"):
         Hierarchy([TARGET], []).generate([], 5)
+
+
+def test_no_level_drafts_past_what_the_generation_keeps():
+    """Near the length limit a draft holds at most the tokens still to make less one, at every
+    level (as llama-server caps its drafts): a 2-token generation asks the drafters for 1 token,
+    then none, however wide the chain; the tokens are the target's all the same."""
+    chain = Hierarchy([NgramDrafter(n=2), DRAFTERS[0], DRAFTERS[1], TARGET], [6, 5, 8])
+    for prompt in PROMPTS:
+        result = chain.generate(prompt, 2)
+        assert result.tokens == _reference(prompt, 2)
+        lookup, low, mid = result.levels[:3]
+        assert mid.proposed <= 1 and low.proposed <= 1 and lookup.proposed <= 1, (lookup.proposed, low.proposed, mid.proposed)
+    wide = chain.generate(PROMPTS[1], 9)  # budgets 8, then what is left: the tokens all the same
+    assert wide.tokens == _reference(PROMPTS[1], 9) and wide.levels[2].proposed <= 8 * wide.target_rounds

@@ -40,6 +40,9 @@ class DraftContext:
     active: list[bool]
     sampling: SamplingConfig
     generators: list[torch.Generator]
+    # the most tokens row i may still have drafted for it: the tokens its generation still needs
+    # less the one its round adds (as servers cap a draft near the end); None: no bound
+    budget: list[int] | None = None
 
     @classmethod
     def one(cls, tokens: list[int], sampling: SamplingConfig, generator: torch.Generator) -> DraftContext:
@@ -60,7 +63,8 @@ class DraftContext:
 
     def ahead(self, held: list[list[int]], active: list[bool]) -> DraftContext:
         """The context with ``held[i]`` appended to row i, ``active`` the rows asked now."""
-        return replace(self, rows=[t + h for t, h in zip(self.rows, held)], active=active)
+        budget = None if self.budget is None else [max(0, b - len(h)) for b, h in zip(self.budget, held)]
+        return replace(self, rows=[t + h for t, h in zip(self.rows, held)], active=active, budget=budget)
 
 
 @dataclass
@@ -73,6 +77,19 @@ class Proposal:
 
     tokens: list[int]
     probs: torch.Tensor | None = None
+
+
+def _limits(ctx: DraftContext, n: int) -> list[int]:
+    """Per row, the tokens to draft when asked for ``n``: ``n``, or fewer within ``ctx.budget``."""
+    return [n] * len(ctx.rows) if ctx.budget is None else [min(n, b) for b in ctx.budget]
+
+
+def _capped(proposal: Proposal, most: int) -> Proposal:
+    """The first ``most`` tokens of ``proposal``: a prefix of a draft is verified exactly as the
+    draft would have been, token by token."""
+    if len(proposal.tokens) <= most:
+        return proposal
+    return Proposal(proposal.tokens[:most], None if proposal.probs is None else proposal.probs[:most])
 
 
 class TreeDrafter(Protocol):
@@ -93,8 +110,8 @@ class Drafter(Protocol):
         """Start a new sequence from each of ``prompts`` (one row each)."""
 
     def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
-        """Per row, up to ``n`` tokens after ``ctx.rows[i]`` (model levels always give exactly n),
-        None for a row not active."""
+        """Per row, up to ``n`` tokens after ``ctx.rows[i]`` (model levels give exactly n, or the
+        row's ``ctx.budget`` where that is less), None for a row not active."""
 
 
 class StandaloneDrafter(Drafter, Protocol):
@@ -153,11 +170,14 @@ class ModelDrafter:
         self.cached.prefill_rows(prompts)
 
     def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
-        """``n`` tokens for every active row, one pass over all of them per token."""
+        """``n`` tokens for every active row (fewer where ``ctx.budget`` says the generation keeps
+        fewer), one pass over the rows still drafting per token."""
+        most = _limits(ctx, n)
         seqs = [list(t) if a else None for t, a in zip(ctx.rows, ctx.active)]
         probs: list[list[torch.Tensor]] = [[] for _ in seqs]
-        for _ in range(n):
-            rows = self.cached.logits_rows(seqs, [len(s) - 1 if s is not None else 0 for s in seqs])
+        for step in range(max((k for k, a in zip(most, ctx.active) if a), default=0)):
+            going = [None if s is None or step >= k else s for s, k in zip(seqs, most)]
+            rows = self.cached.logits_rows(going, [len(s) - 1 if s is not None else 0 for s in going])
             t0 = time.perf_counter()
             for i, (seq, logits) in enumerate(zip(seqs, rows)):
                 if seq is None or logits is None:
@@ -249,6 +269,8 @@ class VerifierLevel:
             drafts = [Proposal([])]  # nothing drafted (a block drafter without a hidden row): one plain pass
         elif self.lower is not None:
             drafts = self.lower.propose(ctx, cast(int, self.width))
+            if ctx.budget is not None:  # no pass verifies tokens the generation cannot keep
+                drafts = [d if d is None else _capped(d, b) for d, b in zip(drafts, ctx.budget)]
         else:
             drafts = [Proposal([]) if a else None for a in ctx.active]
         seqs = [None if d is None else ctx.rows[i] + d.tokens for i, d in enumerate(drafts)]
@@ -308,15 +330,17 @@ class VerifierLevel:
         return p[: n + 1]
 
     def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
-        """Run rounds until every active row holds ``n`` tokens; exactly ``n`` each.
+        """Run rounds until every active row holds ``n`` tokens (fewer where ``ctx.budget`` says the
+        generation keeps fewer); exactly that many each.
 
         A row that holds its ``n`` waits (padding) while the others go on: when it stops depends
         on its own past only, so dropping its overshoot keeps it exact.
         """
+        most = _limits(ctx, n)
         held: list[list[int]] = [[] for _ in ctx.rows]
         probs: list[list[torch.Tensor]] = [[] for _ in ctx.rows]
         while True:
-            need = [a and len(h) < n for a, h in zip(ctx.active, held)]
+            need = [a and len(h) < k for a, h, k in zip(ctx.active, held, most)]
             if not any(need):
                 break
             for i, got in enumerate(self.round(ctx.ahead(held, need))):
@@ -324,4 +348,7 @@ class VerifierLevel:
                     held[i] += got.tokens
                     if got.probs is not None:
                         probs[i].append(got.probs)
-        return [Proposal(held[i][:n], torch.cat(probs[i])[:n] if probs[i] else None) if a else None for i, a in enumerate(ctx.active)]
+        return [
+            Proposal(held[i][: most[i]], torch.cat(probs[i])[: most[i]] if probs[i] else None) if a else None
+            for i, a in enumerate(ctx.active)
+        ]

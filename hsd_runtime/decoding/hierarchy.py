@@ -272,7 +272,8 @@ class Hierarchy:
         committed: list[list[int]] = [[] for _ in rows]
         rounds = 0
         while not all(done):
-            got = self.top.round(DraftContext(seqs, [not d for d in done], sampling, generators))
+            budget = [max(0, max_new_tokens - (len(s) - len(p)) - 1) for s, p in zip(seqs, rows)]
+            got = self.top.round(DraftContext(seqs, [not d for d in done], sampling, generators, budget))
             rounds += 1
             for i, proposal in enumerate(got):
                 if proposal is None:
