@@ -16,7 +16,6 @@ import torch
 
 from hsd_runtime import CachePool, SamplingConfig
 from hsd_runtime.terms.kinds import Measure
-from hsd_runtime.terms.spec import SERVER_RULE
 
 from ..store import Engine
 from ..store.measurements import measured_prompts, save_prompt_acceptance
@@ -168,7 +167,7 @@ def _by_logits(d: ProfiledModel, t: _Teacher) -> _Measured:
 def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:
     """The n-gram lookup: the block it proposes at each start (one lookup per start), chains only."""
     spec = d.spec
-    server = spec.ngram_rule == SERVER_RULE
+    server = spec.server_rule
     blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server)
     least = spec.ngram_order if server else 1
     return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks], min_width=least)

@@ -26,7 +26,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..terms.errors import ChainError
 from ..terms.limits import DEFAULT_NGRAM_ORDER
-from ..terms.spec import SERVER_RULE, ModelSpec
+from ..terms.spec import ModelSpec
 from .drafters import DraftContext, Proposal
 from .results import LevelStats
 
@@ -109,7 +109,7 @@ class NgramDrafter:
     @classmethod
     def of(cls, spec: ModelSpec) -> NgramDrafter:
         """The lookup an ``ngram`` spec names (its n, min= and rule=)."""
-        return cls(n=spec.ngram_order, name=str(spec), min_size=spec.ngram_min, server=spec.ngram_rule == SERVER_RULE)
+        return cls(n=spec.ngram_order, name=str(spec), min_size=spec.ngram_min, server=spec.server_rule)
 
     def lookup(self, tokens: list[int], count: int) -> list[int]:
         """What this drafter proposes after ``tokens`` when asked for ``count`` tokens."""

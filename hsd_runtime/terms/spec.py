@@ -92,13 +92,13 @@ class ModelSpec(BaseModel):
         """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
         value = self.get("n")
         if value is None:
-            return SERVER_NGRAM_ORDER if self.ngram_rule == SERVER_RULE else DEFAULT_NGRAM_ORDER
+            return SERVER_NGRAM_ORDER if self.server_rule else DEFAULT_NGRAM_ORDER
         return int(value)
 
     @property
     def ngram_min(self) -> int:
         """The shortest suffix match on which an ``ngram`` spec drafts (``min=K``), 1 when unset."""
-        if self.ngram_rule == SERVER_RULE:
+        if self.server_rule:
             return self.ngram_order  # an exact match of n tokens
         value = self.get("min")
         return 1 if value is None else int(value)
@@ -107,6 +107,11 @@ class ModelSpec(BaseModel):
     def ngram_rule(self) -> str | None:
         """How an ``ngram`` spec looks up (``rule=llama-server``), None for the longest-suffix rule."""
         return self.get("rule")
+
+    @property
+    def server_rule(self) -> bool:
+        """Whether an ``ngram`` spec drafts as llama-server's ``ngram-simple`` (``rule=llama-server``)."""
+        return self.ngram_rule == SERVER_RULE
 
     def run_dtype(self, default: str) -> str:
         """The dtype this model runs in: its own ``dtype=``, fp32 for a quantized copy (int8
