@@ -22,7 +22,11 @@ One workload, one machine, one sitting:
    autoregressive decoding on the same engine (llama.cpp's passes over several tokens round
    differently from its one-token passes).
 
-Figures: medians over prompts and rounds; every ratio is taken between figures of this run.
+Figures: a configuration's ms per token over the workload (each prompt's median over the
+rounds, weighted by its tokens: the time of the workload's tokens over their count, what the
+latency model predicts; ``hsd-plan validate`` reports the same); every ratio is taken between
+figures of this run. ``--reread DIR`` prints a stored run's llama-server figures so, beside the
+median over prompts and rounds that runs before this statistic reported.
 """
 
 from __future__ import annotations
@@ -71,6 +75,18 @@ def run_config(model: Path, args: list[str], prompts: list[list[int]], new: int,
             rows.append({"ms_per_token": c.ms_per_token, "n": c.predicted_n, "draft_n": c.draft_n, "accepted": c.draft_n_accepted})
 
 
+def workload_ms(rows: list[dict], prompts: int) -> float:
+    """llama-server's ms per token over the workload: ``rows`` round-major (every prompt once a
+    round), each prompt's median over its rounds, weighted by its tokens.
+
+    >>> workload_ms([{"ms_per_token": 40.0, "n": 100}, {"ms_per_token": 10.0, "n": 300}] * 2, 2)
+    17.5
+    """
+    per_prompt = [rows[i::prompts] for i in range(prompts)]
+    pairs = [(statistics.median(r["ms_per_token"] for r in runs), statistics.median(r["n"] for r in runs)) for runs in per_prompt if runs]
+    return sum(ms * n for ms, n in pairs) / sum(n for _, n in pairs)
+
+
 def hsd_plan(*args: str) -> dict:
     """Run one hsd-plan command with --json; its document."""
     done = subprocess.run([sys.executable, "-m", "hsd_planner", *args, "--json"], capture_output=True, text=True)
@@ -85,6 +101,29 @@ def gguf_of(spec: str, threads: int) -> Path:
     parsed = parse_spec(spec)
     path = packaged_gguf(parsed.name)
     return quantized_gguf(path, parsed.quant, threads) if parsed.quant else path
+
+
+def reread(out_dir: Path) -> None:
+    """Each stored run's llama-server figures (``*.json`` under ``out_dir``): the workload's ms per
+    token and the median over prompts and rounds, and the exported flags over the best of the
+    server's own configurations by each."""
+    for path in sorted(out_dir.glob("*.json")):
+        if path.name.endswith(".partial.json"):
+            continue
+        doc = json.loads(path.read_text())
+        runs, prompts = doc["llama_server_runs"], doc["prompts"]
+        pooled = {c: workload_ms(rows, prompts) for c, rows in runs.items()}
+        median = {c: statistics.median(r["ms_per_token"] for r in rows) for c, rows in runs.items()}
+        print(f"{path}: {prompts} prompts x {doc['repeats']} rounds, {doc['new']} tokens")
+        print(f"{'llama-server configuration':40s} {'workload ms/token':>18s} {'median ms/token':>16s}")
+        for c in runs:
+            print(f"{c:40s} {pooled[c]:18.2f} {median[c]:16.2f}")
+        for label, ms in (("workload", pooled), ("median", median)):
+            best = min((c for c in ms if c != "exported pick"), key=ms.__getitem__)
+            print(
+                f"exported over the best own ({best}) by the {label}: {ms[best] / ms['exported pick']:.3f}x; "
+                f"against its prediction {ms['exported pick'] / doc['exported']['predicted_ms_per_token'] - 1:+.1%}"
+            )
 
 
 def main() -> None:
@@ -103,7 +142,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="rounds, alternating llama-server and hsd-plan")
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/llamacpp"))
     ap.add_argument("--fresh", action="store_true", help="profile into a new database (default: resume the one in --out-dir)")
+    ap.add_argument("--reread", type=Path, metavar="DIR", help="print the llama-server figures of the runs stored in DIR, and exit")
     args = ap.parse_args()
+    if args.reread:
+        reread(args.reread)
+        return
 
     models = args.models.split(",")
     target, drafter = gguf_of(models[-1], args.threads), gguf_of(models[-2], args.threads)
@@ -175,7 +218,7 @@ def main() -> None:
             gen = hsd_plan("generate", "--engine", "llamacpp", "--chain", ",".join(solve["chain"]), "--widths", widths,
                            "--prompt", text, "--max-new-tokens", str(args.new), "--check", "--no-warmup")  # fmt: skip
             agreement.append(gen["check"])
-    server_ms = {c: statistics.median(row["ms_per_token"] for row in rows) for c, rows in server.items()}
+    server_ms = {c: workload_ms(rows, len(prompts)) for c, rows in server.items()}
     ours_ms = {c: statistics.median(v) for c, v in ours.items()}
     none = server_ms["no speculation"]
     best_server = min(server_ms, key=server_ms.__getitem__)

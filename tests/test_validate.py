@@ -9,6 +9,7 @@ import pytest
 
 from hsd_planner.plan import Plan, Prediction
 from hsd_planner.store import open_db
+from hsd_planner.validation.results import speedup_interval, workload_ms
 from hsd_planner.validation.runner import _Entry, _measure, _one_row, _units
 from hsd_runtime import CachePool, Hierarchy, NgramDrafter, TreeShape
 from tests.helpers import SOLVABLE_PROFILE, run
@@ -284,3 +285,21 @@ def test_a_solve_is_validated_on_its_own_profile_after_a_newer_one(solved, promp
     mine = next(p for p in report["plans"] if p["plan_id"] == best["id"])
     # tokens per round depend on acceptance and length alone, not on the prompts' contexts
     assert mine["predicted_mean_accepted_length"] == pytest.approx(best["predicted_mean_accepted_length"])
+
+
+def test_the_measured_figure_is_the_workloads_time_over_its_tokens():
+    """A plan's measured ms per token is each prompt's median over its repeats, weighted by the
+    prompt's tokens: the workload's time over its tokens, which the latency model predicts. The
+    median over the runs, what validate reported before, follows the typical prompt instead."""
+
+    def r(ms: float, tokens: int) -> SimpleNamespace:
+        return SimpleNamespace(ms_per_token=ms, total_tokens=tokens)
+
+    runs = [r(40, 100), r(44, 100), r(42, 100), r(10, 300), r(12, 300), r(11, 300), r(30, 200), r(30, 200), r(90, 200)]
+    assert workload_ms(runs, 3) == pytest.approx((42 * 100 + 11 * 300 + 30 * 200) / 600)
+    assert statistics.median(x.ms_per_token for x in runs) == 30  # the old figure: 56% slower here
+    assert workload_ms([r(20, 0), r(10, 50)]) == 10  # a run that made no token weighs nothing
+    # the interval of the measured speed-up resamples the same figure: for a plan twice as fast on
+    # every prompt it is that ratio, whatever the prompts drawn
+    auto = [r(2 * x.ms_per_token, x.total_tokens) for x in runs]
+    assert speedup_interval(auto, runs, 3) == pytest.approx((2.0, 2.0))

@@ -390,22 +390,27 @@ class _Comparison:
         return found[0] if found else None
 
     def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:
-        """The median over the plan's runs of the prediction from the profile scaled by the drift
-        of the reference rounds around each run, at its prompts' contexts."""
+        """The prediction from the profile scaled by the drift of the reference rounds around
+        each of the plan's runs, at its prompts' contexts, over the runs weighted by their tokens
+        (as the measured figure weights them; see :func:`~hsd_planner.validation.results.workload_ms`)."""
         plan, key = entry.plan, (batch, entry.key)
-        return statistics.median(
-            predict_over(
-                calibration.apply(self.profile, at),
-                plan.chain,
-                plan.widths,
-                self.acceptance,
-                [self.contexts[k] for k in unit],
-                self.max_new_tokens,
-                batch,
-            ).ms_per_token
+        weighted = [
+            (
+                predict_over(
+                    calibration.apply(self.profile, at),
+                    plan.chain,
+                    plan.widths,
+                    self.acceptance,
+                    [self.contexts[k] for k in unit],
+                    self.max_new_tokens,
+                    batch,
+                ).ms_per_token,
+                r.total_tokens,
+            )
             for unit, at, r in zip(units, runs.around[key], runs.results[key])
             if r.total_tokens
-        )
+        ]
+        return sum(ms * n for ms, n in weighted) / sum(n for _, n in weighted)
 
     def results(
         self,
@@ -436,6 +441,7 @@ class _Comparison:
                     (predicted[(batch, e.key)], predicted[(batch, auto.key)]),
                     (mine, mine_auto),
                     level_results(self.profile, e.plan, mine, self.acceptance, batch),
+                    groups,
                     measured_speedup_interval=speedup_interval(mine_auto, mine, groups),
                     tied=e.tied,
                     calibrated_ms_per_token=calibrated[e.key],
