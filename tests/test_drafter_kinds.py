@@ -198,3 +198,13 @@ def test_the_executor_decodes_rows_for_the_kinds_the_table_batches(tiny_dirs, ki
             with pytest.raises(ChainError, match="one prompt") as refused:
                 hierarchy.generate_batch([[1, 2, 3], [4, 5]], 3)
             assert "\n" not in str(refused.value)
+
+
+def test_a_llamacpp_model_is_timed_either_side_of_each_multiple_of_16():
+    """llama.cpp runs a pass of 16k tokens faster than one of 16k - 1: its curve is timed on both
+    sides of each dip, a torch model's on the grid as asked."""
+    on_llamacpp = ProfiledModel(parse_spec("t:engine=llamacpp"), SimpleNamespace(engine="llamacpp"), row_id=1)  # type: ignore[arg-type]
+    on_torch = _candidate("d", 2)
+    points = latency_points(ProfileConfig(models=["t"]), [on_llamacpp, on_torch], [64])
+    assert sorted(n for c, _, n, _ in points if c is on_llamacpp) == [1, 2, 4, 8, 15, 16, 17, 31, 32, 33, 63, 64]
+    assert sorted(n for c, _, n, _ in points if c is on_torch) == [1, 2, 4, 8, 16, 32, 64]

@@ -22,7 +22,7 @@ from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .guard import Guard
 from .timing import SPREAD_LIMIT, HeadsTimer, LookupTimer, PassTimer, inversions, spread, summarize, sweep_order
 
-__all__ = ["TIMERS", "Point", "Sweep", "latency_points"]
+__all__ = ["TIMERS", "Point", "Sweep", "grid_of", "latency_points"]
 
 # a latency point: the candidate, its context, the tokens per sequence of the pass and the batch size
 Point = tuple[ProfiledModel, int, int, int]
@@ -30,16 +30,37 @@ _Key = tuple[int, int, int, int]  # (model row id, context, n, batch size)
 
 
 def latency_points(config: ProfileConfig, candidates: Sequence[ProfiledModel], contexts: Sequence[int]) -> list[Point]:
-    """Every point a profile measures: each candidate at each context and n of the latency grid,
+    """Every point a profile measures: each candidate at each context and n of the latency grid
+    (for a llama.cpp model with the points either side of its multiples of 16: :func:`grid_of`),
     at each batch size of ``config.batch_sizes`` (b > 1 only for a kind that decodes rows in
     lockstep, on an engine that does: not block-draft heads, steered drafters or another engine's
     model), and n = 0, a steered model's projection, which it runs once per proposal beside its passes."""
-    points = [(c, ctx, n, 1) for c in candidates for ctx in contexts for n in config.latency_grid]
+    points = [(c, ctx, n, 1) for c in candidates for ctx in contexts for n in grid_of(config.latency_grid, c)]
     points += [(c, ctx, 0, 1) for c in candidates if c.kind.projection for ctx in contexts]
     rows = [c for c in candidates if c.kind.batched and not _other_engine(c)]
     grid = sorted(set(config.latency_grid))
     points += [(c, ctx, n, b) for c in rows for ctx in contexts for b in sorted(set(config.batch_sizes)) if b > 1 for n in grid]
     return points
+
+
+def grid_of(grid: Sequence[int], cand: ProfiledModel) -> list[int]:
+    """The tokens per pass ``cand`` is timed at: ``grid``, and for a llama.cpp model also n - 1 and
+    n + 1 of each multiple of 16 in it (within the grid's widest). llama.cpp's CPU kernels run a
+    pass of a multiple of 16 tokens faster than one a token shorter, so a line between two such
+    dips prices every width between them low: 501 ms for a 37-token pass of the 1.5B Q4_K_M
+    that took 555 in decoding (docs/engines.md).
+
+    >>> from types import SimpleNamespace as NS
+    >>> grid_of([1, 2, 4, 8, 16, 32, 64], NS(loaded=NS(engine="llamacpp")))
+    [1, 2, 4, 8, 15, 16, 17, 31, 32, 33, 63, 64]
+    >>> grid_of([1, 2, 4, 8, 16, 32, 64], NS(loaded=NS(engine="torch")))
+    [1, 2, 4, 8, 16, 32, 64]
+    """
+    if cand.loaded is None or cand.loaded.engine != "llamacpp":
+        return list(grid)
+    widest = max(grid)
+    sides = {m + d for m in grid if m % 16 == 0 for d in (-1, 1) if 1 <= m + d <= widest}
+    return sorted(set(grid) | sides)
 
 
 def _other_engine(cand: ProfiledModel) -> bool:
