@@ -25,8 +25,8 @@ One workload, one machine, one sitting:
 Figures: a configuration's ms per token over the workload (each prompt's median over the
 rounds, weighted by its tokens: the time of the workload's tokens over their count, what the
 latency model predicts; ``hsd-plan validate`` reports the same); every ratio is taken between
-figures of this run. ``--reread DIR`` prints a stored run's llama-server figures so, beside the
-median over prompts and rounds that runs before this statistic reported.
+figures of this run. ``--reread DIR`` prints a stored run's llama-server figures this way and as
+the median over prompts and rounds, which runs before this statistic reported.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from benchmarks.common import machine, spec_bench_option, spec_bench_set
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.validation.llama_server import LlamaServer, LlamaServerError
+from hsd_planner.validation.results import workload_ms as validated_workload_ms
 from hsd_runtime import cpu_capability, parse_spec
 from hsd_runtime.models.llamacpp import quantized_gguf
 from hsd_runtime.models.packaged import packaged_gguf
@@ -76,15 +78,15 @@ def run_config(model: Path, args: list[str], prompts: list[list[int]], new: int,
 
 
 def workload_ms(rows: list[dict], prompts: int) -> float:
-    """llama-server's ms per token over the workload: ``rows`` round-major (every prompt once a
-    round), each prompt's median over its rounds, weighted by its tokens.
+    """llama-server's ms per token over the workload, as ``hsd-plan validate`` reports its own
+    (:func:`hsd_planner.validation.results.workload_ms`): ``rows`` round-major (every prompt once
+    a round), each prompt's median over its rounds, weighted by its tokens.
 
     >>> workload_ms([{"ms_per_token": 40.0, "n": 100}, {"ms_per_token": 10.0, "n": 300}] * 2, 2)
     17.5
     """
-    per_prompt = [rows[i::prompts] for i in range(prompts)]
-    pairs = [(statistics.median(r["ms_per_token"] for r in runs), statistics.median(r["n"] for r in runs)) for runs in per_prompt if runs]
-    return sum(ms * n for ms, n in pairs) / sum(n for _, n in pairs)
+    by_prompt = [SimpleNamespace(ms_per_token=r["ms_per_token"], total_tokens=r["n"]) for i in range(prompts) for r in rows[i::prompts]]
+    return validated_workload_ms(by_prompt, prompts)  # type: ignore[arg-type]
 
 
 def hsd_plan(*args: str) -> dict:
