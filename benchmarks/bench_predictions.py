@@ -94,6 +94,10 @@ def _summary(report: ValidationReport) -> dict:
             "interval": p.predicted_speedup_interval,
             "covered": p.covered,
             "interval_width": p.interval_width,
+            "predicted_tokens_per_round": p.plan.prediction.mean_accepted_length,
+            "measured_tokens_per_round": p.measured_mean_accepted_length,
+            "same_text": p.same_text,
+            "text_runs": p.text_runs,
         }
         for p in report.plans
         if p.plan.depth
@@ -112,13 +116,18 @@ def _summary(report: ValidationReport) -> dict:
 
 
 def _table(runs: list[dict]) -> None:
-    print("\n| new tokens | plans | median \\|speed-up error\\| (calibrated) | inside 90% interval | median width | regret | pick |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "\n| new tokens | plans | median \\|speed-up error\\| (calibrated) | inside 90% interval | median width | regret "
+        "| outputs identical to autoregressive | pick |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for r in runs:
         hits = [p["covered"] for p in r["plans"] if p["covered"] is not None]
+        same = [(p["same_text"], p["text_runs"]) for p in r["plans"] if p["same_text"] is not None]
+        texts = f"{sum(a for a, _ in same)} of {sum(b for _, b in same)}" if same else "-"
         print(
             f"| {r['max_new_tokens']} | {len(r['plans'])} | {r['median_abs_speedup_error']:.1%} ({r['median_abs_speedup_error_calibrated']:.1%}) "
-            f"| {sum(hits)} of {len(hits)} | {r['median_interval_width']:.0%} | {r['regret']:.1%} | {r['pick']} |"
+            f"| {sum(hits)} of {len(hits)} | {r['median_interval_width']:.0%} | {r['regret']:.1%} | {texts} | {r['pick']} |"
         )
     hits = [p["covered"] for r in runs for p in r["plans"] if p["covered"] is not None]
     errors = [abs(p["speedup_error"]) for r in runs for p in r["plans"]]

@@ -173,6 +173,26 @@ def test_a_pick_whose_levels_drafted_otherwise_than_predicted_is_noted():
     assert steady.acceptance_shift == [] and "draft otherwise" not in format_validation(steady)
 
 
+def test_a_pick_whose_output_left_the_targets_own_text_is_noted():
+    """Greedy plans whose output differed from the autoregressive run's (rounding in passes over
+    several tokens) are counted per plan, and the report says so of the pick; an identical pick
+    gets no note."""
+    from dataclasses import replace
+
+    from hsd_planner.cli.render import format_validation
+    from hsd_planner.validation.report import PlanResult, ValidationReport
+
+    auto = PlanResult(1, "autoregressive", Plan(("t",), (), Prediction(40.0, 1.0, 1.0)), 40.0, 1.0, 1.0, 1.0, 8, [])
+    pick = PlanResult(
+        2, "best", Plan(("ngram", "t"), (4,), Prediction(20.0, 2.0, 2.0)), 20.0, 2.0, 2.0, 1.0, 8, [], same_text=1, text_runs=6
+    )
+    left = ValidationReport(1, 1, "t", "w", "p", 6, 100, [100] * 6, "greedy", "empirical", [auto, pick], 2)
+    assert "left the target's own greedy output in 5 of its 6 runs" in format_validation(left)
+    assert left.to_dict()["plans"][1]["same_text"] == 1 and left.to_dict()["plans"][1]["text_runs"] == 6
+    same = replace(left, plans=[auto, replace(pick, same_text=6)])
+    assert "own greedy output" not in format_validation(same)
+
+
 def test_a_run_is_calibrated_by_the_reference_rounds_around_it():
     from hsd_planner.validation.calibration import Calibration
 

@@ -118,6 +118,12 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
         coverage = conn.execute("SELECT coverage FROM validations WHERE id = ?", (report["validation_id"],)).fetchone()[0]
     assert {k: None if v is None else bool(v) for k, v in covered.items()} == {p["plan_id"]: p["covered"] for p in report["plans"]}
     assert coverage == pytest.approx(report["coverage"])
+    # greedy in fp32 on torch: every plan's output is the target's own, run by run, and so stored
+    assert auto[0]["same_text"] is None
+    assert all(p["same_text"] == p["text_runs"] == 3 for p in report["plans"] if len(p["chain"]) > 1)
+    with sqlite3.connect(isolated_db) as conn:
+        texts = dict(conn.execute("SELECT plan_id, same_text FROM validation_runs WHERE validation_id = ?", (report["validation_id"],)))
+    assert texts == {p["plan_id"]: p["same_text"] for p in report["plans"]}
 
 
 def _is_tree(plan: dict) -> bool:

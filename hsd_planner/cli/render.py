@@ -381,13 +381,19 @@ def format_validation(report: ValidationReport) -> str:
         lines.append(
             f"warning: {_busy_text(report)}; these errors are partly the machine's, not the model's: validate again on a quiet machine"
         )
+    pick = next(p for p in report.plans if p.plan_id == report.pick)
     if report.state_changed:
-        pick = next(p for p in report.plans if p.plan_id == report.pick)
         ratios = ", ".join(f"{r:.2f} at {n} token{'s' if n > 1 else ''}" for n, r in sorted(report.target_ratios.items()))
         lines.append(
             f"note: the machine is in another state than when it was profiled (the target's passes now / profiled: {ratios}); "
             f"here the pick's speed-up is {pick.calibrated_speedup:.2f}x calibrated, not the profile's {pick.plan.prediction.speedup:.2f}x. "
             "Profile again to plan for this state."
+        )
+    if pick.same_text is not None and pick.text_runs and pick.same_text < pick.text_runs:
+        lines.append(
+            f"note: the pick's output left the target's own greedy output in {pick.text_runs - pick.same_text} of its "
+            f"{pick.text_runs} runs: a pass over several tokens rounds otherwise than a pass over one, a flipped near-tie "
+            "changes the rest of the reply, and the profile measured acceptance on the target's own text only"
         )
     if report.acceptance_shift:
         levels = "; ".join(

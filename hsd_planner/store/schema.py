@@ -309,3 +309,5 @@ class ValidationRun(Base):
     predicted_speedup_lo: Mapped[float | None] = mapped_column(Float)  # the 90% interval of the predicted speed-up
     predicted_speedup_hi: Mapped[float | None] = mapped_column(Float)
     covered: Mapped[bool | None] = mapped_column(Boolean)  # the measured speed-up fell inside it
+    same_text: Mapped[int | None] = mapped_column(Integer)  # greedy: sequences whose tokens equal the autoregressive run's
+    text_runs: Mapped[int | None] = mapped_column(Integer)  # the sequences compared

@@ -54,6 +54,8 @@ class ValidationRunEntry:
     predicted_speedup_lo: float | None = None  # the 90% interval of the predicted speed-up
     predicted_speedup_hi: float | None = None
     covered: bool | None = None  # the measured speed-up fell inside it
+    same_text: int | None = None  # greedy: its sequences whose tokens equal the autoregressive run's
+    text_runs: int | None = None  # the sequences compared
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,12 @@ class PlanResult:
         lo, hi = self.predicted_speedup_interval
         return (hi - lo) / self.plan.prediction.speedup
 
+    # greedy decoding: of its text_runs sequences, how many made exactly the tokens of the
+    # autoregressive run beside them (None: sampled, or autoregressive decoding itself). A pass over
+    # several tokens rounds otherwise than one over a single token, so outside fp32 torch a flipped
+    # near-tie can change the rest of a reply: the plan then drafts on text the profile never saw
+    same_text: int | None = None
+    text_runs: int | None = None
     other_cores: float | None = None  # cores other work kept busy during its runs, on average (None: not checked)
     busy_runs: int | None = None  # its runs during which other work contended for the cores (profiling.contention)
 

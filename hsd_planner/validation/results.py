@@ -17,7 +17,7 @@ from ..store.records import SolveRecord
 from ..store.validations import ValidationEntry, ValidationRunEntry, save_validation
 from .report import LevelResult, PlanResult
 
-__all__ = ["level_results", "median_ms", "plan_result", "speedup_interval", "store_validation", "workload_ms"]
+__all__ = ["level_results", "median_ms", "plan_result", "same_text", "speedup_interval", "store_validation", "workload_ms"]
 
 
 def plan_result(
@@ -74,6 +74,18 @@ def workload_ms(results: list[GenerationResult], units: int | None = None) -> fl
         if made:
             pairs.append((median_ms(made), statistics.median(r.total_tokens for r in made)))
     return sum(ms * n for ms, n in pairs) / sum(n for _, n in pairs)
+
+
+def same_text(runs: list[GenerationResult], auto: list[GenerationResult]) -> tuple[int, int]:
+    """Of the sequences of ``runs``, how many made exactly the new tokens of the same sequence of
+    ``auto`` (the autoregressive runs beside them, in the same order), and how many there are.
+
+    >>> from types import SimpleNamespace as R
+    >>> same_text([R(sequences=[[1, 2]]), R(sequences=[[3, 4]])], [R(sequences=[[1, 2]]), R(sequences=[[3, 5]])])
+    (1, 2)
+    """
+    pairs = [(mine, theirs) for r, a in zip(runs, auto) for mine, theirs in zip(r.sequences, a.sequences)]
+    return sum(mine == theirs for mine, theirs in pairs), len(pairs)
 
 
 def level_results(

@@ -66,7 +66,7 @@ from ..store.schedule import load_batch_plans
 from ..store.validations import model_sources, speedup_residuals
 from .calibration import Calibration
 from .report import PlanResult, ValidationReport
-from .results import level_results, plan_result, speedup_interval, store_validation
+from .results import level_results, plan_result, same_text, speedup_interval, store_validation
 
 __all__ = ["run_validation"]
 
@@ -134,7 +134,7 @@ def run_validation(
     ]
     entries = {b: [e for e in group if b == 1 or e.key not in refused] for b, group in entries.items()}
     # predicted before anything runs: a batch size the profile cannot price is refused up front
-    comparison = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens)
+    comparison = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens, greedy=solve.setting.mode == "greedy")
     predicted = {(b, e.key): comparison.predicted(e.plan, b) for b, group in entries.items() for e in group}
     # what a run on these held-out prompts will show: each bootstrap profile pools as many prompts
     boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(encoded))
@@ -373,6 +373,7 @@ class _Comparison:
     acceptance: AcceptanceModel
     contexts: list[int]
     max_new_tokens: int
+    greedy: bool = True  # greedy decoding: each plan's text is compared with autoregressive decoding's
 
     def predicted(self, plan: Plan, batch: int) -> Prediction:
         """The median over the prompts' contexts, from the profile as measured."""
@@ -433,6 +434,7 @@ class _Comparison:
         for e in entries:
             mine = runs.results[(batch, e.key)]
             other, busy = runs.busy((batch, e.key))
+            same, compared = same_text(mine, mine_auto) if self.greedy and e.plan.depth else (None, None)
             out.append(
                 plan_result(
                     e.plan_id,
@@ -450,6 +452,8 @@ class _Comparison:
                     predicted_speedup_interval=intervals[(batch, e.key)],
                     other_cores=other,
                     busy_runs=busy,
+                    same_text=same,
+                    text_runs=compared,
                 )
             )
         return out
