@@ -142,6 +142,8 @@ def test_calibrated_figures_in_the_report():
 def test_a_pick_whose_levels_drafted_otherwise_than_predicted_is_noted():
     """A level of the pick more than 10% off its predicted rounds (the target: tokens per round; a
     middle level: rounds per round above) is named in the report and in a note; within 10%, nothing."""
+    from dataclasses import replace
+
     from hsd_planner.cli.render import format_validation
     from hsd_planner.validation.report import LevelResult, PlanResult, ValidationReport
 
@@ -171,6 +173,11 @@ def test_a_pick_whose_levels_drafted_otherwise_than_predicted_is_noted():
     )
     steady = report(middle_rounds=2.6, tokens=8.0)
     assert steady.acceptance_shift == [] and "draft otherwise" not in format_validation(steady)
+    # with the bootstrap's spread of the target's tokens per round, the note says where prompt sets like the profiled ones fall
+    spread = replace(shifted, plans=[shifted.plans[0], replace(shifted.plans[1], predicted_accepted_interval=(7.6, 9.4))])
+    assert spread.acceptance_shift[0].spread == (7.6, 9.4)
+    note = format_validation(spread).splitlines()[-1]
+    assert "m under t: 7.00 tokens per round, 8.50 predicted (-18%; 7.60-9.40 for 90% of prompt sets drawn like the profiled ones)" in note
 
 
 def test_a_pick_whose_output_left_the_targets_own_text_is_noted():

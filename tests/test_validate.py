@@ -118,6 +118,11 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
         coverage = conn.execute("SELECT coverage FROM validations WHERE id = ?", (report["validation_id"],)).fetchone()[0]
     assert {k: None if v is None else bool(v) for k, v in covered.items()} == {p["plan_id"]: p["covered"] for p in report["plans"]}
     assert coverage == pytest.approx(report["coverage"])
+    # every chain plan with a speed-up interval carries one for its tokens per target round, over the same bootstrap
+    for p in drafted:
+        lo, hi = p["predicted_accepted_interval"]
+        assert 1.0 <= lo <= hi <= p["widths"][-1] + 1
+    assert auto[0]["predicted_accepted_interval"] is None
     # greedy in fp32 on torch: every plan's output is the target's own, run by run, and so stored
     assert auto[0]["same_text"] is None
     assert all(p["same_text"] == p["text_runs"] == 3 for p in report["plans"] if len(p["chain"]) > 1)

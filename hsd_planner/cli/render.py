@@ -397,7 +397,9 @@ def format_validation(report: ValidationReport) -> str:
         )
     if report.acceptance_shift:
         levels = "; ".join(
-            f"{x.drafter} under {x.verifier}: {x.measured:.2f} {x.what}, {x.predicted:.2f} predicted ({x.change:+.0%})"
+            f"{x.drafter} under {x.verifier}: {x.measured:.2f} {x.what}, {x.predicted:.2f} predicted ({x.change:+.0%}"
+            + (f"; {x.spread[0]:.2f}-{x.spread[1]:.2f} for 90% of prompt sets drawn like the profiled ones" if x.spread else "")
+            + ")"
             for x in report.acceptance_shift
         )
         lines.append(

@@ -66,6 +66,9 @@ class PlanResult:
     # the 90% interval of the predicted speed-up: the profiled prompts' spread (bootstrap) with the
     # profile's measured timing drift, at this validation's length, contexts and batch size
     predicted_speedup_interval: tuple[float, float] | None = None
+    # at one sequence, the 90% interval of its tokens per target round over the same bootstrap:
+    # where held-out sets drawn like the profiled prompts would put it
+    predicted_accepted_interval: tuple[float, float] | None = None
 
     @property
     def covered(self) -> bool | None:
@@ -154,6 +157,7 @@ class Shift:
     what: str  # "tokens per round" or "rounds per round above"
     predicted: float
     measured: float
+    spread: tuple[float, float] | None = None  # the 90% interval of the prediction over bootstrap resamples of the profiled prompts
 
     @property
     def change(self) -> float:
@@ -279,7 +283,12 @@ class ValidationReport:
         if pick.plan.depth and pick.batch_size == 1:
             out.append(
                 Shift(
-                    chain[-2], chain[-1], "tokens per round", pick.plan.prediction.mean_accepted_length, pick.measured_mean_accepted_length
+                    chain[-2],
+                    chain[-1],
+                    "tokens per round",
+                    pick.plan.prediction.mean_accepted_length,
+                    pick.measured_mean_accepted_length,
+                    pick.predicted_accepted_interval,
                 )
             )
         for k in range(1, len(chain) - 1):  # the middle levels

@@ -51,7 +51,7 @@ from hsd_runtime.terms.shape import Width
 
 from ..choices import AcceptanceModel
 from ..errors import StoreError
-from ..plan import Plan, Prediction, Profile, predict_over, widths_to_json
+from ..plan import Plan, Prediction, Profile, predict, predict_over, widths_to_json
 from ..plan.batch import schedule_of
 from ..profiling import contention
 from ..profiling.contention import MIN_WINDOW_S, Load, combine
@@ -59,6 +59,7 @@ from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
 from ..solving import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals
+from ..stats import interval
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
@@ -144,12 +145,15 @@ def run_validation(
         for b, group in entries.items()
         for e in group
     }
+    # at batch size 1, each plan's tokens per target round over the same bootstrap: how far a
+    # held-out set like the profiled prompts would move it (the report's note on acceptance reads it)
+    accepted = {(1, e.key): comparison.accepted_interval(boot, e.plan) for e in entries.get(1, []) if intervals[(1, e.key)] is not None}
     calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
     units = {b: _units(len(encoded), b, repeats) for b in sizes}
     if total is not None:
         total(sum(len(entries[b]) * len(units[b]) for b in sizes))
     runs = _measure(built, entries, units, encoded, solve, max_new_tokens, calibration, progress or (lambda _n: None))
-    results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, intervals, calibration, runs, units[b])]
+    results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, (intervals, accepted), calibration, runs, units[b])]
     report = replace(
         _report(solve, prompts.name, contexts, results, calibration, skipped),
         contention=runs.whole,
@@ -390,6 +394,14 @@ class _Comparison:
         found = predicted_intervals(boot, [plan], self.acceptance, self.contexts, self.max_new_tokens, batch, residuals)
         return found[0] if found else None
 
+    def accepted_interval(self, boot: list[Profile], plan: Plan) -> tuple[float, float]:
+        """The 90% interval of ``plan``'s tokens per target round over the bootstrap profiles
+        ``boot`` (each pooling as many resampled profiled prompts as this validation runs) at one
+        sequence: where held-out sets drawn like the profiled prompts would put it."""
+        return interval(
+            [predict(b, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens).mean_accepted_length for b in boot]
+        )
+
     def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:
         """The prediction from the profile scaled by the drift of the reference rounds around
         each of the plan's runs, at its prompts' contexts, over the runs weighted by their tokens
@@ -418,13 +430,15 @@ class _Comparison:
         entries: list[_Entry],
         batch: int,
         predicted: dict[tuple, Prediction],
-        intervals: dict[tuple, tuple[float, float] | None],
+        intervals: tuple[dict[tuple, tuple[float, float] | None], dict[tuple, tuple[float, float]]],
         calibration: Calibration,
         runs: _Runs,
         units: list[list[int]],
     ) -> list[PlanResult]:
         """Every plan's predictions against its measurements at ``batch``; speed-ups over the
-        autoregressive plan run beside it on the same prompts or batches."""
+        autoregressive plan run beside it on the same prompts or batches. ``intervals``: the
+        predicted speed-ups' and, where computed, tokens per round's 90% intervals."""
+        speedups, accepted = intervals
         auto = next(e for e in entries if not e.plan.depth)
         calibrated = {e.key: self.calibrated_ms(e, batch, calibration, runs, units) for e in entries}
         mine_auto = runs.results[(batch, auto.key)]
@@ -449,7 +463,8 @@ class _Comparison:
                     calibrated_ms_per_token=calibrated[e.key],
                     calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
                     batch_size=batch,
-                    predicted_speedup_interval=intervals[(batch, e.key)],
+                    predicted_speedup_interval=speedups[(batch, e.key)],
+                    predicted_accepted_interval=accepted.get((batch, e.key)),
                     other_cores=other,
                     busy_runs=busy,
                     same_text=same,
