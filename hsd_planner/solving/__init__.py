@@ -8,7 +8,7 @@ the CLI, validation's demo and the benchmarks import it.
 """
 
 from .batch import solve_batch_schedule
-from .intervals import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals, widened
+from .intervals import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened
 from .report import THIN_PROMPTS, SolveReport
 from .runner import solve_and_store
 
@@ -16,6 +16,7 @@ __all__ = [
     "MIN_RESIDUALS",
     "THIN_PROMPTS",
     "SolveReport",
+    "bootstrap_predictions",
     "bootstrap_profiles",
     "predicted_intervals",
     "solve_and_store",

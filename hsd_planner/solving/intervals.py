@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from hsd_runtime.terms.shape import TreeShape
 
 from ..choices import AcceptanceModel
-from ..plan import Plan, Profile, predict
+from ..plan import Plan, Prediction, Profile, predict
 from ..stats import interval, resample_profiles
 from ..store import Engine
 from ..store.profiles import ProfileSource, prompt_acceptance
 
-__all__ = ["MIN_RESIDUALS", "bootstrap_profiles", "predicted_intervals", "widened"]
+__all__ = ["MIN_RESIDUALS", "bootstrap_predictions", "bootstrap_profiles", "predicted_intervals", "widened"]
 
 # past validated plans (of one target on one machine) before their misses widen an interval: with
 # fewer, the 5th and 95th percentiles are the extremes of a handful of runs
@@ -44,6 +44,23 @@ def bootstrap_profiles(
     return resample_profiles(profile, prompt_acceptance(db, source, pairs), drift=drift, sample=sample)
 
 
+def bootstrap_predictions(
+    profiles: list[Profile],
+    plan: Plan,
+    acceptance: AcceptanceModel,
+    contexts: int | list[int],
+    max_new_tokens: int | None = None,
+    batch_size: int = 1,
+) -> list[Prediction] | None:
+    """``plan``'s prediction on each bootstrap profile of ``profiles`` (for a generation of
+    ``max_new_tokens`` at ``batch_size``; see :func:`~hsd_planner.plan.predict`); None for a tree
+    plan whose sibling curve the resamples do not carry (a fixed curve would shrink its spread to
+    the upper levels' uncertainty and claim a certainty never measured)."""
+    if not all(_predictable(b, plan) for b in profiles):
+        return None
+    return [predict(b, plan.chain, plan.widths, acceptance, contexts, max_new_tokens, batch_size) for b in profiles]
+
+
 def predicted_intervals(
     profiles: list[Profile],
     plans: Sequence[Plan],
@@ -53,21 +70,18 @@ def predicted_intervals(
     batch_size: int = 1,
     residuals: Sequence[float] = (),
 ) -> list[tuple[float, float] | None] | None:
-    """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``profiles`` (for
-    a generation of ``max_new_tokens`` at ``batch_size``; see :func:`~hsd_planner.plan.predict`);
-    None for a tree plan whose sibling curve the resamples do not carry (a fixed curve would
-    shrink the interval to the upper levels' uncertainty and claim a certainty never measured).
-    The interval of a plan above autoregressive decoding is :func:`widened` by ``residuals``, the
-    log misses of past validations."""
+    """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``profiles`` (see
+    :func:`bootstrap_predictions`; None where that has none). The interval of a plan above
+    autoregressive decoding is :func:`widened` by ``residuals``, the log misses of past validations."""
     if not profiles:
         return None
     out: list[tuple[float, float] | None] = []
     for plan in plans:
-        if not all(_predictable(b, plan) for b in profiles):
+        found = bootstrap_predictions(profiles, plan, acceptance, contexts, max_new_tokens, batch_size)
+        if found is None:
             out.append(None)
             continue
-        speedups = [predict(b, plan.chain, plan.widths, acceptance, contexts, max_new_tokens, batch_size).speedup for b in profiles]
-        band = interval(speedups)
+        band = interval([p.speedup for p in found])
         out.append(widened(band, plan.prediction.speedup, residuals) if plan.depth else band)
     return out
 

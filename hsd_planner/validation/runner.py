@@ -51,14 +51,14 @@ from hsd_runtime.terms.shape import Width
 
 from ..choices import AcceptanceModel
 from ..errors import StoreError
-from ..plan import Plan, Prediction, Profile, predict, predict_over, widths_to_json
+from ..plan import Plan, Prediction, Profile, predict_over, widths_to_json
 from ..plan.batch import schedule_of
 from ..profiling import contention
 from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..solving import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals
+from ..solving import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, widened
 from ..stats import interval
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
@@ -141,19 +141,16 @@ def run_validation(
     boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(encoded))
     residuals = speedup_residuals(db, solve.target, solve.hardware_id)  # the validations stored before this one
     intervals = {
-        (b, e.key): comparison.interval(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, residuals)
+        (b, e.key): comparison.intervals(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, residuals)
         for b, group in entries.items()
         for e in group
     }
-    # at batch size 1, each plan's tokens per target round over the same bootstrap: how far a
-    # held-out set like the profiled prompts would move it (the report's note on acceptance reads it)
-    accepted = {(1, e.key): comparison.accepted_interval(boot, e.plan) for e in entries.get(1, []) if intervals[(1, e.key)] is not None}
     calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
     units = {b: _units(len(encoded), b, repeats) for b in sizes}
     if total is not None:
         total(sum(len(entries[b]) * len(units[b]) for b in sizes))
     runs = _measure(built, entries, units, encoded, solve, max_new_tokens, calibration, progress or (lambda _n: None))
-    results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, (intervals, accepted), calibration, runs, units[b])]
+    results = [r for b in sizes for r in comparison.results(entries[b], b, predicted, intervals, calibration, runs, units[b])]
     report = replace(
         _report(solve, prompts.name, contexts, results, calibration, skipped),
         contention=runs.whole,
@@ -383,24 +380,27 @@ class _Comparison:
         """The median over the prompts' contexts, from the profile as measured."""
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
-    def interval(self, boot: list[Profile], plan: Plan, batch: int, residuals: Sequence[float]) -> tuple[float, float] | None:
-        """The 90% interval of the predicted speed-up over the bootstrap profiles ``boot`` (costs
-        averaged over the prompts' contexts), widened by the log misses ``residuals`` of past
-        validations (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction, this
-        validation's; None without per-prompt acceptance or for a tree whose sibling curve the
-        resamples lack."""
-        if not plan.depth:
-            return None
-        found = predicted_intervals(boot, [plan], self.acceptance, self.contexts, self.max_new_tokens, batch, residuals)
-        return found[0] if found else None
+    def intervals(
+        self, boot: list[Profile], plan: Plan, batch: int, residuals: Sequence[float]
+    ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+        """Over the bootstrap profiles ``boot`` (each pooling as many resampled profiled prompts as
+        this validation runs; costs averaged over the prompts' contexts), one prediction each:
 
-    def accepted_interval(self, boot: list[Profile], plan: Plan) -> tuple[float, float]:
-        """The 90% interval of ``plan``'s tokens per target round over the bootstrap profiles
-        ``boot`` (each pooling as many resampled profiled prompts as this validation runs) at one
-        sequence: where held-out sets drawn like the profiled prompts would put it."""
-        return interval(
-            [predict(b, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens).mean_accepted_length for b in boot]
-        )
+        - the 90% interval of the predicted speed-up, widened by the log misses ``residuals`` of
+          past validations (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction,
+          this validation's;
+        - at batch size 1, the 90% interval of the tokens per target round: where held-out sets
+          drawn like the profiled prompts would put it.
+
+        (None, None) for autoregressive decoding, without per-prompt acceptance, or for a tree
+        whose sibling curve the resamples lack."""
+        if not plan.depth or not boot:
+            return None, None
+        found = bootstrap_predictions(boot, plan, self.acceptance, self.contexts, self.max_new_tokens, batch)
+        if found is None:
+            return None, None
+        speedup = widened(interval([p.speedup for p in found]), plan.prediction.speedup, residuals)
+        return speedup, interval([p.mean_accepted_length for p in found]) if batch == 1 else None
 
     def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:
         """The prediction from the profile scaled by the drift of the reference rounds around
@@ -430,15 +430,14 @@ class _Comparison:
         entries: list[_Entry],
         batch: int,
         predicted: dict[tuple, Prediction],
-        intervals: tuple[dict[tuple, tuple[float, float] | None], dict[tuple, tuple[float, float]]],
+        intervals: dict[tuple, tuple[tuple[float, float] | None, tuple[float, float] | None]],
         calibration: Calibration,
         runs: _Runs,
         units: list[list[int]],
     ) -> list[PlanResult]:
         """Every plan's predictions against its measurements at ``batch``; speed-ups over the
-        autoregressive plan run beside it on the same prompts or batches. ``intervals``: the
-        predicted speed-ups' and, where computed, tokens per round's 90% intervals."""
-        speedups, accepted = intervals
+        autoregressive plan run beside it on the same prompts or batches. ``intervals``: per plan,
+        the 90% intervals of its predicted speed-up and tokens per round (:meth:`intervals`)."""
         auto = next(e for e in entries if not e.plan.depth)
         calibrated = {e.key: self.calibrated_ms(e, batch, calibration, runs, units) for e in entries}
         mine_auto = runs.results[(batch, auto.key)]
@@ -449,6 +448,7 @@ class _Comparison:
             mine = runs.results[(batch, e.key)]
             other, busy = runs.busy((batch, e.key))
             same, compared = same_text(mine, mine_auto) if self.greedy and e.plan.depth else (None, None)
+            speedup_band, accepted_band = intervals[(batch, e.key)]
             out.append(
                 plan_result(
                     e.plan_id,
@@ -463,8 +463,8 @@ class _Comparison:
                     calibrated_ms_per_token=calibrated[e.key],
                     calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
                     batch_size=batch,
-                    predicted_speedup_interval=speedups[(batch, e.key)],
-                    predicted_accepted_interval=accepted.get((batch, e.key)),
+                    predicted_speedup_interval=speedup_band,
+                    predicted_accepted_interval=accepted_band,
                     other_cores=other,
                     busy_runs=busy,
                     same_text=same,
