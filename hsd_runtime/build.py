@@ -3,7 +3,8 @@
 A spec becomes a member of a chain here, one maker per kind of :mod:`hsd_runtime.terms.kinds`
 (:data:`MEMBERS`) - a torch model as the loader made it (full, trimmed, int8, a trained student),
 a llama.cpp GGUF model, the n-gram lookup (``ngram``), block-draft heads on the level above
-(``bpd:``) or a drafter steered by the level above (``steer=``) - and :func:`build_hierarchy`
+(``bpd:``), a drafter steered by the level above (``steer=``) or a model that ends its drafts on
+its confidence (``pmin=``) - and :func:`build_hierarchy`
 hands the members to the executor, :class:`~hsd_runtime.decoding.hierarchy.Hierarchy`, which
 decodes one prompt or a batch of them in lockstep.
 """
@@ -14,13 +15,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from .decoding.cache import CachePool
+from .decoding.confidence import Confident
 from .decoding.hierarchy import Hierarchy, Member
 from .decoding.ngram import NgramDrafter
 from .learned.bpd import check_host, load_bpd
 from .learned.steering import check_verifier, steer_model
 from .models.loading import LoadedModel, ModelLoader, check_same_tokenizer
 from .terms.errors import ChainError
-from .terms.kinds import BLOCK_HEADS, MODEL, NGRAM_LOOKUP, STEERED, DrafterKind, kind_of
+from .terms.kinds import BLOCK_HEADS, CONFIDENT, MODEL, NGRAM_LOOKUP, STEERED, DrafterKind, kind_of
 from .terms.shape import Width
 from .terms.spec import ModelSpec, parse_spec
 
@@ -82,5 +84,16 @@ def _steered(site: _Site) -> Member:
     return steered
 
 
+def _confident(site: _Site) -> Member:
+    assert site.loaded is not None and site.spec.p_min is not None
+    return Confident(site.loaded.model, site.spec.p_min)
+
+
 # what the build makes of each kind of drafter (hsd_runtime.terms.kinds, each kind's ``member``)
-MEMBERS: dict[DrafterKind, Callable[[_Site], Member]] = {MODEL: _model, NGRAM_LOOKUP: _ngram, BLOCK_HEADS: _heads, STEERED: _steered}
+MEMBERS: dict[DrafterKind, Callable[[_Site], Member]] = {
+    MODEL: _model,
+    NGRAM_LOOKUP: _ngram,
+    BLOCK_HEADS: _heads,
+    STEERED: _steered,
+    CONFIDENT: _confident,
+}

@@ -16,6 +16,7 @@ from hsd_planner.profiling.runner import BINDINGS, _verifications
 from hsd_planner.profiling.sweep import TIMERS, latency_points
 from hsd_planner.prompts import load_prompts
 from hsd_planner.store import AcceptancePrompt, Latency, open_db
+from hsd_planner.store.profiles import load_profile
 from hsd_runtime import ChainError, ModelLoader, ModelSpecError, NgramDrafter, build_hierarchy, parse_spec
 from hsd_runtime.build import MEMBERS
 from hsd_runtime.decoding.cache import engine_cache
@@ -23,7 +24,8 @@ from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.heads import save_heads
 from hsd_runtime.learned.steering import save_steering
 from hsd_runtime.terms.choices import ENGINES
-from hsd_runtime.terms.kinds import BLOCK_HEADS, KINDS, MODEL, NGRAM_LOOKUP, STEERED, Measure, Timing, kind_of
+from hsd_runtime.decoding.confidence import Confident
+from hsd_runtime.terms.kinds import BLOCK_HEADS, CONFIDENT, KINDS, MODEL, NGRAM_LOOKUP, STEERED, Measure, Timing, kind_of
 from hsd_runtime.terms.spec import check_engine
 from tests.test_bpd import card as heads_card
 from tests.test_bpd import random_heads
@@ -48,6 +50,8 @@ SPECS = {
     "bpd:heads:rescore=smollm2-135m:vocab=20": BLOCK_HEADS,
     "smollm2-135m:steer=dir": STEERED,
     "/models/student:layers=2:steer=dir:dtype=bf16": STEERED,
+    "smollm2-135m:pmin=0.5": CONFIDENT,
+    "/models/m.gguf:engine=llamacpp:layers=2:pmin=.9": CONFIDENT,
 }
 
 
@@ -67,7 +71,8 @@ def test_each_kinds_facts_hang_together():
         assert kind.timing in get_args(Timing) and kind.acceptance in get_args(Measure)
         # a kind bound to the level above drafts under it only: in one sequence, never verifying
         assert not (kind.host and (kind.batched or kind.verifies))
-        assert kind.drafts_trees == (not kind.lookup)
+        assert kind.drafts_trees == (not (kind.lookup or kind.stops))
+        assert kind.stops == (kind is CONFIDENT)
         assert kind.projection == (kind is STEERED)
     assert [k for k in KINDS if k.verifies] == [MODEL]
 
@@ -108,14 +113,17 @@ def test_the_profiler_batches_and_verifies_the_kinds_the_table_says():
         _candidate("bpd:heads", 2, host="t"),
         _candidate("d", 3),
         _candidate("d:steer=dir", 4, host="t"),
-        _candidate("t", 5),
+        _candidate("d:pmin=0.5", 5),
+        _candidate("e:pmin=0.5", 6),
+        _candidate("t", 7),
     ]
     config = ProfileConfig(models=["t"], batch_sizes=[1, 2])
-    assert {c.spec.name for c, _, _, b in latency_points(config, candidates, [8]) if b > 1} == {"ngram", "d", "t"}
+    timed = {str(c.spec) for c, _, _, b in latency_points(config, candidates, [8]) if b > 1}
+    assert timed == {"ngram", "d", "e:pmin=0.5", "t"}  # d:pmin=0.5 runs d's passes, timed once
     verifications = _verifications(candidates, config)
     assert [(str(v.verifier.spec), [str(d.spec) for d in v.drafters]) for v in verifications] == [
-        ("d", ["ngram"]),  # heads and steering draft under their own level only
-        ("t", ["ngram", "bpd:heads", "d", "d:steer=dir"]),
+        ("d", ["ngram"]),  # heads and steering draft under their own level only; pmin= drafts only
+        ("t", ["ngram", "bpd:heads", "d", "d:steer=dir", "d:pmin=0.5", "e:pmin=0.5"]),
     ]
 
 
@@ -144,12 +152,16 @@ def test_the_build_makes_each_kinds_member(tiny_dirs, kinds_dirs, monkeypatch):
     loader = ModelLoader(device="cpu", dtype="fp32")
     build_hierarchy(["ngram", f"{draft}:steer={steer}", target], [2, 2], loader)
     build_hierarchy([f"bpd:{heads}", target], [2], loader)
+    build_hierarchy([f"{draft}:pmin=0.5", target], [2], loader)
     assert {str(parse_spec(spec)): kind for spec, (kind, _) in made.items()} == {
         "ngram": NGRAM_LOOKUP,
         f"{draft}:steer={steer}": STEERED,
         target: MODEL,
         f"bpd:{heads}": BLOCK_HEADS,
+        f"{draft}:pmin=0.5": CONFIDENT,
     }
+    confident = made[f"{draft}:pmin=0.5"][1]
+    assert isinstance(confident, Confident) and confident.p_min == 0.5 and isinstance(confident.model, nn.Module)
     assert isinstance(made["ngram"][1], NgramDrafter) and isinstance(made[f"bpd:{heads}"][1], BpdDrafter)
     assert isinstance(made[target][1], nn.Module)
     steered = made[f"{draft}:steer={steer}"][1]
@@ -159,7 +171,7 @@ def test_the_build_makes_each_kinds_member(tiny_dirs, kinds_dirs, monkeypatch):
 def test_a_profile_times_and_measures_each_kind_as_the_table_says(tiny_dirs, kinds_dirs, tmp_path, isolated_db):
     heads, steer = kinds_dirs
     target, draft = str(tiny_dirs["target"]), str(tiny_dirs["draft"])
-    models = ["ngram", f"bpd:{heads}", draft, f"{draft}:steer={steer}", target]
+    models = ["ngram", f"bpd:{heads}", draft, f"{draft}:steer={steer}", f"{draft}:pmin=0.5", target]
     config = ProfileConfig(models=models, latency_grid=[1, 4], context_lens=[8], repeats=1, max_new_tokens=6, batch_sizes=[1, 2])
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("w1 w2 w3 w1 w2\n")
@@ -170,7 +182,12 @@ def test_a_profile_times_and_measures_each_kind_as_the_table_says(tiny_dirs, kin
         latency = s.scalars(select(Latency)).all()
         pairs = s.scalars(select(AcceptancePrompt)).all()
     assert {kinds[r.model_id] for r in latency if r.n_tokens == 0} == {k for k in KINDS if k.projection}
-    assert {kinds[r.model_id] for r in latency if r.batch_size > 1} == {k for k in KINDS if k.batched}
+    # a pmin= drafter runs its model's passes, timed once as that model (listed here too)
+    assert {kinds[r.model_id] for r in latency if r.batch_size > 1} == {k for k in KINDS if k.batched and not k.stops}
+    assert CONFIDENT not in {kinds[r.model_id] for r in latency}
+    profile, _ = load_profile(db)
+    assert profile.model(f"{draft}:pmin=0.5").latency == profile.model(draft).latency
+    assert profile.model(f"{draft}:pmin=0.5").stops and not profile.model(draft).stops
     assert {kinds[r.verifier_id] for r in pairs} == {k for k in KINDS if k.verifies}
     assert {kinds[r.drafter_id] for r in pairs} == set(KINDS)
     for r in pairs:  # greedy, exact: a drafter that drafts trees has its sibling sums
@@ -188,6 +205,7 @@ def test_the_executor_decodes_rows_for_the_kinds_the_table_batches(tiny_dirs, ki
         NGRAM_LOOKUP: ["ngram", target],
         BLOCK_HEADS: [f"bpd:{heads}", target],
         STEERED: [f"{draft}:steer={steer}", target],
+        CONFIDENT: [f"{draft}:pmin=0.5", target],
     }
     assert set(chains) == set(KINDS)
     for kind, chain in chains.items():

@@ -26,6 +26,7 @@ import torch
 from hsd_runtime import Hierarchy, NgramDrafter, SamplingConfig, TreeShape, parse_spec, quantized_copy, trimmed_model
 from hsd_runtime.decoding import drafters, verify
 from hsd_runtime.decoding.cache import CachedModel
+from hsd_runtime.decoding.confidence import Confident
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.heads import BlockHeads, HeadsCard
 from hsd_runtime.learned.steering import SteeredDrafter, Steerer, SteeringCard, SteeringProjection, default_taps, steered_model
@@ -74,6 +75,10 @@ def _drafter(name: str, zoo: dict[str, torch.nn.Module]) -> NgramDrafter | BpdDr
     return BpdDrafter(heads.eval(), card, spec, rescorer=zoo[spec.bpd_option("rescore")] if name == "PN" else None)
 
 
+# level-0 models that stop on their confidence: B below a top share of 0.4 (about half its
+# positions), and a sharper B below 0.75
+CONFIDENT = {"C": ("B", 0.4), "CS": ("S", 0.75)}
+
 # steered drafters: B steered by T, M steered by T (a middle level), B steered by M
 STEERED = {"G": ("B", "T"), "H": ("M", "T"), "G2": ("B", "M")}
 
@@ -111,6 +116,8 @@ class Cell:
             if name in ("ngram", "ngram:min=2", "ngram:n=2:rule=llama-server", *BPD)
             else _steered(name, zoo)
             if name in STEERED
+            else Confident(zoo[CONFIDENT[name][0]], CONFIDENT[name][1])
+            if name in CONFIDENT
             else zoo[name]
             for name in self.chain.split(",")
         ]
@@ -128,6 +135,7 @@ FAST = {
     "bpd-depth1": Cell("P,T", (3,)),
     "bpd-3best-tree": Cell("P3,T", (3,)),
     "steered-depth1": Cell("G,T", (2,)),
+    "confident-depth1": Cell("C,T", (3,)),
 }
 SLOW = {
     "depth3": Cell("W,B,M,T", (1, 2, 2)),
@@ -162,6 +170,8 @@ SLOW = {
     "steered-under-middle": Cell("G2,M,T", (2, 2)),
     "steered-tree-2x2": Cell("G,T", ("2x2",)),
     "t0.5-topk-steered-depth1": Cell("G,T", (3,), {"temperature": 0.5, "top_k": 4}),
+    "confident-sharp-under-middle": Cell("CS,M,T", (4, 2)),
+    "t0.5-topk-confident-depth1": Cell("C,T", (4,), {"temperature": 0.5, "top_k": 3}),
 }
 
 

@@ -152,7 +152,8 @@ def _schedule(
 
 def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
     def name(spec: str) -> str:
-        return names.get(spec, spec)
+        loads = str(parse_spec(spec).loads)  # pmin= is how the server drafts (a flag), not a model
+        return names.get(spec, names.get(loads, loads))
 
     mode, temperature = stored.solve.setting.mode, stored.solve.temperature
     if not plan.depth:
@@ -162,7 +163,7 @@ def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
     lookup = stored.profile.model(drafter).lookup
     spec = parse_spec(drafter)
     order, least = (spec.ngram_order, spec.ngram_min) if lookup else (0, 1)
-    return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature, ngram_min=least)
+    return Served(name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature, ngram_min=least, p_min=spec.p_min or 0.0)
 
 
 def plan_document(stored: SolvedPlan, batch: Sequence[RankedPlan] = ()) -> PlanDocument:

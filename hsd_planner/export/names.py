@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from hsd_runtime.terms.spec import check_printable
+from hsd_runtime.terms.spec import check_printable, parse_spec
 
 from ..errors import ExportError, ModelSpecError
 from ..profiling.sources import absolute_spec
@@ -45,7 +45,7 @@ def parse_model_map(entries: Iterable[str]) -> dict[str, str]:
 def check_mapped(model_map: dict[str, str], chains: Sequence[Sequence[str]]) -> None:
     """Every mapped spec is a model of one of ``chains`` (the pick or the plan exported): a map
     for another model is a typo that would otherwise pass unnoticed."""
-    known = {name for chain in chains for name in chain}
+    known = {form for chain in chains for name in chain for form in (name, str(parse_spec(name).loads))}
     for spec in model_map:
         if spec not in known:
             raise ExportError(f"--model-map names {spec}, which is not in the plan ({', '.join(sorted(known))})")
@@ -58,11 +58,10 @@ def gguf_names(chains: Sequence[Sequence[str]]) -> dict[str, str]:
     from hsd_runtime.models.packaged import PACKAGED, packaged_gguf, quantized_path
     from hsd_runtime.terms.choices import GGUF_QUANTS
     from hsd_runtime.terms.errors import HSDError
-    from hsd_runtime.terms.spec import parse_spec
 
     out: dict[str, str] = {}
     for name in {n for chain in chains for n in chain}:
-        spec = parse_spec(name)
+        spec = parse_spec(name).loads  # a pmin= drafter loads its model's file
         if not spec.is_model or any(spec.get(k) is not None for k in ("layers", "vocab", "steer")):
             continue
         try:

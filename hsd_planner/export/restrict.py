@@ -44,6 +44,8 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
         return f"it cannot load hsd-plan's {spec.quant} copy {name}"
     if spec.vocab is not None:  # no stack trims a drafter model's head (SGLang's token map is EAGLE's only)
         return f"it cannot trim the head of {name}"
+    if spec.p_min is not None and not stack.p_min:
+        return f"it cannot end a draft on the drafter's top share among its ten likeliest tokens as {name} does"
     return None
 
 

@@ -42,6 +42,7 @@ class Served:
     # (empty: k at every batch size); see export.batch
     schedule: tuple[tuple[int, int, int], ...] = ()
     ngram_min: int = 1  # the lookup's shortest suffix match (ngram:min=K)
+    p_min: float = 0.0  # the drafter model ends its draft below this top share (pmin=P); 0: it drafts k every round
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class Stack:
     int8_copy: bool = False  # loads hsd-plan's dynamic-int8 copy of a model
     gguf_files: bool = False  # runs GGUF files: a packaged alias is its GGUF, llama.cpp's quant= copies load
     batch_schedule: bool = False  # takes k per range of batch sizes
+    # ends a drafter model's draft on its top token's probability among its ten likeliest (pmin=):
+    # llama-server's rule. transformers' assistant_confidence_threshold reads the whole softmax,
+    # another rule, so a pmin= drafter is not mapped there
+    p_min: bool = False
 
     @property
     def label(self) -> str:
@@ -180,7 +185,7 @@ def _sglang(s: Served) -> Rendered:
     return Rendered({"model": s.target, "server_args": args, "command": shlex.join(command)}, [shlex.join(command)])
 
 
-def _llamacpp(draft_max: str, draft_min: str, spec_type: bool) -> Callable[[Served], Rendered]:
+def _llamacpp(draft_max: str, draft_min: str, p_min: str, spec_type: bool) -> Callable[[Served], Rendered]:
     """llama-server's start-up flags for a plan: every speculative setting is fixed when the server
     starts (its per-request ``speculative.*`` fields are compiled out), so a plan is flags alone."""
 
@@ -190,12 +195,12 @@ def _llamacpp(draft_max: str, draft_min: str, spec_type: bool) -> Callable[[Serv
             # only a lookup profiled with rule=llama-server gets here (Stack.lookup_rule): it drafts
             # what ngram-simple drafts, so the prediction holds for the server
             args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
-        elif s.drafter is not None and spec_type:
-            # -md alone loads the drafter and drafts nothing: draft-simple must be named. n_min 0
-            # and p_min 0 keep it drafting k tokens every round, as the plan was predicted
-            args = ["--spec-type", "draft-simple", "-md", s.drafter, draft_max, str(s.k), draft_min, "0", "--spec-draft-p-min", "0"]
         elif s.drafter is not None:
-            args = ["-md", s.drafter, draft_max, str(s.k), draft_min, "0"]
+            # n_min 0 keeps every draft, however short; p_min is the plan's (pmin=), 0 drafting k
+            # tokens every round, as the plan was predicted (a build's default may differ)
+            args = ["-md", s.drafter, draft_max, str(s.k), draft_min, "0", p_min, f"{s.p_min:g}"]
+            if spec_type:  # -md alone loads the drafter and drafts nothing: draft-simple must be named
+                args = ["--spec-type", "draft-simple", *args]
         command = ["llama-server", "-m", s.target, *args]
         return Rendered({"model": s.target, "server_args": args, "command": shlex.join(command)}, [shlex.join(command)])
 
@@ -250,13 +255,22 @@ STACKS: dict[str, list[Stack]] = {
             "llamacpp",
             "llama.cpp server",
             "2026-10",
-            _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", True),
+            _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", True),
             gguf_files=True,
             lookup_rule=SERVER_RULE,
+            p_min=True,
         ),
         # builds before the --spec-* flags (spring 2026): --draft-max; their n-gram drafter (early
         # 2026 only) is not mapped
-        Stack("llamacpp", "llama.cpp server", "legacy", _llamacpp("--draft-max", "--draft-min", False), ngram=False, gguf_files=True),
+        Stack(
+            "llamacpp",
+            "llama.cpp server",
+            "legacy",
+            _llamacpp("--draft-max", "--draft-min", "--draft-p-min", False),
+            ngram=False,
+            gguf_files=True,
+            p_min=True,
+        ),
     ],
     # the draft_len_schedule of the 1.3 pre-releases (keys are the largest batch of each k); 1.2
     # read its keys as the smallest batch of each k

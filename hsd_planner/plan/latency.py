@@ -23,7 +23,10 @@ is flat in its tokens the two agree; on one whose pass grows with them (llama.cp
 empty proposal costs a one-token pass, not a full one.
 
 - Level 0: C_0 = T_0 c_0(1) for a model, c_0(T_0) for the n-gram lookup (one call), and
-  sum_{l=1..L} c_0(F_{l-1}) for a tree (one pass per depth over the frontier).
+  sum_{l=1..L} c_0(F_{l-1}) for a tree (one pass per depth over the frontier). A model that
+  ends its draft on its confidence (``pmin=``) drafts L <= T_0 tokens in min(L + 1, T_0) passes:
+  C_0 = E[min(L + 1, T_0)] c_0(1), L's law measured against level 1 (:meth:`RunLengths.draft_passes`),
+  and level 1's pass verifies L + 1 tokens, as after a lookup.
 - Level 0 < k < K: E[R_k] = m(T_k), m(t) = 1 + sum_x P(X = x) m(t - x), m(t <= 0) = 0, X the
   tokens of one round over level k-1's batch; E[C_k] = E[R_k] (E[C_{k-1}] + p_{k-1} + c_k(n_{k-1})).
 - Target: L = (E[C_{K-1}] + p_{K-1} + c_K(n_{K-1})) / E[X_K], E[X_K] = sum_{g>=0} P(A_K >= g).
@@ -84,7 +87,8 @@ class Level:
     ``siblings`` the same for a draft tree below (needed only when the level below drafts one);
     ``lookup`` marks a drafter that proposes all its tokens in one call (the n-gram drafter);
     ``proposal`` is p, the ms each of its proposals costs beside its passes (a steered drafter's
-    projection, once per round of the level above it).
+    projection, once per round of the level above it); ``stops`` marks a level-0 model that ends
+    its drafts on its confidence, whose passes follow the draft lengths level 1 measured.
     """
 
     cost: CostCurve
@@ -92,6 +96,7 @@ class Level:
     lookup: bool = False
     siblings: SiblingCurve | None = None
     proposal: float = 0.0
+    stops: bool = False
 
     def run_lengths(self) -> RunLengths:
         """The acceptance of the level below by this level; every level above level 0 has one."""
@@ -163,9 +168,12 @@ def _tokens(width: Width, k: int) -> int:
 
 
 def level_cost(levels: Sequence[Level], widths: Sequence[Width]) -> float:
-    """E[C_{K-1}]: the expected time for the level below the target to deliver its batch."""
+    """E[C_{K-1}]: the expected time for the level below the target to deliver its batch;
+    ``levels`` from level 0 up to the target (level 1 holds level 0's measured draft lengths)."""
     first = levels[0]
     cost = draft_cost(first.cost, first.lookup, widths[0])
+    if first.stops and isinstance(widths[0], int):
+        cost = levels[1].run_lengths().draft_passes(widths[0]) * first.cost(1)
     for k in range(1, len(widths)):
         t = _tokens(widths[k], k)
         rounds = round_law(levels[k], widths[k - 1]).rounds(t)[t]
@@ -200,7 +208,7 @@ def hierarchy_latency(levels: Sequence[Level], widths: Sequence[Width], horizon:
     else:
         law = round_law(target, widths[-1])
         tokens = law.mean if horizon is None else horizon / law.rounds(horizon)[horizon]
-        ms = (level_cost(levels[:-1], widths) + levels[-2].proposal + pass_cost(target.cost, widths[-1], target.runs)) / tokens
+        ms = (level_cost(levels, widths) + levels[-2].proposal + pass_cost(target.cost, widths[-1], target.runs)) / tokens
     return Prediction(ms, tokens, target.cost(1) / ms)
 
 

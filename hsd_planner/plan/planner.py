@@ -45,7 +45,9 @@ def solve(profile: Profile, config: SolveConfig = _D, contexts: int | Sequence[i
     names = [m.name for m in profile.models if m.name != profile.target and m.name not in config.exclude]
     pairs = profile.pairs(config.acceptance)
     usable = [n for n in names if any(d == n for d, _ in pairs)]
-    candidates = [Candidate(n, profile.cost(n, at, b), profile.model(n).lookup, profile.proposal(n, at)) for n in usable]
+    candidates = [
+        Candidate(n, profile.cost(n, at, b), profile.model(n).lookup, profile.proposal(n, at), profile.model(n).stops) for n in usable
+    ]
     require = tuple(r for r in config.require if r != profile.target)  # the target is in every hierarchy
     update = {"require": require, "trees": config.trees and b == 1}  # a tree decodes one prompt at a time
     return solve_graph(candidates, target, pairs, config.model_copy(update=update), siblings=profile.siblings_curves())
@@ -64,6 +66,8 @@ def _check_widths(profile: Profile, chain: Sequence[str], widths: Sequence[Width
             raise SolverError(f"only the first drafter drafts a tree; {chain[k]} hands up a number of tokens, got {w}")
         if profile.model(chain[0]).lookup:
             raise SolverError(f"{chain[0]} is a lookup drafter and drafts chains only, not the tree {w}")
+        if profile.model(chain[0]).stops:
+            raise SolverError(f"{chain[0]} stops its drafts on its confidence (pmin=) and drafts chains only, not the tree {w}")
 
 
 def predict(
@@ -96,7 +100,7 @@ def predict(
             runs = profile.pair_runs(chain[k - 1], name, acceptance)
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
-        levels.append(Level(cost, runs, lookup, curve, profile.proposal(name, context_len)))
+        levels.append(Level(cost, runs, lookup, curve, profile.proposal(name, context_len), profile.model(name).stops))
     if batch_size > 1:
         return batch_latency(levels, widths, batch_size, max_new_tokens)
     return hierarchy_latency(levels, widths, max_new_tokens)

@@ -123,6 +123,7 @@ class ModelProfile(BaseModel):
     name: str
     latency: dict[int, LatencyCurve]  # batch size -> its curve
     lookup: bool = False  # proposes all its tokens in one call (the n-gram drafter)
+    stops: bool = False  # ends its drafts on its confidence (pmin=): its passes follow the measured draft lengths
 
     @model_validator(mode="before")
     @classmethod

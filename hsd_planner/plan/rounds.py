@@ -72,6 +72,22 @@ class RunLengths:
         held = [*table[: b + 1], *[pad] * (b + 1 - len(table)), 0.0]  # P(L >= l), l = 0..b + 1
         return sum((held[n] - held[n + 1]) * cost(n + 1) for n in range(b + 1))
 
+    def draft_passes(self, b: int) -> float:
+        """E[min(L + 1, b)]: the passes of a model drafter asked for ``b`` tokens that ends its
+        draft at L on its confidence (the pass that found it unsure ran; a full draft takes b),
+        from the measured proposal lengths: sum_{l < b} P(L >= l). Without them, ``b``.
+
+        >>> RunLengths.iid(0.5, drafted=[None, [1.0, 0.5, 0.25]]).draft_passes(2)  # 1 + 0.5
+        1.5
+        """
+        if not self._drafted:
+            return float(b)
+        table = self._drafted[min(b, len(self._drafted)) - 1]
+        if table is None:
+            return float(b)
+        held = [*table[:b], *[table[-1]] * (b - len(table))]  # P(L >= l), l = 0..b - 1; wider than measured: as the widest
+        return float(sum(held))
+
     @property
     def alpha(self) -> float:
         """P(G >= 1) over every start: the mean acceptance of a drafted token."""

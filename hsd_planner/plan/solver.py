@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
@@ -50,13 +50,16 @@ SOURCE, TARGET = "source", "target"
 
 @dataclass(frozen=True)
 class Candidate:
-    """A model for the solver: a name, a cost curve c(n) in ms, whether it is a lookup drafter, and
-    the ms each of its proposals costs beside its passes (``proposal``: a steered drafter's projection)."""
+    """A model for the solver: a name, a cost curve c(n) in ms, whether it is a lookup drafter, the
+    ms each of its proposals costs beside its passes (``proposal``: a steered drafter's projection),
+    and whether it ends its drafts on its confidence (``stops``: its passes follow the draft lengths
+    measured against each verifier, so they are priced on the edge to that verifier)."""
 
     name: str
     cost: CostCurve
     lookup: bool = False
     proposal: float = 0.0
+    stops: bool = False
 
 
 def tree_shapes(max_depth: int, budget: int) -> list[TreeShape]:
@@ -208,12 +211,16 @@ def _graph(
     if not drafters:
         return graph
     t_max = widths[-1]
+    if batch_size > 1:  # the rows' passes go on while any row drafts: every width priced in full (an upper bound)
+        order = [replace(c, stops=False) for c in order]
     for c in order:
         for t in widths:
-            graph.add_edge(SOURCE, (c.name, t), w=draft_cost(c.cost, c.lookup, t), g=1.0)
+            # a drafter that stops on its confidence drafts as many passes as its verifier's
+            # measured draft lengths say: priced on the edge to that verifier (_drafting), 0 here
+            graph.add_edge(SOURCE, (c.name, t), w=0.0 if c.stops else draft_cost(c.cost, c.lookup, t), g=1.0)
     for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
         for b, law, runs in _batches(lo, hi.name, acceptance, curves, widths, shapes):
-            w = lo.proposal + pass_cost(hi.cost, b, runs)
+            w = _drafting(lo, b, runs) + lo.proposal + pass_cost(hi.cost, b, runs)
             rounds = law.rounds(t_max) if batch_size == 1 else max_rounds_table(law, t_max, batch_size)
             for t in widths:
                 graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
@@ -222,13 +229,23 @@ def _graph(
             g = 1.0 / law.mean if horizon is None else _target_rounds(law, horizon, batch_size) / horizon
             # one sequence's tokens per target round, as the latency model reports it
             tokens = 1.0 / g if horizon is not None and batch_size == 1 else law.mean
-            graph.add_edge((c.name, b), TARGET, w=c.proposal + pass_cost(target.cost, b, runs), g=g, tokens=tokens)
+            graph.add_edge((c.name, b), TARGET, w=_drafting(c, b, runs) + c.proposal + pass_cost(target.cost, b, runs), g=g, tokens=tokens)
     # a tree only ever enters from the source; its node exists when some verifier can take it
     for c in order:
         for shape in shapes:
             if (c.name, shape) in graph:
                 graph.add_edge(SOURCE, (c.name, shape), w=draft_cost(c.cost, c.lookup, shape), g=1.0)
     return graph
+
+
+def _drafting(drafter: Candidate, width: Width, runs: RunLengths | None) -> float:
+    """The passes of a level-0 ``drafter`` that stops on its confidence, asked for ``width``
+    tokens: E[min(L + 1, width)] c(1), L measured against this verifier (0 for any other drafter,
+    whose drafting is priced on its edge from the source). Such a node only ever enters from the
+    source, so the sum is level 0's C_0 of the latency model."""
+    if not drafter.stops or runs is None or not isinstance(width, int):
+        return 0.0
+    return runs.draft_passes(width) * drafter.cost(1)
 
 
 def _target_rounds(law: RoundLaw, horizon: int, batch_size: int) -> float:

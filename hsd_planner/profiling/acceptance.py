@@ -17,6 +17,11 @@ Block-draft heads (``bpd:``) draft from t with the host's hidden state that pred
 (the row a verification leaves for the round that starts at t): head i + 2 proposes token t + i,
 sampled from its own q (c_t[i] = sum_x min(p, q) at t + i) or, rescored, one deterministic path
 (like the n-gram block); past the last head, c_t[i] = 0.
+A drafter that stops on its confidence (``pmin=P``) drafts from t while its top share (its
+likeliest token's probability among its ten likeliest) stays at least P: L_t such positions in a
+row (:func:`confident_lengths`), so c_t[i] = a_{t+i} for i < L_t and 0 beyond. Its teacher-forced
+rows are its own drafting rows while its draft is accepted; past a rejection its own text would
+differ, which moves how many tokens it drafts there, not how many are accepted.
 A steered drafter (``steer=DIR``) drafts token t + i with the vectors its verifier's taps gave at
 the position before t, i + 1 positions back: c_t[i] = a^{(i+1)}_{t+i}, a^{(o)} its acceptance
 from one teacher-forced pass in which every position is steered from o positions back (offsets
@@ -45,6 +50,7 @@ import torch
 from torch import nn
 
 from hsd_runtime import SamplingConfig, engine_model, ngram_lookup, server_lookup, warp
+from hsd_runtime.decoding.confidence import top_share
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.steering import layer_inputs, stale_sources, steering_delta
 from hsd_runtime.models.output import apply_output_layer
@@ -54,6 +60,8 @@ __all__ = [
     "VisitedSums",
     "acceptance_from_logits",
     "bpd_acceptance",
+    "confident_conditionals",
+    "confident_lengths",
     "model_conditionals",
     "ngram_acceptance",
     "ngram_blocks",
@@ -220,6 +228,35 @@ def steered_acceptance(
     for i in range(min(g_max, m)):
         out[: m - i, i] = a[min(i, len(a) - 1)][i:]  # drafted i + 1 positions after the verification
     return out, first
+
+
+def confident_lengths(q_logits: torch.Tensor, p_min: float, g_max: int = G_MAX) -> list[int]:
+    """L_t ``[m]``: the tokens a drafter that stops below ``p_min`` drafts from each start t, from
+    its teacher-forced rows ``q_logits`` ``[m, V]``: the positions t, t + 1, ... whose top share is
+    at least ``p_min``, in a row. A run that reaches the continuation's end is censored there and
+    counts as ``g_max`` (the draft went on), as a lookup's block cut by the end counts as proposed.
+
+    >>> sure, unsure = [9.0, 0.0, 0.0], [0.0, 0.0, 0.0]
+    >>> confident_lengths(torch.tensor([sure, sure, unsure, sure]), 0.5, g_max=8)
+    [2, 1, 0, 8]
+    """
+    sure = (top_share(q_logits) >= p_min).tolist()
+    out, run = [0] * len(sure), g_max
+    for t in reversed(range(len(sure))):
+        run = min(run + 1, g_max) if sure[t] else 0
+        out[t] = run
+    return out
+
+
+def confident_conditionals(a: torch.Tensor, lengths: Sequence[int], g_max: int = G_MAX) -> torch.Tensor:
+    """c_t[i] ``[m, g_max]`` of a drafter that drafts ``lengths[t]`` tokens from t: a[t + i] for
+    i < L_t, 0 beyond (what it did not draft is not accepted).
+
+    >>> confident_conditionals(torch.tensor([1.0, 1.0, 0.5]), [2, 0, 8], g_max=3).tolist()
+    [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.5, 0.0, 0.0]]
+    """
+    drafted = torch.arange(g_max)[None, :] < torch.tensor(list(lengths))[:, None]  # [m, g_max]
+    return model_conditionals(a, g_max) * drafted
 
 
 def model_conditionals(a: torch.Tensor, g_max: int = G_MAX) -> torch.Tensor:

@@ -23,6 +23,8 @@ from ..store.records import PromptAcceptance, PromptPairKey
 from .acceptance import (
     acceptance_from_logits,
     bpd_acceptance,
+    confident_conditionals,
+    confident_lengths,
     model_conditionals,
     ngram_acceptance,
     ngram_blocks,
@@ -112,8 +114,9 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
         out.skipped += 1 + len(drafters)
         step(1 + len(drafters))
         return
-    # a kind bound to its host or verifier drafts under it only, never the continuation (a plain chain)
-    assistants = [d for d in drafters if d.kind.host is None]
+    # a kind bound to its host or verifier drafts under it only, never the continuation (a plain
+    # chain); a pmin= drafter's model is timed under its own name, when listed, and assists as that
+    assistants = [d for d in drafters if d.kind.host is None and not d.kind.stops]
     chosen = run.assist.choose(assistants, verifier)
     continuation, rows = verifier_continuation(run.db, config, out, verifier, prompt.k, prompt.ids, chosen, prompt.pool)
     out.measured += rows is not None
@@ -164,6 +167,16 @@ def _by_logits(d: ProfiledModel, t: _Teacher) -> _Measured:
     return _Measured(model_conditionals(acceptance_from_logits(q_logits, t.p_logits, t.sampling)), _siblings(q_logits, t))
 
 
+def _by_confidence(d: ProfiledModel, t: _Teacher) -> _Measured:
+    """A model that stops on its confidence (``pmin=``): its rows against the verifier's, each
+    start's draft ended where the model's top share first falls below p_min; chains only."""
+    assert d.spec.p_min is not None
+    q_logits = pooled_logits(t.pool, d, t.prompt, t.continuation, t.width)
+    lengths = confident_lengths(q_logits, d.spec.p_min)
+    c = confident_conditionals(acceptance_from_logits(q_logits, t.p_logits, t.sampling), lengths)
+    return _Measured(c, lengths=lengths)
+
+
 def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:
     """The n-gram lookup: the block it proposes at each start (one lookup per start), chains only."""
     spec = d.spec
@@ -191,6 +204,7 @@ MEASURES: dict[Measure, Callable[[ProfiledModel, _Teacher], _Measured]] = {
     "blocks": _by_blocks,
     "heads": _by_heads,
     "steered": _by_steering,
+    "confident": _by_confidence,
 }
 
 

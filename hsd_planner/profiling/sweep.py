@@ -34,7 +34,11 @@ def latency_points(config: ProfileConfig, candidates: Sequence[ProfiledModel], c
     (for a llama.cpp model with the points either side of its multiples of 16: :func:`grid_of`),
     at each batch size of ``config.batch_sizes`` (b > 1 only for a kind that decodes rows in
     lockstep, on an engine that does: not block-draft heads, steered drafters or another engine's
-    model), and n = 0, a steered model's projection, which it runs once per proposal beside its passes."""
+    model), and n = 0, a steered model's projection, which it runs once per proposal beside its
+    passes. A ``pmin=`` drafter whose model is listed without it is not timed: its curves are that model's."""
+    listed = {str(c.spec) for c in candidates}
+    # a model that stops on its confidence (pmin=) runs the passes of the model it loads: listed too, it is timed once
+    candidates = [c for c in candidates if not (c.kind.stops and str(c.spec.loads) in listed)]
     points = [(c, ctx, n, 1) for c in candidates for ctx in contexts for n in grid_of(config.latency_grid, c)]
     points += [(c, ctx, 0, 1) for c in candidates if c.kind.projection for ctx in contexts]
     rows = [c for c in candidates if c.kind.batched and not _other_engine(c)]

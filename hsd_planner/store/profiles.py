@@ -158,9 +158,13 @@ def _assemble(
     for mid in sorted(involved, key=lambda i: models[i].parameters):
         spec = parse_spec(models[mid].spec)
         curves = stored_curves(s, mid, hw.id, spec.run_dtype(setting.dtype))
+        loads = next((i for i, m in models.items() if m.spec == str(spec.loads)), None) if spec.p_min is not None else None
+        if 1 not in curves and loads is not None:  # pmin=: timed as the model it drafts with, profiled beside it
+            curves = stored_curves(s, loads, hw.id, spec.run_dtype(setting.dtype))
         if 1 not in curves:
             continue  # no latency here: not a usable candidate on this hardware
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curves, lookup=kind_of(spec).lookup))
+        kind = kind_of(spec)
+        profiles.append(ModelProfile(name=models[mid].spec, latency=curves, lookup=kind.lookup, stops=kind.stops))
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(

@@ -20,6 +20,7 @@ from ..terms.errors import ChainError
 from ..terms.shape import TreeShape, Width
 from ..terms.tree import DraftTree
 from .cache import CachedModel
+from .confidence import top_share
 from .results import LevelStats
 from .rrs import draw_without_replacement, verify_tree_greedy, verify_tree_sample
 from .sampling import SamplingConfig, draw, warp
@@ -160,11 +161,16 @@ def _choose(logits: torch.Tensor, ctx: DraftContext, row: int) -> tuple[int, tor
 
 class ModelDrafter:
     """Level 0 backed by a model: drafts ``n`` tokens, one forward pass each, or a tree, one
-    batched pass over the frontier per depth."""
+    batched pass over the frontier per depth.
 
-    def __init__(self, cached: CachedModel) -> None:
+    ``p_min`` > 0 ends a row's draft before the first token whose probability among the model's
+    ten likeliest is below it (:mod:`.confidence`): the row then proposes fewer tokens, or none.
+    """
+
+    def __init__(self, cached: CachedModel, p_min: float = 0.0) -> None:
         self.cached = cached
         self.stats = cached.stats
+        self.p_min = p_min
 
     def prefill(self, prompts: list[list[int]]) -> None:
         self.cached.prefill_rows(prompts)
@@ -177,10 +183,15 @@ class ModelDrafter:
         probs: list[list[torch.Tensor]] = [[] for _ in seqs]
         for step in range(max((k for k, a in zip(most, ctx.active) if a), default=0)):
             going = [None if s is None or step >= k else s for s, k in zip(seqs, most)]
+            if not any(s is not None for s in going):
+                break  # every row ended its draft on its confidence
             rows = self.cached.logits_rows(going, [len(s) - 1 if s is not None else 0 for s in going])
             t0 = time.perf_counter()
             for i, (seq, logits) in enumerate(zip(seqs, rows)):
                 if seq is None or logits is None:
+                    continue
+                if self.p_min > 0.0 and float(top_share(logits[0])) < self.p_min:
+                    most[i] = step  # unsure here: the row's draft ends before this token
                     continue
                 token, p = _choose(logits, ctx, i)
                 seq.append(token)

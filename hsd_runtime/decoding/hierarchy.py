@@ -31,21 +31,39 @@ from ..terms.errors import ChainError, PromptError
 from ..terms.limits import MAX_BATCH, MAX_WIDTH
 from ..terms.shape import TreeShape, Width, positions_needed
 from .cache import CachedModel, CachePool
+from .confidence import Confident
 from .drafters import DraftContext, Drafter, ModelDrafter, StandaloneDrafter, SteeredLevel, Steering, VerifierLevel, standalone
 from .results import GenerationResult, LevelStats
 from .sampling import SamplingConfig
 
 __all__ = ["Hierarchy", "Member", "check_chain"]
 
-# a member of a chain: a torch causal LM, a model of another engine, or a level-0 drafter without a
-# model (the n-gram lookup, block-draft heads)
-Member = nn.Module | EngineModel | StandaloneDrafter
+# a member of a chain: a torch causal LM, a model of another engine, a level-0 drafter without a
+# model (the n-gram lookup, block-draft heads), or a level-0 model that stops on its confidence
+Member = nn.Module | EngineModel | StandaloneDrafter | Confident
+
+
+def _unwrapped(members: Sequence[Member], widths: Sequence[Width]) -> tuple[list[Member], float]:
+    """The chain's members with a :class:`Confident` level 0 unwrapped to its model, and level 0's
+    p_min (0: it drafts its width every round); a Confident member anywhere else, or drafting a
+    tree, is refused in one line."""
+    out = [m.model if isinstance(m, Confident) else m for m in members]
+    for k, m in enumerate(members):
+        if not isinstance(m, Confident):
+            continue
+        if k != 0 or k == len(members) - 1:
+            raise ChainError(f"level {k} stops its drafts on its confidence (pmin=); only a model at level 0, below the target, drafts so")
+        if widths and isinstance(widths[0], TreeShape):
+            raise ChainError(f"widths {widths[0]}: a drafter that stops on its confidence (pmin=) drafts chains, not trees")
+    first = members[0] if members else None
+    return out, first.p_min if isinstance(first, Confident) else 0.0
 
 
 def check_chain(members: Sequence[Member], widths: Sequence[Width]) -> None:
     """Refuse, with one line, a chain the executor cannot run."""
     if not members:
         raise ChainError("a chain needs at least the target model")
+    members, _ = _unwrapped(members, widths)
     if len(widths) != len(members) - 1:
         raise ChainError(
             f"a chain of {len(members)} models needs {len(members) - 1} widths (one per level below the target), got {len(widths)}"
@@ -95,6 +113,7 @@ class Hierarchy:
         caches: CachePool | None = None,
     ) -> None:
         check_chain(members, widths)
+        members, p_min = _unwrapped(members, widths)
         names = list(names) if names is not None else [type(m).__name__ for m in members]
         models = [m for m in members if not standalone(m)]
         width = logits_width or min(head_rows(m) for m in models)
@@ -138,7 +157,7 @@ class Hierarchy:
                 reader.attach(cached)
             level: Drafter
             if k == 0 and k < last:
-                level = ModelDrafter(cached)
+                level = ModelDrafter(cached, p_min)
             else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
                 # a lenience in the sampling config relaxes the target's test only
                 level = VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0, lenient=k == last)

@@ -193,7 +193,7 @@ class ModelLoader:
 
     def load(self, spec: ModelSpec | str) -> LoadedModel:
         """Load one model spec (not ``ngram``)."""
-        spec = parse_spec(spec) if isinstance(spec, str) else spec
+        spec = (parse_spec(spec) if isinstance(spec, str) else spec).loads  # pmin= is how it drafts, not what loads
         if not spec.is_model:
             raise ModelSpecError(f"{spec} is a drafter, not a model to load")
         engine = spec.engine or self.engine

@@ -7,7 +7,8 @@ Every spec :func:`~hsd_runtime.terms.spec.parse_spec` accepts is of one kind (:f
   student, a ``.gguf`` file; ``layers=``, ``vocab=``, ``quant=``, ``weights=random`` views and copies);
 - ``ngram``: the n-gram lookup over the context;
 - ``bpd``: block-draft heads (``bpd:DIR``) read off the hidden state of the model directly above;
-- ``steered``: a model steered (``steer=DIR``) by the taps of the verifier directly above.
+- ``steered``: a model steered (``steer=DIR``) by the taps of the verifier directly above;
+- ``confident``: a model that ends its draft where its confidence falls below ``pmin=``.
 
 :func:`hsd_runtime.build.build_hierarchy` makes one member per kind; the planner's profiler reads
 how each is timed, whom it drafts for and how its acceptance is measured from here instead of
@@ -22,15 +23,28 @@ from typing import Literal
 from .choices import ENGINES
 from .spec import ModelSpec
 
-__all__ = ["BLOCK_HEADS", "KINDS", "MODEL", "NGRAM_LOOKUP", "STEERED", "DrafterKind", "Host", "Measure", "Timing", "kind_of"]
+__all__ = [
+    "BLOCK_HEADS",
+    "CONFIDENT",
+    "KINDS",
+    "MODEL",
+    "NGRAM_LOOKUP",
+    "STEERED",
+    "DrafterKind",
+    "Host",
+    "Measure",
+    "Timing",
+    "kind_of",
+]
 
 # what a latency point of the kind times: one cached pass of its model over n new tokens, one
 # n-gram lookup proposing up to n tokens, or one draft of up to n tokens from the heads
 Timing = Literal["pass", "lookup", "heads"]
 # how its acceptance under a verifier is measured (hsd_planner.profiling.acceptance): its own
 # teacher-forced logits against the verifier's, the block the lookup proposes at each start, the
-# heads on the verifier's hidden rows, or the steered model's pass steered from stale taps
-Measure = Literal["logits", "blocks", "heads", "steered"]
+# heads on the verifier's hidden rows, the steered model's pass steered from stale taps, or its
+# own logits with each start's draft ended at its first unconfident position
+Measure = Literal["logits", "blocks", "heads", "steered", "confident"]
 # the level directly above that the kind needs: the model whose hidden state its heads read, or
 # the verifier whose taps steer it
 Host = Literal["host", "verifier"]
@@ -49,7 +63,9 @@ class DrafterKind:
     c(n), not n c(1)) and the planner prices chains of it only. ``verifies``: profiled as a
     verifier (its distribution is its own: a steered model's depends on the level above it).
     ``batched``: it runs b sequences in lockstep and has c(n, b) curves. ``engines``: the engines
-    it runs on. ``acceptance``: how its acceptance is measured (:data:`Measure`).
+    it runs on. ``acceptance``: how its acceptance is measured (:data:`Measure`). ``stops``: it
+    ends a draft early on its own confidence, so a round may draft fewer tokens than its width
+    (and the planner prices its passes by the measured draft lengths).
     """
 
     name: str
@@ -63,12 +79,14 @@ class DrafterKind:
     batched: bool
     engines: tuple[str, ...]
     acceptance: Measure
+    stops: bool = False
 
     @property
     def drafts_trees(self) -> bool:
         """Whether the planner prices draft trees of it (the profiler measures its sibling
-        acceptance): a drafter that proposes token by token; a lookup drafts chains only."""
-        return not self.lookup
+        acceptance): a drafter that proposes token by token; a lookup, and a drafter that stops
+        on its confidence, draft chains only."""
+        return not (self.lookup or self.stops)
 
 
 MODEL = DrafterKind(
@@ -124,18 +142,36 @@ STEERED = DrafterKind(
     acceptance="steered",
 )
 
-KINDS: tuple[DrafterKind, ...] = (MODEL, NGRAM_LOOKUP, BLOCK_HEADS, STEERED)
+CONFIDENT = DrafterKind(
+    name="confident",
+    member="the loaded model in a Confident wrapper: level 0 drafting until its confidence falls below pmin=",
+    own_model=True,
+    timing="pass",
+    projection=False,
+    host=None,
+    lookup=False,
+    verifies=False,  # the rule ends a level-0 draft; a verifier's batch is its accepted tokens
+    batched=True,
+    engines=ENGINES,
+    acceptance="confident",
+    stops=True,
+)
+
+KINDS: tuple[DrafterKind, ...] = (MODEL, NGRAM_LOOKUP, BLOCK_HEADS, STEERED, CONFIDENT)
 
 
 def kind_of(spec: ModelSpec) -> DrafterKind:
     """The kind of drafter ``spec`` names.
 
     >>> from hsd_runtime.terms.spec import parse_spec
-    >>> [kind_of(parse_spec(s)).name for s in ("ngram:n=3", "bpd:heads", "smollm2-135m:steer=st", "smollm2-135m:layers=8")]
-    ['ngram', 'bpd', 'steered', 'model']
+    >>> specs = ("ngram:n=3", "bpd:heads", "smollm2-135m:steer=st", "smollm2-135m:layers=8", "smollm2-135m:pmin=0.5")
+    >>> [kind_of(parse_spec(s)).name for s in specs]
+    ['ngram', 'bpd', 'steered', 'model', 'confident']
     """
     if spec.is_ngram:
         return NGRAM_LOOKUP
     if spec.is_bpd:
         return BLOCK_HEADS
+    if spec.p_min is not None:
+        return CONFIDENT
     return MODEL if spec.steer is None else STEERED

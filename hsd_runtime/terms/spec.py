@@ -10,7 +10,10 @@ on llama.cpp a spec names a packaged alias or a ``.gguf`` file, run as it is or 
 ``min=K`` (``ngram`` only: propose nothing unless a suffix of at least K tokens matches; 1 by
 default, so that any repeated token drafts), ``rule=llama-server`` (``ngram`` only: draft as
 llama-server's ``ngram-simple`` does, on an exact match of n tokens, 12 unless ``n=`` says, from
-its latest occurrence; see :mod:`hsd_runtime.decoding.ngram`), ``vocab=N`` or ``vocab=FILE``
+its latest occurrence; see :mod:`hsd_runtime.decoding.ngram`), ``pmin=P`` (a model at level 0 only: end
+each draft at the first token whose probability among the drafter's ten likeliest is below P, as
+llama-server's ``draft-simple`` does with ``--spec-draft-p-min P``; see
+:mod:`hsd_runtime.decoding.confidence`), ``vocab=N`` or ``vocab=FILE``
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
 ranking file lists; see :mod:`hsd_runtime.models.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
 the model directly above it, with the projection trained into DIR; see :mod:`hsd_runtime.learned.steering`).
@@ -60,7 +63,7 @@ BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
 _INT_OPTIONS = {"layers", "n", "min"}
-_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights"}
+_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin"}
 SERVER_RULE = "llama-server"  # rule=: the lookup llama-server's ngram-simple runs
 SERVER_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-simple-size-n
 _BPD_KNOWN = set(BPD_DEFAULTS)
@@ -153,6 +156,18 @@ class ModelSpec(BaseModel):
         return self.get("weights") == "random"
 
     @property
+    def p_min(self) -> float | None:
+        """The confidence below which a drafter ends its draft (``pmin=P``), None when it always drafts its width."""
+        value = self.get("pmin")
+        return None if value is None else float(value)
+
+    @property
+    def loads(self) -> ModelSpec:
+        """The spec of the model the loader loads: ``pmin=`` dropped, since it changes how the
+        model drafts, not the model (``m`` and ``m:pmin=0.5`` share one set of weights)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] != "pmin"))
+
+    @property
     def is_ngram(self) -> bool:
         return self.name == NGRAM
 
@@ -177,8 +192,8 @@ class ModelSpec(BaseModel):
 
     @property
     def base(self) -> ModelSpec:
-        """The spec of the full model this one is a view of (``layers``, ``vocab`` and ``steer`` dropped)."""
-        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab", "steer")))
+        """The spec of the full model this one is a view of (``layers``, ``vocab``, ``steer`` and ``pmin`` dropped)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab", "steer", "pmin")))
 
     def __str__(self) -> str:
         return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
@@ -248,9 +263,11 @@ def parse_spec(text: str) -> ModelSpec:
             )
         if key == "engine" and value not in ENGINES:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
+        if key == "pmin" and not _open_unit(value):
+            raise ModelSpecError(f"pmin={value[:40]} in model spec {text[:200]!r} must be a number between 0 and 1 (exclusive)")
     spec = ModelSpec(name=name, options=tuple(options))
     if spec.is_ngram and any(
-        v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"))
+        v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"), spec.p_min)
     ):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K and rule={SERVER_RULE}")
     if spec.ngram_rule is not None and spec.get("min") is not None:
@@ -262,6 +279,8 @@ def parse_spec(text: str) -> ModelSpec:
         raise ModelSpecError(
             f"model spec {text!r}: min={spec.ngram_min} exceeds the order n={spec.ngram_order}; no suffix that long is looked up"
         )
+    if spec.p_min is not None and spec.steer is not None:
+        raise ModelSpecError(f"model spec {text!r}: a steered drafter drafts its width every round; drop pmin=")
     if spec.engine is not None:
         check_engine(spec, spec.engine)
     if spec.quant in TORCH_QUANTS and spec.dtype not in (None, "fp32"):
@@ -331,6 +350,15 @@ def _parse_bpd(text: str, name: str, parts: list[str]) -> ModelSpec:
             f"bpd spec {text[:200]!r}: a language model rescores one path left to right; p > 1 takes rescore=ngram or none"
         )
     return spec
+
+
+def _open_unit(value: str) -> bool:
+    """Whether ``value`` is a decimal number strictly between 0 and 1 (``0.75``, ``.5``)."""
+    try:
+        x = float(value)
+    except ValueError:
+        return False
+    return len(value) <= 20 and 0.0 < x < 1.0
 
 
 def _where(name: str) -> str:
