@@ -3,19 +3,21 @@ engine and on llama-server's ``draft-simple`` with ``--spec-draft-p-min``.
 
     python -m benchmarks.bench_confidence                          # Qwen 0.5B -> 1.5B, HumanEval, p_min 0.5 and 0.8
     python -m benchmarks.bench_confidence --p-min 0.3,0.6,0.9 --new 256
+    python -m benchmarks.bench_confidence --engine torch --drafter qwen2.5-coder-0.5b:quant=int8   # no llama-server
 
 One workload, one machine, one sitting:
 
-1. ``hsd-plan profile --engine llamacpp`` of the drafter alone and with each ``pmin=``, and the
+1. ``hsd-plan profile --engine llamacpp`` (or ``--engine torch``) of the drafter alone and with each ``pmin=``, and the
    target, on the workload's profiling split, into a fresh database under ``--out-dir`` (the
    drafter's passes are timed once; each ``pmin=`` reads its draft lengths off its own rows);
-2. ``hsd-plan solve`` and ``hsd-plan validate --candidates singles`` on the held-out split: each
-   drafter's best width, predicted and measured on our engine (ms per token, tokens per round);
+2. ``hsd-plan solve``, then a validation on the held-out split of its pick, autoregressive
+   decoding and each drafter at each of ``--widths`` (fixed chains): predicted and measured on our
+   engine (ms per token, tokens per round);
 3. llama-server (the same GGUFs, threads, prompts as token ids, greedy, ``-np 1``) running each of
    those plans with the flags ``hsd-plan export --format llamacpp`` writes for it
    (``--spec-type draft-simple --spec-draft-n-max k --spec-draft-n-min 0 --spec-draft-p-min p``),
    and with no speculation: its ms per token and its drafted tokens per round against the plan's
-   prediction.
+   prediction (llama.cpp only: the server runs the GGUFs our llama.cpp engine profiled).
 
 Rounds alternate llama-server and our engine (``--repeats``); every ratio is between figures of
 this run.
@@ -30,8 +32,12 @@ from pathlib import Path
 
 from benchmarks.bench_llamacpp import gguf_of, hsd_plan, run_config, workload_ms
 from benchmarks.common import machine
+from hsd_planner.cli.loader import resolve_dtype_choice
 from hsd_planner.prompts import encode_prompt, load_prompts, split
-from hsd_runtime import cpu_capability, parse_spec
+from hsd_planner.store import open_db
+from hsd_planner.store.profiles import load_profile
+from hsd_planner.validation import run_validation, select_plans
+from hsd_runtime import ModelLoader, cpu_capability, parse_spec
 
 
 def server_args(drafter: Path, k: int, p_min: float) -> list[str]:
@@ -46,6 +52,8 @@ def server_args(drafter: Path, k: int, p_min: float) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
+    ap.add_argument("--dtype", default="auto", help="the torch engine's dtype (hsd-plan profile --dtype)")
     ap.add_argument("--drafter", default="qwen2.5-coder-0.5b")
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
     ap.add_argument("--p-min", default="0.5,0.8", help="pmin= values profiled beside the drafter that always drafts")
@@ -55,6 +63,7 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--t-max", type=int, default=8)
+    ap.add_argument("--widths", default="1,3,6", help="each drafter's widths, run as fixed chains")
     ap.add_argument("--latency-grid", default="1,2,3,4,5,6,7,8,9,12,16")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/confidence"))
@@ -63,71 +72,82 @@ def main() -> None:
     p_mins = [float(p) for p in args.p_min.split(",")]
     models = [args.drafter, *(f"{args.drafter}:pmin={p:g}" for p in p_mins), args.target]
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    db = args.out_dir / "confidence.db"
+    db = args.out_dir / f"confidence-{args.engine}.db"
     db.unlink(missing_ok=True)
     common = ["--db", str(db)]
     source = ["--prompts", args.prompts]
-    profile = hsd_plan("profile", "--engine", "llamacpp", "--models", ",".join(models), *source,
+    dtype = ["--dtype", args.dtype] if args.engine == "torch" else []
+    profile = hsd_plan("profile", "--engine", args.engine, *dtype, "--models", ",".join(models), *source,
                        "--max-prompts", str(args.profile_prompts), "--max-new-tokens", str(args.new),
                        "--latency-grid", args.latency_grid, *common)  # fmt: skip
     solve = hsd_plan("solve", "--t-max", str(args.t_max), *common)
     print(f"profiled in {profile.get('elapsed_s', 0):.0f} s; pick {' -> '.join(solve['chain'])} {solve['widths']}", flush=True)
 
-    target, drafter = gguf_of(args.target, args.threads), gguf_of(args.drafter, args.threads)
+    target, drafter = gguf_of(args.target, args.threads), gguf_of(parse_spec(args.drafter).name, args.threads)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
     held_out = split(load_prompts(args.prompts), "validate", limit=args.max_prompts)
     prompts = [encode_prompt(tokenizer, text) for text in held_out.prompts]
 
+    # each drafter at each width, as fixed chains beside the solve's pick and autoregressive decoding
+    store = open_db(str(db))
+    record, picked = select_plans(store, (), "best")
+    names = sorted({str(m.name) for m in load_profile(store, target=record.target)[0].models if m.name != record.target})
+    widths = [int(w) for w in args.widths.split(",")]
+    fixed = [((name, record.target), (w,)) for name in names for w in widths]
+    loader = ModelLoader(device="cpu", dtype=resolve_dtype_choice(args.dtype, "cpu"), engine=args.engine, threads=args.threads)
     validations: list[dict] = []
     server: dict[str, list[dict]] = {}
     configs: dict[str, list[str]] = {"no speculation": []}
+    for name in names:
+        for w in widths:
+            configs[f"{name} [{w}]"] = server_args(drafter, w, parse_spec(name).p_min or 0.0)
     for r in range(args.repeats):
         for step in ["ours", "server"] if r % 2 == 0 else ["server", "ours"]:
             if step == "ours":
-                doc = hsd_plan("validate", "--candidates", "singles", *source, "--max-prompts", str(args.max_prompts),
-                               "--max-new-tokens", str(args.new), *common)  # fmt: skip
-                validations.append(doc)
-                for plan in doc["plans"]:
-                    if len(plan["chain"]) == 2:  # each drafter's best width, as the server runs it
-                        spec = plan["chain"][0]
-                        p = parse_spec(spec).p_min or 0.0
-                        configs.setdefault(f"{spec} [{plan['widths'][0]}]", server_args(drafter, plan["widths"][0], p))
-            else:
+                report = run_validation(store, loader, record, picked, held_out, args.new, 1, fixed=fixed)
+                validations.append(report.to_dict())
+            elif args.engine == "llamacpp":
                 for c, flags in configs.items():
                     run_config(target, flags, prompts, args.new, args.threads, server.setdefault(c, []))
             print(f"round {r + 1}: {step} done", flush=True)
 
-    none = workload_ms(server["no speculation"], len(prompts))
+    server_ran = args.engine == "llamacpp"
+    none = workload_ms(server["no speculation"], len(prompts)) if server_ran else float("nan")
     print(f"\n{held_out.name}: {len(prompts)} held-out prompts x {args.repeats} rounds, {args.new} greedy tokens, "
           f"{args.threads} threads; {machine()}, {cpu_capability()}")  # fmt: skip
-    head = f"{'plan':40s} {'pred ms':>8s} {'ours ms':>8s} {'err':>7s} {'pred tok/rd':>11s} {'ours':>6s} {'server ms':>9s} {'err':>7s} {'srv drafted/rd':>14s}"
+    head = (f"{'plan':48s} {'pred x':>7s} {'ours x':>7s} {'err':>7s} {'pred tok/rd':>11s} {'ours':>6s} {'pred ms':>8s} "
+            f"{'server ms':>9s} {'err':>7s} {'srv tok/rd':>10s}")  # fmt: skip
     print(head)
     rows = []
     for label, flags in configs.items():
         if label == "no speculation":
             continue
-        spec = label.rsplit(" [", 1)[0]
-        plans = [p for v in validations for p in v["plans"] if len(p["chain"]) == 2 and p["chain"][0] == spec]
+        spec, width = label.rsplit(" [", 1)
+        plans = [p for v in validations for p in v["plans"] if p["chain"][0] == spec and p["widths"] == [int(width[:-1])]]
         predicted = plans[0]["predicted_ms_per_token"]
         ours = statistics.median(p["measured_ms_per_token"] for p in plans)
+        speedup = plans[0]["predicted_speedup"]
+        ours_speedup = statistics.median(p["measured_speedup"] for p in plans)
         tokens = plans[0]["predicted_mean_accepted_length"]
         ours_tokens = statistics.median(p["measured_mean_accepted_length"] for p in plans)
-        srv = server[label]
-        srv_ms = workload_ms(srv, len(prompts))
-        rounds = sum(max(1, r["n"] - r["accepted"]) for r in srv)  # each round commits its accepted tokens + 1
+        srv = server.get(label, [])
+        srv_ms = workload_ms(srv, len(prompts)) if server_ran else float("nan")
+        rounds = sum(max(1, r["n"] - r["accepted"]) for r in srv) or 1  # each round commits its accepted tokens + 1
         drafted = sum(r["draft_n"] for r in srv) / rounds
-        rows.append({"plan": label, "flags": flags, "predicted_ms": predicted, "ours_ms": ours, "predicted_tokens_per_round": tokens,
+        rows.append({"plan": label, "flags": flags, "predicted_ms": predicted, "ours_ms": ours, "predicted_speedup": speedup,
+                     "ours_speedup": ours_speedup, "predicted_tokens_per_round": tokens,
                      "ours_tokens_per_round": ours_tokens, "server_ms": srv_ms, "server_drafted_per_round": drafted,
-                     "server_tokens_per_round": sum(r["n"] for r in srv) / rounds})  # fmt: skip
-        print(f"{label:40s} {predicted:8.2f} {ours:8.2f} {ours / predicted - 1:+7.1%} {tokens:11.2f} {ours_tokens:6.2f} "
-              f"{srv_ms:9.2f} {srv_ms / predicted - 1:+7.1%} {drafted:14.2f}")  # fmt: skip
+                     "server_tokens_per_round": sum(r["n"] for r in srv) / rounds, "server_rounds": rounds})  # fmt: skip
+        srv_tokens = sum(r["n"] for r in srv) / rounds
+        print(f"{label.replace(':engine=llamacpp', ''):48s} {speedup:7.2f} {ours_speedup:7.2f} {speedup / ours_speedup - 1:+7.1%} "
+              f"{tokens:11.2f} {ours_tokens:6.2f} {predicted:8.2f} {srv_ms:9.2f} {srv_ms / predicted - 1:+7.1%} {srv_tokens:10.2f}")  # fmt: skip
     print(f"llama-server no speculation: {none:.2f} ms/token")
-    doc = {"workload": held_out.name, "prompts": len(prompts), "new": args.new, "repeats": args.repeats, "threads": args.threads,
+    doc = {"engine": args.engine, "workload": held_out.name, "prompts": len(prompts), "new": args.new, "repeats": args.repeats, "threads": args.threads,
            "machine": machine(), "cpu_capability": cpu_capability(), "models": models, "profile": profile, "solve": solve,
            "server_none_ms": none, "plans": rows, "validations": validations, "server_runs": server}  # fmt: skip
-    (args.out_dir / "confidence.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (args.out_dir / f"confidence-{args.engine}.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -357,3 +357,21 @@ def test_a_stored_name_with_a_newline_is_refused_by_export(solved, tmp_path, iso
         result = run("export", "--plan", plans["depth 2"], "--format", fmt, "--out", out)
         one_line_error(result, "holds the control character U+000A")
         assert not out.exists()
+
+
+def test_a_draft_model_that_stops_on_its_confidence_is_exported_to_llama_server_alone():
+    """pmin=P is llama-server's draft-simple rule: exported with --spec-draft-p-min P (p_min 0 for a
+    drafter that drafts k every round); the other stacks stop otherwise or never, so it is not theirs."""
+    from hsd_planner.export.stacks import Served, stack_for
+
+    served = Served("t.gguf", "d.gguf", False, 6, 0, "greedy", None, p_min=0.75)
+    args = stack_for("llamacpp").render(served).payload["server_args"]
+    assert args == ["--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6", "--spec-draft-n-min", "0",
+                    "--spec-draft-p-min", "0.75"]  # fmt: skip
+    legacy = stack_for("llamacpp", "legacy").render(served).payload["server_args"]
+    assert legacy == ["-md", "d.gguf", "--draft-max", "6", "--draft-min", "0", "--draft-p-min", "0.75"]
+    plain = stack_for("llamacpp").render(Served("t.gguf", "d.gguf", False, 6, 0, "greedy", None)).payload["server_args"]
+    assert plain[-2:] == ["--spec-draft-p-min", "0"]
+    for fmt in ("hf", "vllm", "sglang", "trtllm"):
+        assert "ten likeliest" in (unloadable("qwen2.5-coder-0.5b:pmin=0.75", False, stack_for(fmt)) or "")
+    assert unloadable("qwen2.5-coder-0.5b:pmin=0.75", False, stack_for("llamacpp")) is None

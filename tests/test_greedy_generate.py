@@ -3,8 +3,10 @@
 An independent decoder: ``model.generate(do_sample=False)`` of transformers on the same loaded
 weights (the same module objects, so the same kernels) against the hierarchy, fp32, at least 64
 new tokens, on 8 prompts of different kinds (the built-in categories and HumanEval problems).
-SmolLM2-135M with early exits, the n-gram drafter, trees, an int8 copy and depth 3 (all 8 prompts);
-Qwen2.5-Coder 0.5B -> 1.5B chains and trees, an int8 copy of the 0.5B as a drafter, depth 3 (5 of them). Runs where an end-of-sequence
+SmolLM2-135M with early exits, the n-gram drafter, trees, an int8 copy, depth 3 and a drafter that
+ends its drafts on its confidence (``pmin=``) (all 8 prompts);
+Qwen2.5-Coder 0.5B -> 1.5B chains (one with ``pmin=``) and trees, an int8 copy of the 0.5B as a
+drafter, depth 3 (5 of them). Runs where an end-of-sequence
 token falls inside a round and where the length limit cuts a round are both required to occur.
 """
 
@@ -92,6 +94,7 @@ def test_smollm2_hierarchies_equal_transformers_generate(loader):
         (["smollm2-135m"], [], [7]),  # the target alone
         (["ngram", "smollm2-135m:layers=8", "smollm2-135m"], [4, 2], [0, 3, 7]),
         (["smollm2-135m:layers=8", "smollm2-135m"], [TreeShape((3, 2, 1))], [1, 4]),
+        (["smollm2-135m:layers=8:pmin=0.6", "smollm2-135m"], [5], [0, 3]),
         (["smollm2-135m:layers=4", "smollm2-135m:layers=16", "smollm2-135m"], [TreeShape((2, 2)), 3], [2, 6]),
         (["ngram", "smollm2-135m:layers=6", "smollm2-135m:quant=int8", "smollm2-135m"], [3, 2, 3], list(range(len(PROMPTS)))),
     ]
@@ -106,6 +109,7 @@ def test_qwen_hierarchies_equal_transformers_generate(qwen_loader):
     # One prompt per shape: the 1.5B's own decoding is the costly part (five prompts, 64 tokens each).
     cases = [
         (["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [4], [0, 7]),
+        (["qwen2.5-coder-0.5b:pmin=0.5", "qwen2.5-coder-1.5b"], [6], [7]),
         (["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [TreeShape((2, 2, 1))], [5]),
         (["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-1.5b"], [3, 4], [2]),
         (["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [3, 2, 4], [6]),

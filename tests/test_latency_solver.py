@@ -299,3 +299,35 @@ def test_a_lookup_that_often_proposes_nothing_pays_a_short_pass():
     assert solve_graph([ngram], t, {("ngram", "t"): full}, SolveConfig(t_max=b)).best.chain == ("t",)
     best = solve_graph([ngram], t, {("ngram", "t"): lengths}, SolveConfig(t_max=b)).best
     assert best.chain == ("ngram", "t") and best.prediction.ms_per_token == pytest.approx(priced)
+
+
+def test_a_draft_model_that_stops_on_its_confidence_pays_the_passes_it_drafts():
+    """pmin=: a drafter whose draft ends at L pays min(L + 1, b) passes (the one that found it
+    unsure ran) and its verifier a pass of L + 1 tokens; the solver prices it as the latency model
+    does, on its own and under a middle level."""
+    steep = lambda n: 30.0 * (1 + 0.6 * (n - 1))  # noqa: E731
+    b = 4
+    tables = [[1.0] + [0.5] * k for k in range(1, b + 1)]  # P_b(L >= l): the full width half the time, else nothing
+    runs = [[1.0] + [0.5] * g for g in range(1, b + 1)]  # what it drafts is accepted
+    lengths = RunLengths([1.0, 0.5, 0.5, 0.5, 0.5, 0.0], runs, tables)
+    assert lengths.draft_passes(b) == pytest.approx(0.5 * 1 + 0.5 * 4)
+    drafter, target = Level(lambda n: 5.0, stops=True), Level(steep, lengths)
+    # passes 2.5 x 5 ms; the verify pass 0.5 c(1) + 0.5 c(5) = 15 + 51; E[X] = 1 + 0.5 x 4 = 3
+    assert hierarchy_latency([drafter, target], [b]).ms_per_token == pytest.approx((12.5 + 66.0) / 3)
+    assert hierarchy_latency([dataclasses.replace(drafter, stops=False), target], [b]).ms_per_token == pytest.approx((20.0 + 66.0) / 3)
+
+    rng = random.Random(3)
+    d, m, t = Candidate("d", lambda n: 2.0, stops=True), Candidate("m", lambda n: 6.0 + n), Candidate("t", steep)
+    acc = {pair: _random_runs(rng, True) for pair in (("d", "m"), ("d", "t"), ("m", "t"))}
+    acc = {pair: RunLengths([r.at_least(g) for g in range(9)], drafted=tables) for pair, r in acc.items()}
+    best = solve_graph([d, m], t, acc, SolveConfig(t_max=3, top_k=3)).best
+    brute = min(
+        (hierarchy_latency(levels, list(w)).ms_per_token, chain, w)
+        for chain, levels in (
+            (("d", "t"), [Level(d.cost, stops=True), Level(t.cost, acc[("d", "t")])]),
+            (("m", "t"), [Level(m.cost), Level(t.cost, acc[("m", "t")])]),
+            (("d", "m", "t"), [Level(d.cost, stops=True), Level(m.cost, acc[("d", "m")]), Level(t.cost, acc[("m", "t")])]),
+        )
+        for w in itertools.product(range(1, 4), repeat=len(chain) - 1)
+    )
+    assert best.prediction.ms_per_token == pytest.approx(brute[0], rel=1e-9) and (best.chain, best.widths) == brute[1:]

@@ -30,8 +30,10 @@ class RunLengths:
     (0 when they are 0), so any width can be evaluated.
 
     ``drafted[b - 1]``, when given, is P(L >= l), l = 0..b, for the proposal length L of a lookup
-    drafter asked for b tokens (it proposes fewer, or none, when its match runs short): the pass
-    that verifies the proposal holds L + 1 tokens, not b + 1 (:meth:`verify_cost`).
+    drafter asked for b tokens (it proposes fewer, or none, when its match runs short) or of a model
+    that stops on its confidence (``pmin=``): the pass that verifies the proposal holds L + 1
+    tokens, not b + 1 (:meth:`verify_cost`), and such a model drafts in min(L + 1, b) passes
+    (:meth:`draft_passes`).
     """
 
     def __init__(

@@ -170,7 +170,7 @@ class AcceptancePromptOut(_Row):
     visit_sum: list[list[Sum]] | None = None  # absent in exports made before they were measured
     visit_count: list[Sum] | None = None
     visit_base: list[list[Sum]] | None = None  # absent in exports made before censored starts counted
-    visit_drafted: list[list[Sum]] | None = None  # a lookup's proposal lengths; absent: a model drafter, or older exports
+    visit_drafted: list[list[Sum]] | None = None  # proposal lengths (lookup, pmin=); absent: drafts b always, or older
     siblings_sum: SiblingSums | None = None  # sum over positions of a_t(k); absent: n-gram drafter, or older exports
     siblings_count: Count | None = None
 
@@ -201,7 +201,7 @@ class AcceptanceOut(_Row):
     prompts: Count
     run_lengths: Annotated[list[Prob], Field(min_length=1)]  # P(G >= 0) at least; an empty curve predicts nothing
     visited: list[list[Prob] | None] | None = None
-    drafted: list[list[Prob] | None] | None = None  # [b - 1][l]: P_b(L >= l), a lookup's proposal length L
+    drafted: list[list[Prob] | None] | None = None  # [b - 1][l]: P_b(L >= l), a lookup's or a pmin= model's proposal length L
     siblings: SiblingCurve | None = None  # A(k), k = 1..; absent: n-gram drafter, or older exports
 
 

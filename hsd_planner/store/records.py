@@ -148,7 +148,7 @@ class PromptAcceptance:
     siblings_sum: list[float] | None = None
     siblings_count: int | None = None
     visit_base: list[list[float]] | None = None  # None: measured before censored starts counted
-    visit_drafted: list[list[float]] | None = None  # a lookup's proposal lengths; None: a model, or measured before
+    visit_drafted: list[list[float]] | None = None  # proposal lengths (lookup, pmin=); None: drafts b always, or older
 
 
 @dataclass(frozen=True)

@@ -173,8 +173,9 @@ class AcceptancePrompt(_PairKey, Base):
     weighted probability of the g - 1 tokens before, over the starts that see g positions (see
     :func:`hsd_planner.profiling.acceptance.visited_run_sums`; None in rows measured before a
     start near the continuation's end counted). ``visit_drafted[b - 1][l]`` adds the same weights over
-    the visited rounds whose proposal held at least l tokens (a lookup drafter's, which may propose
-    fewer than b; None for a model drafter, which always proposes b).
+    the visited rounds whose proposal held at least l tokens (a lookup drafter's, or a model's that
+    stops on its confidence, ``pmin=``: either may propose fewer than b; None for a model drafter
+    that always proposes b).
     ``siblings_sum[k - 1]`` adds a_t(k), the probability that one of k siblings drafted at t is
     accepted, over ``siblings_count`` positions (:mod:`hsd_planner.profiling.siblings`; None for the
     n-gram drafter, which drafts chains only, and for rows measured before siblings were).
@@ -203,8 +204,9 @@ class Acceptance(_PairKey, Base):
     probability that g consecutive drafted tokens are accepted (g = 0..64, ``run_lengths[0] = 1``),
     averaged over every start position; ``visited[b - 1][g]`` is P(G >= g), g = 0..b, over the
     starts a decoder drafting b tokens a round visits (None where no start had room for b);
-    ``drafted[b - 1][l]`` is P(L >= l), l = 0..b, for a lookup drafter's proposal length L over
-    the same rounds (None: a model drafter, which always proposes b, or rows measured before);
+    ``drafted[b - 1][l]`` is P(L >= l), l = 0..b, for the proposal length L of a lookup drafter or
+    a ``pmin=`` model over the same rounds (None: a model drafter that always proposes b, or rows
+    measured before);
     ``siblings[k - 1]`` is A(k), P(one of k siblings drawn without replacement is accepted), k = 1..8
     (None: the n-gram drafter, or some prompt measured before siblings were).
     """
