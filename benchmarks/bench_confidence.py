@@ -2,12 +2,13 @@
 engine and on llama-server's ``draft-simple`` with ``--spec-draft-p-min``.
 
     python -m benchmarks.bench_confidence                          # Qwen 0.5B -> 1.5B, HumanEval, p_min 0.5 and 0.8
-    python -m benchmarks.bench_confidence --p-min 0.3,0.6,0.9 --new 256
+    python -m benchmarks.bench_confidence --variants pmin=0.3,pmin=0.6:nmin=2 --new 256
     python -m benchmarks.bench_confidence --engine torch --drafter qwen2.5-coder-0.5b:quant=int8   # no llama-server
 
 One workload, one machine, one sitting:
 
-1. ``hsd-plan profile --engine llamacpp`` (or ``--engine torch``) of the drafter alone and with each ``pmin=``, and the
+1. ``hsd-plan profile --engine llamacpp`` (or ``--engine torch``) of the drafter alone and with each
+   of ``--variants`` (``pmin=``, ``nmin=``), and the
    target, on the workload's profiling split, into a fresh database under ``--out-dir`` (the
    drafter's passes are timed once; each ``pmin=`` reads its draft lengths off its own rows);
 2. ``hsd-plan solve``, then a validation on the held-out split of its pick, autoregressive
@@ -40,13 +41,14 @@ from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import ModelLoader, cpu_capability, parse_spec
 
 
-def server_args(drafter: Path, k: int, p_min: float) -> list[str]:
-    """The flags the export writes for a draft model asked for ``k`` tokens that stops below ``p_min``.
+def server_args(drafter: Path, k: int, p_min: float, n_min: int = 0) -> list[str]:
+    """The flags the export writes for a draft model asked for ``k`` tokens that stops below
+    ``p_min`` and drops a draft shorter than ``n_min``.
 
-    >>> server_args(Path("d.gguf"), 3, 0.5)[-2:]
-    ['--spec-draft-p-min', '0.5']
+    >>> server_args(Path("d.gguf"), 3, 0.5, 2)[-4:]
+    ['--spec-draft-n-min', '2', '--spec-draft-p-min', '0.5']
     """
-    return ["--spec-type", "draft-simple", "-md", str(drafter), "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+    return ["--spec-type", "draft-simple", "-md", str(drafter), "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(n_min),
             "--spec-draft-p-min", f"{p_min:g}"]  # fmt: skip
 
 
@@ -56,7 +58,7 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="the torch engine's dtype (hsd-plan profile --dtype)")
     ap.add_argument("--drafter", default="qwen2.5-coder-0.5b")
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--p-min", default="0.5,0.8", help="pmin= values profiled beside the drafter that always drafts")
+    ap.add_argument("--variants", default="pmin=0.5,pmin=0.8", help="the drafter's options profiled beside it (pmin=, nmin=)")
     ap.add_argument("--prompts", default="humaneval")
     ap.add_argument("--profile-prompts", type=int, default=8)
     ap.add_argument("--max-prompts", type=int, default=4, help="held-out prompts")
@@ -69,8 +71,7 @@ def main() -> None:
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/confidence"))
     args = ap.parse_args()
 
-    p_mins = [float(p) for p in args.p_min.split(",")]
-    models = [args.drafter, *(f"{args.drafter}:pmin={p:g}" for p in p_mins), args.target]
+    models = [args.drafter, *(f"{args.drafter}:{v}" for v in args.variants.split(",")), args.target]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     db = args.out_dir / f"confidence-{args.engine}.db"
     db.unlink(missing_ok=True)
@@ -102,7 +103,8 @@ def main() -> None:
     configs: dict[str, list[str]] = {"no speculation": []}
     for name in names:
         for w in widths:
-            configs[f"{name} [{w}]"] = server_args(drafter, w, parse_spec(name).p_min or 0.0)
+            spec = parse_spec(name)
+            configs[f"{name} [{w}]"] = server_args(drafter, w, spec.p_min or 0.0, spec.n_min)
     for r in range(args.repeats):
         for step in ["ours", "server"] if r % 2 == 0 else ["server", "ours"]:
             if step == "ours":
@@ -143,10 +145,11 @@ def main() -> None:
         srv_tokens = sum(r["n"] for r in srv) / rounds
         print(f"{label.replace(':engine=llamacpp', ''):48s} {speedup:7.2f} {ours_speedup:7.2f} {speedup / ours_speedup - 1:+7.1%} "
               f"{tokens:11.2f} {ours_tokens:6.2f} {predicted:8.2f} {srv_ms:9.2f} {srv_ms / predicted - 1:+7.1%} {srv_tokens:10.2f}")  # fmt: skip
-    print(f"llama-server no speculation: {none:.2f} ms/token")
+    ours_ar = statistics.median(p["measured_ms_per_token"] for v in validations for p in v["plans"] if len(p["chain"]) == 1)
+    print(f"llama-server no speculation: {none:.2f} ms/token; our autoregressive decoding: {ours_ar:.2f}")
     doc = {"engine": args.engine, "workload": held_out.name, "prompts": len(prompts), "new": args.new, "repeats": args.repeats, "threads": args.threads,
            "machine": machine(), "cpu_capability": cpu_capability(), "models": models, "profile": profile, "solve": solve,
-           "server_none_ms": none, "plans": rows, "validations": validations, "server_runs": server}  # fmt: skip
+           "server_none_ms": none, "ours_autoregressive_ms": ours_ar, "plans": rows, "validations": validations, "server_runs": server}  # fmt: skip
     (args.out_dir / f"confidence-{args.engine}.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 

@@ -86,7 +86,7 @@ def _steered(site: _Site) -> Member:
 
 def _confident(site: _Site) -> Member:
     assert site.loaded is not None and site.spec.p_min is not None
-    return Confident(site.loaded.model, site.spec.p_min)
+    return Confident(site.loaded.model, site.spec.p_min, site.spec.n_min)
 
 
 # what the build makes of each kind of drafter (hsd_runtime.terms.kinds, each kind's ``member``)

@@ -20,11 +20,11 @@ from hsd_planner.store.profiles import load_profile
 from hsd_runtime import ChainError, ModelLoader, ModelSpecError, NgramDrafter, build_hierarchy, parse_spec
 from hsd_runtime.build import MEMBERS
 from hsd_runtime.decoding.cache import engine_cache
+from hsd_runtime.decoding.confidence import Confident
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.heads import save_heads
 from hsd_runtime.learned.steering import save_steering
 from hsd_runtime.terms.choices import ENGINES
-from hsd_runtime.decoding.confidence import Confident
 from hsd_runtime.terms.kinds import BLOCK_HEADS, CONFIDENT, KINDS, MODEL, NGRAM_LOOKUP, STEERED, Measure, Timing, kind_of
 from hsd_runtime.terms.spec import check_engine
 from tests.test_bpd import card as heads_card

@@ -76,8 +76,8 @@ def _drafter(name: str, zoo: dict[str, torch.nn.Module]) -> NgramDrafter | BpdDr
 
 
 # level-0 models that stop on their confidence: B below a top share of 0.4 (about half its
-# positions), and a sharper B below 0.75
-CONFIDENT = {"C": ("B", 0.4), "CS": ("S", 0.75)}
+# positions), a sharper B below 0.75, and B dropping its drafts of one token
+CONFIDENT = {"C": ("B", 0.4, 0), "CS": ("S", 0.75, 0), "CN": ("B", 0.4, 2)}  # CN drops its one-token drafts
 
 # steered drafters: B steered by T, M steered by T (a middle level), B steered by M
 STEERED = {"G": ("B", "T"), "H": ("M", "T"), "G2": ("B", "M")}
@@ -116,7 +116,7 @@ class Cell:
             if name in ("ngram", "ngram:min=2", "ngram:n=2:rule=llama-server", *BPD)
             else _steered(name, zoo)
             if name in STEERED
-            else Confident(zoo[CONFIDENT[name][0]], CONFIDENT[name][1])
+            else Confident(zoo[CONFIDENT[name][0]], *CONFIDENT[name][1:])
             if name in CONFIDENT
             else zoo[name]
             for name in self.chain.split(",")
@@ -172,6 +172,7 @@ SLOW = {
     "t0.5-topk-steered-depth1": Cell("G,T", (3,), {"temperature": 0.5, "top_k": 4}),
     "confident-sharp-under-middle": Cell("CS,M,T", (4, 2)),
     "t0.5-topk-confident-depth1": Cell("C,T", (4,), {"temperature": 0.5, "top_k": 3}),
+    "confident-nmin2-depth1": Cell("CN,T", (4,)),
 }
 
 

@@ -364,12 +364,12 @@ def test_a_draft_model_that_stops_on_its_confidence_is_exported_to_llama_server_
     drafter that drafts k every round); the other stacks stop otherwise or never, so it is not theirs."""
     from hsd_planner.export.stacks import Served, stack_for
 
-    served = Served("t.gguf", "d.gguf", False, 6, 0, "greedy", None, p_min=0.75)
+    served = Served("t.gguf", "d.gguf", False, 6, 0, "greedy", None, p_min=0.75, n_min=2)
     args = stack_for("llamacpp").render(served).payload["server_args"]
-    assert args == ["--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6", "--spec-draft-n-min", "0",
+    assert args == ["--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6", "--spec-draft-n-min", "2",
                     "--spec-draft-p-min", "0.75"]  # fmt: skip
     legacy = stack_for("llamacpp", "legacy").render(served).payload["server_args"]
-    assert legacy == ["-md", "d.gguf", "--draft-max", "6", "--draft-min", "0", "--draft-p-min", "0.75"]
+    assert legacy == ["-md", "d.gguf", "--draft-max", "6", "--draft-min", "2", "--draft-p-min", "0.75"]
     plain = stack_for("llamacpp").render(Served("t.gguf", "d.gguf", False, 6, 0, "greedy", None)).payload["server_args"]
     assert plain[-2:] == ["--spec-draft-p-min", "0"]
     for fmt in ("hf", "vllm", "sglang", "trtllm"):

@@ -317,16 +317,17 @@ def test_a_draft_model_that_stops_on_its_confidence_pays_the_passes_it_drafts():
     assert hierarchy_latency([dataclasses.replace(drafter, stops=False), target], [b]).ms_per_token == pytest.approx((20.0 + 66.0) / 3)
 
     rng = random.Random(3)
-    d, m, t = Candidate("d", lambda n: 2.0, stops=True), Candidate("m", lambda n: 6.0 + n), Candidate("t", steep)
+    # d drops its drafts of one token (nmin=2)
+    d, m, t = Candidate("d", lambda n: 2.0, stops=True, n_min=2), Candidate("m", lambda n: 6.0 + n), Candidate("t", steep)
     acc = {pair: _random_runs(rng, True) for pair in (("d", "m"), ("d", "t"), ("m", "t"))}
     acc = {pair: RunLengths([r.at_least(g) for g in range(9)], drafted=tables) for pair, r in acc.items()}
     best = solve_graph([d, m], t, acc, SolveConfig(t_max=3, top_k=3)).best
     brute = min(
         (hierarchy_latency(levels, list(w)).ms_per_token, chain, w)
         for chain, levels in (
-            (("d", "t"), [Level(d.cost, stops=True), Level(t.cost, acc[("d", "t")])]),
+            (("d", "t"), [Level(d.cost, stops=True, n_min=2), Level(t.cost, acc[("d", "t")])]),
             (("m", "t"), [Level(m.cost), Level(t.cost, acc[("m", "t")])]),
-            (("d", "m", "t"), [Level(d.cost, stops=True), Level(m.cost, acc[("d", "m")]), Level(t.cost, acc[("m", "t")])]),
+            (("d", "m", "t"), [Level(d.cost, stops=True, n_min=2), Level(m.cost, acc[("d", "m")]), Level(t.cost, acc[("m", "t")])]),
         )
         for w in itertools.product(range(1, 4), repeat=len(chain) - 1)
     )

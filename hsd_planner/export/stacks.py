@@ -43,6 +43,7 @@ class Served:
     schedule: tuple[tuple[int, int, int], ...] = ()
     ngram_min: int = 1  # the lookup's shortest suffix match (ngram:min=K)
     p_min: float = 0.0  # the drafter model ends its draft below this top share (pmin=P); 0: it drafts k every round
+    n_min: int = 0  # and drops a draft shorter than this (nmin=N)
 
 
 @dataclass(frozen=True)
@@ -196,9 +197,9 @@ def _llamacpp(draft_max: str, draft_min: str, p_min: str, spec_type: bool) -> Ca
             # what ngram-simple drafts, so the prediction holds for the server
             args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
         elif s.drafter is not None:
-            # n_min 0 keeps every draft, however short; p_min is the plan's (pmin=), 0 drafting k
-            # tokens every round, as the plan was predicted (a build's default may differ)
-            args = ["-md", s.drafter, draft_max, str(s.k), draft_min, "0", p_min, f"{s.p_min:g}"]
+            # p_min and n_min are the plan's (pmin=, nmin=): 0 and 0 draft k tokens every round, as
+            # the plan was predicted (a build's defaults may differ)
+            args = ["-md", s.drafter, draft_max, str(s.k), draft_min, str(s.n_min), p_min, f"{s.p_min:g}"]
             if spec_type:  # -md alone loads the drafter and drafts nothing: draft-simple must be named
                 args = ["--spec-type", "draft-simple", *args]
         command = ["llama-server", "-m", s.target, *args]

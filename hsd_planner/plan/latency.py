@@ -26,7 +26,8 @@ empty proposal costs a one-token pass, not a full one.
   sum_{l=1..L} c_0(F_{l-1}) for a tree (one pass per depth over the frontier). A model that
   ends its draft on its confidence (``pmin=``) drafts L <= T_0 tokens in min(L + 1, T_0) passes:
   C_0 = E[min(L + 1, T_0)] c_0(1), L's law measured against level 1 (:meth:`RunLengths.draft_passes`),
-  and level 1's pass verifies L + 1 tokens, as after a lookup.
+  and level 1's pass verifies L + 1 tokens, as after a lookup, or 1 where a draft shorter than its
+  ``nmin=`` is dropped.
 - Level 0 < k < K: E[R_k] = m(T_k), m(t) = 1 + sum_x P(X = x) m(t - x), m(t <= 0) = 0, X the
   tokens of one round over level k-1's batch; E[C_k] = E[R_k] (E[C_{k-1}] + p_{k-1} + c_k(n_{k-1})).
 - Target: L = (E[C_{K-1}] + p_{K-1} + c_K(n_{K-1})) / E[X_K], E[X_K] = sum_{g>=0} P(A_K >= g).
@@ -88,7 +89,8 @@ class Level:
     ``lookup`` marks a drafter that proposes all its tokens in one call (the n-gram drafter);
     ``proposal`` is p, the ms each of its proposals costs beside its passes (a steered drafter's
     projection, once per round of the level above it); ``stops`` marks a level-0 model that ends
-    its drafts on its confidence, whose passes follow the draft lengths level 1 measured.
+    its drafts on its confidence, whose passes follow the draft lengths level 1 measured, and
+    ``n_min`` the fewest tokens such a draft keeps (a shorter one is dropped: verified as none).
     """
 
     cost: CostCurve
@@ -97,6 +99,7 @@ class Level:
     siblings: SiblingCurve | None = None
     proposal: float = 0.0
     stops: bool = False
+    n_min: int = 0
 
     def run_lengths(self) -> RunLengths:
         """The acceptance of the level below by this level; every level above level 0 has one."""
@@ -117,17 +120,18 @@ def verify_size(width: Width) -> int:
     return width.nodes + 1 if isinstance(width, TreeShape) else width + 1
 
 
-def pass_cost(cost: CostCurve, below: Width, runs: RunLengths | None) -> float:
+def pass_cost(cost: CostCurve, below: Width, runs: RunLengths | None, least: int = 0) -> float:
     """The pass that verifies a batch of ``below``: c(N + 1) for a tree; for a chain E[c(L + 1)],
     L the proposal's length, which ``runs`` knows for a lookup drafter that proposes fewer tokens
-    than asked when its match runs short (else L = ``below``).
+    than asked when its match runs short, or a ``pmin=`` model (else L = ``below``); ``least``: the
+    fewest tokens a draft keeps (``nmin=``; a shorter one is verified as none).
 
     >>> pass_cost(lambda n: float(n), 4, RunLengths.iid(0.5, drafted=[None] * 3 + [[1.0, 0.5, 0.5, 0.5, 0.5]]))
     3.0
     """
     if isinstance(below, TreeShape) or runs is None:
         return cost(verify_size(below))
-    return runs.verify_cost(cost, below)
+    return runs.verify_cost(cost, below, least)
 
 
 def round_law(level: Level, below: Width) -> RoundLaw:
@@ -177,7 +181,7 @@ def level_cost(levels: Sequence[Level], widths: Sequence[Width]) -> float:
     for k in range(1, len(widths)):
         t = _tokens(widths[k], k)
         rounds = round_law(levels[k], widths[k - 1]).rounds(t)[t]
-        cost = rounds * (cost + levels[k - 1].proposal + pass_cost(levels[k].cost, widths[k - 1], levels[k].runs))
+        cost = rounds * (cost + levels[k - 1].proposal + pass_cost(levels[k].cost, widths[k - 1], levels[k].runs, levels[k - 1].n_min))
     return cost
 
 
@@ -208,7 +212,7 @@ def hierarchy_latency(levels: Sequence[Level], widths: Sequence[Width], horizon:
     else:
         law = round_law(target, widths[-1])
         tokens = law.mean if horizon is None else horizon / law.rounds(horizon)[horizon]
-        ms = (level_cost(levels, widths) + levels[-2].proposal + pass_cost(target.cost, widths[-1], target.runs)) / tokens
+        ms = (level_cost(levels, widths) + levels[-2].proposal + pass_cost(target.cost, widths[-1], target.runs, levels[-2].n_min)) / tokens
     return Prediction(ms, tokens, target.cost(1) / ms)
 
 

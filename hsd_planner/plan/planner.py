@@ -46,7 +46,10 @@ def solve(profile: Profile, config: SolveConfig = _D, contexts: int | Sequence[i
     pairs = profile.pairs(config.acceptance)
     usable = [n for n in names if any(d == n for d, _ in pairs)]
     candidates = [
-        Candidate(n, profile.cost(n, at, b), profile.model(n).lookup, profile.proposal(n, at), profile.model(n).stops) for n in usable
+        Candidate(
+            n, profile.cost(n, at, b), profile.model(n).lookup, profile.proposal(n, at), profile.model(n).stops, profile.model(n).n_min
+        )
+        for n in usable
     ]
     require = tuple(r for r in config.require if r != profile.target)  # the target is in every hierarchy
     update = {"require": require, "trees": config.trees and b == 1}  # a tree decodes one prompt at a time
@@ -100,7 +103,8 @@ def predict(
             runs = profile.pair_runs(chain[k - 1], name, acceptance)
             if runs is None:
                 raise SolverError(f"no acceptance data for {chain[k - 1]} verified by {name}; profile them together")
-        levels.append(Level(cost, runs, lookup, curve, profile.proposal(name, context_len), profile.model(name).stops))
+        model = profile.model(name)
+        levels.append(Level(cost, runs, lookup, curve, profile.proposal(name, context_len), model.stops, model.n_min))
     if batch_size > 1:
         return batch_latency(levels, widths, batch_size, max_new_tokens)
     return hierarchy_latency(levels, widths, max_new_tokens)

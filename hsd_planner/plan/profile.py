@@ -124,6 +124,7 @@ class ModelProfile(BaseModel):
     latency: dict[int, LatencyCurve]  # batch size -> its curve
     lookup: bool = False  # proposes all its tokens in one call (the n-gram drafter)
     stops: bool = False  # ends its drafts on its confidence (pmin=): its passes follow the measured draft lengths
+    n_min: int = 0  # such a draft shorter than this is dropped (nmin=)
 
     @model_validator(mode="before")
     @classmethod

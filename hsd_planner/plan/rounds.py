@@ -51,16 +51,19 @@ class RunLengths:
         """P(G >= g) = alpha^g."""
         return cls([alpha**g for g in range(length)], drafted=drafted)
 
-    def verify_cost(self, cost: Callable[[int], float], b: int) -> float:
+    def verify_cost(self, cost: Callable[[int], float], b: int, least: int = 0) -> float:
         """E[c(L + 1)]: the expected pass that verifies a proposal asked for ``b`` tokens, L its
         length (b, unless a lookup's proposal lengths were measured, at width b or, for a profile
-        of narrower tables, at the widest width measured).
+        of narrower tables, at the widest width measured). A draft shorter than ``least`` tokens
+        is dropped (``nmin=``): it is verified as none, P(L' >= l) = P(L >= max(l, least)), l >= 1.
 
         >>> runs = RunLengths.iid(0.5, drafted=[None, [1.0, 0.5, 0.25]])
         >>> runs.verify_cost(lambda n: 10.0 * n, 2)  # 0.5 c(1) + 0.25 c(2) + 0.25 c(3)
         17.5
         >>> runs.verify_cost(lambda n: 10.0 * n, 4)  # beyond the tables: 0.5 c(1) + 0.25 c(2) + 0.25 c(5)
         22.5
+        >>> runs.verify_cost(lambda n: 10.0 * n, 2, least=2)  # one-token drafts dropped: 0.75 c(1) + 0.25 c(3)
+        15.0
         """
         if b <= len(self._drafted):
             table = self._drafted[b - 1]
@@ -72,6 +75,8 @@ class RunLengths:
         if table is None:
             return cost(b + 1)
         held = [*table[: b + 1], *[pad] * (b + 1 - len(table)), 0.0]  # P(L >= l), l = 0..b + 1
+        if least > 1:  # the drafts kept: P(L' >= l) = P(L >= least) for 1 <= l <= least
+            held = [held[0], *[held[min(max(n, least), b + 1)] for n in range(1, b + 2)]]
         return sum((held[n] - held[n + 1]) * cost(n + 1) for n in range(b + 1))
 
     def draft_passes(self, b: int) -> float:

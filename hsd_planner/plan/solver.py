@@ -60,6 +60,7 @@ class Candidate:
     lookup: bool = False
     proposal: float = 0.0
     stops: bool = False
+    n_min: int = 0  # a stopping drafter's draft shorter than this is dropped (nmin=)
 
 
 def tree_shapes(max_depth: int, budget: int) -> list[TreeShape]:
@@ -220,7 +221,7 @@ def _graph(
             graph.add_edge(SOURCE, (c.name, t), w=0.0 if c.stops else draft_cost(c.cost, c.lookup, t), g=1.0)
     for lo, hi in ((a, b) for i, a in enumerate(order) for b in order[i + 1 :]):
         for b, law, runs in _batches(lo, hi.name, acceptance, curves, widths, shapes):
-            w = _drafting(lo, b, runs) + lo.proposal + pass_cost(hi.cost, b, runs)
+            w = _drafting(lo, b, runs) + lo.proposal + pass_cost(hi.cost, b, runs, lo.n_min)
             rounds = law.rounds(t_max) if batch_size == 1 else max_rounds_table(law, t_max, batch_size)
             for t in widths:
                 graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
@@ -229,7 +230,9 @@ def _graph(
             g = 1.0 / law.mean if horizon is None else _target_rounds(law, horizon, batch_size) / horizon
             # one sequence's tokens per target round, as the latency model reports it
             tokens = 1.0 / g if horizon is not None and batch_size == 1 else law.mean
-            graph.add_edge((c.name, b), TARGET, w=_drafting(c, b, runs) + c.proposal + pass_cost(target.cost, b, runs), g=g, tokens=tokens)
+            graph.add_edge(
+                (c.name, b), TARGET, w=_drafting(c, b, runs) + c.proposal + pass_cost(target.cost, b, runs, c.n_min), g=g, tokens=tokens
+            )
     # a tree only ever enters from the source; its node exists when some verifier can take it
     for c in order:
         for shape in shapes:

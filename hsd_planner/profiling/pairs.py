@@ -169,12 +169,15 @@ def _by_logits(d: ProfiledModel, t: _Teacher) -> _Measured:
 
 def _by_confidence(d: ProfiledModel, t: _Teacher) -> _Measured:
     """A model that stops on its confidence (``pmin=``): its rows against the verifier's, each
-    start's draft ended where the model's top share first falls below p_min; chains only."""
+    start's draft ended where the model's top share first falls below p_min, and dropped where it
+    is shorter than ``nmin=`` (nothing accepted; the lengths stay those drafted, whose passes ran,
+    and a narrower width drafts nothing); chains only."""
     assert d.spec.p_min is not None
     q_logits = pooled_logits(t.pool, d, t.prompt, t.continuation, t.width)
     lengths = confident_lengths(q_logits, d.spec.p_min)
-    c = confident_conditionals(acceptance_from_logits(q_logits, t.p_logits, t.sampling), lengths)
-    return _Measured(c, lengths=lengths)
+    kept = [n if n >= d.spec.n_min else 0 for n in lengths]
+    c = confident_conditionals(acceptance_from_logits(q_logits, t.p_logits, t.sampling), kept)
+    return _Measured(c, lengths=lengths, min_width=max(1, d.spec.n_min))
 
 
 def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:

@@ -2,14 +2,18 @@
 
 llama-server drafts with a sampler that keeps the drafter's ten likeliest tokens (top-k 10, no
 temperature) and stops before the first token whose probability among those ten is below
-``--spec-draft-p-min``. A spec's ``pmin=P`` asks for the same rule on any engine:
-:func:`top_share` is that probability, and a :class:`Confident` member carries P to the
-hierarchy, whose level-0 :class:`~hsd_runtime.decoding.drafters.ModelDrafter` applies it.
+``--spec-draft-p-min``, and drops a draft shorter than ``--spec-draft-n-min`` (the round then
+verifies none). A spec's ``pmin=P`` (and ``nmin=N``) asks for the same rule on any engine:
+:func:`top_share` is that probability, and a :class:`Confident` member carries P and N to the
+hierarchy, whose level-0 :class:`~hsd_runtime.decoding.drafters.ModelDrafter` applies them.
 
 The rule reads the drafter's own logits only, before the token is verified, so the verification
 that follows is the same as for a draft cut at the width: the output keeps the target's
 distribution (greedy: its own tokens). A draft ended at position L costs min(L + 1, width) passes
-of the drafter: the pass that found the unsure token was run.
+of the drafter: the pass that found the unsure token was run, whether the draft is kept or dropped.
+A dropped draft's tokens stay in the drafter's cache: where its first token is the one its round
+commits, the next round's first step is served from there (one pass fewer, which the latency
+model does not count).
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ TOP_K = 10  # llama-server's draft sampler keeps this many tokens
 
 @dataclass(frozen=True)
 class Confident:
-    """A model at level 0 that ends each draft before a token whose :func:`top_share` is below ``p_min``."""
+    """A model at level 0 that ends each draft before a token whose :func:`top_share` is below
+    ``p_min``, and drops a draft that ended shorter than ``n_min`` tokens."""
 
     model: Any
     p_min: float
+    n_min: int = 0
 
 
 def top_share(logits: torch.Tensor) -> torch.Tensor:

@@ -164,13 +164,15 @@ class ModelDrafter:
     batched pass over the frontier per depth.
 
     ``p_min`` > 0 ends a row's draft before the first token whose probability among the model's
-    ten likeliest is below it (:mod:`.confidence`): the row then proposes fewer tokens, or none.
+    ten likeliest is below it (:mod:`.confidence`): the row then proposes fewer tokens, or none;
+    a draft that ended shorter than ``n_min`` tokens is dropped (the row proposes none).
     """
 
-    def __init__(self, cached: CachedModel, p_min: float = 0.0) -> None:
+    def __init__(self, cached: CachedModel, p_min: float = 0.0, n_min: int = 0) -> None:
         self.cached = cached
         self.stats = cached.stats
         self.p_min = p_min
+        self.n_min = n_min
 
     def prefill(self, prompts: list[list[int]]) -> None:
         self.cached.prefill_rows(prompts)
@@ -198,10 +200,11 @@ class ModelDrafter:
                 if p is not None:
                     probs[i].append(p)
             self.stats.draft_s += time.perf_counter() - t0
-        return [
+        out = [
             None if seq is None else Proposal(seq[len(ctx.rows[i]) :], torch.cat(probs[i]) if probs[i] else None)
             for i, seq in enumerate(seqs)
         ]
+        return [Proposal([]) if p is not None and len(p.tokens) < self.n_min else p for p in out]  # too short: dropped
 
     def propose_tree(self, ctx: DraftContext, shape: TreeShape) -> DraftTree:
         """Draft a tree of ``shape`` after ``ctx.tokens``: at every node the top-b children (greedy)

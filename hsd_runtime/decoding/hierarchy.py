@@ -43,10 +43,10 @@ __all__ = ["Hierarchy", "Member", "check_chain"]
 Member = nn.Module | EngineModel | StandaloneDrafter | Confident
 
 
-def _unwrapped(members: Sequence[Member], widths: Sequence[Width]) -> tuple[list[Member], float]:
-    """The chain's members with a :class:`Confident` level 0 unwrapped to its model, and level 0's
-    p_min (0: it drafts its width every round); a Confident member anywhere else, or drafting a
-    tree, is refused in one line."""
+def _unwrapped(members: Sequence[Member], widths: Sequence[Width]) -> tuple[list[Member], Confident | None]:
+    """The chain's members with a :class:`Confident` level 0 unwrapped to its model, and that
+    Confident (None: level 0 drafts its width every round); a Confident member anywhere else, or
+    drafting a tree, is refused in one line."""
     out = [m.model if isinstance(m, Confident) else m for m in members]
     for k, m in enumerate(members):
         if not isinstance(m, Confident):
@@ -56,7 +56,7 @@ def _unwrapped(members: Sequence[Member], widths: Sequence[Width]) -> tuple[list
         if widths and isinstance(widths[0], TreeShape):
             raise ChainError(f"widths {widths[0]}: a drafter that stops on its confidence (pmin=) drafts chains, not trees")
     first = members[0] if members else None
-    return out, first.p_min if isinstance(first, Confident) else 0.0
+    return out, first if isinstance(first, Confident) else None
 
 
 def check_chain(members: Sequence[Member], widths: Sequence[Width]) -> None:
@@ -90,7 +90,9 @@ class Hierarchy:
         members: level 0 first, target last; each an ``nn.Module`` causal LM or a model of another
             engine (a :class:`~hsd_runtime.models.llamacpp.GgufModel`), or at level 0 only
             a drafter of its own (:class:`~hsd_runtime.decoding.drafters.StandaloneDrafter`: the n-gram
-            lookup, or block-draft heads whose host is level 1). A model below the target may be
+            lookup, or block-draft heads whose host is level 1), or a model in a
+            :class:`~hsd_runtime.decoding.confidence.Confident` that ends its drafts on its
+            confidence (``pmin=``, ``nmin=``). A model below the target may be
             steered (it carries a :class:`~hsd_runtime.decoding.drafters.Steering` as ``steerer``): the
             level above it then keeps the inputs of the layers its steering reads.
         widths: T_k for every level below the target (``len(members) - 1`` values, each >= 1);
@@ -113,7 +115,7 @@ class Hierarchy:
         caches: CachePool | None = None,
     ) -> None:
         check_chain(members, widths)
-        members, p_min = _unwrapped(members, widths)
+        members, confident = _unwrapped(members, widths)
         names = list(names) if names is not None else [type(m).__name__ for m in members]
         models = [m for m in members if not standalone(m)]
         width = logits_width or min(head_rows(m) for m in models)
@@ -157,7 +159,7 @@ class Hierarchy:
                 reader.attach(cached)
             level: Drafter
             if k == 0 and k < last:
-                level = ModelDrafter(cached, p_min)
+                level = ModelDrafter(cached, *((confident.p_min, confident.n_min) if confident else ()))
             else:  # a verifier; the target alone (K = 0) verifies an empty draft each round
                 # a lenience in the sampling config relaxes the target's test only
                 level = VerifierLevel(cached, self.levels[-1] if k else None, widths[k - 1] if k else 0, lenient=k == last)

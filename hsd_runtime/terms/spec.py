@@ -13,7 +13,8 @@ llama-server's ``ngram-simple`` does, on an exact match of n tokens, 12 unless `
 its latest occurrence; see :mod:`hsd_runtime.decoding.ngram`), ``pmin=P`` (a model at level 0 only: end
 each draft at the first token whose probability among the drafter's ten likeliest is below P, as
 llama-server's ``draft-simple`` does with ``--spec-draft-p-min P``; see
-:mod:`hsd_runtime.decoding.confidence`), ``vocab=N`` or ``vocab=FILE``
+:mod:`hsd_runtime.decoding.confidence`), ``nmin=N`` (with ``pmin=``: a draft that ended shorter
+than N tokens is dropped, the round verifying none, as ``--spec-draft-n-min N``), ``vocab=N`` or ``vocab=FILE``
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
 ranking file lists; see :mod:`hsd_runtime.models.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
 the model directly above it, with the projection trained into DIR; see :mod:`hsd_runtime.learned.steering`).
@@ -62,8 +63,9 @@ NGRAM = "ngram"
 BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
-_INT_OPTIONS = {"layers", "n", "min"}
-_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin"}
+_INT_OPTIONS = {"layers", "n", "min", "nmin"}
+_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin", "nmin"}
+_DRAFTING = ("pmin", "nmin")  # options of how a model drafts, not of the model it loads
 SERVER_RULE = "llama-server"  # rule=: the lookup llama-server's ngram-simple runs
 SERVER_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-simple-size-n
 _BPD_KNOWN = set(BPD_DEFAULTS)
@@ -162,10 +164,16 @@ class ModelSpec(BaseModel):
         return None if value is None else float(value)
 
     @property
+    def n_min(self) -> int:
+        """The fewest tokens a ``pmin=`` draft keeps (``nmin=N``; a shorter one is dropped), 0 when unset."""
+        value = self.get("nmin")
+        return 0 if value is None else int(value)
+
+    @property
     def loads(self) -> ModelSpec:
-        """The spec of the model the loader loads: ``pmin=`` dropped, since it changes how the
-        model drafts, not the model (``m`` and ``m:pmin=0.5`` share one set of weights)."""
-        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] != "pmin"))
+        """The spec of the model the loader loads: ``pmin=`` and ``nmin=`` dropped, since they change
+        how the model drafts, not the model (``m`` and ``m:pmin=0.5`` share one set of weights)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in _DRAFTING))
 
     @property
     def is_ngram(self) -> bool:
@@ -192,8 +200,8 @@ class ModelSpec(BaseModel):
 
     @property
     def base(self) -> ModelSpec:
-        """The spec of the full model this one is a view of (``layers``, ``vocab``, ``steer`` and ``pmin`` dropped)."""
-        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab", "steer", "pmin")))
+        """The spec of the full model this one is a view of (``layers``, ``vocab``, ``steer``, ``pmin`` and ``nmin`` dropped)."""
+        return ModelSpec(name=self.name, options=tuple(kv for kv in self.options if kv[0] not in ("layers", "vocab", "steer", *_DRAFTING)))
 
     def __str__(self) -> str:
         return ":".join([self.name, *(f"{k}={v}" for k, v in self.options)])
@@ -266,8 +274,9 @@ def parse_spec(text: str) -> ModelSpec:
         if key == "pmin" and not _open_unit(value):
             raise ModelSpecError(f"pmin={value[:40]} in model spec {text[:200]!r} must be a number between 0 and 1 (exclusive)")
     spec = ModelSpec(name=name, options=tuple(options))
+    drafting = (spec.p_min, spec.get("nmin"))
     if spec.is_ngram and any(
-        v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"), spec.p_min)
+        v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"), *drafting)
     ):
         raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K and rule={SERVER_RULE}")
     if spec.ngram_rule is not None and spec.get("min") is not None:
@@ -281,6 +290,8 @@ def parse_spec(text: str) -> ModelSpec:
         )
     if spec.p_min is not None and spec.steer is not None:
         raise ModelSpecError(f"model spec {text!r}: a steered drafter drafts its width every round; drop pmin=")
+    if spec.n_min and spec.p_min is None:
+        raise ModelSpecError(f"model spec {text!r}: nmin= drops a draft that ended early; it takes pmin=, on which drafts end")
     if spec.engine is not None:
         check_engine(spec, spec.engine)
     if spec.quant in TORCH_QUANTS and spec.dtype not in (None, "fp32"):
