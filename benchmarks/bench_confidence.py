@@ -119,8 +119,8 @@ def main() -> None:
     none = workload_ms(server["no speculation"], len(prompts)) if server_ran else float("nan")
     print(f"\n{held_out.name}: {len(prompts)} held-out prompts x {args.repeats} rounds, {args.new} greedy tokens, "
           f"{args.threads} threads; {machine()}, {cpu_capability()}")  # fmt: skip
-    head = (f"{'plan':48s} {'pred x':>7s} {'ours x':>7s} {'err':>7s} {'pred tok/rd':>11s} {'ours':>6s} {'pred ms':>8s} "
-            f"{'server ms':>9s} {'err':>7s} {'srv tok/rd':>10s}")  # fmt: skip
+    head = f"{'plan':48s} {'pred x':>7s} {'ours x':>7s} {'err':>7s} {'pred tok/rd':>11s} {'ours':>6s} {'pred ms':>8s}"
+    head += f" {'server ms':>9s} {'err':>7s} {'srv tok/rd':>10s}" if args.engine == "llamacpp" else ""
     print(head)
     rows = []
     for label, flags in configs.items():
@@ -143,10 +143,13 @@ def main() -> None:
                      "ours_tokens_per_round": ours_tokens, "server_ms": srv_ms, "server_drafted_per_round": drafted,
                      "server_tokens_per_round": sum(r["n"] for r in srv) / rounds, "server_rounds": rounds})  # fmt: skip
         srv_tokens = sum(r["n"] for r in srv) / rounds
+        served = f" {srv_ms:9.2f} {srv_ms / predicted - 1:+7.1%} {srv_tokens:10.2f}" if server_ran else ""
         print(f"{label.replace(':engine=llamacpp', ''):48s} {speedup:7.2f} {ours_speedup:7.2f} {speedup / ours_speedup - 1:+7.1%} "
-              f"{tokens:11.2f} {ours_tokens:6.2f} {predicted:8.2f} {srv_ms:9.2f} {srv_ms / predicted - 1:+7.1%} {srv_tokens:10.2f}")  # fmt: skip
+              f"{tokens:11.2f} {ours_tokens:6.2f} {predicted:8.2f}{served}")  # fmt: skip
     ours_ar = statistics.median(p["measured_ms_per_token"] for v in validations for p in v["plans"] if len(p["chain"]) == 1)
-    print(f"llama-server no speculation: {none:.2f} ms/token; our autoregressive decoding: {ours_ar:.2f}")
+    print(
+        f"our autoregressive decoding: {ours_ar:.2f} ms/token" + (f"; llama-server without speculation: {none:.2f}" if server_ran else "")
+    )
     doc = {"engine": args.engine, "workload": held_out.name, "prompts": len(prompts), "new": args.new, "repeats": args.repeats, "threads": args.threads,
            "machine": machine(), "cpu_capability": cpu_capability(), "models": models, "profile": profile, "solve": solve,
            "server_none_ms": none, "ours_autoregressive_ms": ours_ar, "plans": rows, "validations": validations, "server_runs": server}  # fmt: skip

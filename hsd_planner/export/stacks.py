@@ -248,8 +248,9 @@ STACKS: dict[str, list[Stack]] = {
     "llamacpp": [
         # read from llama.cpp's source of 2026-10-01 (the tree llama-cpp-python 0.3.36 vendors):
         # --spec-type names what drafts (a list enables types; their priority is fixed in code, the
-        # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens, and
-        # --draft-max/--draft-min are removed (the server exits on them). Its n-gram drafter mapped
+        # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens,
+        # --spec-draft-p-min ends its draft on its confidence (pmin=), and --draft-max/--draft-min
+        # are removed (the server exits on them). Its n-gram drafter mapped
         # is ngram-simple, and only from a lookup profiled as it runs (ngram:rule=llama-server);
         # ngram-mod, ngram-map-k and comma lists of types are not mapped
         Stack(
@@ -261,8 +262,9 @@ STACKS: dict[str, list[Stack]] = {
             lookup_rule=SERVER_RULE,
             p_min=True,
         ),
-        # builds before the --spec-* flags (spring 2026): --draft-max; their n-gram drafter (early
-        # 2026 only) is not mapped
+        # builds before the --spec-* flags (spring 2026): --draft-max, --draft-min, --draft-p-min
+        # (whose default there was not 0: written always); their n-gram drafter (early 2026 only)
+        # is not mapped
         Stack(
             "llamacpp",
             "llama.cpp server",
