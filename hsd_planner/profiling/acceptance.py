@@ -320,10 +320,11 @@ def visited_run_sums(
     round (a lookup drafting 15 tokens for a 74-token reply: 7.5 where the decoder gets 3.4).
 
     Returns :class:`VisitedSums`; with ``lengths`` (a lookup drafter's block length L_t at each
-    start, the lengths of :func:`ngram_blocks`) also how many tokens each visited round's proposal held,
-    for l = 0..b: a lookup that proposes nothing leaves its verifier a one-token pass. A block cut
-    by the continuation's end counts as proposed there. A width below ``min_width`` drafts nothing
-    (llama-server's lookup copies at least its n tokens): every round there commits one token.
+    start, the lengths of :func:`ngram_blocks`, or a ``pmin=`` model's :func:`confident_lengths`)
+    also how many tokens each visited round's proposal held, for l = 0..b: a lookup that proposes
+    nothing leaves its verifier a one-token pass. A block cut by the continuation's end counts as
+    proposed there. A width below ``min_width`` drafts nothing (llama-server's lookup copies at
+    least its n tokens; a ``nmin=`` model drops shorter drafts): every round there commits one token.
 
     >>> v = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0, [3, 2, 1, 0, 1])
     >>> v.sums[1], v.counts[1], v.bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
