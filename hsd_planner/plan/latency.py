@@ -150,18 +150,24 @@ class Prediction:
     speedup: float  # c_K(1) / ms_per_token
 
 
-def draft_cost(cost: CostCurve, lookup: bool, width: Width) -> float:
+def draft_cost(cost: CostCurve, lookup: bool, width: Width, stops: RunLengths | None = None) -> float:
     """C_0: level 0 drafts ``width`` tokens one pass each, or all in one call for a lookup
-    drafter; a tree takes one pass per depth over its frontier, sum_l c(F_{l-1}).
+    drafter; a tree takes one pass per depth over its frontier, sum_l c(F_{l-1}). ``stops``: the
+    draft lengths, measured against the level above, of a model that ends its draft on its
+    confidence (``pmin=``), which drafts in E[min(L + 1, width)] passes (:meth:`RunLengths.draft_passes`).
 
     >>> draft_cost(lambda n: 1.0 + n, False, TreeShape((3, 2)))  # c(1) + c(3)
     6.0
+    >>> draft_cost(lambda n: 1.0 + n, False, 2, RunLengths.iid(0.5, drafted=[None, [1.0, 0.5, 0.25]]))  # 1.5 passes of c(1)
+    3.0
     """
     if isinstance(width, TreeShape):
         if lookup:
             raise ValueError("a lookup drafter drafts chains only, not a tree")
         return sum(cost(f) for f in width.frontiers[:-1])
-    return cost(width) if lookup else width * cost(1)
+    if lookup:
+        return cost(width)
+    return (width if stops is None else stops.draft_passes(width)) * cost(1)
 
 
 def _tokens(width: Width, k: int) -> int:
@@ -175,9 +181,7 @@ def level_cost(levels: Sequence[Level], widths: Sequence[Width]) -> float:
     """E[C_{K-1}]: the expected time for the level below the target to deliver its batch;
     ``levels`` from level 0 up to the target (level 1 holds level 0's measured draft lengths)."""
     first = levels[0]
-    cost = draft_cost(first.cost, first.lookup, widths[0])
-    if first.stops and isinstance(widths[0], int):
-        cost = levels[1].run_lengths().draft_passes(widths[0]) * first.cost(1)
+    cost = draft_cost(first.cost, first.lookup, widths[0], levels[1].runs if first.stops else None)
     for k in range(1, len(widths)):
         t = _tokens(widths[k], k)
         rounds = round_law(levels[k], widths[k - 1]).rounds(t)[t]

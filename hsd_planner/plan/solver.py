@@ -246,9 +246,9 @@ def _drafting(drafter: Candidate, width: Width, runs: RunLengths | None) -> floa
     tokens: E[min(L + 1, width)] c(1), L measured against this verifier (0 for any other drafter,
     whose drafting is priced on its edge from the source). Such a node only ever enters from the
     source, so the sum is level 0's C_0 of the latency model."""
-    if not drafter.stops or runs is None or not isinstance(width, int):
+    if not drafter.stops or runs is None:
         return 0.0
-    return runs.draft_passes(width) * drafter.cost(1)
+    return draft_cost(drafter.cost, drafter.lookup, width, runs)
 
 
 def _target_rounds(law: RoundLaw, horizon: int, batch_size: int) -> float:
