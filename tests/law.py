@@ -413,3 +413,24 @@ def steered_draw_unsteered_q(base: torch.nn.Module) -> Callable:
         return [Proposal(proposal.tokens, warp(logits, ctx.sampling))]
 
     return propose
+
+
+def stops_on_the_drawn_token(propose: Callable) -> Callable:
+    """Wrong: a drafter that stops on its confidence after drawing, by the drawn token's own q
+    (``ModelDrafter.propose`` with its top-share test moved past the draw): a draft is cut before
+    its first token whose q is below ``p_min``, so which tokens stay drafted depends on the draw."""
+
+    def wrong(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
+        p_min, self.p_min = self.p_min, 0.0  # draw the full draft, then cut it
+        try:
+            out = propose(self, ctx, n)
+        finally:
+            self.p_min = p_min
+        for p in out:
+            if p is None or p.probs is None:
+                continue
+            keep = next((i for i, x in enumerate(p.tokens) if float(p.probs[i, x]) < p_min), len(p.tokens))
+            p.tokens, p.probs = p.tokens[:keep], p.probs[:keep] if keep else None
+        return out
+
+    return wrong

@@ -257,6 +257,11 @@ CONTROLS = {
     "heads-draw-argmax-report-q": ("bpd-depth1", _attr(BpdDrafter, "propose", law.argmax_with_q)),
     # the drafter B steered by T: tokens from the steered law, q of B unsteered
     "steered-draw-unsteered-q": ("steered-depth1", _attr(SteeredDrafter, "propose", law.steered_draw_unsteered_q(models(1.0)["B"]))),
+    # the stop read off the drawn token's own q, after the draw, instead of the drafter's top share before it
+    "confidence-read-after-the-draw": (
+        "confident-depth1",
+        _attr(drafters.ModelDrafter, "propose", law.stops_on_the_drawn_token(drafters.ModelDrafter.propose)),
+    ),
 }
 
 
