@@ -1,24 +1,27 @@
-"""Draft models that stop on their confidence (``pmin=``), predicted and measured, on our llama.cpp
-engine and on llama-server's ``draft-simple`` with ``--spec-draft-p-min``.
+"""llama-server's drafters as it runs them, predicted and measured: draft models that stop on their
+confidence (``pmin=``, ``nmin=``: ``draft-simple`` with ``--spec-draft-p-min``) and its n-gram
+lookups (``ngram:rule=ngram-mod``, ``ngram:rule=llama-server``), on our engine and on llama-server.
 
     python -m benchmarks.bench_confidence                          # Qwen 0.5B -> 1.5B, HumanEval, p_min 0.5 and 0.8
     python -m benchmarks.bench_confidence --variants pmin=0.3,pmin=0.6:nmin=2 --new 256
     python -m benchmarks.bench_confidence --engine torch --drafter qwen2.5-coder-0.5b:quant=int8   # no llama-server
+    python -m benchmarks.bench_confidence --drafter ngram --variants rule=ngram-mod:n=4,rule=llama-server:n=4 \
+        --widths 4,8,16 --latency-grid 1,2,3,4,5,6,7,8,9,12,15,16,17               # the n-gram lookups
 
 One workload, one machine, one sitting:
 
 1. ``hsd-plan profile --engine llamacpp`` (or ``--engine torch``) of the drafter alone and with each
-   of ``--variants`` (``pmin=``, ``nmin=``), and the
-   target, on the workload's profiling split, into a fresh database under ``--out-dir`` (the
-   drafter's passes are timed once; each ``pmin=`` reads its draft lengths off its own rows);
+   of ``--variants`` (``--no-base``: the variants only), and the target, on the workload's
+   profiling split, into a fresh database under ``--out-dir`` (a draft model's passes are timed
+   once; each ``pmin=`` reads its draft lengths off its own rows);
 2. ``hsd-plan solve``, then a validation on the held-out split of its pick, autoregressive
    decoding and each drafter at each of ``--widths`` (fixed chains): predicted and measured on our
    engine (ms per token, tokens per round);
 3. llama-server (the same GGUFs, threads, prompts as token ids, greedy, ``-np 1``) running each of
-   those plans with the flags ``hsd-plan export --format llamacpp`` writes for it
-   (``--spec-type draft-simple --spec-draft-n-max k --spec-draft-n-min 0 --spec-draft-p-min p``),
-   and with no speculation: its ms per token and its drafted tokens per round against the plan's
-   prediction (llama.cpp only: the server runs the GGUFs our llama.cpp engine profiled).
+   those plans with the flags ``hsd-plan export --format llamacpp`` writes for it (a lookup
+   without a server rule has none and is not run there), and with no speculation: its ms per
+   token and its tokens per round against the plan's prediction (llama.cpp only: the server runs
+   the GGUFs our llama.cpp engine profiled).
 
 Rounds alternate llama-server and our engine (``--repeats``); every ratio is between figures of
 this run.
@@ -34,6 +37,8 @@ from pathlib import Path
 from benchmarks.bench_llamacpp import gguf_of, hsd_plan, run_config, workload_ms
 from benchmarks.common import machine
 from hsd_planner.cli.loader import resolve_dtype_choice
+from hsd_planner.export.restrict import unloadable
+from hsd_planner.export.stacks import Served, stack_for
 from hsd_planner.prompts import encode_prompt, load_prompts, split
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
@@ -41,15 +46,32 @@ from hsd_planner.validation import run_validation, select_plans
 from hsd_runtime import ModelLoader, cpu_capability, parse_spec
 
 
-def server_args(drafter: Path, k: int, p_min: float, n_min: int = 0) -> list[str]:
-    """The flags the export writes for a draft model asked for ``k`` tokens that stops below
-    ``p_min`` and drops a draft shorter than ``n_min``.
+def server_args(name: str, drafter: Path | None, k: int) -> list[str] | None:
+    """The flags ``hsd-plan export --format llamacpp`` writes for the drafter ``name`` (its model's
+    GGUF ``drafter``) asked for ``k`` tokens a round; None where the server runs no such drafter.
 
-    >>> server_args(Path("d.gguf"), 3, 0.5, 2)[-4:]
+    >>> server_args("d:pmin=0.5:nmin=2", Path("d.gguf"), 3)[-4:]
     ['--spec-draft-n-min', '2', '--spec-draft-p-min', '0.5']
+    >>> server_args("ngram:rule=ngram-mod:n=4", None, 8)
+    ['--spec-type', 'ngram-mod', '--spec-ngram-mod-n-match', '4', '--spec-ngram-mod-n-min', '0', '--spec-ngram-mod-n-max', '8']
     """
-    return ["--spec-type", "draft-simple", "-md", str(drafter), "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(n_min),
-            "--spec-draft-p-min", f"{p_min:g}"]  # fmt: skip
+    spec = parse_spec(name)
+    stack = stack_for("llamacpp")
+    if unloadable(name, spec.is_ngram, stack) is not None:
+        return None
+    served = Served(
+        "target.gguf",
+        "ngram" if spec.is_ngram else str(drafter),
+        spec.is_ngram,
+        k,
+        spec.ngram_order if spec.is_ngram else 0,
+        "greedy",
+        None,
+        p_min=spec.p_min or 0.0,
+        n_min=spec.n_min,
+        ngram_rule=spec.ngram_rule,
+    )
+    return stack.render(served).payload["server_args"]
 
 
 def main() -> None:
@@ -58,7 +80,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", help="the torch engine's dtype (hsd-plan profile --dtype)")
     ap.add_argument("--drafter", default="qwen2.5-coder-0.5b")
     ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--variants", default="pmin=0.5,pmin=0.8", help="the drafter's options profiled beside it (pmin=, nmin=)")
+    ap.add_argument("--variants", default="pmin=0.5,pmin=0.8", help="the drafter's options profiled beside it (pmin=, nmin=, rule=, n=)")
+    ap.add_argument("--no-base", action="store_true", help="profile the variants only, not the drafter without options")
     ap.add_argument("--prompts", default="humaneval")
     ap.add_argument("--profile-prompts", type=int, default=8)
     ap.add_argument("--max-prompts", type=int, default=4, help="held-out prompts")
@@ -66,12 +89,16 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--t-max", type=int, default=8)
     ap.add_argument("--widths", default="1,3,6", help="each drafter's widths, run as fixed chains")
+    ap.add_argument("--also", default="", help="more fixed chains, DRAFTER@K,... (e.g. ngram:rule=ngram-mod:nmin=48@64)")
     ap.add_argument("--latency-grid", default="1,2,3,4,5,6,7,8,9,12,16")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/confidence"))
     args = ap.parse_args()
 
-    models = [args.drafter, *(f"{args.drafter}:{v}" for v in args.variants.split(",")), args.target]
+    variants = [f"{args.drafter}:{v}" for v in args.variants.split(",")]
+    also = [(name, int(k)) for name, _, k in (item.rpartition("@") for item in args.also.split(",") if item)]
+    extra = sorted({name for name, _ in also} - {args.drafter, *variants})
+    models = [*([] if args.no_base else [args.drafter]), *variants, *extra, args.target]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     db = args.out_dir / f"confidence-{args.engine}.db"
     db.unlink(missing_ok=True)
@@ -84,7 +111,8 @@ def main() -> None:
     solve = hsd_plan("solve", "--t-max", str(args.t_max), *common)
     print(f"profiled in {profile.get('elapsed_s', 0):.0f} s; pick {' -> '.join(solve['chain'])} {solve['widths']}", flush=True)
 
-    target, drafter = gguf_of(args.target, args.threads), gguf_of(parse_spec(args.drafter).name, args.threads)
+    target = gguf_of(args.target, args.threads)
+    drafter = None if parse_spec(args.drafter).is_ngram else gguf_of(parse_spec(args.drafter).name, args.threads)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
@@ -96,15 +124,16 @@ def main() -> None:
     record, picked = select_plans(store, (), "best")
     names = sorted({str(m.name) for m in load_profile(store, target=record.target)[0].models if m.name != record.target})
     widths = [int(w) for w in args.widths.split(",")]
-    fixed = [((name, record.target), (w,)) for name in names for w in widths]
+    chains = [(name, w) for name in names if name not in extra for w in widths] + also
+    fixed = [((name, record.target), (w,)) for name, w in chains]
     loader = ModelLoader(device="cpu", dtype=resolve_dtype_choice(args.dtype, "cpu"), engine=args.engine, threads=args.threads)
     validations: list[dict] = []
     server: dict[str, list[dict]] = {}
-    configs: dict[str, list[str]] = {"no speculation": []}
-    for name in names:
-        for w in widths:
-            spec = parse_spec(name)
-            configs[f"{name} [{w}]"] = server_args(drafter, w, spec.p_min or 0.0, spec.n_min)
+    configs: dict[str, list[str] | None] = {"no speculation": []}
+    for name, w in chains:
+        configs[f"{name} [{w}]"] = server_args(name, drafter, w)
+    if drafter is None:  # the server's n-gram drafters at their own defaults
+        configs |= {"ngram-mod, its defaults": ["--spec-type", "ngram-mod"], "ngram-simple, its defaults": ["--spec-type", "ngram-simple"]}
     for r in range(args.repeats):
         for step in ["ours", "server"] if r % 2 == 0 else ["server", "ours"]:
             if step == "ours":
@@ -112,7 +141,8 @@ def main() -> None:
                 validations.append(report.to_dict())
             elif args.engine == "llamacpp":
                 for c, flags in configs.items():
-                    run_config(target, flags, prompts, args.new, args.threads, server.setdefault(c, []))
+                    if flags is not None:
+                        run_config(target, flags, prompts, args.new, args.threads, server.setdefault(c, []))
             print(f"round {r + 1}: {step} done", flush=True)
 
     server_ran = args.engine == "llamacpp"
@@ -124,7 +154,7 @@ def main() -> None:
     print(head)
     rows = []
     for label, flags in configs.items():
-        if label == "no speculation":
+        if label == "no speculation" or " [" not in label:
             continue
         spec, width = label.rsplit(" [", 1)
         plans = [p for v in validations for p in v["plans"] if p["chain"][0] == spec and p["widths"] == [int(width[:-1])]]
@@ -135,7 +165,7 @@ def main() -> None:
         tokens = plans[0]["predicted_mean_accepted_length"]
         ours_tokens = statistics.median(p["measured_mean_accepted_length"] for p in plans)
         srv = server.get(label, [])
-        srv_ms = workload_ms(srv, len(prompts)) if server_ran else float("nan")
+        srv_ms = workload_ms(srv, len(prompts)) if server_ran and srv else float("nan")
         rounds = sum(max(1, r["n"] - r["accepted"]) for r in srv) or 1  # each round commits its accepted tokens + 1
         drafted = sum(r["draft_n"] for r in srv) / rounds
         rows.append({"plan": label, "flags": flags, "predicted_ms": predicted, "ours_ms": ours, "predicted_speedup": speedup,
@@ -146,13 +176,16 @@ def main() -> None:
         served = f" {srv_ms:9.2f} {srv_ms / predicted - 1:+7.1%} {srv_tokens:10.2f}" if server_ran else ""
         print(f"{label.replace(':engine=llamacpp', ''):48s} {speedup:7.2f} {ours_speedup:7.2f} {speedup / ours_speedup - 1:+7.1%} "
               f"{tokens:11.2f} {ours_tokens:6.2f} {predicted:8.2f}{served}")  # fmt: skip
+    defaults = {c: workload_ms(server[c], len(prompts)) for c in configs if " [" not in c and c != "no speculation" and server.get(c)}
+    for c, ms in defaults.items():
+        print(f"llama-server {c}: {ms:.2f} ms/token")
     ours_ar = statistics.median(p["measured_ms_per_token"] for v in validations for p in v["plans"] if len(p["chain"]) == 1)
     print(
         f"our autoregressive decoding: {ours_ar:.2f} ms/token" + (f"; llama-server without speculation: {none:.2f}" if server_ran else "")
     )
     doc = {"engine": args.engine, "workload": held_out.name, "prompts": len(prompts), "new": args.new, "repeats": args.repeats, "threads": args.threads,
            "machine": machine(), "cpu_capability": cpu_capability(), "models": models, "profile": profile, "solve": solve,
-           "server_none_ms": none, "ours_autoregressive_ms": ours_ar, "plans": rows, "validations": validations, "server_runs": server}  # fmt: skip
+           "server_none_ms": none, "server_defaults_ms": defaults, "ours_autoregressive_ms": ours_ar, "plans": rows, "validations": validations, "server_runs": server}  # fmt: skip
     (args.out_dir / f"confidence-{args.engine}.json").write_text(json.dumps(doc, indent=2) + "\n")
 
 

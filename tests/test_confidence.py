@@ -22,7 +22,7 @@ from tests.tiny import tiny_llama
         ("m:steer=dir:pmin=0.5", "steered drafter"),
         ("bpd:heads:pmin=0.5", "unknown option"),
         ("m:nmin=2", "takes pmin="),
-        ("ngram:nmin=2", "ngram takes only"),
+        ("ngram:nmin=2", "drop nmin="),
         ("m:pmin=0.5:nmin=0", "integer from 1"),
     ],
 )

@@ -65,6 +65,8 @@ def _drafter(name: str, zoo: dict[str, torch.nn.Module]) -> NgramDrafter | BpdDr
         return NgramDrafter(n=2, min_size=2)
     if name == "ngram:n=2:rule=llama-server":  # llama-server's ngram-simple: the latest exact 2-token match
         return NgramDrafter(n=2, server=True)
+    if name == "ngram:n=2:rule=ngram-mod:nmin=2":  # llama-server's ngram-mod: a 2-gram table walked, kept from 2 tokens
+        return NgramDrafter(n=2, mod=True, n_min=2)
     torch.manual_seed(7)
     heads = BlockHeads(16, 4)
     with torch.no_grad():
@@ -113,7 +115,7 @@ class Cell:
         zoo = models(cfg.temperature)
         members = [
             _drafter(name, zoo)
-            if name in ("ngram", "ngram:min=2", "ngram:n=2:rule=llama-server", *BPD)
+            if name in ("ngram", "ngram:min=2", "ngram:n=2:rule=llama-server", "ngram:n=2:rule=ngram-mod:nmin=2", *BPD)
             else _steered(name, zoo)
             if name in STEERED
             else Confident(zoo[CONFIDENT[name][0]], *CONFIDENT[name][1:])
@@ -143,6 +145,7 @@ SLOW = {
     "ngram-depth3": Cell("ngram,B,M,T", (2, 1, 2)),
     "ngram-min2-depth2": Cell("ngram:min=2,M,T", (3, 2)),
     "ngram-server-depth1": Cell("ngram:n=2:rule=llama-server,T", (3,)),
+    "ngram-mod-depth1": Cell("ngram:n=2:rule=ngram-mod:nmin=2,T", (3,)),
     "tree-2x2-under-middle": Cell("S,M,T", ("2x2", 2)),
     "t0.5-depth1": Cell("B,T", (3,), {"temperature": 0.5}),
     "t0.5-depth2": Cell("B,M,T", (2, 2), {"temperature": 0.5}),

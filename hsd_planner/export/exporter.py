@@ -164,7 +164,17 @@ def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
     spec = parse_spec(drafter)
     order, least = (spec.ngram_order, spec.ngram_min) if lookup else (0, 1)
     return Served(
-        name(plan.chain[-1]), name(drafter), lookup, k, order, mode, temperature, ngram_min=least, p_min=spec.p_min or 0.0, n_min=spec.n_min
+        name(plan.chain[-1]),
+        name(drafter),
+        lookup,
+        k,
+        order,
+        mode,
+        temperature,
+        ngram_min=least,
+        p_min=spec.p_min or 0.0,
+        n_min=spec.n_min,
+        ngram_rule=spec.ngram_rule if lookup else None,
     )
 
 

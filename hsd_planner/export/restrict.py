@@ -32,11 +32,11 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
     if lookup:
         if not stack.ngram:
             return f"it has no n-gram drafter ({name})"
-        if stack.lookup_rule is not None and spec.ngram_rule != stack.lookup_rule:
-            return (
-                f"its n-gram drafter matches exactly n tokens at their latest occurrence, not as {name} does; "
-                f"profile ngram:rule={stack.lookup_rule} to plan for it"
-            )
+        if spec.mod_rule and not stack.lookup_rules:  # a table walked token by token is llama-server's alone
+            return f"it has no drafter that walks a table of n-grams as {name} does"
+        if stack.lookup_rules and spec.ngram_rule not in stack.lookup_rules:
+            rules = " or ".join(f"ngram:rule={r}" for r in stack.lookup_rules)
+            return f"its n-gram drafters do not look up as {name} does; profile {rules} to plan for them"
         return None
     if spec.layers is not None and not stack.early_exit:
         return f"it cannot load the early exit {name}"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hsd_runtime.terms.choices import Mode
-from hsd_runtime.terms.spec import SERVER_RULE
+from hsd_runtime.terms.spec import MOD_RULE, SERVER_RULE
 
 from ..errors import ExportError
 from .batch import trtllm_schedule
@@ -43,7 +43,8 @@ class Served:
     schedule: tuple[tuple[int, int, int], ...] = ()
     ngram_min: int = 1  # the lookup's shortest suffix match (ngram:min=K)
     p_min: float = 0.0  # the drafter model ends its draft below this top share (pmin=P); 0: it drafts k every round
-    n_min: int = 0  # and drops a draft shorter than this (nmin=N)
+    n_min: int = 0  # and drops a draft shorter than this (nmin=N; of ngram:rule=ngram-mod, a walk ended that short)
+    ngram_rule: str | None = None  # the lookup's rule= (llama-server, ngram-mod), None for the longest-suffix rule
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,9 @@ class Stack:
     version: str
     render: Callable[[Served], Rendered]
     ngram: bool = True  # has an n-gram (prompt lookup) drafter
-    # the one lookup rule its n-gram drafter runs (a spec's rule=), None where the stack's own
+    # the lookup rules its n-gram drafters run (a spec's rule=), empty where the stack's own
     # lookup is mapped from any of ours (vLLM, SGLang, TensorRT-LLM, transformers)
-    lookup_rule: str | None = None
+    lookup_rules: tuple[str, ...] = ()
     max_depth: int = 1  # drafter levels it chains
     trees: bool = False  # a standalone drafter may draft a tree
     early_exit: bool = False  # loads the first K layers of a model as its own drafter
@@ -192,9 +193,14 @@ def _llamacpp(draft_max: str, draft_min: str, p_min: str, spec_type: bool) -> Ca
 
     def render(s: Served) -> Rendered:
         args: list[str] = []
-        if s.drafter is not None and s.lookup and spec_type:
-            # only a lookup profiled with rule=llama-server gets here (Stack.lookup_rule): it drafts
-            # what ngram-simple drafts, so the prediction holds for the server
+        if s.drafter is not None and s.lookup and spec_type and s.ngram_rule == MOD_RULE:
+            # ngram:rule=ngram-mod drafts what ngram-mod drafts: its n-gram size, its n_min (0:
+            # any walk, where the server's default is 48) and the plan's k as its n_max
+            args = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", str(s.ngram_order)]
+            args += ["--spec-ngram-mod-n-min", str(s.n_min), "--spec-ngram-mod-n-max", str(s.k)]
+        elif s.drafter is not None and s.lookup and spec_type:
+            # only a lookup profiled with rule=llama-server gets here (Stack.lookup_rules): it
+            # drafts what ngram-simple drafts, so the prediction holds for the server
             args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
         elif s.drafter is not None:
             # p_min and n_min are the plan's (pmin=, nmin=): 0 and 0 draft k tokens every round, as
@@ -250,16 +256,16 @@ STACKS: dict[str, list[Stack]] = {
         # --spec-type names what drafts (a list enables types; their priority is fixed in code, the
         # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens,
         # --spec-draft-p-min ends its draft on its confidence (pmin=), and --draft-max/--draft-min
-        # are removed (the server exits on them). Its n-gram drafter mapped
-        # is ngram-simple, and only from a lookup profiled as it runs (ngram:rule=llama-server);
-        # ngram-mod, ngram-map-k and comma lists of types are not mapped
+        # are removed (the server exits on them). Its n-gram drafters mapped are ngram-simple
+        # and ngram-mod, each only from a lookup profiled as it runs (ngram:rule=llama-server,
+        # ngram:rule=ngram-mod); ngram-map-k and comma lists of types are not mapped
         Stack(
             "llamacpp",
             "llama.cpp server",
             "2026-10",
             _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", True),
             gguf_files=True,
-            lookup_rule=SERVER_RULE,
+            lookup_rules=(SERVER_RULE, MOD_RULE),
             p_min=True,
         ),
         # builds before the --spec-* flags (spring 2026): --draft-max, --draft-min, --draft-p-min

@@ -51,6 +51,7 @@ from torch import nn
 
 from hsd_runtime import SamplingConfig, engine_model, ngram_lookup, server_lookup, warp
 from hsd_runtime.decoding.confidence import top_share
+from hsd_runtime.decoding.ngram_mod import mod_blocks
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.steering import layer_inputs, stale_sources, steering_delta
 from hsd_runtime.models.output import apply_output_layer
@@ -101,7 +102,13 @@ def acceptance_from_logits(q_logits: torch.Tensor, p_logits: torch.Tensor, sampl
 
 
 def ngram_blocks(
-    order: int, prompt: list[int], continuation: list[int], g_max: int = G_MAX, min_size: int = 1, server: bool = False
+    order: int,
+    prompt: list[int],
+    continuation: list[int],
+    g_max: int = G_MAX,
+    min_size: int = 1,
+    server: bool = False,
+    mod: bool = False,
 ) -> list[list[int]]:
     """The block the n-gram lookup proposes at each start t of the continuation (asked for up to
     ``g_max`` tokens, never past the continuation's end; ``min_size`` its shortest suffix match,
@@ -109,10 +116,15 @@ def ngram_blocks(
     empty block makes a short pass, which on an engine whose pass cost grows with its tokens is
     cheaper than a full one.
 
+    ``mod``: llama-server's ``ngram-mod`` walk (:func:`~hsd_runtime.decoding.ngram_mod.mod_blocks`),
+    with no n_min applied.
+
     >>> ngram_blocks(2, [1, 2, 3, 1, 2], [7, 9], g_max=4)  # "1 2" recurs; "7" never did
     [[3, 1], []]
     """
     m = len(continuation)
+    if mod:
+        return mod_blocks(order, prompt, continuation, g_max)
     if server:  # llama-server's rule, as it drafts at its narrowest width (k = n; a narrower one drafts nothing)
         return [server_lookup(prompt + continuation[:t], order, g_max, gate=order)[: m - t] for t in range(m)]
     return [ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size) for t in range(m)]
@@ -300,7 +312,12 @@ class VisitedSums(NamedTuple):
 
 
 def visited_run_sums(
-    survival: torch.Tensor, b_max: int = VISIT_MAX, start: int = 0, lengths: Sequence[int] | None = None, min_width: int = 1
+    survival: torch.Tensor,
+    b_max: int = VISIT_MAX,
+    start: int = 0,
+    lengths: Sequence[int] | None = None,
+    min_width: int = 1,
+    drop_below: int = 0,
 ) -> VisitedSums:
     """Sums behind P_b(G >= g) as a decoder drafting ``b`` tokens a round visits starts.
 
@@ -325,6 +342,8 @@ def visited_run_sums(
     nothing leaves its verifier a one-token pass. A block cut by the continuation's end counts as
     proposed there. A width below ``min_width`` drafts nothing (llama-server's lookup copies at
     least its n tokens; a ``nmin=`` model drops shorter drafts): every round there commits one token.
+    ``drop_below`` (llama-server's ``ngram-mod`` n_min): at width b, a start whose block is shorter
+    than both b and ``drop_below`` drafts nothing (a walk that reached b tokens is kept).
 
     >>> v = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0, [3, 2, 1, 0, 1])
     >>> v.sums[1], v.counts[1], v.bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
@@ -346,13 +365,14 @@ def visited_run_sums(
             w = v[t]
             if w == 0.0:
                 continue
-            s = nothing[: b + 1] if silent else surv[t, : b + 1]
+            dropped = silent or (lengths is not None and lengths[t] < min(b, drop_below))
+            s = nothing[: b + 1] if dropped else surv[t, : b + 1]
             seen = min(b, m - t)  # positions t .. t + seen - 1 lie inside the continuation
             total[: seen + 1] += w * s[: seen + 1]
             base[0] += w
             base[1 : seen + 1] += w * s[:seen]
             if lengths is not None:
-                held[: (0 if silent else min(b, lengths[t])) + 1] += w  # l = 0..min(L_t, b)
+                held[: (0 if dropped else min(b, lengths[t])) + 1] += w  # l = 0..min(L_t, b)
             v[t + 1 : t + b + 1] += w * (s[:-1] - s[1:])  # P(X = x), x = 1..b
             v[t + b + 1] += w * s[-1]  # P(X = b + 1): all b accepted
         sums.append(total.tolist())

@@ -93,6 +93,7 @@ class _Measured(NamedTuple):
     siblings: tuple[list[float] | None, int | None] = (None, None)
     lengths: list[int] | None = None
     min_width: int = 1  # narrower widths draft nothing (llama-server's lookup)
+    drop_below: int = 0  # a block shorter than this and than the width drafts nothing (ngram-mod's n_min)
 
 
 def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: Prompt) -> None:
@@ -134,8 +135,8 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
         measured = MEASURES[d.kind.acceptance](d, teacher)
         c, siblings = measured.c, measured.siblings
         survival = start_survival(c)  # [m, G_MAX + 1]
-        run_sum, run_count = run_length_sums(survival)
-        visited = visited_run_sums(survival, lengths=measured.lengths, min_width=measured.min_width)
+        run_sum, run_count = run_length_sums(_kept(survival, measured))
+        visited = visited_run_sums(survival, lengths=measured.lengths, min_width=measured.min_width, drop_below=measured.drop_below)
         sums = PromptAcceptance(
             len(c),
             run_sum[1],
@@ -151,6 +152,18 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
         save_prompt_acceptance(run.db, keys[d.row_id], sums)
         out.measured += 1
         step(1)
+
+
+def _kept(survival: torch.Tensor, measured: _Measured) -> torch.Tensor:
+    """``survival`` with the starts whose block is dropped at the widths of at least
+    ``drop_below`` drafting nothing (S(0) = 1 only): what the run lengths, a width-free figure,
+    count (the visited sums apply the rule width by width)."""
+    if not measured.drop_below or measured.lengths is None:
+        return survival
+    out = survival.clone()
+    short = torch.tensor([n < measured.drop_below for n in measured.lengths])
+    out[short, 1:] = 0.0
+    return out
 
 
 def _siblings(q_logits: torch.Tensor, t: _Teacher) -> tuple[list[float] | None, int | None]:
@@ -181,12 +194,14 @@ def _by_confidence(d: ProfiledModel, t: _Teacher) -> _Measured:
 
 
 def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:
-    """The n-gram lookup: the block it proposes at each start (one lookup per start), chains only."""
+    """The n-gram lookup: the block it proposes at each start (one lookup per start), chains only;
+    ``ngram-mod``'s blocks are its walks, dropped by its ``nmin=`` width by width."""
     spec = d.spec
     server = spec.server_rule
-    blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server)
+    blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server, mod=spec.mod_rule)
     least = spec.ngram_order if server else 1
-    return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks], min_width=least)
+    lengths = [len(b) for b in blocks]
+    return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=lengths, min_width=least, drop_below=spec.n_min)
 
 
 def _by_heads(d: ProfiledModel, t: _Teacher) -> _Measured:

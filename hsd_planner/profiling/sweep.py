@@ -78,7 +78,7 @@ def _pass_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
 
 
 def _lookup_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
-    return LookupTimer(cand.spec.ngram_order, ctx)
+    return LookupTimer(cand.spec.ngram_order, ctx, mod=cand.spec.mod_rule)
 
 
 def _heads_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:

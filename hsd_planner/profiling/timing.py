@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from hsd_runtime import SamplingConfig, engine_model, ngram_lookup
+from hsd_runtime.decoding.ngram_mod import ModTable
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.models.engine import EngineCache
 
@@ -128,16 +129,24 @@ class PassTimer:
 
 
 class LookupTimer:
-    """The n-gram drafter over a random context of ``context_len`` tokens."""
+    """The n-gram drafter over a random context of ``context_len`` tokens (``mod``: llama-server's
+    ``ngram-mod``, its table holding the context's n-grams)."""
 
-    def __init__(self, order: int, context_len: int, seed: int = 0) -> None:
+    def __init__(self, order: int, context_len: int, seed: int = 0, mod: bool = False) -> None:
         self.order = order
         self.context = np.random.default_rng(seed).integers(0, 1000, context_len).tolist()
+        self.table: ModTable | None = None
+        if mod:
+            self.table = ModTable(order)
+            self.table.begin(self.context)
 
     def __call__(self, n: int) -> float:
         """ms of one proposal of up to ``n`` tokens."""
         t0 = time.perf_counter()
-        ngram_lookup(self.context, self.order, n)
+        if self.table is not None:
+            self.table.draft(self.context[:-1], self.context[-1], n)
+        else:
+            ngram_lookup(self.context, self.order, n)
         return 1000.0 * (time.perf_counter() - t0)
 
 

@@ -28,6 +28,7 @@ from ..terms.errors import ChainError
 from ..terms.limits import DEFAULT_NGRAM_ORDER
 from ..terms.spec import ModelSpec
 from .drafters import DraftContext, Proposal
+from .ngram_mod import ModTable
 from .results import LevelStats
 
 if TYPE_CHECKING:
@@ -93,30 +94,68 @@ def server_lookup(tokens: list[int], n: int, count: int, gate: int | None = None
 class NgramDrafter:
     """Level 0 without a model: n-gram prompt lookup of order ``n``, drafting on a suffix match of
     at least ``min_size`` tokens (``server``: llama-server's ``ngram-simple`` rule instead,
-    :func:`server_lookup`)."""
+    :func:`server_lookup`; ``mod``: its ``ngram-mod``, a :class:`~.ngram_mod.ModTable` per row,
+    dropping a walk that ended before ``n_min`` tokens)."""
 
     reads_host = False
     tree_refusal = "ngram drafts chains only; give level 0 a number or make it a model"
     placement = "ngram can only be the lowest level of a chain (it cannot verify)"
     rows_refusal: str | None = None  # a lookup per row
 
-    def __init__(self, n: int = DEFAULT_NGRAM_ORDER, name: str = "ngram", min_size: int = 1, server: bool = False) -> None:
+    def __init__(
+        self,
+        n: int = DEFAULT_NGRAM_ORDER,
+        name: str = "ngram",
+        min_size: int = 1,
+        server: bool = False,
+        mod: bool = False,
+        n_min: int = 0,
+    ) -> None:
         self.n = n
         self.min_size = min_size
         self.server = server
+        self.mod = mod
+        self.n_min = n_min
         self.stats = LevelStats(model=name)
+        # ngram-mod, per row: its table, and the row's length and draft at the last proposal (to
+        # count what that round accepted, as the server's accept call does)
+        self._tables: list[ModTable] = []
+        self._last: list[tuple[int, list[int]] | None] = []
 
     @classmethod
     def of(cls, spec: ModelSpec) -> NgramDrafter:
-        """The lookup an ``ngram`` spec names (its n, min= and rule=)."""
-        return cls(n=spec.ngram_order, name=str(spec), min_size=spec.ngram_min, server=spec.server_rule)
+        """The lookup an ``ngram`` spec names (its n, min=, rule= and nmin=)."""
+        return cls(
+            n=spec.ngram_order, name=str(spec), min_size=spec.ngram_min, server=spec.server_rule, mod=spec.mod_rule, n_min=spec.n_min
+        )
 
     def lookup(self, tokens: list[int], count: int) -> list[int]:
-        """What this drafter proposes after ``tokens`` when asked for ``count`` tokens."""
+        """What this drafter proposes after ``tokens`` when asked for ``count`` tokens (not for
+        ``ngram-mod``, whose draft depends on its table's past: see :meth:`propose`)."""
         return server_lookup(tokens, self.n, count) if self.server else ngram_lookup(tokens, self.n, count, self.min_size)
 
     def prefill(self, prompts: list[list[int]]) -> None:
-        """Nothing to cache: the lookup reads the context each time."""
+        """Nothing to cache, but for ``ngram-mod``: a new table per row, holding its prompt's n-grams."""
+        if self.mod:
+            self._begin(prompts)
+
+    def _begin(self, prompts: list[list[int]]) -> None:
+        self._tables = [ModTable(self.n) for _ in prompts]
+        for table, prompt in zip(self._tables, prompts):
+            table.begin(prompt)
+        self._last = [None] * len(prompts)
+
+    def _mod_draft(self, row: int, tokens: list[int], count: int) -> list[int]:
+        """Row ``row``'s ``ngram-mod`` draft after ``tokens``: first the last round's acceptance
+        (the draft's tokens the text kept, short of the round's own last token), then the walk."""
+        table, last = self._tables[row], self._last[row]
+        if last is not None and len(tokens) > last[0]:
+            new = tokens[last[0] :]
+            kept = next((i for i, (x, y) in enumerate(zip(last[1], new)) if x != y), min(len(last[1]), len(new)))
+            table.accept(min(kept, len(new) - 1))
+        draft = table.draft(tokens[:-1], tokens[-1], count, self.n_min)
+        self._last[row] = (len(tokens), draft)
+        return draft
 
     def attach(self, host: CachedModel) -> None:
         """The lookup reads no hidden rows: refused."""
@@ -125,7 +164,12 @@ class NgramDrafter:
     def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
         """Up to ``n`` tokens per active row (none where its suffix recurs nowhere); one pass counted for all rows."""
         t0 = time.perf_counter()
-        out = [Proposal(self.lookup(t, n)) if a else None for t, a in zip(ctx.rows, ctx.active)]
+        if self.mod:
+            if len(self._tables) != len(ctx.rows):  # no prefill told this level its prompts
+                self._begin([t[:-1] for t in ctx.rows])
+            out = [Proposal(self._mod_draft(i, t, n)) if a else None for i, (t, a) in enumerate(zip(ctx.rows, ctx.active))]
+        else:
+            out = [Proposal(self.lookup(t, n)) if a else None for t, a in zip(ctx.rows, ctx.active)]
         self.stats.forward_passes += 1
         elapsed = time.perf_counter() - t0
         self.stats.time_s += elapsed

@@ -10,11 +10,13 @@ on llama.cpp a spec names a packaged alias or a ``.gguf`` file, run as it is or 
 ``min=K`` (``ngram`` only: propose nothing unless a suffix of at least K tokens matches; 1 by
 default, so that any repeated token drafts), ``rule=llama-server`` (``ngram`` only: draft as
 llama-server's ``ngram-simple`` does, on an exact match of n tokens, 12 unless ``n=`` says, from
-its latest occurrence; see :mod:`hsd_runtime.decoding.ngram`), ``pmin=P`` (a model at level 0 only: end
+its latest occurrence; ``rule=ngram-mod``: as its ``ngram-mod`` does, a hashed table of n-grams, 24
+unless ``n=`` says, walked token by token; see :mod:`hsd_runtime.decoding.ngram_mod`), ``pmin=P`` (a model at level 0 only: end
 each draft at the first token whose probability among the drafter's ten likeliest is below P, as
 llama-server's ``draft-simple`` does with ``--spec-draft-p-min P``; see
 :mod:`hsd_runtime.decoding.confidence`), ``nmin=N`` (with ``pmin=``: a draft that ended shorter
-than N tokens is dropped, the round verifying none, as ``--spec-draft-n-min N``), ``vocab=N`` or ``vocab=FILE``
+than N tokens is dropped, the round verifying none, as ``--spec-draft-n-min N``; with
+``ngram:rule=ngram-mod``, as ``--spec-ngram-mod-n-min N``), ``vocab=N`` or ``vocab=FILE``
 (a drafter whose output layer scores N tokens only, the first N by token id or the tokens a
 ranking file lists; see :mod:`hsd_runtime.models.trim`), ``steer=DIR`` (a drafter steered by the hidden states of
 the model directly above it, with the projection trained into DIR; see :mod:`hsd_runtime.learned.steering`).
@@ -45,9 +47,12 @@ from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS,
 __all__ = [
     "BPD",
     "DTYPES",
+    "MOD_NGRAM_ORDER",
+    "MOD_RULE",
     "NGRAM",
     "QUANTS",
     "RESCORERS",
+    "RULES",
     "SERVER_NGRAM_ORDER",
     "SERVER_RULE",
     "Dtype",
@@ -67,7 +72,10 @@ _INT_OPTIONS = {"layers", "n", "min", "nmin"}
 _KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin", "nmin"}
 _DRAFTING = ("pmin", "nmin")  # options of how a model drafts, not of the model it loads
 SERVER_RULE = "llama-server"  # rule=: the lookup llama-server's ngram-simple runs
+MOD_RULE = "ngram-mod"  # rule=: llama-server's ngram-mod, a hashed n-gram table walked token by token
+RULES = (SERVER_RULE, MOD_RULE)
 SERVER_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-simple-size-n
+MOD_NGRAM_ORDER = 24  # llama-server's default --spec-ngram-mod-n-match
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
 
@@ -97,26 +105,31 @@ class ModelSpec(BaseModel):
         """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
         value = self.get("n")
         if value is None:
-            return SERVER_NGRAM_ORDER if self.server_rule else DEFAULT_NGRAM_ORDER
+            return {SERVER_RULE: SERVER_NGRAM_ORDER, MOD_RULE: MOD_NGRAM_ORDER}.get(self.ngram_rule or "", DEFAULT_NGRAM_ORDER)
         return int(value)
 
     @property
     def ngram_min(self) -> int:
         """The shortest suffix match on which an ``ngram`` spec drafts (``min=K``), 1 when unset."""
-        if self.server_rule:
-            return self.ngram_order  # an exact match of n tokens
+        if self.ngram_rule is not None:
+            return self.ngram_order  # both of llama-server's rules match exactly n tokens
         value = self.get("min")
         return 1 if value is None else int(value)
 
     @property
     def ngram_rule(self) -> str | None:
-        """How an ``ngram`` spec looks up (``rule=llama-server``), None for the longest-suffix rule."""
+        """How an ``ngram`` spec looks up (``rule=llama-server`` or ``rule=ngram-mod``), None for the longest-suffix rule."""
         return self.get("rule")
 
     @property
     def server_rule(self) -> bool:
         """Whether an ``ngram`` spec drafts as llama-server's ``ngram-simple`` (``rule=llama-server``)."""
         return self.ngram_rule == SERVER_RULE
+
+    @property
+    def mod_rule(self) -> bool:
+        """Whether an ``ngram`` spec drafts as llama-server's ``ngram-mod`` (``rule=ngram-mod``)."""
+        return self.ngram_rule == MOD_RULE
 
     def run_dtype(self, default: str) -> str:
         """The dtype this model runs in: its own ``dtype=``, fp32 for a quantized copy (int8
@@ -165,7 +178,8 @@ class ModelSpec(BaseModel):
 
     @property
     def n_min(self) -> int:
-        """The fewest tokens a ``pmin=`` draft keeps (``nmin=N``; a shorter one is dropped), 0 when unset."""
+        """The fewest tokens a ``pmin=`` or ``rule=ngram-mod`` draft keeps (``nmin=N``; a shorter one
+        is dropped), 0 when unset."""
         value = self.get("nmin")
         return 0 if value is None else int(value)
 
@@ -265,23 +279,25 @@ def parse_spec(text: str) -> ModelSpec:
             raise ModelSpecError(
                 f"weights={value[:40]} in model spec {text[:200]!r}; the one choice is weights=random (the config's shape, random weights)"
             )
-        if key == "rule" and value != SERVER_RULE:
+        if key == "rule" and value not in RULES:
             raise ModelSpecError(
-                f"rule={value[:40]} in model spec {text[:200]!r}; the one choice is rule={SERVER_RULE} (llama-server's ngram-simple)"
+                f"rule={value[:40]} in model spec {text[:200]!r}; use rule={SERVER_RULE} (llama-server's ngram-simple) "
+                f"or rule={MOD_RULE} (its ngram-mod)"
             )
         if key == "engine" and value not in ENGINES:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
         if key == "pmin" and not _open_unit(value):
             raise ModelSpecError(f"pmin={value[:40]} in model spec {text[:200]!r} must be a number between 0 and 1 (exclusive)")
     spec = ModelSpec(name=name, options=tuple(options))
-    drafting = (spec.p_min, spec.get("nmin"))
     if spec.is_ngram and any(
-        v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"), *drafting)
+        v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"), spec.p_min)
     ):
-        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K and rule={SERVER_RULE}")
+        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K, rule={SERVER_RULE}|{MOD_RULE} and nmin=N")
     if spec.ngram_rule is not None and spec.get("min") is not None:
-        raise ModelSpecError(f"model spec {text!r}: rule={SERVER_RULE} matches exactly n tokens; drop min=")
-    for key, form in (("n", "n=N"), ("min", "min=K"), ("rule", f"rule={SERVER_RULE}")):
+        raise ModelSpecError(f"model spec {text!r}: rule={spec.ngram_rule} matches exactly n tokens; drop min=")
+    if spec.is_ngram and spec.n_min and not spec.mod_rule:
+        raise ModelSpecError(f"model spec {text!r}: nmin= drops a short draft of rule={MOD_RULE}; add it or drop nmin=")
+    for key, form in (("n", "n=N"), ("min", "min=K"), ("rule", "rule=")):
         if not spec.is_ngram and spec.get(key) is not None:
             raise ModelSpecError(f"model spec {text!r}: option {form} applies to ngram only")
     if spec.is_ngram and spec.ngram_min > spec.ngram_order:
@@ -290,7 +306,7 @@ def parse_spec(text: str) -> ModelSpec:
         )
     if spec.p_min is not None and spec.steer is not None:
         raise ModelSpecError(f"model spec {text!r}: a steered drafter drafts its width every round; drop pmin=")
-    if spec.n_min and spec.p_min is None:
+    if spec.n_min and spec.p_min is None and not spec.is_ngram:
         raise ModelSpecError(f"model spec {text!r}: nmin= drops a draft that ended early; it takes pmin=, on which drafts end")
     if spec.engine is not None:
         check_engine(spec, spec.engine)
