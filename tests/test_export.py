@@ -382,6 +382,7 @@ def test_an_ngram_mod_lookup_is_exported_to_llama_server_alone(isolated_db):
     and the plan's k as n_max, when it is the best lookup the server runs; no other stack walks a
     table of n-grams, so there the best other plan is exported."""
     from hsd_planner.export.stacks import stack_for
+    from hsd_planner.store.profiles import load_profile
 
     mod = "ngram:n=2:rule=ngram-mod:nmin=3"
     simple = "ngram:n=2:rule=llama-server"
@@ -389,6 +390,9 @@ def test_an_ngram_mod_lookup_is_exported_to_llama_server_alone(isolated_db):
     alpha = {(mod, "big"): 0.8, (simple, "big"): 0.6, ("small", "big"): 0.5}
     db = open_db(str(isolated_db))
     _store_profile(db, models, alpha)
+    # its drafted tables hold its drops, width by width: no n_min of a stopping model on top (which
+    # would price a kept walk at a width below n_min as a one-token pass)
+    assert load_profile(db, target="big")[0].model(mod).n_min == 0
     pick = solve_and_store(db, config=SolveConfig(t_max=6, max_depth=1)).plans[0]
     assert pick.plan.chain[0] == mod
     out = _exported(pick.id, "llamacpp")

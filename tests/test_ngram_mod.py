@@ -7,8 +7,8 @@ server's lookup token for token is checked against llama-server itself in
 import pytest
 import torch
 
-from hsd_planner.profiling.acceptance import ngram_acceptance, ngram_blocks, start_survival, visited_run_sums
-from hsd_runtime import Hierarchy, ModelSpecError, NgramDrafter, parse_spec
+from hsd_planner.profiling.acceptance import ngram_acceptance, start_survival, visited_run_sums
+from hsd_runtime import Hierarchy, ModelSpecError, NgramDrafter, SamplingConfig, parse_spec
 from hsd_runtime.decoding.ngram_mod import ModTable, mod_blocks
 from tests.tiny import tiny_llama
 
@@ -110,26 +110,30 @@ def test_the_profilers_blocks_and_width_rule_give_the_executors_rounds(width, n_
     prompt = [38, 7, 19, 38, 7, 19, 5, 38, 7]  # the loop the model falls into, already in the prompt
     new = 24
     out = Hierarchy([NgramDrafter(n=2, mod=True, n_min=n_min), model], [width]).generate(prompt, new)
-    blocks = ngram_blocks(2, prompt, out.tokens, g_max=8, mod=True)
-    assert blocks == mod_blocks(2, prompt, out.tokens, 8)
-    lengths = [len(b) for b in blocks]
+    walks = mod_blocks(2, prompt, out.tokens, 8, cut=False)
+    blocks = mod_blocks(2, prompt, out.tokens, 8)
+    assert blocks == [w[: new - t] for t, w in enumerate(walks)]
     greedy_rows = torch.nn.functional.one_hot(torch.tensor(out.tokens), 64).double()  # the target's own argmax
-    survival = start_survival(ngram_acceptance(blocks, greedy_rows, _greedy()))
-    v = visited_run_sums(survival, width, lengths=lengths, drop_below=n_min)
+    survival = start_survival(ngram_acceptance(blocks, greedy_rows, SamplingConfig()))
+    v = visited_run_sums(survival, width, lengths=[len(b) for b in blocks], drop_below=n_min, walks=[len(w) for w in walks])
     # the visited sums let the last block run to the text's end; the executor caps it one short
     assert v.counts[width - 1] in (out.target_rounds, out.target_rounds - 1)
     assert out.levels[0].accepted > 0
     t, rounds, drafted = 0, 0, 0
     while t < new:
-        d = blocks[t][: min(width, new - t - 1)]
-        if len(blocks[t][:width]) < min(width, n_min):
-            d = []
+        d = [] if len(walks[t][:width]) < min(width, n_min) else blocks[t][: min(width, new - t - 1)]
         a = next((i for i, (x, y) in enumerate(zip(d, out.tokens[t:])) if x != y), len(d))
         rounds, drafted, t = rounds + 1, drafted + len(d), t + a + 1
     assert (rounds, drafted) == (out.target_rounds, out.levels[0].proposed)
 
 
-def _greedy():
-    from hsd_runtime import SamplingConfig
-
-    return SamplingConfig()
+def test_a_walk_cut_by_the_continuations_end_is_dropped_by_its_whole_length():
+    """n_min is judged on the walk the server makes, which the profiled continuation's end does
+    not cut: the last starts of a continuation draft as the server would, not as dropped."""
+    survival = start_survival(torch.ones(4, 8, dtype=torch.float64))
+    kept = visited_run_sums(survival, 4, lengths=[4, 3, 2, 1], drop_below=4, walks=[8, 8, 8, 8])
+    cut = visited_run_sums(survival, 4, lengths=[4, 3, 2, 1], drop_below=4)
+    assert kept.drafted[3][1] == 1.0 and kept.counts[3] == 1.0  # one round at 0 drafts 4, all accepted
+    assert cut.drafted[3][1] == 1.0  # the same round
+    assert visited_run_sums(survival, 4, start=1, lengths=[4, 3, 2, 1], drop_below=4, walks=[8, 8, 8, 8]).drafted[3][1] == 1.0
+    assert visited_run_sums(survival, 4, start=1, lengths=[4, 3, 2, 1], drop_below=4).drafted[3][1] == 0.0  # judged by its cut

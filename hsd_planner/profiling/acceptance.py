@@ -51,7 +51,6 @@ from torch import nn
 
 from hsd_runtime import SamplingConfig, engine_model, ngram_lookup, server_lookup, warp
 from hsd_runtime.decoding.confidence import top_share
-from hsd_runtime.decoding.ngram_mod import mod_blocks
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.learned.steering import layer_inputs, stale_sources, steering_delta
 from hsd_runtime.models.output import apply_output_layer
@@ -108,7 +107,6 @@ def ngram_blocks(
     g_max: int = G_MAX,
     min_size: int = 1,
     server: bool = False,
-    mod: bool = False,
 ) -> list[list[int]]:
     """The block the n-gram lookup proposes at each start t of the continuation (asked for up to
     ``g_max`` tokens, never past the continuation's end; ``min_size`` its shortest suffix match,
@@ -116,15 +114,10 @@ def ngram_blocks(
     empty block makes a short pass, which on an engine whose pass cost grows with its tokens is
     cheaper than a full one.
 
-    ``mod``: llama-server's ``ngram-mod`` walk (:func:`~hsd_runtime.decoding.ngram_mod.mod_blocks`),
-    with no n_min applied.
-
     >>> ngram_blocks(2, [1, 2, 3, 1, 2], [7, 9], g_max=4)  # "1 2" recurs; "7" never did
     [[3, 1], []]
     """
     m = len(continuation)
-    if mod:
-        return mod_blocks(order, prompt, continuation, g_max)
     if server:  # llama-server's rule, as it drafts at its narrowest width (k = n; a narrower one drafts nothing)
         return [server_lookup(prompt + continuation[:t], order, g_max, gate=order)[: m - t] for t in range(m)]
     return [ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size) for t in range(m)]
@@ -318,6 +311,7 @@ def visited_run_sums(
     lengths: Sequence[int] | None = None,
     min_width: int = 1,
     drop_below: int = 0,
+    walks: Sequence[int] | None = None,
 ) -> VisitedSums:
     """Sums behind P_b(G >= g) as a decoder drafting ``b`` tokens a round visits starts.
 
@@ -342,8 +336,9 @@ def visited_run_sums(
     nothing leaves its verifier a one-token pass. A block cut by the continuation's end counts as
     proposed there. A width below ``min_width`` drafts nothing (llama-server's lookup copies at
     least its n tokens; a ``nmin=`` model drops shorter drafts): every round there commits one token.
-    ``drop_below`` (llama-server's ``ngram-mod`` n_min): at width b, a start whose block is shorter
-    than both b and ``drop_below`` drafts nothing (a walk that reached b tokens is kept).
+    ``drop_below`` (llama-server's ``ngram-mod`` n_min): at width b, a start whose walk is shorter
+    than both b and ``drop_below`` drafts nothing (a walk that reached b tokens is kept); ``walks``
+    are the walks' whole lengths, which the continuation's end does not cut (default ``lengths``).
 
     >>> v = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0, [3, 2, 1, 0, 1])
     >>> v.sums[1], v.counts[1], v.bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
@@ -356,6 +351,7 @@ def visited_run_sums(
     nothing = np.zeros(surv.shape[1])  # S(g) of a round that drafts nothing: 1 at g = 0 only
     nothing[0] = 1.0
     sums, counts, bases, drafted = [], [], [], []
+    walked = lengths if walks is None else walks
     for b in range(1, b_max + 1):
         total, base, held = np.zeros(b + 1), np.zeros(b + 1), np.zeros(b + 1)
         v = np.zeros(m + b + 2)
@@ -365,7 +361,7 @@ def visited_run_sums(
             w = v[t]
             if w == 0.0:
                 continue
-            dropped = silent or (lengths is not None and lengths[t] < min(b, drop_below))
+            dropped = silent or (walked is not None and walked[t] < min(b, drop_below))
             s = nothing[: b + 1] if dropped else surv[t, : b + 1]
             seen = min(b, m - t)  # positions t .. t + seen - 1 lie inside the continuation
             total[: seen + 1] += w * s[: seen + 1]

@@ -15,12 +15,14 @@ from typing import NamedTuple
 import torch
 
 from hsd_runtime import CachePool, SamplingConfig
+from hsd_runtime.decoding.ngram_mod import mod_blocks
 from hsd_runtime.terms.kinds import Measure
 
 from ..store import Engine
 from ..store.measurements import measured_prompts, save_prompt_acceptance
 from ..store.records import PromptAcceptance, PromptPairKey
 from .acceptance import (
+    G_MAX,
     acceptance_from_logits,
     bpd_acceptance,
     confident_conditionals,
@@ -93,7 +95,8 @@ class _Measured(NamedTuple):
     siblings: tuple[list[float] | None, int | None] = (None, None)
     lengths: list[int] | None = None
     min_width: int = 1  # narrower widths draft nothing (llama-server's lookup)
-    drop_below: int = 0  # a block shorter than this and than the width drafts nothing (ngram-mod's n_min)
+    drop_below: int = 0  # a walk shorter than this and than the width drafts nothing (ngram-mod's n_min)
+    walks: list[int] | None = None  # the walks' lengths, uncut by the continuation's end (default: lengths)
 
 
 def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: Prompt) -> None:
@@ -136,7 +139,9 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
         c, siblings = measured.c, measured.siblings
         survival = start_survival(c)  # [m, G_MAX + 1]
         run_sum, run_count = run_length_sums(_kept(survival, measured))
-        visited = visited_run_sums(survival, lengths=measured.lengths, min_width=measured.min_width, drop_below=measured.drop_below)
+        visited = visited_run_sums(
+            survival, lengths=measured.lengths, min_width=measured.min_width, drop_below=measured.drop_below, walks=measured.walks
+        )
         sums = PromptAcceptance(
             len(c),
             run_sum[1],
@@ -161,7 +166,7 @@ def _kept(survival: torch.Tensor, measured: _Measured) -> torch.Tensor:
     if not measured.drop_below or measured.lengths is None:
         return survival
     out = survival.clone()
-    short = torch.tensor([n < measured.drop_below for n in measured.lengths])
+    short = torch.tensor([n < measured.drop_below for n in measured.walks or measured.lengths])
     out[short, 1:] = 0.0
     return out
 
@@ -198,10 +203,15 @@ def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:
     ``ngram-mod``'s blocks are its walks, dropped by its ``nmin=`` width by width."""
     spec = d.spec
     server = spec.server_rule
-    blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server, mod=spec.mod_rule)
+    if spec.mod_rule:  # walks of the table, cut at the continuation's end for their acceptance only
+        m = len(t.continuation)
+        walks = mod_blocks(spec.ngram_order, t.prompt, t.continuation, G_MAX, cut=False)
+        blocks = [w[: m - i] for i, w in enumerate(walks)]
+        c = ngram_acceptance(blocks, t.p_logits, t.sampling)
+        return _Measured(c, lengths=[len(b) for b in blocks], drop_below=spec.n_min, walks=[len(w) for w in walks])
+    blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server)
     least = spec.ngram_order if server else 1
-    lengths = [len(b) for b in blocks]
-    return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=lengths, min_width=least, drop_below=spec.n_min)
+    return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks], min_width=least)
 
 
 def _by_heads(d: ProfiledModel, t: _Teacher) -> _Measured:

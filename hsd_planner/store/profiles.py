@@ -164,7 +164,9 @@ def _assemble(
         if 1 not in curves:
             continue  # no latency here: not a usable candidate on this hardware
         kind = kind_of(spec)
-        profiles.append(ModelProfile(name=models[mid].spec, latency=curves, lookup=kind.lookup, stops=kind.stops, n_min=spec.n_min))
+        profiles.append(
+            ModelProfile(name=models[mid].spec, latency=curves, lookup=kind.lookup, stops=kind.stops, n_min=spec.n_min if kind.stops else 0)
+        )
     have = {m.name for m in profiles}
     acceptance = [
         PairAcceptance(

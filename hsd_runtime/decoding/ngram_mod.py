@@ -138,10 +138,10 @@ class ModTable:
             self.low = 0
 
 
-def mod_blocks(n: int, prompt: list[int], continuation: list[int], g_max: int) -> list[list[int]]:
+def mod_blocks(n: int, prompt: list[int], continuation: list[int], g_max: int, cut: bool = True) -> list[list[int]]:
     """The block ``ngram-mod`` (n-gram size ``n``) walks at each start t of ``continuation``, up to
-    ``g_max`` tokens and never past its end: ``[m]`` blocks, no n_min applied (a plan's width
-    decides which are dropped). The table is advanced as if a round began at every start, so an
+    ``g_max`` tokens and (``cut``) never past its end: ``[m]`` blocks, no n_min applied (a plan's
+    width decides which are dropped, by the walk's whole length: ``cut=False``). The table is advanced as if a round began at every start, so an
     n-gram joins it at the earliest start the server could add it; a decoder's rounds of several
     tokens add it up to one round later.
 
@@ -154,5 +154,6 @@ def mod_blocks(n: int, prompt: list[int], continuation: list[int], g_max: int) -
     blocks = []
     for t in range(m):
         text = prompt + continuation[:t]
-        blocks.append(table.draft(text[:-1], text[-1], g_max)[: m - t])
+        walk = table.draft(text[:-1], text[-1], g_max)
+        blocks.append(walk[: m - t] if cut else walk)
     return blocks

@@ -104,7 +104,7 @@ MODEL = DrafterKind(
 )
 NGRAM_LOOKUP = DrafterKind(
     name="ngram",
-    member="an NgramDrafter of order n= proposing on suffix matches of at least min= tokens",
+    member="an NgramDrafter of order n= proposing on suffix matches of at least min= tokens, or as a rule= of llama-server's",
     own_model=False,
     timing="lookup",
     projection=False,
