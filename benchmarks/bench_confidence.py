@@ -74,6 +74,45 @@ def server_args(name: str, drafter: Path | None, k: int) -> list[str] | None:
     return stack.render(served).payload["server_args"]
 
 
+# the server's n-gram drafters at their own defaults
+SERVER_DEFAULTS = {"ngram-mod, its defaults": ["--spec-type", "ngram-mod"], "ngram-simple, its defaults": ["--spec-type", "ngram-simple"]}
+
+
+def server_only(args: argparse.Namespace, db: Path) -> None:
+    """llama-server alone over the held-out prompts, ``--repeats`` rounds: no speculation, the
+    stored pick's exported flags and (for a lookup) the server's own n-gram defaults."""
+    store = open_db(str(db))
+    _record, picked = select_plans(store, (), "best")
+    pick = next(p for p in picked if p.kind != "autoregressive")
+    name, k = pick.plan.chain[0], int(pick.plan.widths[0])
+    spec = parse_spec(name)
+    target = gguf_of(args.target, args.threads)
+    drafter = None if spec.is_ngram else gguf_of(spec.name, args.threads)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
+    held_out = split(load_prompts(args.prompts), "validate", limit=args.max_prompts)
+    prompts = [encode_prompt(tokenizer, text) for text in held_out.prompts]
+    flags = server_args(name, drafter, k)
+    configs = {"no speculation": [], f"the pick {name} [{k}]": flags} | (SERVER_DEFAULTS if spec.is_ngram else {})
+    runs: dict[str, list[dict]] = {}
+    for _ in range(args.repeats):
+        for c, f in configs.items():
+            if f is not None:
+                run_config(target, f, prompts, args.new, args.threads, runs.setdefault(c, []))
+    print(f"{held_out.name}: {len(prompts)} held-out prompts x {args.repeats} rounds, {args.new} greedy tokens, "
+          f"{args.threads} threads; {machine()}, {cpu_capability()}; predicted for the pick {pick.plan.prediction.ms_per_token:.2f} ms/token")  # fmt: skip
+    out = {}
+    for c, rows in runs.items():
+        ms = workload_ms(rows, len(prompts))
+        rounds = sum(max(1, r["n"] - r["accepted"]) for r in rows) or 1
+        out[c] = {"ms_per_token": ms, "tokens_per_round": sum(r["n"] for r in rows) / rounds, "flags": configs[c]}
+        print(f"llama-server {c}: {ms:.2f} ms/token, {out[c]['tokens_per_round']:.2f} tokens a round")
+    doc = {"pick": [name, k], "predicted_ms": pick.plan.prediction.ms_per_token, "configs": out, "runs": runs,
+           "machine": machine(), "cpu_capability": cpu_capability()}  # fmt: skip
+    (args.out_dir / f"confidence-{args.engine}.server.json").write_text(json.dumps(doc, indent=2) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
@@ -93,6 +132,11 @@ def main() -> None:
     ap.add_argument("--latency-grid", default="1,2,3,4,5,6,7,8,9,12,16")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/confidence"))
+    ap.add_argument(
+        "--server-only",
+        action="store_true",
+        help="llama-server alone, on the database a run left in --out-dir: no speculation, the pick's exported flags and the server's defaults",
+    )
     args = ap.parse_args()
 
     variants = [f"{args.drafter}:{v}" for v in args.variants.split(",")]
@@ -101,6 +145,9 @@ def main() -> None:
     models = [*([] if args.no_base else [args.drafter]), *variants, *extra, args.target]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     db = args.out_dir / f"confidence-{args.engine}.db"
+    if args.server_only:
+        server_only(args, db)
+        return
     db.unlink(missing_ok=True)
     common = ["--db", str(db)]
     source = ["--prompts", args.prompts]
@@ -132,8 +179,13 @@ def main() -> None:
     configs: dict[str, list[str] | None] = {"no speculation": []}
     for name, w in chains:
         configs[f"{name} [{w}]"] = server_args(name, drafter, w)
-    if drafter is None:  # the server's n-gram drafters at their own defaults
-        configs |= {"ngram-mod, its defaults": ["--spec-type", "ngram-mod"], "ngram-simple, its defaults": ["--spec-type", "ngram-simple"]}
+    pick = next((p for p in picked if p.kind != "autoregressive"), None)
+    if pick is not None and len(pick.plan.chain) == 2:  # the pick's export, where it is one level
+        configs.setdefault(
+            f"{pick.plan.chain[0]} [{pick.plan.widths[0]}]", server_args(pick.plan.chain[0], drafter, int(pick.plan.widths[0]))
+        )
+    if drafter is None:
+        configs |= SERVER_DEFAULTS
     for r in range(args.repeats):
         for step in ["ours", "server"] if r % 2 == 0 else ["server", "ours"]:
             if step == "ours":
