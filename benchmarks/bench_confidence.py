@@ -39,7 +39,7 @@ from benchmarks.common import machine
 from hsd_planner.cli.loader import resolve_dtype_choice
 from hsd_planner.export.restrict import unloadable
 from hsd_planner.export.stacks import Served, stack_for
-from hsd_planner.prompts import encode_prompt, load_prompts, split
+from hsd_planner.prompts import PromptSet, encode_prompt, load_prompts, split
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
 from hsd_planner.validation import run_validation, select_plans
@@ -78,6 +78,20 @@ def server_args(name: str, drafter: Path | None, k: int) -> list[str] | None:
 SERVER_DEFAULTS = {"ngram-mod, its defaults": ["--spec-type", "ngram-mod"], "ngram-simple, its defaults": ["--spec-type", "ngram-simple"]}
 
 
+def _held_out(args: argparse.Namespace, target: Path) -> tuple[PromptSet, list[list[int]]]:
+    """The workload's held-out split and its prompts as token ids, encoded as llama-server gets them."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
+    held_out = split(load_prompts(args.prompts), "validate", limit=args.max_prompts)
+    return held_out, [encode_prompt(tokenizer, text) for text in held_out.prompts]
+
+
+def _rounds(rows: list[dict]) -> int:
+    """llama-server's rounds over completions ``rows``: each commits its accepted tokens + 1."""
+    return sum(max(1, r["n"] - r["accepted"]) for r in rows) or 1
+
+
 def server_only(args: argparse.Namespace, db: Path) -> None:
     """llama-server alone over the held-out prompts, ``--repeats`` rounds: no speculation, the
     stored pick's exported flags and (for a lookup) the server's own n-gram defaults."""
@@ -88,11 +102,7 @@ def server_only(args: argparse.Namespace, db: Path) -> None:
     spec = parse_spec(name)
     target = gguf_of(args.target, args.threads)
     drafter = None if spec.is_ngram else gguf_of(spec.name, args.threads)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
-    held_out = split(load_prompts(args.prompts), "validate", limit=args.max_prompts)
-    prompts = [encode_prompt(tokenizer, text) for text in held_out.prompts]
+    held_out, prompts = _held_out(args, target)
     flags = server_args(name, drafter, k)
     configs = {"no speculation": [], f"the pick {name} [{k}]": flags} | (SERVER_DEFAULTS if spec.is_ngram else {})
     runs: dict[str, list[dict]] = {}
@@ -105,8 +115,7 @@ def server_only(args: argparse.Namespace, db: Path) -> None:
     out = {}
     for c, rows in runs.items():
         ms = workload_ms(rows, len(prompts))
-        rounds = sum(max(1, r["n"] - r["accepted"]) for r in rows) or 1
-        out[c] = {"ms_per_token": ms, "tokens_per_round": sum(r["n"] for r in rows) / rounds, "flags": configs[c]}
+        out[c] = {"ms_per_token": ms, "tokens_per_round": sum(r["n"] for r in rows) / _rounds(rows), "flags": configs[c]}
         print(f"llama-server {c}: {ms:.2f} ms/token, {out[c]['tokens_per_round']:.2f} tokens a round")
     doc = {"pick": [name, k], "predicted_ms": pick.plan.prediction.ms_per_token, "configs": out, "runs": runs,
            "machine": machine(), "cpu_capability": cpu_capability()}  # fmt: skip
@@ -160,11 +169,7 @@ def main() -> None:
 
     target = gguf_of(args.target, args.threads)
     drafter = None if parse_spec(args.drafter).is_ngram else gguf_of(parse_spec(args.drafter).name, args.threads)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
-    held_out = split(load_prompts(args.prompts), "validate", limit=args.max_prompts)
-    prompts = [encode_prompt(tokenizer, text) for text in held_out.prompts]
+    held_out, prompts = _held_out(args, target)
 
     # each drafter at each width, as fixed chains beside the solve's pick and autoregressive decoding
     store = open_db(str(db))
@@ -218,7 +223,7 @@ def main() -> None:
         ours_tokens = statistics.median(p["measured_mean_accepted_length"] for p in plans)
         srv = server.get(label, [])
         srv_ms = workload_ms(srv, len(prompts)) if server_ran and srv else float("nan")
-        rounds = sum(max(1, r["n"] - r["accepted"]) for r in srv) or 1  # each round commits its accepted tokens + 1
+        rounds = _rounds(srv)
         drafted = sum(r["draft_n"] for r in srv) / rounds
         rows.append({"plan": label, "flags": flags, "predicted_ms": predicted, "ours_ms": ours, "predicted_speedup": speedup,
                      "ours_speedup": ours_speedup, "predicted_tokens_per_round": tokens,

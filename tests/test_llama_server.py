@@ -27,9 +27,9 @@ from hsd_planner.export.stacks import Served, stack_for
 from hsd_planner.validation import llama_server
 from hsd_planner.validation.llama_server import LLAMA_CPP_PYTHON, LlamaServer, LlamaServerError, llama_server_path
 from hsd_runtime import server_lookup
-from hsd_runtime.decoding.ngram_mod import ModTable
 from hsd_runtime.models.packaged import packaged_gguf
 from tests.gguf_tiny import char_gguf
+from tests.helpers import replay_ngram_mod
 
 SKIPPED = os.environ.get("HSD_PLAN_SKIP_LLAMACPP") == "1"
 pytestmark = pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")
@@ -116,24 +116,6 @@ def test_the_server_rule_lookup_drafts_what_ngram_simple_drafts(gguf, n, m):
     assert _replayed(prompt, done.tokens, n, m, 48) == (done.draft_n, done.draft_n_accepted)
 
 
-def _replayed_mod(prompt: list[int], out: list[int], n: int, k: int, n_min: int, n_predict: int) -> tuple[int, int]:
-    """(tokens drafted, tokens accepted) of a greedy generation ``out`` after ``prompt``, replayed
-    round by round with a :class:`ModTable` as llama-server runs ngram-mod: the table begun on the
-    prompt, each round's walk capped at the tokens still to make less one, its acceptance told back."""
-    table = ModTable(n)
-    table.begin(prompt)
-    made, drafted, accepted = [out[0]], 0, 0
-    while len(made) < n_predict:
-        text = prompt + made
-        draft = table.draft(text[:-1], text[-1], k, n_min)[: n_predict - len(made) - 1]
-        rest = out[len(made) :]
-        a = next((i for i, (x, y) in enumerate(zip(draft, rest)) if x != y), min(len(draft), len(rest)))
-        table.accept(a)
-        drafted, accepted = drafted + len(draft), accepted + a
-        made += rest[: a + 1]
-    return drafted, accepted
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("n", "k", "n_min"), [(2, 6, 0), (3, 8, 3)])
 def test_the_ngram_mod_rule_drafts_what_the_server_drafts(gguf, n, k, n_min):
@@ -152,7 +134,7 @@ def test_the_ngram_mod_rule_drafts_what_the_server_drafts(gguf, n, k, n_min):
             prompt = json.load(resp)["tokens"]
         done = server.complete(prompt, 64)
     assert done.predicted_n == 64 and done.draft_n > 0
-    assert _replayed_mod(prompt, done.tokens, n, k, n_min, 64) == (done.draft_n, done.draft_n_accepted)
+    assert replay_ngram_mod(prompt, done.tokens, n, k, n_min, made=1)[1:] == (done.draft_n, done.draft_n_accepted)
 
 
 @pytest.mark.slow

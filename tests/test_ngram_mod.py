@@ -9,7 +9,9 @@ import torch
 
 from hsd_planner.profiling.acceptance import ngram_acceptance, start_survival, visited_run_sums
 from hsd_runtime import Hierarchy, ModelSpecError, NgramDrafter, SamplingConfig, parse_spec
+from hsd_runtime.decoding.cache import common_prefix
 from hsd_runtime.decoding.ngram_mod import ModTable, mod_blocks
+from tests.helpers import replay_ngram_mod
 from tests.tiny import tiny_llama
 
 
@@ -69,23 +71,6 @@ def test_five_low_rounds_in_a_row_empty_the_table_and_the_next_draft_adds_the_te
     assert table.draft(history[:-1] + [7], 8, n_max=3) == [9, 10, 11]  # the whole text added again
 
 
-def _replayed(prompt: list[int], out: list[int], n: int, width: int, n_min: int) -> tuple[int, int, int]:
-    """(rounds, tokens drafted, tokens accepted) of a greedy generation ``out`` after ``prompt``,
-    replayed round by round as llama-server runs ngram-mod: a draft per round from the text so
-    far, capped at the tokens still to make less one, accepted while it agrees with ``out``."""
-    table = ModTable(n)
-    table.begin(prompt)
-    made, rounds, drafted, accepted = 0, 0, 0, 0
-    while made < len(out):
-        text = prompt + out[:made]
-        draft = table.draft(text[:-1], text[-1], width, n_min)[: len(out) - made - 1]
-        rest = out[made:]
-        a = next((i for i, (x, y) in enumerate(zip(draft, rest)) if x != y), len(draft))
-        table.accept(a)
-        rounds, drafted, accepted, made = rounds + 1, drafted + len(draft), accepted + a, made + a + 1
-    return rounds, drafted, accepted
-
-
 @pytest.mark.parametrize("n, width, n_min", [(2, 4, 0), (2, 6, 3), (3, 3, 5)])
 def test_the_executor_drafts_what_the_server_would_and_keeps_the_targets_text(n, width, n_min):
     """The executor's rounds, drafted and accepted tokens are a replay of the server's rounds over
@@ -97,7 +82,7 @@ def test_the_executor_drafts_what_the_server_would_and_keeps_the_targets_text(n,
     assert out.tokens == Hierarchy([model], []).generate(prompt, new).tokens
     level = out.levels[0]
     assert level.proposed > 0 and level.accepted > 0
-    assert (out.target_rounds, level.proposed, level.accepted) == _replayed(prompt, out.tokens, n, width, n_min)
+    assert (out.target_rounds, level.proposed, level.accepted) == replay_ngram_mod(prompt, out.tokens, n, width, n_min)
 
 
 @pytest.mark.parametrize("width, n_min", [(4, 0), (4, 3), (2, 3)])
@@ -122,7 +107,7 @@ def test_the_profilers_blocks_and_width_rule_give_the_executors_rounds(width, n_
     t, rounds, drafted = 0, 0, 0
     while t < new:
         d = [] if len(walks[t][:width]) < min(width, n_min) else blocks[t][: min(width, new - t - 1)]
-        a = next((i for i, (x, y) in enumerate(zip(d, out.tokens[t:])) if x != y), len(d))
+        a = common_prefix(d, out.tokens[t:])
         rounds, drafted, t = rounds + 1, drafted + len(d), t + a + 1
     assert (rounds, drafted) == (out.target_rounds, out.levels[0].proposed)
 

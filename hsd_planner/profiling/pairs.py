@@ -160,7 +160,7 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
 
 
 def _kept(survival: torch.Tensor, measured: _Measured) -> torch.Tensor:
-    """``survival`` with the starts whose block is dropped at the widths of at least
+    """``survival`` with the starts whose walk is dropped at the widths of at least
     ``drop_below`` drafting nothing (S(0) = 1 only): what the run lengths, a width-free figure,
     count (the visited sums apply the rule width by width)."""
     if not measured.drop_below or measured.lengths is None:

@@ -27,6 +27,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..terms.errors import ChainError
 from ..terms.limits import DEFAULT_NGRAM_ORDER
 from ..terms.spec import ModelSpec
+from .cache import common_prefix
 from .drafters import DraftContext, Proposal
 from .ngram_mod import ModTable
 from .results import LevelStats
@@ -151,8 +152,7 @@ class NgramDrafter:
         table, last = self._tables[row], self._last[row]
         if last is not None and len(tokens) > last[0]:
             new = tokens[last[0] :]
-            kept = next((i for i, (x, y) in enumerate(zip(last[1], new)) if x != y), min(len(last[1]), len(new)))
-            table.accept(min(kept, len(new) - 1))
+            table.accept(min(common_prefix(last[1], new), len(new) - 1))
         draft = table.draft(tokens[:-1], tokens[-1], count, self.n_min)
         self._last[row] = (len(tokens), draft)
         return draft
