@@ -1,6 +1,7 @@
 """llama-server's drafters as it runs them, predicted and measured: draft models that stop on their
 confidence (``pmin=``, ``nmin=``: ``draft-simple`` with ``--spec-draft-p-min``) and its n-gram
-lookups (``ngram:rule=ngram-mod``, ``ngram:rule=llama-server``), on our engine and on llama-server.
+lookups (``ngram:rule=ngram-mod``, ``ngram:rule=llama-server``, ``ngram:rule=ngram-map-k``...), on
+our engine and on llama-server.
 
     python -m benchmarks.bench_confidence                          # Qwen 0.5B -> 1.5B, HumanEval, p_min 0.5 and 0.8
     python -m benchmarks.bench_confidence --variants pmin=0.3,pmin=0.6:nmin=2 --new 256
@@ -75,7 +76,7 @@ def server_args(name: str, drafter: Path | None, k: int) -> list[str] | None:
 
 
 # the server's n-gram drafters at their own defaults
-SERVER_DEFAULTS = {"ngram-mod, its defaults": ["--spec-type", "ngram-mod"], "ngram-simple, its defaults": ["--spec-type", "ngram-simple"]}
+SERVER_DEFAULTS = {f"{t}, its defaults": ["--spec-type", t] for t in ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")}
 
 
 def _held_out(args: argparse.Namespace, target: Path) -> tuple[PromptSet, list[list[int]]]:

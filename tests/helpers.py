@@ -9,6 +9,7 @@ import contextlib
 import json
 import signal
 from collections.abc import Iterator
+from typing import Any
 
 from click.testing import CliRunner, Result
 
@@ -76,20 +77,29 @@ def deadline(seconds: int = 60) -> Iterator[None]:
 
 def replay_ngram_mod(prompt: list[int], out: list[int], n: int, width: int, n_min: int, made: int = 0) -> tuple[int, int, int]:
     """(rounds, tokens drafted, tokens accepted) of a greedy generation ``out`` after ``prompt``,
-    replayed round by round as llama-server runs ngram-mod: the table begun on the prompt, a walk
-    per round from the text so far, capped at the tokens still to make less one, accepted while it
-    agrees with ``out``, its acceptance told back. ``made``: the tokens of ``out`` made before the
-    first round (llama-server samples the first from its prefill: 1)."""
-    from hsd_runtime.decoding.cache import common_prefix
+    replayed round by round as llama-server runs ngram-mod (:func:`replay_table`)."""
     from hsd_runtime.decoding.ngram_mod import ModTable
 
-    table = ModTable(n)
+    return replay_table(ModTable(n), prompt, out, width, n_min, made)
+
+
+def replay_table(table: Any, prompt: list[int], out: list[int], width: int, n_min: int = 0, made: int = 0) -> tuple[int, int, int]:
+    """(rounds, tokens drafted, tokens accepted) of a greedy generation ``out`` after ``prompt``,
+    replayed round by round as llama-server runs a lookup that keeps state (``table``: a
+    :class:`~hsd_runtime.decoding.ngram_mod.ModTable` or :class:`~hsd_runtime.decoding.ngram_map.KeyMap`):
+    begun on the prompt, a draft of up to ``width`` tokens per round from the text so far, cut at
+    the tokens still to make less one, accepted while it agrees with ``out``, its acceptance told back after a round
+    that drafted. ``made``: the tokens of ``out`` made before the first round (llama-server
+    samples the first from its prefill: 1)."""
+    from hsd_runtime.decoding.cache import common_prefix
+
     table.begin(prompt)
     rounds, drafted, accepted = 0, 0, 0
     while made < len(out):
         text = prompt + out[:made]
         draft = table.draft(text[:-1], text[-1], width, n_min)[: len(out) - made - 1]
         a = common_prefix(draft, out[made:])
-        table.accept(a)
+        if draft:
+            table.accept(a)
         rounds, drafted, accepted, made = rounds + 1, drafted + len(draft), accepted + a, made + a + 1
     return rounds, drafted, accepted

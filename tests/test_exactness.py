@@ -59,14 +59,9 @@ BPD = {"P": "bpd:law", "P3": "bpd:law:k=3:p=3:rescore=ngram", "PN": "bpd:law:k=3
 
 def _drafter(name: str, zoo: dict[str, torch.nn.Module]) -> NgramDrafter | BpdDrafter:
     """A fresh drafter without a model of its own: the n-gram lookup, or random heads on its host."""
-    if name == "ngram":
-        return NgramDrafter(n=2)
-    if name == "ngram:min=2":  # the lookup that drafts only on a 2-token match
-        return NgramDrafter(n=2, min_size=2)
-    if name == "ngram:n=2:rule=llama-server":  # llama-server's ngram-simple: the latest exact 2-token match
-        return NgramDrafter(n=2, server=True)
-    if name == "ngram:n=2:rule=ngram-mod:nmin=2":  # llama-server's ngram-mod: a 2-gram table walked, kept from 2 tokens
-        return NgramDrafter(n=2, mod=True, n_min=2)
+    if name.startswith("ngram"):  # a lookup of order 2 unless the name says: ngram, ngram:min=2, llama-server's rules
+        spec = parse_spec(name)
+        return NgramDrafter.of(spec if spec.get("n") else parse_spec(f"{name}:n=2"))
     torch.manual_seed(7)
     heads = BlockHeads(16, 4)
     with torch.no_grad():
@@ -115,7 +110,7 @@ class Cell:
         zoo = models(cfg.temperature)
         members = [
             _drafter(name, zoo)
-            if name in ("ngram", "ngram:min=2", "ngram:n=2:rule=llama-server", "ngram:n=2:rule=ngram-mod:nmin=2", *BPD)
+            if name.startswith("ngram") or name in BPD
             else _steered(name, zoo)
             if name in STEERED
             else Confident(zoo[CONFIDENT[name][0]], *CONFIDENT[name][1:])
@@ -146,6 +141,8 @@ SLOW = {
     "ngram-min2-depth2": Cell("ngram:min=2,M,T", (3, 2)),
     "ngram-server-depth1": Cell("ngram:n=2:rule=llama-server,T", (3,)),
     "ngram-mod-depth1": Cell("ngram:n=2:rule=ngram-mod:nmin=2,T", (3,)),
+    "ngram-map-k-depth1": Cell("ngram:n=2:rule=ngram-map-k,T", (3,)),
+    "ngram-map-k4v-depth2": Cell("ngram:n=2:rule=ngram-map-k4v,M,T", (3, 2)),
     "tree-2x2-under-middle": Cell("S,M,T", ("2x2", 2)),
     "t0.5-depth1": Cell("B,T", (3,), {"temperature": 0.5}),
     "t0.5-depth2": Cell("B,M,T", (2, 2), {"temperature": 0.5}),

@@ -27,9 +27,10 @@ from hsd_planner.export.stacks import Served, stack_for
 from hsd_planner.validation import llama_server
 from hsd_planner.validation.llama_server import LLAMA_CPP_PYTHON, LlamaServer, LlamaServerError, llama_server_path
 from hsd_runtime import server_lookup
+from hsd_runtime.decoding.ngram_map import KeyMap
 from hsd_runtime.models.packaged import packaged_gguf
 from tests.gguf_tiny import char_gguf
-from tests.helpers import replay_ngram_mod
+from tests.helpers import replay_ngram_mod, replay_table
 
 SKIPPED = os.environ.get("HSD_PLAN_SKIP_LLAMACPP") == "1"
 pytestmark = pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")
@@ -135,6 +136,29 @@ def test_the_ngram_mod_rule_drafts_what_the_server_drafts(gguf, n, k, n_min):
         done = server.complete(prompt, 64)
     assert done.predicted_n == 64 and done.draft_n > 0
     assert replay_ngram_mod(prompt, done.tokens, n, k, n_min, made=1)[1:] == (done.draft_n, done.draft_n_accepted)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("rule", "n", "k", "hits"), [("ngram-map-k", 2, 6, 1), ("ngram-map-k4v", 3, 4, 1), ("ngram-map-k4v", 2, 3, 2)])
+def test_the_ngram_map_rules_draft_what_the_server_drafts(gguf, rule, n, k, hits):
+    """ngram:rule=ngram-map-k(4v) is llama-server's type of that name token for token: replaying
+    the server's own greedy generation through a fresh key map gives the drafted and accepted
+    counts it reports (another hash map, search order, remembered acceptance or m-gram count
+    would draft other tokens)."""
+    served = Served(
+        target=gguf, drafter="ngram", lookup=True, k=k, ngram_order=n, mode="greedy", temperature=None, ngram_rule=rule, min_hits=hits
+    )
+    args = stack_for("llamacpp").render(served).payload["server_args"]
+    assert args[:2] == ["--spec-type", rule]
+    text = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n    return a * b\n\ndef div(a, b):\n"
+    with LlamaServer(gguf, args, threads=1) as server:  # a fresh server: its key map holds no earlier request's text
+        request = urllib.request.Request(f"{server.url}/tokenize", data=json.dumps({"content": text}).encode())
+        with urllib.request.urlopen(request, timeout=30) as resp:
+            prompt = json.load(resp)["tokens"]
+        done = server.complete(prompt, 80)
+    assert done.predicted_n == 80 and done.draft_n > 0 and done.draft_n_accepted < done.draft_n
+    key_map = KeyMap(n, k, values=rule.endswith("k4v"), min_hits=hits)
+    assert replay_table(key_map, prompt, done.tokens, k, made=1)[1:] == (done.draft_n, done.draft_n_accepted)
 
 
 @pytest.mark.slow

@@ -1,16 +1,13 @@
 """``ngram:rule=ngram-mod``: llama-server's ngram-mod lookup (a hashed n-gram table walked token by
-token), its spec, its table's rules, the executor's drafts against a replay of the server's rounds,
-and the profiler's blocks and width rule against what the executor drafts. (That it is the
-server's lookup token for token is checked against llama-server itself in
-``tests/test_llama_server.py``.)"""
+token), its spec, its table's rules, and the executor's drafts against a replay of the server's
+rounds. (That it is the server's lookup token for token is checked against llama-server itself in
+``tests/test_llama_server.py``; the profiler's rounds of it against the executor's in
+``tests/test_stateful_profile.py``.)"""
 
 import pytest
-import torch
 
-from hsd_planner.profiling.acceptance import ngram_acceptance, start_survival, visited_run_sums
-from hsd_runtime import Hierarchy, ModelSpecError, NgramDrafter, SamplingConfig, parse_spec
-from hsd_runtime.decoding.cache import common_prefix
-from hsd_runtime.decoding.ngram_mod import ModTable, mod_blocks
+from hsd_runtime import Hierarchy, ModelSpecError, NgramDrafter, parse_spec
+from hsd_runtime.decoding.ngram_mod import ModTable
 from tests.helpers import replay_ngram_mod
 from tests.tiny import tiny_llama
 
@@ -21,7 +18,7 @@ def test_the_spec_takes_the_servers_n_and_an_n_min():
     spec = parse_spec("ngram:rule=ngram-mod:n=8:nmin=4")
     assert (spec.ngram_order, spec.n_min, str(spec)) == (8, 4, "ngram:rule=ngram-mod:n=8:nmin=4")
     drafter = NgramDrafter.of(spec)
-    assert (drafter.mod, drafter.n, drafter.n_min) == (True, 8, 4)
+    assert (drafter.stateful, drafter.n, drafter.n_min) == ("ngram-mod", 8, 4)
 
 
 @pytest.mark.parametrize(
@@ -78,47 +75,8 @@ def test_the_executor_drafts_what_the_server_would_and_keeps_the_targets_text(n,
     greedy text is the target's own."""
     model = tiny_llama(0, layers=2)  # its greedy text falls into a loop after a dozen tokens
     prompt, new = [3, 7, 11, 7, 3], 96
-    out = Hierarchy([NgramDrafter(n=n, mod=True, n_min=n_min), model], [width]).generate(prompt, new)
+    out = Hierarchy([NgramDrafter(n=n, stateful="ngram-mod", n_min=n_min), model], [width]).generate(prompt, new)
     assert out.tokens == Hierarchy([model], []).generate(prompt, new).tokens
     level = out.levels[0]
     assert level.proposed > 0 and level.accepted > 0
     assert (out.target_rounds, level.proposed, level.accepted) == replay_ngram_mod(prompt, out.tokens, n, width, n_min)
-
-
-@pytest.mark.parametrize("width, n_min", [(4, 0), (4, 3), (2, 3)])
-def test_the_profilers_blocks_and_width_rule_give_the_executors_rounds(width, n_min):
-    """With no n-gram waiting past a round (a text too short for the table's chunked adds), the
-    profiler's blocks are the executor's drafts at the starts it visits, and its visited sums count
-    the executor's rounds and drafted tokens: a walk shorter than both the width and n_min drafts
-    nothing, one that fills the width is kept."""
-    model = tiny_llama(0, layers=2)
-    prompt = [38, 7, 19, 38, 7, 19, 5, 38, 7]  # the loop the model falls into, already in the prompt
-    new = 24
-    out = Hierarchy([NgramDrafter(n=2, mod=True, n_min=n_min), model], [width]).generate(prompt, new)
-    walks = mod_blocks(2, prompt, out.tokens, 8, cut=False)
-    blocks = mod_blocks(2, prompt, out.tokens, 8)
-    assert blocks == [w[: new - t] for t, w in enumerate(walks)]
-    greedy_rows = torch.nn.functional.one_hot(torch.tensor(out.tokens), 64).double()  # the target's own argmax
-    survival = start_survival(ngram_acceptance(blocks, greedy_rows, SamplingConfig()))
-    v = visited_run_sums(survival, width, lengths=[len(b) for b in blocks], drop_below=n_min, walks=[len(w) for w in walks])
-    # the visited sums let the last block run to the text's end; the executor caps it one short
-    assert v.counts[width - 1] in (out.target_rounds, out.target_rounds - 1)
-    assert out.levels[0].accepted > 0
-    t, rounds, drafted = 0, 0, 0
-    while t < new:
-        d = [] if len(walks[t][:width]) < min(width, n_min) else blocks[t][: min(width, new - t - 1)]
-        a = common_prefix(d, out.tokens[t:])
-        rounds, drafted, t = rounds + 1, drafted + len(d), t + a + 1
-    assert (rounds, drafted) == (out.target_rounds, out.levels[0].proposed)
-
-
-def test_a_walk_cut_by_the_continuations_end_is_dropped_by_its_whole_length():
-    """n_min is judged on the walk the server makes, which the profiled continuation's end does
-    not cut: the last starts of a continuation draft as the server would, not as dropped."""
-    survival = start_survival(torch.ones(4, 8, dtype=torch.float64))
-    kept = visited_run_sums(survival, 4, lengths=[4, 3, 2, 1], drop_below=4, walks=[8, 8, 8, 8])
-    cut = visited_run_sums(survival, 4, lengths=[4, 3, 2, 1], drop_below=4)
-    assert kept.drafted[3][1] == 1.0 and kept.counts[3] == 1.0  # one round at 0 drafts 4, all accepted
-    assert cut.drafted[3][1] == 1.0  # the same round
-    assert visited_run_sums(survival, 4, start=1, lengths=[4, 3, 2, 1], drop_below=4, walks=[8, 8, 8, 8]).drafted[3][1] == 1.0
-    assert visited_run_sums(survival, 4, start=1, lengths=[4, 3, 2, 1], drop_below=4).drafted[3][1] == 0.0  # judged by its cut

@@ -121,6 +121,8 @@ def profile(
 
         hsd-plan profile --engine llamacpp --models ngram:n=3:rule=ngram-mod,ngram:n=4:rule=llama-server,qwen2.5-coder-1.5b
 
+        hsd-plan profile --engine llamacpp --models ngram:n=4:rule=ngram-map-k,ngram:n=4:rule=ngram-map-k4v:hits=2,qwen2.5-coder-1.5b
+
     Latency samples timed while other processes kept the cores busy (or the hypervisor took
     more than 5% of their time) are timed again once the machine is quiet; a machine that stays
     busy for about half a minute is refused in one line (--allow-busy keeps such samples).

@@ -32,8 +32,8 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
     if lookup:
         if not stack.ngram:
             return f"it has no n-gram drafter ({name})"
-        if spec.mod_rule and not stack.lookup_rules:  # a table walked token by token is llama-server's alone
-            return f"it has no drafter that walks a table of n-grams as {name} does"
+        if spec.keeps_state and not stack.lookup_rules:  # a lookup that keeps state between rounds is llama-server's alone
+            return f"it has no drafter that keeps state between rounds as {name} does"
         if stack.lookup_rules and spec.ngram_rule not in stack.lookup_rules:
             rules = " or ".join(f"ngram:rule={r}" for r in stack.lookup_rules)
             return f"its n-gram drafters do not look up as {name} does; profile {rules} to plan for them"

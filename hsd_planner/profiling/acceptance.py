@@ -57,6 +57,7 @@ from hsd_runtime.models.output import apply_output_layer
 
 __all__ = [
     "G_MAX",
+    "TokenAcceptance",
     "VisitedSums",
     "acceptance_from_logits",
     "bpd_acceptance",
@@ -123,19 +124,33 @@ def ngram_blocks(
     return [ngram_lookup(prompt + continuation[:t], order, min(g_max, m - t), min_size) for t in range(m)]
 
 
+class TokenAcceptance:
+    """The chance that a drafted token is accepted at a continuation position, from the
+    verifier's logits ``p_logits`` ``[m, V]`` along the continuation: greedy, 1 where it is the
+    verifier's argmax; sampling, its probability there (one-hot q), over the lenience."""
+
+    def __init__(self, p_logits: torch.Tensor, sampling: SamplingConfig) -> None:
+        self.probs = None if sampling.greedy else warp(p_logits, sampling).cpu()
+        self.argmax = p_logits.argmax(-1).tolist()
+        self.lenience = sampling.lenience
+
+    def __call__(self, position: int, token: int) -> float:
+        if self.probs is None:
+            return float(token == self.argmax[position])
+        return min(1.0, float(self.probs[position, token]) / self.lenience)
+
+
 def ngram_acceptance(blocks: list[list[int]], p_logits: torch.Tensor, sampling: SamplingConfig, g_max: int = G_MAX) -> torch.Tensor:
     """c_t[i] ``[m, g_max]``: acceptance of the i-th token of the n-gram block proposed at t
     (``blocks`` from :func:`ngram_blocks`).
 
     ``p_logits`` ``[m, V]`` are the verifier's logits along the continuation.
     """
-    m = len(blocks)
-    probs = None if sampling.greedy else warp(p_logits, sampling).cpu()
-    argmax = p_logits.argmax(-1).tolist()
-    out = torch.zeros(m, g_max, dtype=torch.float64)
+    accept = TokenAcceptance(p_logits, sampling)
+    out = torch.zeros(len(blocks), g_max, dtype=torch.float64)
     for t, block in enumerate(blocks):
         for i, x in enumerate(block[:g_max]):
-            out[t, i] = float(x == argmax[t + i]) if probs is None else min(1.0, float(probs[t + i, x]) / sampling.lenience)
+            out[t, i] = accept(t + i, x)
     return out
 
 
@@ -310,8 +325,6 @@ def visited_run_sums(
     start: int = 0,
     lengths: Sequence[int] | None = None,
     min_width: int = 1,
-    drop_below: int = 0,
-    walks: Sequence[int] | None = None,
 ) -> VisitedSums:
     """Sums behind P_b(G >= g) as a decoder drafting ``b`` tokens a round visits starts.
 
@@ -336,9 +349,6 @@ def visited_run_sums(
     nothing leaves its verifier a one-token pass. A block cut by the continuation's end counts as
     proposed there. A width below ``min_width`` drafts nothing (llama-server's lookup copies at
     least its n tokens; a ``nmin=`` model drops shorter drafts): every round there commits one token.
-    ``drop_below`` (llama-server's ``ngram-mod`` n_min): at width b, a start whose walk is shorter
-    than both b and ``drop_below`` drafts nothing (a walk that reached b tokens is kept); ``walks``
-    are the walks' whole lengths, which the continuation's end does not cut (default ``lengths``).
 
     >>> v = visited_run_sums(start_survival(model_conditionals(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0]), 4)), 2, 0, [3, 2, 1, 0, 1])
     >>> v.sums[1], v.counts[1], v.bases[1]  # b = 2: rounds at 0 (accepts 2), 3 (rejects) and 4 (sees 1 position)
@@ -351,7 +361,6 @@ def visited_run_sums(
     nothing = np.zeros(surv.shape[1])  # S(g) of a round that drafts nothing: 1 at g = 0 only
     nothing[0] = 1.0
     sums, counts, bases, drafted = [], [], [], []
-    walked = lengths if walks is None else walks
     for b in range(1, b_max + 1):
         total, base, held = np.zeros(b + 1), np.zeros(b + 1), np.zeros(b + 1)
         v = np.zeros(m + b + 2)
@@ -361,14 +370,13 @@ def visited_run_sums(
             w = v[t]
             if w == 0.0:
                 continue
-            dropped = silent or (walked is not None and walked[t] < min(b, drop_below))
-            s = nothing[: b + 1] if dropped else surv[t, : b + 1]
+            s = nothing[: b + 1] if silent else surv[t, : b + 1]
             seen = min(b, m - t)  # positions t .. t + seen - 1 lie inside the continuation
             total[: seen + 1] += w * s[: seen + 1]
             base[0] += w
             base[1 : seen + 1] += w * s[:seen]
             if lengths is not None:
-                held[: (0 if dropped else min(b, lengths[t])) + 1] += w  # l = 0..min(L_t, b)
+                held[: (0 if silent else min(b, lengths[t])) + 1] += w  # l = 0..min(L_t, b)
             v[t + 1 : t + b + 1] += w * (s[:-1] - s[1:])  # P(X = x), x = 1..b
             v[t + b + 1] += w * s[-1]  # P(X = b + 1): all b accepted
         sums.append(total.tolist())

@@ -15,14 +15,14 @@ from typing import NamedTuple
 import torch
 
 from hsd_runtime import CachePool, SamplingConfig
-from hsd_runtime.decoding.ngram_mod import mod_blocks
 from hsd_runtime.terms.kinds import Measure
 
 from ..store import Engine
 from ..store.measurements import measured_prompts, save_prompt_acceptance
 from ..store.records import PromptAcceptance, PromptPairKey
 from .acceptance import (
-    G_MAX,
+    TokenAcceptance,
+    VisitedSums,
     acceptance_from_logits,
     bpd_acceptance,
     confident_conditionals,
@@ -39,6 +39,7 @@ from .acceptance import (
 from .config import ProfileConfig, ProfiledModel, ProfileOutcome
 from .continuations import Assistant, verifier_continuation
 from .siblings import sibling_acceptance, sibling_sums
+from .stateful import stateful_blocks, stateful_visited
 
 __all__ = ["MEASURES", "AcceptanceRun", "Prompt", "Verification", "measure_acceptance", "pooled_logits"]
 
@@ -95,8 +96,7 @@ class _Measured(NamedTuple):
     siblings: tuple[list[float] | None, int | None] = (None, None)
     lengths: list[int] | None = None
     min_width: int = 1  # narrower widths draft nothing (llama-server's lookup)
-    drop_below: int = 0  # a walk shorter than this and than the width drafts nothing (ngram-mod's n_min)
-    walks: list[int] | None = None  # the walks' lengths, uncut by the continuation's end (default: lengths)
+    visited: VisitedSums | None = None  # measured by running the rounds (a lookup that keeps state), else from c
 
 
 def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: Prompt) -> None:
@@ -138,10 +138,8 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
         measured = MEASURES[d.kind.acceptance](d, teacher)
         c, siblings = measured.c, measured.siblings
         survival = start_survival(c)  # [m, G_MAX + 1]
-        run_sum, run_count = run_length_sums(_kept(survival, measured))
-        visited = visited_run_sums(
-            survival, lengths=measured.lengths, min_width=measured.min_width, drop_below=measured.drop_below, walks=measured.walks
-        )
+        run_sum, run_count = run_length_sums(survival)
+        visited = measured.visited or visited_run_sums(survival, lengths=measured.lengths, min_width=measured.min_width)
         sums = PromptAcceptance(
             len(c),
             run_sum[1],
@@ -157,18 +155,6 @@ def measure_acceptance(run: AcceptanceRun, verification: Verification, prompt: P
         save_prompt_acceptance(run.db, keys[d.row_id], sums)
         out.measured += 1
         step(1)
-
-
-def _kept(survival: torch.Tensor, measured: _Measured) -> torch.Tensor:
-    """``survival`` with the starts whose walk is dropped at the widths of at least
-    ``drop_below`` drafting nothing (S(0) = 1 only): what the run lengths, a width-free figure,
-    count (the visited sums apply the rule width by width)."""
-    if not measured.drop_below or measured.lengths is None:
-        return survival
-    out = survival.clone()
-    short = torch.tensor([n < measured.drop_below for n in measured.walks or measured.lengths])
-    out[short, 1:] = 0.0
-    return out
 
 
 def _siblings(q_logits: torch.Tensor, t: _Teacher) -> tuple[list[float] | None, int | None]:
@@ -200,15 +186,15 @@ def _by_confidence(d: ProfiledModel, t: _Teacher) -> _Measured:
 
 def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:
     """The n-gram lookup: the block it proposes at each start (one lookup per start), chains only;
-    ``ngram-mod``'s blocks are its walks, dropped by its ``nmin=`` width by width."""
+    a lookup that keeps state between rounds (``ngram-mod``, ``ngram-map-k``) is measured by
+    running its rounds, width by width (:mod:`.stateful`)."""
     spec = d.spec
+    if spec.keeps_state:
+        accept = TokenAcceptance(t.p_logits, t.sampling)
+        blocks = stateful_blocks(spec, t.prompt, t.continuation, accept)
+        visited = stateful_visited(spec, t.prompt, t.continuation, accept)
+        return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks], visited=visited)
     server = spec.server_rule
-    if spec.mod_rule:  # walks of the table, cut at the continuation's end for their acceptance only
-        m = len(t.continuation)
-        walks = mod_blocks(spec.ngram_order, t.prompt, t.continuation, G_MAX, cut=False)
-        blocks = [w[: m - i] for i, w in enumerate(walks)]
-        c = ngram_acceptance(blocks, t.p_logits, t.sampling)
-        return _Measured(c, lengths=[len(b) for b in blocks], drop_below=spec.n_min, walks=[len(w) for w in walks])
     blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server)
     least = spec.ngram_order if server else 1
     return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks], min_width=least)

@@ -78,7 +78,7 @@ def _pass_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
 
 
 def _lookup_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
-    return LookupTimer(cand.spec.ngram_order, ctx, mod=cand.spec.mod_rule)
+    return LookupTimer(cand.spec.ngram_order, ctx, rule=cand.spec.ngram_rule if cand.spec.keeps_state else None)
 
 
 def _heads_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:

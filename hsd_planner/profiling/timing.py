@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from hsd_runtime import SamplingConfig, engine_model, ngram_lookup
+from hsd_runtime.decoding.ngram import stateful_table
+from hsd_runtime.decoding.ngram_map import KeyMap
 from hsd_runtime.decoding.ngram_mod import ModTable
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.models.engine import EngineCache
@@ -129,22 +131,25 @@ class PassTimer:
 
 
 class LookupTimer:
-    """The n-gram drafter over a random context of ``context_len`` tokens (``mod``: llama-server's
-    ``ngram-mod``, its table holding the context's n-grams)."""
+    """The n-gram drafter over a random context of ``context_len`` tokens (``rule``: one of
+    llama-server's lookups that keep state, begun on the context, with a first draft made, so
+    that a timed draft looks up and adds what one round does)."""
 
-    def __init__(self, order: int, context_len: int, seed: int = 0, mod: bool = False) -> None:
+    def __init__(self, order: int, context_len: int, seed: int = 0, rule: str | None = None) -> None:
         self.order = order
         self.context = np.random.default_rng(seed).integers(0, 1000, context_len).tolist()
-        self.table: ModTable | None = None
-        if mod:
-            self.table = ModTable(order)
-            self.table.begin(self.context)
+        self.rule = rule
+        self.tables: dict[int, ModTable | KeyMap] = {}  # by width (ngram-map-k's m is the width)
 
     def __call__(self, n: int) -> float:
         """ms of one proposal of up to ``n`` tokens."""
+        if self.rule is not None and n not in self.tables:
+            table = self.tables[n] = stateful_table(self.rule, self.order, n)
+            table.begin(self.context)
+            table.draft(self.context[:-1], self.context[-1], n)
         t0 = time.perf_counter()
-        if self.table is not None:
-            self.table.draft(self.context[:-1], self.context[-1], n)
+        if self.rule is not None:
+            self.tables[n].draft(self.context[:-1], self.context[-1], n)
         else:
             ngram_lookup(self.context, self.order, n)
         return 1000.0 * (time.perf_counter() - t0)

@@ -13,7 +13,9 @@ deterministic, so its q is one-hot, and it may propose nothing.
 ``common_ngram_simple_draft``, tree of 2026-10-01), so that a plan profiled with it is the plan
 the server runs: the last n tokens must recur exactly, the latest occurrence is copied, nothing is
 drafted unless at least n tokens follow it and the text holds more than n + k + 1 tokens, and a
-width k < n drafts nothing.
+width k < n drafts nothing. ``rule=ngram-mod``, ``rule=ngram-map-k`` and ``rule=ngram-map-k4v``
+are the server's lookups that keep state between rounds (:mod:`.ngram_mod`, :mod:`.ngram_map`):
+one per generation row, told each round what it accepted.
 """
 
 from __future__ import annotations
@@ -26,16 +28,17 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..terms.errors import ChainError
 from ..terms.limits import DEFAULT_NGRAM_ORDER
-from ..terms.spec import ModelSpec
+from ..terms.spec import MAP_K4V_RULE, ModelSpec
 from .cache import common_prefix
 from .drafters import DraftContext, Proposal
+from .ngram_map import KeyMap
 from .ngram_mod import ModTable
 from .results import LevelStats
 
 if TYPE_CHECKING:
     from .cache import CachedModel
 
-__all__ = ["NgramDrafter", "ngram_lookup", "server_lookup"]
+__all__ = ["NgramDrafter", "ngram_lookup", "server_lookup", "stateful_table"]
 
 
 def ngram_lookup(tokens: list[int], n: int, count: int, min_size: int = 1) -> list[int]:
@@ -92,10 +95,20 @@ def server_lookup(tokens: list[int], n: int, count: int, gate: int | None = None
     return seq[start : start + copy].tolist() if copy >= n else []
 
 
+def stateful_table(rule: str, n: int, width: int, min_hits: int = 1) -> ModTable | KeyMap:
+    """A fresh state of llama-server's lookup ``rule`` (``ngram-mod``, ``ngram-map-k`` or
+    ``ngram-map-k4v``) with keys of ``n`` tokens, drafting up to ``width`` tokens a round (a
+    ``ngram-map-k`` key's m-gram: ``--spec-ngram-map-k-size-m``)."""
+    if rule == "ngram-mod":
+        return ModTable(n)
+    return KeyMap(n, width, values=rule == MAP_K4V_RULE, min_hits=min_hits)
+
+
 class NgramDrafter:
     """Level 0 without a model: n-gram prompt lookup of order ``n``, drafting on a suffix match of
     at least ``min_size`` tokens (``server``: llama-server's ``ngram-simple`` rule instead,
-    :func:`server_lookup`; ``mod``: its ``ngram-mod``, a :class:`~.ngram_mod.ModTable` per row,
+    :func:`server_lookup`; ``stateful``: one of its lookups that keep state, ``ngram-mod``,
+    ``ngram-map-k`` or ``ngram-map-k4v``, a :func:`stateful_table` per row, ``ngram-mod``
     dropping a walk that ended before ``n_min`` tokens)."""
 
     reads_host = False
@@ -109,46 +122,58 @@ class NgramDrafter:
         name: str = "ngram",
         min_size: int = 1,
         server: bool = False,
-        mod: bool = False,
+        stateful: str | None = None,
         n_min: int = 0,
+        min_hits: int = 1,
     ) -> None:
         self.n = n
         self.min_size = min_size
         self.server = server
-        self.mod = mod
+        self.stateful = stateful
         self.n_min = n_min
+        self.min_hits = min_hits
         self.stats = LevelStats(model=name)
-        # ngram-mod, per row: its table, and the row's length and draft at the last proposal (to
-        # count what that round accepted, as the server's accept call does)
-        self._tables: list[ModTable] = []
+        # a stateful rule, per row: its prompt, its table (made at the first proposal, which gives
+        # the width), and the row's length and draft at the last proposal (to count what that
+        # round accepted, as the server's accept call does)
+        self._prompts: list[list[int]] = []
+        self._tables: list[ModTable | KeyMap] = []
         self._last: list[tuple[int, list[int]] | None] = []
 
     @classmethod
     def of(cls, spec: ModelSpec) -> NgramDrafter:
-        """The lookup an ``ngram`` spec names (its n, min=, rule= and nmin=)."""
+        """The lookup an ``ngram`` spec names (its n, min=, rule=, nmin= and hits=)."""
         return cls(
-            n=spec.ngram_order, name=str(spec), min_size=spec.ngram_min, server=spec.server_rule, mod=spec.mod_rule, n_min=spec.n_min
+            n=spec.ngram_order,
+            name=str(spec),
+            min_size=spec.ngram_min,
+            server=spec.server_rule,
+            stateful=spec.ngram_rule if spec.keeps_state else None,
+            n_min=spec.n_min,
+            min_hits=spec.min_hits,
         )
 
     def lookup(self, tokens: list[int], count: int) -> list[int]:
-        """What this drafter proposes after ``tokens`` when asked for ``count`` tokens (not for
-        ``ngram-mod``, whose draft depends on its table's past: see :meth:`propose`)."""
+        """What this drafter proposes after ``tokens`` when asked for ``count`` tokens (not for a
+        stateful rule, whose draft depends on its past rounds: see :meth:`propose`)."""
         return server_lookup(tokens, self.n, count) if self.server else ngram_lookup(tokens, self.n, count, self.min_size)
 
     def prefill(self, prompts: list[list[int]]) -> None:
-        """Nothing to cache, but for ``ngram-mod``: a new table per row, holding its prompt's n-grams."""
-        if self.mod:
-            self._begin(prompts)
+        """Nothing to cache, but for a stateful rule: a new state per row, begun at the first proposal."""
+        if self.stateful:
+            self._prompts, self._tables = [list(p) for p in prompts], []
 
-    def _begin(self, prompts: list[list[int]]) -> None:
-        self._tables = [ModTable(self.n) for _ in prompts]
-        for table, prompt in zip(self._tables, prompts):
+    def _begin(self, width: int) -> None:
+        """A fresh state per row, begun on its prompt (llama-server's ``begin``)."""
+        assert self.stateful is not None
+        self._tables = [stateful_table(self.stateful, self.n, width, self.min_hits) for _ in self._prompts]
+        for table, prompt in zip(self._tables, self._prompts):
             table.begin(prompt)
-        self._last = [None] * len(prompts)
+        self._last = [None] * len(self._prompts)
 
-    def _mod_draft(self, row: int, tokens: list[int], count: int) -> list[int]:
-        """Row ``row``'s ``ngram-mod`` draft after ``tokens``: first the last round's acceptance
-        (the draft's tokens the text kept, short of the round's own last token), then the walk."""
+    def _stateful_draft(self, row: int, tokens: list[int], count: int) -> list[int]:
+        """Row ``row``'s draft after ``tokens``: first the last round's acceptance (the draft's
+        tokens the text kept, short of the round's own last token), then the lookup."""
         table, last = self._tables[row], self._last[row]
         if last is not None and len(tokens) > last[0]:
             new = tokens[last[0] :]
@@ -164,10 +189,12 @@ class NgramDrafter:
     def propose(self, ctx: DraftContext, n: int) -> list[Proposal | None]:
         """Up to ``n`` tokens per active row (none where its suffix recurs nowhere); one pass counted for all rows."""
         t0 = time.perf_counter()
-        if self.mod:
-            if len(self._tables) != len(ctx.rows):  # no prefill told this level its prompts
-                self._begin([t[:-1] for t in ctx.rows])
-            out = [Proposal(self._mod_draft(i, t, n)) if a else None for i, (t, a) in enumerate(zip(ctx.rows, ctx.active))]
+        if self.stateful:
+            if len(self._prompts) != len(ctx.rows):  # no prefill told this level its prompts
+                self._prompts, self._tables = [t[:-1] for t in ctx.rows], []
+            if not self._tables:
+                self._begin(n)
+            out = [Proposal(self._stateful_draft(i, t, n)) if a else None for i, (t, a) in enumerate(zip(ctx.rows, ctx.active))]
         else:
             out = [Proposal(self.lookup(t, n)) if a else None for t, a in zip(ctx.rows, ctx.active)]
         self.stats.forward_passes += 1

@@ -20,7 +20,7 @@ Read from llama.cpp's ``common/ngram-mod.cpp`` and ``common_speculative_impl_ngr
 
 The server keeps one table for all requests and sequences, emptied only by that low-acceptance
 rule or once a quarter of its slots is used; here each generation row has its own, so what a row
-drafts depends on its own text only (as the profiler measures it). On a workload whose requests
+drafts depends on its own text and rounds only (as the profiler measures it). On a workload whose requests
 repeat each other's n-grams, the server drafts more than this predicts.
 """
 
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["MOD_SLOTS", "ModTable", "mod_blocks"]
+__all__ = ["MOD_SLOTS", "ModTable"]
 
 MOD_SLOTS = 4 * 1024 * 1024  # the server's table: 4M slots of one token id each
 _MULT = 6364136223846793005
@@ -136,24 +136,3 @@ class ModTable:
                 self.added = 0
         else:
             self.low = 0
-
-
-def mod_blocks(n: int, prompt: list[int], continuation: list[int], g_max: int, cut: bool = True) -> list[list[int]]:
-    """The block ``ngram-mod`` (n-gram size ``n``) walks at each start t of ``continuation``, up to
-    ``g_max`` tokens and (``cut``) never past its end: ``[m]`` blocks, no n_min applied (a plan's
-    width decides which are dropped, by the walk's whole length: ``cut=False``). The table is advanced as if a round began at every start, so an
-    n-gram joins it at the earliest start the server could add it; a decoder's rounds of several
-    tokens add it up to one round later.
-
-    >>> mod_blocks(2, [1, 2, 3, 1], [2, 3, 1, 2], g_max=3)  # the prompt's "1 2" -> 3, "2 3" -> 1; "3 1" waits
-    [[], [3, 1], [1], []]
-    """
-    table = ModTable(n)
-    table.begin(prompt)
-    m = len(continuation)
-    blocks = []
-    for t in range(m):
-        text = prompt + continuation[:t]
-        walk = table.draft(text[:-1], text[-1], g_max)
-        blocks.append(walk[: m - t] if cut else walk)
-    return blocks

@@ -11,7 +11,11 @@ on llama.cpp a spec names a packaged alias or a ``.gguf`` file, run as it is or 
 default, so that any repeated token drafts), ``rule=llama-server`` (``ngram`` only: draft as
 llama-server's ``ngram-simple`` does, on an exact match of n tokens, 12 unless ``n=`` says, from
 its latest occurrence; ``rule=ngram-mod``: as its ``ngram-mod`` does, a hashed table of n-grams, 24
-unless ``n=`` says, walked token by token; see :mod:`hsd_runtime.decoding.ngram_mod`), ``pmin=P`` (a model at level 0 only: end
+unless ``n=`` says, walked token by token; see :mod:`hsd_runtime.decoding.ngram_mod`;
+``rule=ngram-map-k`` and ``rule=ngram-map-k4v``: as its ``ngram-map-k`` and ``ngram-map-k4v``
+do, keys of n tokens, 12 unless ``n=`` says, each remembering how many tokens its last draft had
+accepted; ``hits=H``, with ``ngram-map-k4v`` only: draft once a key was looked up H times, as
+``--spec-ngram-map-k4v-min-hits H``; see :mod:`hsd_runtime.decoding.ngram_map`), ``pmin=P`` (a model at level 0 only: end
 each draft at the first token whose probability among the drafter's ten likeliest is below P, as
 llama-server's ``draft-simple`` does with ``--spec-draft-p-min P``; see
 :mod:`hsd_runtime.decoding.confidence`), ``nmin=N`` (with ``pmin=``: a draft that ended shorter
@@ -47,6 +51,10 @@ from .limits import BPD_DEFAULTS, DEFAULT_NGRAM_ORDER, MAX_BPD_K, MAX_BPD_PATHS,
 __all__ = [
     "BPD",
     "DTYPES",
+    "MAP_K4V_RULE",
+    "MAP_K_RULE",
+    "MAP_NGRAM_ORDER",
+    "MAP_RULES",
     "MOD_NGRAM_ORDER",
     "MOD_RULE",
     "NGRAM",
@@ -68,14 +76,18 @@ NGRAM = "ngram"
 BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
-_INT_OPTIONS = {"layers", "n", "min", "nmin"}
-_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin", "nmin"}
+_INT_OPTIONS = {"layers", "n", "min", "nmin", "hits"}
+_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin", "nmin", "hits"}
 _DRAFTING = ("pmin", "nmin")  # options of how a model drafts, not of the model it loads
 SERVER_RULE = "llama-server"  # rule=: the lookup llama-server's ngram-simple runs
 MOD_RULE = "ngram-mod"  # rule=: llama-server's ngram-mod, a hashed n-gram table walked token by token
-RULES = (SERVER_RULE, MOD_RULE)
+MAP_K_RULE = "ngram-map-k"  # rule=: llama-server's ngram-map-k, keys that remember their last acceptance
+MAP_K4V_RULE = "ngram-map-k4v"  # rule=: its ngram-map-k4v, which also counts the m-grams after each key
+MAP_RULES = (MAP_K_RULE, MAP_K4V_RULE)
+RULES = (SERVER_RULE, MOD_RULE, *MAP_RULES)
 SERVER_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-simple-size-n
 MOD_NGRAM_ORDER = 24  # llama-server's default --spec-ngram-mod-n-match
+MAP_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-map-k-size-n and --spec-ngram-map-k4v-size-n
 _BPD_KNOWN = set(BPD_DEFAULTS)
 
 
@@ -105,20 +117,26 @@ class ModelSpec(BaseModel):
         """The n of an ``ngram`` spec (``n=N``), DEFAULT_NGRAM_ORDER when unset."""
         value = self.get("n")
         if value is None:
-            return {SERVER_RULE: SERVER_NGRAM_ORDER, MOD_RULE: MOD_NGRAM_ORDER}.get(self.ngram_rule or "", DEFAULT_NGRAM_ORDER)
+            orders = {
+                SERVER_RULE: SERVER_NGRAM_ORDER,
+                MOD_RULE: MOD_NGRAM_ORDER,
+                MAP_K_RULE: MAP_NGRAM_ORDER,
+                MAP_K4V_RULE: MAP_NGRAM_ORDER,
+            }
+            return orders.get(self.ngram_rule or "", DEFAULT_NGRAM_ORDER)
         return int(value)
 
     @property
     def ngram_min(self) -> int:
         """The shortest suffix match on which an ``ngram`` spec drafts (``min=K``), 1 when unset."""
         if self.ngram_rule is not None:
-            return self.ngram_order  # both of llama-server's rules match exactly n tokens
+            return self.ngram_order  # llama-server's rules match exactly n tokens
         value = self.get("min")
         return 1 if value is None else int(value)
 
     @property
     def ngram_rule(self) -> str | None:
-        """How an ``ngram`` spec looks up (``rule=llama-server`` or ``rule=ngram-mod``), None for the longest-suffix rule."""
+        """How an ``ngram`` spec looks up (``rule=``: one of :data:`RULES`), None for the longest-suffix rule."""
         return self.get("rule")
 
     @property
@@ -130,6 +148,23 @@ class ModelSpec(BaseModel):
     def mod_rule(self) -> bool:
         """Whether an ``ngram`` spec drafts as llama-server's ``ngram-mod`` (``rule=ngram-mod``)."""
         return self.ngram_rule == MOD_RULE
+
+    @property
+    def map_rule(self) -> bool:
+        """Whether an ``ngram`` spec drafts as llama-server's ``ngram-map-k`` or ``ngram-map-k4v``."""
+        return self.ngram_rule in MAP_RULES
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether an ``ngram`` spec's draft depends on its own past rounds, not on the text alone
+        (``ngram-mod``'s table, ``ngram-map-k``'s remembered acceptance)."""
+        return self.mod_rule or self.map_rule
+
+    @property
+    def min_hits(self) -> int:
+        """The lookups of a key before ``ngram-map-k4v`` drafts it (``hits=H``), 1 (the server's default) when unset."""
+        value = self.get("hits")
+        return 1 if value is None else int(value)
 
     def run_dtype(self, default: str) -> str:
         """The dtype this model runs in: its own ``dtype=``, fp32 for a quantized copy (int8
@@ -281,8 +316,8 @@ def parse_spec(text: str) -> ModelSpec:
             )
         if key == "rule" and value not in RULES:
             raise ModelSpecError(
-                f"rule={value[:40]} in model spec {text[:200]!r}; use rule={SERVER_RULE} (llama-server's ngram-simple) "
-                f"or rule={MOD_RULE} (its ngram-mod)"
+                f"rule={value[:40]} in model spec {text[:200]!r}; use rule={SERVER_RULE} (llama-server's ngram-simple), "
+                f"rule={MOD_RULE}, rule={MAP_K_RULE} or rule={MAP_K4V_RULE} (its lookups of those names)"
             )
         if key == "engine" and value not in ENGINES:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
@@ -292,11 +327,13 @@ def parse_spec(text: str) -> ModelSpec:
     if spec.is_ngram and any(
         v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"), spec.p_min)
     ):
-        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K, rule={SERVER_RULE}|{MOD_RULE} and nmin=N")
+        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K, rule=, nmin=N and hits=H")
     if spec.ngram_rule is not None and spec.get("min") is not None:
         raise ModelSpecError(f"model spec {text!r}: rule={spec.ngram_rule} matches exactly n tokens; drop min=")
     if spec.is_ngram and spec.n_min and not spec.mod_rule:
         raise ModelSpecError(f"model spec {text!r}: nmin= drops a short draft of rule={MOD_RULE}; add it or drop nmin=")
+    if spec.get("hits") is not None and spec.ngram_rule != MAP_K4V_RULE:
+        raise ModelSpecError(f"model spec {text!r}: hits= counts a key's lookups in rule={MAP_K4V_RULE}; add it or drop hits=")
     for key, form in (("n", "n=N"), ("min", "min=K"), ("rule", "rule=")):
         if not spec.is_ngram and spec.get(key) is not None:
             raise ModelSpecError(f"model spec {text!r}: option {form} applies to ngram only")
