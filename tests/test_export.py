@@ -377,24 +377,14 @@ def test_a_draft_model_that_stops_on_its_confidence_is_exported_to_llama_server_
     assert unloadable("qwen2.5-coder-0.5b:pmin=0.75", False, stack_for("llamacpp")) is None
 
 
-@pytest.mark.parametrize(
-    "mod, flags",
-    [
-        ("ngram:n=2:rule=ngram-mod:nmin=3", ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "3", "--spec-ngram-mod-n-max"]),
-        ("ngram:n=2:rule=ngram-map-k", ["--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "2", "--spec-ngram-map-k-size-m"]),
-        ("ngram:n=3:rule=ngram-map-k4v:hits=2",
-         ["--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-n", "3", "--spec-ngram-map-k4v-size-m", "K", "--spec-ngram-map-k4v-min-hits", "2"]),
-    ],
-)  # fmt: skip
-def test_a_lookup_that_keeps_state_is_exported_to_llama_server_alone(isolated_db, mod, flags):
-    """ngram:rule=ngram-mod is llama-server's ngram-mod, exported with its n-gram size, its n_min
-    and the plan's k as n_max; ngram:rule=ngram-map-k(4v) its type of that name, with its key size,
-    the plan's k as its m-gram size and its min hits: each when it is the best lookup the server
-    runs. No other stack has a lookup that keeps state between rounds, so there the best other
-    plan is exported."""
+def test_an_ngram_mod_lookup_is_exported_to_llama_server_alone(isolated_db):
+    """ngram:rule=ngram-mod is llama-server's ngram-mod: exported with its n-gram size, its n_min
+    and the plan's k as n_max, when it is the best lookup the server runs; no other stack has a
+    lookup that keeps state between rounds, so there the best other plan is exported."""
     from hsd_planner.export.stacks import stack_for
     from hsd_planner.store.profiles import load_profile
 
+    mod = "ngram:n=2:rule=ngram-mod:nmin=3"
     simple = "ngram:n=2:rule=llama-server"
     models = {k: MODELS[k] for k in ("small", "big")} | {mod: (0, 0.05, 0.0), simple: (0, 0.05, 0.0)}
     alpha = {(mod, "big"): 0.8, (simple, "big"): 0.6, ("small", "big"): 0.5}
@@ -406,10 +396,31 @@ def test_a_lookup_that_keeps_state_is_exported_to_llama_server_alone(isolated_db
     pick = solve_and_store(db, config=SolveConfig(t_max=6, max_depth=1)).plans[0]
     assert pick.plan.chain[0] == mod
     out = _exported(pick.id, "llamacpp")
-    k = str(out["exported"]["widths"][0])
-    want = [k if f == "K" else f for f in flags] + ([] if "K" in flags else [k])
-    assert out["restriction"] == [] and out["payload"]["server_args"] == want
+    k = out["exported"]["widths"][0]
+    assert out["restriction"] == [] and out["payload"]["server_args"] == [
+        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "3", "--spec-ngram-mod-n-max", str(k),
+    ]  # fmt: skip
     for fmt in ("hf", "vllm", "sglang", "trtllm"):
         assert "keeps state between rounds" in (unloadable(mod, True, stack_for(fmt)) or "")
         assert _exported(pick.id, fmt)["exported"]["chain"][0] != mod
     assert "ngram:rule=ngram-mod" in (unloadable("ngram", True, stack_for("llamacpp")) or "")
+
+
+@pytest.mark.parametrize("name", ["ngram:n=2:rule=ngram-map-k", "ngram:n=3:rule=ngram-map-k4v:hits=2"])
+def test_an_ngram_map_lookup_is_exported_to_no_stack(isolated_db, name):
+    """ngram:rule=ngram-map-k(4v) runs on hsd-plan's engines as llama-server's first request on a
+    slot does; the server begins its later requests on the key map the last one left and drafts
+    far less, so the export to it is the best plan without the lookup, saying why."""
+    from hsd_planner.export.stacks import stack_for
+
+    simple = "ngram:n=2:rule=llama-server"
+    models = {k: MODELS[k] for k in ("small", "big")} | {name: (0, 0.05, 0.0), simple: (0, 0.05, 0.0)}
+    db = open_db(str(isolated_db))
+    _store_profile(db, models, {(name, "big"): 0.8, (simple, "big"): 0.6, ("small", "big"): 0.5})
+    pick = solve_and_store(db, config=SolveConfig(t_max=6, max_depth=1)).plans[0]
+    assert pick.plan.chain[0] == name
+    assert "key map from one request to the next" in (unloadable(name, True, stack_for("llamacpp")) or "")
+    out = _exported(pick.id, "llamacpp")
+    assert out["exported"]["chain"][0] == simple and out["payload"]["server_args"][:2] == ["--spec-type", "ngram-simple"]
+    for fmt in ("hf", "vllm", "sglang", "trtllm"):
+        assert "keeps state between rounds" in (unloadable(name, True, stack_for(fmt)) or "")

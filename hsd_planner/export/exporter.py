@@ -175,7 +175,6 @@ def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
         p_min=spec.p_min or 0.0,
         n_min=spec.n_min,
         ngram_rule=spec.ngram_rule if lookup else None,
-        min_hits=spec.min_hits,
     )
 
 

@@ -34,6 +34,13 @@ def unloadable(name: str, lookup: bool, stack: Stack) -> str | None:
             return f"it has no n-gram drafter ({name})"
         if spec.keeps_state and not stack.lookup_rules:  # a lookup that keeps state between rounds is llama-server's alone
             return f"it has no drafter that keeps state between rounds as {name} does"
+        if spec.map_rule and stack.lookup_rules:
+            # measured (benchmarks/bench_server_state.py): the server begins each request on the
+            # key map its slot's last request left, whose positions mostly hide the new prompt
+            return (
+                f"it keeps a slot's {spec.ngram_rule} key map from one request to the next and, past the first, finds little "
+                f"of the prompt, so it drafts far less than {name} was profiled to"
+            )
         if stack.lookup_rules and spec.ngram_rule not in stack.lookup_rules:
             rules = " or ".join(f"ngram:rule={r}" for r in stack.lookup_rules)
             return f"its n-gram drafters do not look up as {name} does; profile {rules} to plan for them"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hsd_runtime.terms.choices import Mode
-from hsd_runtime.terms.spec import MAP_K4V_RULE, MAP_K_RULE, MAP_RULES, MOD_RULE, SERVER_RULE
+from hsd_runtime.terms.spec import MOD_RULE, SERVER_RULE
 
 from ..errors import ExportError
 from .batch import trtllm_schedule
@@ -44,8 +44,7 @@ class Served:
     ngram_min: int = 1  # the lookup's shortest suffix match (ngram:min=K)
     p_min: float = 0.0  # the drafter model ends its draft below this top share (pmin=P); 0: it drafts k every round
     n_min: int = 0  # and drops a draft shorter than this (nmin=N; of ngram:rule=ngram-mod, a walk ended that short)
-    ngram_rule: str | None = None  # the lookup's rule= (llama-server, ngram-mod, ngram-map-k...), None for the longest-suffix rule
-    min_hits: int = 1  # a ngram-map-k4v key's lookups before it drafts (hits=H)
+    ngram_rule: str | None = None  # the lookup's rule= (llama-server, ngram-mod), None for the longest-suffix rule
 
 
 @dataclass(frozen=True)
@@ -199,14 +198,6 @@ def _llamacpp(draft_max: str, draft_min: str, p_min: str, spec_type: bool) -> Ca
             # any walk, where the server's default is 48) and the plan's k as its n_max
             args = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", str(s.ngram_order)]
             args += ["--spec-ngram-mod-n-min", str(s.n_min), "--spec-ngram-mod-n-max", str(s.k)]
-        elif s.drafter is not None and s.lookup and spec_type and s.ngram_rule in MAP_RULES:
-            # ngram:rule=ngram-map-k(4v) drafts what the server's type of that name drafts: its key
-            # size, the plan's k as its m-gram size (which also sets how far back a key must
-            # recur) and, for k4v, its min hits
-            flag = f"--spec-{s.ngram_rule}"
-            args = ["--spec-type", s.ngram_rule, f"{flag}-size-n", str(s.ngram_order), f"{flag}-size-m", str(s.k)]
-            if s.ngram_rule == MAP_K4V_RULE:
-                args += [f"{flag}-min-hits", str(s.min_hits)]
         elif s.drafter is not None and s.lookup and spec_type:
             # only a lookup profiled with rule=llama-server gets here (Stack.lookup_rules): it
             # drafts what ngram-simple drafts, so the prediction holds for the server
@@ -265,16 +256,18 @@ STACKS: dict[str, list[Stack]] = {
         # --spec-type names what drafts (a list enables types; their priority is fixed in code, the
         # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens,
         # --spec-draft-p-min ends its draft on its confidence (pmin=), and --draft-max/--draft-min
-        # are removed (the server exits on them). Its n-gram drafters mapped are ngram-simple,
-        # ngram-mod, ngram-map-k and ngram-map-k4v, each only from a lookup profiled as it runs
-        # (ngram:rule=llama-server, ngram:rule=ngram-mod, ...); comma lists of types are not mapped
+        # are removed (the server exits on them). Its n-gram drafters mapped are ngram-simple
+        # and ngram-mod, each only from a lookup profiled as it runs (ngram:rule=llama-server,
+        # ngram:rule=ngram-mod). ngram-map-k(4v) is not: the server keeps a slot's key map from
+        # one request to the next, and past the first finds little of the prompt (see
+        # export.restrict). Comma lists of types are not mapped
         Stack(
             "llamacpp",
             "llama.cpp server",
             "2026-10",
             _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", True),
             gguf_files=True,
-            lookup_rules=(SERVER_RULE, MOD_RULE, MAP_K_RULE, MAP_K4V_RULE),
+            lookup_rules=(SERVER_RULE, MOD_RULE),
             p_min=True,
         ),
         # builds before the --spec-* flags (spring 2026): --draft-max, --draft-min, --draft-p-min

@@ -28,7 +28,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..terms.errors import ChainError
 from ..terms.limits import DEFAULT_NGRAM_ORDER
-from ..terms.spec import MAP_K4V_RULE, ModelSpec
+from ..terms.spec import MAP_K4V_RULE, MOD_RULE, ModelSpec
 from .cache import common_prefix
 from .drafters import DraftContext, Proposal
 from .ngram_map import KeyMap
@@ -99,7 +99,7 @@ def stateful_table(rule: str, n: int, width: int, min_hits: int = 1) -> ModTable
     """A fresh state of llama-server's lookup ``rule`` (``ngram-mod``, ``ngram-map-k`` or
     ``ngram-map-k4v``) with keys of ``n`` tokens, drafting up to ``width`` tokens a round (a
     ``ngram-map-k`` key's m-gram: ``--spec-ngram-map-k-size-m``)."""
-    if rule == "ngram-mod":
+    if rule == MOD_RULE:
         return ModTable(n)
     return KeyMap(n, width, values=rule == MAP_K4V_RULE, min_hits=min_hits)
 
