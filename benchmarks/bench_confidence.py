@@ -94,31 +94,30 @@ def _rounds(rows: list[dict]) -> int:
 
 
 def server_only(args: argparse.Namespace, db: Path) -> None:
-    """llama-server alone over the held-out prompts, ``--repeats`` rounds: no speculation, the
-    stored pick's exported flags and (for a lookup) the server's own n-gram defaults."""
-    store = open_db(str(db))
-    _record, picked = select_plans(store, (), "best")
-    pick = next(p for p in picked if p.kind != "autoregressive")
-    name, k = pick.plan.chain[0], int(pick.plan.widths[0])
-    spec = parse_spec(name)
+    """llama-server alone over the held-out prompts, ``--repeats`` rounds: no speculation, the flags
+    ``hsd-plan export --format llamacpp`` writes for the stored pick (the best plan the server can
+    run, where it cannot run the pick) and, for a lookup, the server's own n-gram defaults."""
+    exported = hsd_plan("export", "--format", "llamacpp", "--db", str(db))
+    plan, flags = exported["exported"], exported["payload"]["server_args"]
+    name, k = plan["chain"][0], int(plan["widths"][0]) if len(plan["chain"]) > 1 else 0
     target = gguf_of(args.target, args.threads)
-    drafter = None if spec.is_ngram else gguf_of(spec.name, args.threads)
     held_out, prompts = _held_out(args, target)
-    flags = server_args(name, drafter, k)
-    configs = {"no speculation": [], f"the pick {name} [{k}]": flags} | (SERVER_DEFAULTS if spec.is_ngram else {})
+    configs = {"no speculation": [], f"the export {name} [{k}]": flags} | (SERVER_DEFAULTS if parse_spec(name).is_ngram else {})
     runs: dict[str, list[dict]] = {}
     for _ in range(args.repeats):
         for c, f in configs.items():
-            if f is not None:
-                run_config(target, f, prompts, args.new, args.threads, runs.setdefault(c, []))
+            run_config(target, f, prompts, args.new, args.threads, runs.setdefault(c, []))
     print(f"{held_out.name}: {len(prompts)} held-out prompts x {args.repeats} rounds, {args.new} greedy tokens, "
-          f"{args.threads} threads; {machine()}, {cpu_capability()}; predicted for the pick {pick.plan.prediction.ms_per_token:.2f} ms/token")  # fmt: skip
+          f"{args.threads} threads; {machine()}, {cpu_capability()}; the pick {' -> '.join(exported['pick']['chain'])}, "
+          f"exported {name} [{k}] predicted at {plan['predicted_ms_per_token']:.2f} ms/token")  # fmt: skip
+    for why in exported["restriction"]:
+        print(f"  not the pick: {why}")
     out = {}
     for c, rows in runs.items():
         ms = workload_ms(rows, len(prompts))
         out[c] = {"ms_per_token": ms, "tokens_per_round": sum(r["n"] for r in rows) / _rounds(rows), "flags": configs[c]}
         print(f"llama-server {c}: {ms:.2f} ms/token, {out[c]['tokens_per_round']:.2f} tokens a round")
-    doc = {"pick": [name, k], "predicted_ms": pick.plan.prediction.ms_per_token, "configs": out, "runs": runs,
+    doc = {"pick": exported["pick"], "exported": plan, "restriction": exported["restriction"], "configs": out, "runs": runs,
            "machine": machine(), "cpu_capability": cpu_capability()}  # fmt: skip
     (args.out_dir / f"confidence-{args.engine}.server.json").write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -145,7 +144,7 @@ def main() -> None:
     ap.add_argument(
         "--server-only",
         action="store_true",
-        help="llama-server alone, on the database a run left in --out-dir: no speculation, the pick's exported flags and the server's defaults",
+        help="llama-server alone, on the database a run left in --out-dir: no speculation, the export's flags and the server's defaults",
     )
     args = ap.parse_args()
 
