@@ -56,7 +56,7 @@ def fp32_check(chain: str, widths: object, max_new_tokens: int, prompt: str = "w
         "fp32",
     )
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)["check"]
+    return json.loads(result.stdout)["check"]
 
 
 @contextlib.contextmanager

@@ -258,7 +258,7 @@ def test_empty_prompt_is_refused_before_any_model_loads(tmp_path):
 
 def test_validate_refuses_plans_of_different_solves(profiled):
     assert run("solve").exit_code == 0  # a second solve
-    ids = [p["id"] for p in json.loads(run("solve", "--json").output)["plans"]][:1]
+    ids = [p["id"] for p in json.loads(run("solve", "--json").stdout)["plans"]][:1]
     one_line_error(run("validate", "--plan", 1, "--plan", ids[0]), "come from different solves")
 
 
@@ -352,7 +352,7 @@ def test_relative_paths_are_absolute_and_changed_models_refused(tiny_dirs, tmp_p
     prompts.write_text("\n".join(f"w{i} w{i + 1} w{i}" for i in range(8)))
     monkeypatch.chdir(work)
     assert run("profile", "--models", "ngram,./d,./m", "--prompts", "p.txt", *FAST).exit_code == 0
-    solved = json.loads(run("solve", "--target", "./m", "--json").output)
+    solved = json.loads(run("solve", "--target", "./m", "--json").stdout)
     assert solved["target"] == str((work / "m").resolve())
     elsewhere = tmp_path / "elsewhere"
     shutil.copytree(tiny_dirs["other"], elsewhere / "m")  # another ./m, which must not be run

@@ -186,7 +186,7 @@ def test_batch_curves_are_read_back_and_survive_export_and_import(batch_db, tmp_
 def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
     result = run("solve", "--batch-sizes", "1,2,4,8,16", "--t-max", "6", "--hardware", "hw1", "--json")
     assert result.exit_code == 0, result.output
-    batch = json.loads(result.output)["batch"]
+    batch = json.loads(result.stdout)["batch"]
     assert [e["batch_size"] for e in batch["batch_sizes"]] == list(BATCHES)
     first, last = batch["schedule"][0], batch["schedule"][-1]
     assert first["min_batch"] == 1 and first["widths"]
@@ -194,9 +194,9 @@ def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
     assert batch["speculation_stops_paying_at"] == last["min_batch"]
     text = run("solve", "--batch-sizes", "1,4,16", "--hardware", "hw1")
     assert text.exit_code == 0 and "schedule:" in text.output and "speculation stops paying at batch size 16" in text.output
-    newest = json.loads(run("solve", "--batch-sizes", "1,4,16", "--hardware", "hw1", "--json").output)["batch"]  # what export reads
+    newest = json.loads(run("solve", "--batch-sizes", "1,4,16", "--hardware", "hw1", "--json").stdout)["batch"]  # what export reads
 
-    vllm = json.loads(run("export", "--format", "vllm", "--json").output)
+    vllm = json.loads(run("export", "--format", "vllm", "--json").stdout)
     spec = vllm["payload"]["speculative_config"]
     table = spec["num_speculative_tokens_per_batch_size"]
     assert table[0][0] == 1 and table[-1][1] == 16 and table[-1][2] == 0  # [start, end, k], no speculation at 16
@@ -211,7 +211,7 @@ def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
     assert same and all(k_at[e["batch_size"]] == e["widths"][0] for e in same)
 
     trt = run("export", "--format", "trtllm", "--json")
-    trt_spec = json.loads(trt.output)["payload"]["speculative_config"]
+    trt_spec = json.loads(trt.stdout)["payload"]["speculative_config"]
     schedule = {int(b): k for b, k in trt_spec["draft_len_schedule"].items()}
     assert schedule[min(schedule)] == trt_spec["max_draft_len"] == max(ks) and schedule[16] == 0  # its smallest key holds the most
     # TensorRT-LLM's rule: a batch of s drafts the k of the smallest threshold >= s; it must give the vLLM table's k
@@ -221,10 +221,10 @@ def test_solve_batch_sizes_stores_the_schedule_and_exports_it(batch_db):
     yaml = run("export", "--format", "trtllm").output
     assert f"  draft_len_schedule: {{{min(schedule)}: " in yaml and ", 16: 0}" in yaml and "disable_overlap_scheduler: true" in yaml
 
-    sglang = json.loads(run("export", "--format", "sglang", "--json").output)
+    sglang = json.loads(run("export", "--format", "sglang", "--json").stdout)
     assert any("batch-size schedule" in r for r in sglang["restriction"])
 
-    doc = PlanDocument.model_validate(json.loads(run("export", "--format", "json", "--json").output)["payload"])
+    doc = PlanDocument.model_validate(json.loads(run("export", "--format", "json", "--json").stdout)["payload"])
     assert doc.schema_version == 2 and doc.schedule[-1].widths == [] and doc.schedule[-1].chain == ["big"]
     stacks = {s.stack: s for s in doc.stacks}
     assert [(e.min_batch, e.max_batch, e.k) for e in stacks["vLLM"].schedule] == [tuple(r) for r in table]
@@ -254,16 +254,16 @@ def test_profile_solve_and_validate_batch_sizes_on_tiny_models(tiny_dirs, prompt
     shown = run("profiles", "show").output
     assert "batch sizes 2,4 too" in shown
     again = run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--batch-sizes", "1,2,4", *FAST, "--json")
-    assert again.exit_code == 0 and json.loads(again.output)["measured"] == 0  # resumed: nothing left to measure
+    assert again.exit_code == 0 and json.loads(again.stdout)["measured"] == 0  # resumed: nothing left to measure
 
     solved = run("solve", "--batch-sizes", "1,2,4", "--t-max", "3", "--json")
     assert solved.exit_code == 0, solved.output
-    assert [e["batch_size"] for e in json.loads(solved.output)["batch"]["batch_sizes"]] == [1, 2, 4]
+    assert [e["batch_size"] for e in json.loads(solved.stdout)["batch"]["batch_sizes"]] == [1, 2, 4]
 
     fixed = ["--max-prompts", 3, "--max-new-tokens", 6, "--device", "cpu", "--prompts", prompts]
     result = run("validate", "--batch-sizes", "1,4", *fixed, "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["batch_sizes"] == [1, 4] and {r["batch_size"] for r in report["plans"]} == {1, 4}
     for b in (1, 4):
         at = [r for r in report["plans"] if r["batch_size"] == b]
@@ -306,27 +306,27 @@ def test_validate_runs_the_plans_asked_for_at_every_batch_size(tiny_dirs, prompt
     assert result.exit_code == 0, result.output
     solved = run("solve", "--t-max", "3", "--no-trees", "--json")  # no schedule: the plans asked for, and the baseline
     assert solved.exit_code == 0, solved.output
-    plans = {p["id"]: p for p in json.loads(solved.output)["plans"]}
+    plans = {p["id"]: p for p in json.loads(solved.stdout)["plans"]}
     chosen = next(i for i, p in plans.items() if p["widths"])  # a speculative plan (the best single drafter may be none)
     auto = next(i for i, p in plans.items() if p["kind"] == "autoregressive")
     fixed = ["--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--prompts", prompts, "--json"]
 
-    plain = json.loads(run("validate", "--plan", chosen, *fixed).output)
+    plain = json.loads(run("validate", "--plan", chosen, *fixed).stdout)
     one = run("validate", "--plan", chosen, "--batch-sizes", "1", *fixed)
     assert one.exit_code == 0, one.output
-    one = json.loads(one.output)
+    one = json.loads(one.stdout)
     assert [(r["plan_id"], r["batch_size"]) for r in plain["plans"]] == [(chosen, 1), (auto, 1)]
     assert [(r["plan_id"], r["batch_size"]) for r in one["plans"]] == [(chosen, 1), (auto, 1)]
     for a, b in zip(plain["plans"], one["plans"]):
         assert a["predicted_ms_per_token"] == b["predicted_ms_per_token"] and a["predicted_speedup"] == b["predicted_speedup"]
 
-    both = json.loads(run("validate", "--plan", chosen, "--batch-sizes", "1,2", *fixed).output)
+    both = json.loads(run("validate", "--plan", chosen, "--batch-sizes", "1,2", *fixed).stdout)
     assert [(r["plan_id"], r["batch_size"]) for r in both["plans"]] == [(chosen, 1), (auto, 1), (chosen, 2), (auto, 2)]
     assert both["plans"][0]["predicted_ms_per_token"] == plain["plans"][0]["predicted_ms_per_token"]
 
     every = run("validate", "--candidates", "all", "--batch-sizes", "2", *fixed)
     assert every.exit_code == 0, every.output
-    ran = {(tuple(r["chain"]), tuple(r["widths"])) for r in json.loads(every.output)["plans"]}
+    ran = {(tuple(r["chain"]), tuple(r["widths"])) for r in json.loads(every.stdout)["plans"]}
     assert ran == {(tuple(p["chain"]), tuple(p["widths"])) for p in plans.values()}  # chains only: every plan runs at b = 2
 
 

@@ -306,13 +306,13 @@ def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp
     assert train(tiny_dirs, prompts, tmp_path / "split", "--steps", 2).exit_code == 0
     result = train(tiny_dirs, prompts, tmp_path / "split", "--steps", 4, "--resume", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["steps"] == 4
+    assert json.loads(result.stdout)["steps"] == 4
     from safetensors.torch import load_file
 
     whole, resumed = load_file(tmp_path / "whole" / HEADS_FILE), load_file(tmp_path / "split" / HEADS_FILE)
     assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
     ce = train(tiny_dirs, prompts, tmp_path / "ce", "--steps", 2, "--loss", "ce", "--json")
-    assert ce.exit_code == 0 and json.loads(ce.output)["config"]["loss"] == "ce", ce.output
+    assert ce.exit_code == 0 and json.loads(ce.stdout)["config"]["loss"] == "ce", ce.output
     one_line_error(train(tiny_dirs, prompts, tmp_path / "whole", "--steps", 4), "not empty")
     one_line_error(train(tiny_dirs, prompts, tmp_path / "none", "--resume"), "no checkpoint")
     one_line_error(train(tiny_dirs, prompts, tmp_path / "split", "--steps", 6, "--resume", "--lr", "0.5"), "other settings")
@@ -348,19 +348,19 @@ def test_heads_are_one_more_candidate_profiled_under_their_host_only(tiny_dirs, 
             models = f"bpd:{heads_dir}{options},{draft},{target}"
             result = run("profile", "--models", models, "--db", db, "--mode", mode, "--max-prompts", "3", *QUICK_PROFILE, "--json")
             assert result.exit_code == 0, result.output
-            report = json.loads(result.output)
+            report = json.loads(result.stdout)
             pairs = {(a["drafter"], a["verifier"]) for a in report["acceptance"]}
             heads = f"bpd:{heads_dir.resolve()}{options}"
             assert (heads, target) in pairs and (heads, draft) not in pairs
             solved = run("solve", "--db", db, "--mode", mode, "--top", "30", "--json")
             assert solved.exit_code == 0, solved.output
-            chains = [plan["chain"] for plan in json.loads(solved.output)["plans"]]
+            chains = [plan["chain"] for plan in json.loads(solved.stdout)["plans"]]
             with_heads = [c for c in chains if heads in c]
             assert with_heads and all(c.index(heads) == 0 and c[1] == target for c in with_heads)
     # the last solve (sample, rescored heads): validate runs every candidate plan, the heads' too
     checked = run("validate", "--db", db, "--candidates", "all", "--max-prompts", 1, "--max-new-tokens", 4, "--device", "cpu", "--json")
     assert checked.exit_code == 0, checked.output
-    assert any(heads in json.dumps(row) for row in json.loads(checked.output)["plans"])
+    assert any(heads in json.dumps(row) for row in json.loads(checked.stdout)["plans"])
     one_line_error(run("profile", "--models", f"bpd:{heads_dir}:p=2,{target}", "--db", db, *QUICK_PROFILE), "p=1")
     one_line_error(run("profile", "--models", f"bpd:{heads_dir},{draft}", "--db", db, *QUICK_PROFILE), "list that model")
 

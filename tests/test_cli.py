@@ -26,7 +26,7 @@ def test_generate_json_with_check(tiny_dirs):
         "fp32",
     )
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)
     assert out["chain"][0] == "ngram" and out["widths"] == [3, 2, 2]
     assert len(out["tokens"]) == 12 and isinstance(out["text"], str)
     assert out["check"]["identical"] and out["check"]["exact"]
@@ -77,7 +77,7 @@ def test_generate_samples(tiny_dirs):
     ]
     first, second = run(*args), run(*args)
     assert first.exit_code == 0, first.output
-    assert json.loads(first.output)["tokens"] == json.loads(second.output)["tokens"]
+    assert json.loads(first.stdout)["tokens"] == json.loads(second.stdout)["tokens"]
 
 
 @pytest.mark.parametrize(

@@ -168,7 +168,7 @@ def test_training_on_cuda_gives_a_drafter_that_decodes_exactly(method, tiny_dirs
         "--json",
     )
     assert checked.exit_code == 0, checked.output
-    assert json.loads(checked.output)["check"]["identical"]
+    assert json.loads(checked.stdout)["check"]["identical"]
 
 
 # --- the static engine: CUDA graphs --------------------------------------------------------------

@@ -220,7 +220,7 @@ def test_cli_reports_and_the_student_drafts_for_its_target(tiny_dirs, prompts, t
     out = tmp_path / "student"
     result = distill(tiny_dirs["target"], out, prompts, "--steps", 3, "--divergence", "tvd", "--data", "mixed", "--json")
     assert result.exit_code == 0, result.output
-    card = json.loads(result.output)
+    card = json.loads(result.stdout)
     assert card["steps"] == 3 and card["layers"] == 1 and card["divergence"] == "tvd" and card["data"] == "mixed"
     assert 0 <= card["acceptance_greedy"] <= 1 and 0 <= card["acceptance_sampled"] <= 1 and len(card["log"]) == 3
     assert card["train_prompts"].endswith(":train") and "validate" in card["eval_prompts"]
@@ -235,7 +235,7 @@ def test_a_student_trained_through_a_trimmed_head_drafts_through_it(tiny_dirs, p
     out = tmp_path / "trimmed"
     result = distill(tiny_dirs["target"], out, prompts, "--steps", 3, "--vocab", 20, "--top-k", 8, "--data", "mixed", "--json")
     assert result.exit_code == 0, result.output
-    card = json.loads(result.output)
+    card = json.loads(result.stdout)
     assert card["vocab"] == 20 and all(math.isfinite(entry["loss"]) for entry in card["log"])
     assert f"{out}:vocab=20" in (out / "README.md").read_text()
     target = ModelLoader(device="cpu", dtype="fp32").load(str(tiny_dirs["target"]))
@@ -267,7 +267,7 @@ def test_resume_continues_from_the_checkpoint_step(tiny_dirs, prompts, tmp_path,
     assert torch.load(tmp_path / "split" / "checkpoint" / "state.pt", weights_only=True)["step"] == 2
     result = distill(tiny_dirs["target"], tmp_path / "split", prompts, "--steps", 4, "--resume", "--json", *args)
     assert result.exit_code == 0, result.output
-    assert [e["step"] for e in json.loads(result.output)["log"]] == [1, 2, 3, 4]
+    assert [e["step"] for e in json.loads(result.stdout)["log"]] == [1, 2, 3, 4]
     whole, resumed = weights(tmp_path / "whole"), weights(tmp_path / "split")
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)
 

@@ -402,7 +402,7 @@ def test_identical_repeated_rows_import_once(scratch):
     _write_doc(scratch, doc)
     result = run("profiles", "import", "bad.json", "--db", "fresh.db", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["latency"] == len(doc["latency"]) - 1
+    assert json.loads(result.stdout)["latency"] == len(doc["latency"]) - 1
 
 
 # --- exit codes and messages ----------------------------------------------------------------------

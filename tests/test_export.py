@@ -102,7 +102,7 @@ def solved(isolated_db):
 def _exported(plan_id, fmt, *extra):
     result = run("export", "--plan", plan_id, "--format", fmt, "--json", *extra)
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 @pytest.mark.parametrize("fmt", list(STACKS))
@@ -301,7 +301,7 @@ def test_export_without_a_database():
 
 
 def test_solve_exports_its_pick(solved):
-    out = json.loads(run("solve", "--t-max", "4", "--export", "trtllm", "--hardware", "hw1", "--json").output)
+    out = json.loads(run("solve", "--t-max", "4", "--export", "trtllm", "--hardware", "hw1", "--json").stdout)
     assert out["export"]["plan_id"] == out["plans"][0]["id"] and out["export"]["version"] == "1.3.0rc24"
     text = run("solve", "--t-max", "4", "--export", "hf", "--hardware", "hw1")
     assert text.exit_code == 0 and "GenerationConfig(" in text.output and "transformers 5.23:" in text.output

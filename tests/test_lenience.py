@@ -77,17 +77,17 @@ def test_lenience_is_profiled_solved_validated_and_marked(tiny_dirs, tmp_path):
             "profile", "--models", models, "--db", db, "--mode", "sample", "--lenience", e, "--max-prompts", "3", *QUICK_PROFILE, "--json"
         )
         assert result.exit_code == 0, result.output
-        report = json.loads(result.output)
+        report = json.loads(result.stdout)
         alpha[e] = next(a["alpha"] for a in report["acceptance"])
     assert alpha["0.5"] > alpha["1"]  # min(q, p / e) >= min(q, p)
     solved = run("solve", "--db", db, "--mode", "sample", "--lenience", "0.5", "--json")
     assert solved.exit_code == 0, solved.output
-    assert json.loads(solved.output)["lenience"] == 0.5
+    assert json.loads(solved.stdout)["lenience"] == 0.5
     assert "LOSSY: lenience 0.5" in run("solve", "--db", db, "--mode", "sample", "--lenience", "0.5").output
     assert "LOSSY" not in run("solve", "--db", db, "--mode", "sample").output
     validated = run("validate", "--db", db, "--device", "cpu", "--max-prompts", "1", "--max-new-tokens", "4", "--repeats", "1", "--json")
     assert validated.exit_code == 0, validated.output
-    assert json.loads(validated.output)["lenience"] == 1.0  # the newest solve: exact
+    assert json.loads(validated.stdout)["lenience"] == 1.0  # the newest solve: exact
     one_line_error(run("solve", "--db", db, "--mode", "sample", "--lenience", "0.7"), "with lenience 0.7")
     one_line_error(
         run("profile", "--models", models, "--db", db, "--lenience", "0.5", *QUICK_PROFILE), "greedy decoding has no probabilities"
@@ -97,7 +97,7 @@ def test_lenience_is_profiled_solved_validated_and_marked(tiny_dirs, tmp_path):
         "--lenience", "0.7", "--device", "cpu", "--max-new-tokens", "6", "--json",
     )  # fmt: skip
     assert generated.exit_code == 0, generated.output
-    assert json.loads(generated.output)["lenience"] == 0.7
+    assert json.loads(generated.stdout)["lenience"] == 0.7
 
 
 def test_a_database_from_before_lenience_upgrades_with_every_row(tiny_dirs, tmp_path):

@@ -173,7 +173,7 @@ def _quant_entries(cache: Path) -> list[str]:
 def test_tiny_ggufs_run_and_a_quantized_copy_is_cached(ggufs, cache):
     ok = _generate(f"{ggufs['draft']}:quant=q4_0,{ggufs['target']}", "--json")
     assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.output)["engine"] == "llamacpp"
+    assert json.loads(ok.stdout)["engine"] == "llamacpp"
     assert [name.endswith(".q4_0.gguf") for name in _quant_entries(cache)] == [True]
 
 
@@ -191,7 +191,7 @@ def test_generate_opens_contexts_of_the_cells_it_needs_and_its_check_shares_the_
     monkeypatch.setattr(llamacpp.LlamaCppCache, "__init__", spy)
     ok = _generate(f"{ggufs['draft']},{ggufs['target']}", "--check", "--json")
     assert ok.exit_code == 0, ok.output
-    assert json.loads(ok.output)["check"]["identical"] in (True, False)
+    assert json.loads(ok.stdout)["check"]["identical"] in (True, False)
     assert opened == [llamacpp.TREE_SEQS, llamacpp.TREE_SEQS]
 
 
@@ -213,7 +213,7 @@ def test_a_long_prompt_is_prefilled_once(ggufs, cache, monkeypatch):
     ok = run("generate", "--engine", "llamacpp", "--chain", f"ngram,{ggufs['target']}", "--widths", "2", "--prompt", prompt,
              "--max-new-tokens", "4", "--json")  # fmt: skip
     assert ok.exit_code == 0, ok.output
-    prompt_tokens = json.loads(ok.output)["prompt_tokens"]
+    prompt_tokens = json.loads(ok.stdout)["prompt_tokens"]
     assert prompt_tokens >= 300 and fed[0] <= WARMUP_TOKENS and fed.count(prompt_tokens) == 1, fed
     assert sum(fed) < prompt_tokens + 2 * WARMUP_TOKENS  # the prompt once, the warm-up and a few short passes
 

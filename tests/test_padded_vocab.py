@@ -68,7 +68,7 @@ def test_generate_check_agrees_over_the_tokenizers_columns(dirs, engine):
 def test_the_target_alone_never_emits_a_padded_id(dirs):
     result = run("generate", "--chain", str(dirs["target"]), "--prompt", "w1 w2", "--max-new-tokens", "8", "--raw", "--json")
     assert result.exit_code == 0, result.output
-    assert all(t < 64 for t in json.loads(result.output)["tokens"])
+    assert all(t < 64 for t in json.loads(result.stdout)["tokens"])
 
 
 @pytest.mark.parametrize("mode", ["greedy", "sample"])

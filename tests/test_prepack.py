@@ -150,7 +150,7 @@ def test_profile_stores_kernels_probe_and_floors(tiny_dirs, monkeypatch, isolate
     for flag in ("--prepack", "--no-prepack"):
         result = runner.invoke(cli, [*args, flag, "--json"])
         assert result.exit_code == 0, result.output
-        summary = json.loads(result.output)
+        summary = json.loads(result.stdout)
         assert summary["hardware"]["kernels"] == flag[2:].replace("no-prepack", "plain").replace("prepack", "prepacked")
         assert summary["latency"][0]["c1_over_floor"] > 0
     shown = runner.invoke(cli, ["profiles", "show"])

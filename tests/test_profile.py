@@ -52,7 +52,7 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
     args = ["profile", "--models", models(tiny_dirs, "ngram", "draft", "target"), "--prompts", prompt_file, *FAST, "--json"]
     first = run(*args)
     assert first.exit_code == 0, first.output
-    summary = json.loads(first.output)
+    summary = json.loads(first.stdout)
     prompts = summary["workload"]["count"]
     # 3 models x 2 points of latency; per prompt 1 continuation for each of 2 verifiers + 3 pairs
     assert summary["measured"] == 3 * 2 + prompts * (2 + 3) and summary["skipped"] == 0
@@ -79,9 +79,9 @@ def test_profile_measures_then_skips_on_rerun(tiny_dirs, prompt_file, isolated_d
         assert host["ngram"] is None and host[str(tiny_dirs["draft"])] > 0 and host[str(tiny_dirs["target"])] > 0
         assert con.execute("SELECT COUNT(DISTINCT host_ms) FROM latency l JOIN models m ON m.id = l.model_id WHERE m.spec = ?",
                            (str(tiny_dirs["target"]),)).fetchone()[0] == 1  # fmt: skip
-    again = json.loads(run(*args).output)
+    again = json.loads(run(*args).stdout)
     assert again["measured"] == 0 and again["skipped"] == summary["measured"]
-    forced = json.loads(run(*args, "--force").output)
+    forced = json.loads(run(*args, "--force").stdout)
     assert forced["measured"] == summary["measured"] and count(isolated_db, "acceptance_prompts") == 3 * prompts
 
 
@@ -114,8 +114,8 @@ def test_export_then_import_into_a_fresh_db_reproduces_the_rows(tiny_dirs, promp
     fresh = tmp_path / "fresh.db"
     first = run("profiles", "import", exported, "--db", fresh, "--json")
     assert first.exit_code == 0, first.output
-    assert json.loads(first.output)["latency"] == 4
-    again = json.loads(run("profiles", "import", exported, "--db", fresh, "--json").output)
+    assert json.loads(first.stdout)["latency"] == 4
+    again = json.loads(run("profiles", "import", exported, "--db", fresh, "--json").stdout)
     assert sum(again.values()) == 0  # merging twice adds nothing
     reexported = tmp_path / "re.json"
     run("profiles", "export", reexported, "--db", fresh)

@@ -224,7 +224,7 @@ def profiled(tiny_dirs, tmp_path_factory):
     args = ["profile", "--models", names, "--prompts", str(prompts), *FAST, "--json", "--db", str(db)]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    return SimpleNamespace(db=db, args=args, summary=json.loads(result.output), draft=str(tiny_dirs["draft"]))
+    return SimpleNamespace(db=db, args=args, summary=json.loads(result.stdout), draft=str(tiny_dirs["draft"]))
 
 
 def curves(db) -> dict:
@@ -252,7 +252,7 @@ def test_a_profile_stores_the_curve_of_model_drafters(profiled, tmp_path):
     shown = CliRunner().invoke(cli, ["profiles", "show", "--db", str(profiled.db)])
     draft_line = next(line for line in shown.output.splitlines() if line.startswith(f"acceptance {profiled.draft} ->"))
     assert ", A(k) " in draft_line and len(draft_line.split("A(k) ")[1].split()) == 8
-    as_json = json.loads(CliRunner().invoke(cli, ["profiles", "show", "--json", "--db", str(profiled.db)]).output)
+    as_json = json.loads(CliRunner().invoke(cli, ["profiles", "show", "--json", "--db", str(profiled.db)]).stdout)
     assert any(a["siblings"] for a in as_json["acceptance"]) and all(
         p["siblings_count"] for p in as_json["acceptance_prompts"] if p["siblings_sum"]
     )
@@ -282,7 +282,7 @@ def test_an_old_database_upgrades_and_fills_in_when_measured_again(profiled, tmp
     assert all(a.siblings is None for a in profile.acceptance)  # chains only until measured again
     args = [a if a != str(profiled.db) else str(db) for a in profiled.args]
     rerun = CliRunner().invoke(cli, args)
-    assert rerun.exit_code == 0 and json.loads(rerun.output)["measured"] == 0  # nothing re-measured without --force
+    assert rerun.exit_code == 0 and json.loads(rerun.stdout)["measured"] == 0  # nothing re-measured without --force
     assert all(s is None for _, s in curves(db).values())
     forced = CliRunner().invoke(cli, [*args, "--force"])
     assert forced.exit_code == 0, forced.output

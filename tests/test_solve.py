@@ -29,7 +29,7 @@ def test_a_solve_ranks_for_a_length_on_the_acceptance_profiled_at_it(profiled, t
     assert run("profile", "--models", chain, "--prompts", prompts, *longer).exit_code == 0
 
     def solved(*args: str) -> tuple[int | None, int]:
-        report = json.loads(run("solve", "--t-max", "4", "--json", *args).output)
+        report = json.loads(run("solve", "--t-max", "4", "--json", *args).stdout)
         with sqlite3.connect(isolated_db) as conn:
             (length,) = conn.execute(
                 "SELECT settings.max_new_tokens FROM solves JOIN settings ON settings.id = solves.setting_id WHERE solves.id = ?",
@@ -45,7 +45,7 @@ def test_a_solve_ranks_for_a_length_on_the_acceptance_profiled_at_it(profiled, t
 def test_solve_prints_and_stores_plans(profiled, isolated_db):
     result = run("solve", "--t-max", "4", "--top", "3", "--json")
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["target"] == str(profiled["target"])
     assert report["chain"][-1] == report["target"] and len(report["widths"]) == len(report["chain"]) - 1
     kinds = [p["kind"] for p in report["plans"]]
@@ -58,7 +58,7 @@ def test_solve_prints_and_stores_plans(profiled, isolated_db):
     assert [(r[0], r[1]) for r in stored] == [(p["id"], p["kind"]) for p in report["plans"]]
     text = run("solve", "--acceptance", "iid", "--max-depth", "1")
     assert text.exit_code == 0 and "autoregressive" in text.output
-    forced = json.loads(run("solve", "--require", str(profiled["draft"]), "--exclude", "ngram", "--json").output)
+    forced = json.loads(run("solve", "--require", str(profiled["draft"]), "--exclude", "ngram", "--json").stdout)
     assert all(str(profiled["draft"]) in p["chain"] for p in forced["plans"] if p["kind"] in ("best", "top"))
     assert all("ngram" not in p["chain"] for p in forced["plans"])
 
@@ -135,10 +135,10 @@ def test_default_context_comes_from_the_workload(profiled, isolated_db):
     with sqlite3.connect(isolated_db) as con:
         lengths = json.loads(con.execute("SELECT prompt_tokens FROM workloads").fetchone()[0])
     assert len(lengths) == 6 and all(n > 0 for n in lengths)  # the profiling split of 8 prompts
-    report = json.loads(run("solve", "--json").output)
+    report = json.loads(run("solve", "--json").stdout)
     expected = sorted(n + 6 // 2 for n in lengths)  # FAST continues each prompt by 6 tokens
     assert report["context_len"] == int((expected[2] + expected[3]) / 2)
-    named = json.loads(run("solve", "--context-len", 32, "--json").output)
+    named = json.loads(run("solve", "--context-len", 32, "--json").stdout)
     assert named["context_len"] == 32
 
 
@@ -163,7 +163,7 @@ def test_a_pick_on_few_prompts_says_its_sample_is_thin(profiled, isolated_db):
     from hsd_planner.solving import THIN_PROMPTS, SolveReport
 
     draft, target = str(profiled["draft"]), str(profiled["target"])
-    report = json.loads(run("solve", "--require", draft, "--exclude", "ngram", "--json").output)
+    report = json.loads(run("solve", "--require", draft, "--exclude", "ngram", "--json").stdout)
     assert report["chain"] == [draft, target]
     with sqlite3.connect(isolated_db) as con:
         prompts, positions = con.execute(

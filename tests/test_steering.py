@@ -312,7 +312,7 @@ def test_resume_equals_one_run_and_bad_runs_are_one_line(tiny_dirs, prompts, tmp
     assert train(tiny_dirs, prompts, tmp_path / "split", "--steps", 2).exit_code == 0
     result = train(tiny_dirs, prompts, tmp_path / "split", "--steps", 4, "--resume", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["steps"] == 4
+    assert json.loads(result.stdout)["steps"] == 4
     from safetensors.torch import load_file
 
     whole, resumed = load_file(tmp_path / "whole" / STEER_FILE), load_file(tmp_path / "split" / STEER_FILE)
@@ -337,7 +337,7 @@ def test_a_steered_drafter_is_one_more_candidate_profiled_under_its_verifier_onl
         models = f"{draft}:layers=1,{steered_spec},{draft},{target}"
         result = run("profile", "--models", models, "--db", db, "--mode", mode, "--max-prompts", "3", *QUICK_PROFILE, "--json")
         assert result.exit_code == 0, result.output
-        report = json.loads(result.output)
+        report = json.loads(result.stdout)
         pairs = {(a["drafter"], a["verifier"]) for a in report["acceptance"]}
         name = f"{draft}:steer={steer_dir.resolve()}"
         assert (name, target) in pairs and not any(name in (d, v) for d, v in pairs - {(name, target)})
@@ -348,12 +348,12 @@ def test_a_steered_drafter_is_one_more_candidate_profiled_under_its_verifier_onl
         assert profile.proposal(name, proposals[name][1]) == pytest.approx(proposals[name][0]) and profile.proposal(draft, 64) == 0.0
         solved = run("solve", "--db", db, "--mode", mode, "--top", "30", "--json")
         assert solved.exit_code == 0, solved.output
-        chains = [plan["chain"] for plan in json.loads(solved.output)["plans"]]
+        chains = [plan["chain"] for plan in json.loads(solved.stdout)["plans"]]
         with_steering = [c for c in chains if name in c]
         assert with_steering and all(c.index(name) == 0 and c[1] == target for c in with_steering)
     checked = run("validate", "--db", db, "--candidates", "all", "--max-prompts", 1, "--max-new-tokens", 4, "--device", "cpu", "--json")
     assert checked.exit_code == 0, checked.output
-    assert any(name in json.dumps(row) for row in json.loads(checked.output)["plans"])
+    assert any(name in json.dumps(row) for row in json.loads(checked.stdout)["plans"])
     one_line_error(run("profile", "--models", f"{steered_spec},{draft}", "--db", db, *QUICK_PROFILE), "list that model")
 
     from hsd_planner.export.restrict import unloadable

@@ -377,8 +377,8 @@ def test_export_and_import_between_sqlite_and_the_server_lose_nothing(exported, 
     first = run("profiles", "import", laptop, "--db", pg_url, "--json")
     assert first.exit_code == 0, first.output
     doc = json.loads(laptop.read_text())
-    assert json.loads(first.output) == {table: len(doc[table]) for table in json.loads(first.output)}
-    assert sum(json.loads(run("profiles", "import", laptop, "--db", pg_url, "--json").output).values()) == 0  # merging twice adds nothing
+    assert json.loads(first.stdout) == {table: len(doc[table]) for table in json.loads(first.stdout)}
+    assert sum(json.loads(run("profiles", "import", laptop, "--db", pg_url, "--json").stdout).values()) == 0  # merging twice adds nothing
     from_server, back = tmp_path / "server.json", tmp_path / "back.db"
     assert run("profiles", "export", from_server, "--db", pg_url).exit_code == 0
     assert json.loads(from_server.read_text()) == doc  # every value, float and list, as SQLite had it
@@ -419,7 +419,7 @@ def test_a_store_of_two_machines_shows_both_and_solves_for_either(exported, pg_u
     def solve(*args: str) -> dict:
         result = run("solve", "--db", pg_url, "--json", *args)
         assert result.exit_code == 0, result.output
-        return json.loads(result.output)
+        return json.loads(result.stdout)
 
     mine = solve()  # this machine's, by default
     assert mine["hardware"] == here

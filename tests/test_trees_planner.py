@@ -443,12 +443,12 @@ def test_solve_command_prints_trees(curated_db):
     args = ["solve", "--db", str(path), "--hardware", fingerprint, "--target", TARGET]
     result = CliRunner().invoke(cli, [*args, "--json", "--tree-budget", "8"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     first = report["widths"][0]
     assert isinstance(first, str) and TreeShape(tuple(int(b) for b in first.split("x"))).nodes <= 8
     text = CliRunner().invoke(cli, args)
     assert text.exit_code == 0 and f"{DRAFT}[" in text.output and "x" in text.output.split(f"{DRAFT}[", 1)[1].split("]")[0]
-    chains = json.loads(CliRunner().invoke(cli, [*args, "--json", "--no-trees"]).output)
+    chains = json.loads(CliRunner().invoke(cli, [*args, "--json", "--no-trees"]).stdout)
     assert all(isinstance(w, int) for p in chains["plans"] for w in p["widths"])
     bad = CliRunner().invoke(cli, [*args, "--tree-budget", "1"])
     assert bad.exit_code == 2 and "--tree-budget" in bad.output

@@ -65,7 +65,7 @@ def test_greedy_identity_with_a_trimmed_drafter(tiny_dirs):
         "--prompt", "w1 w2 w3", "--max-new-tokens", "24", "--raw", "--check", "--device", "cpu", "--dtype", "fp32", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["check"]["identical"] is True
     assert report["levels"][0]["proposed"] > 0
 
@@ -78,7 +78,7 @@ def test_vocab_command_writes_a_ranking_the_loader_reads(tiny_dirs, tmp_path):
     args = ["vocab", "--model", tiny_dirs["target"], "--prompts", prompts, "--size", "8", "--out", out]
     result = run(*args, "--json")
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     ranking = json.loads(out.read_text())
     assert summary["size"] == 8 and len(ranking["tokens"]) == 8
     assert ranking["tokens"] == [9, 13, 5, 0, 1, 2, 3, 4]  # by count, then unseen tokens in id order
@@ -125,9 +125,9 @@ def test_a_trimmed_drafter_is_one_more_candidate(tiny_dirs, tmp_path):
     db = tmp_path / "t.db"
     result = run("profile", "--models", f"{trimmed},{target}:layers=1,{target}", "--db", db, "--max-prompts", "3", *QUICK_PROFILE, "--json")
     assert result.exit_code == 0, result.output
-    pairs = {(a["drafter"], a["verifier"]) for a in json.loads(result.output)["acceptance"]}
+    pairs = {(a["drafter"], a["verifier"]) for a in json.loads(result.stdout)["acceptance"]}
     assert (trimmed, str(target)) in pairs
-    solved = json.loads(run("solve", "--db", db, "--top", "30", "--json").output)
+    solved = json.loads(run("solve", "--db", db, "--top", "30", "--json").stdout)
     assert any(trimmed in plan["chain"] for plan in solved["plans"])
 
 

@@ -31,7 +31,7 @@ def solved(tiny_dirs, prompts):
     assert run("profile", "--models", chain, "--prompts", prompts, "--max-prompts", 6, *FAST).exit_code == 0
     result = run("solve", "--t-max", "4", "--json")
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_db):
@@ -53,7 +53,7 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
         "--json",
     )
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert report["prompt_count"] == 3 and report["prompts"].endswith(":validate")
     auto = [p for p in report["plans"] if len(p["chain"]) == 1]
     assert len(auto) == 1 and auto[0]["measured_speedup"] == 1.0 and auto[0]["measured_mean_accepted_length"] == 1.0
@@ -138,13 +138,13 @@ def _is_tree(plan: dict) -> bool:
 def test_a_three_level_plans_middle_level_reports_its_rounds_per_round_above(solved, prompts, tiny_dirs):
     result = run("solve", "--t-max", "4", "--require", f"ngram,{tiny_dirs['draft']}", "--json")
     assert result.exit_code == 0, result.output
-    best = json.loads(result.output)["plans"][0]
+    best = json.loads(result.stdout)["plans"][0]
     assert len(best["chain"]) == 3
     result = run(
         "validate", "--plan", best["id"], "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 8, "--device", "cpu", "--json"
     )
     assert result.exit_code == 0, result.output
-    plan = next(p for p in json.loads(result.output)["plans"] if p["plan_id"] == best["id"])
+    plan = next(p for p in json.loads(result.stdout)["plans"] if p["plan_id"] == best["id"])
     lookup, middle, target = plan["levels"]
     assert middle["measured_rounds"] == pytest.approx(middle["forward_passes"] / target["forward_passes"])
     assert middle["predicted_rounds"] >= 1.0 and lookup["predicted_rounds"] is None and target["predicted_rounds"] is None
@@ -162,10 +162,10 @@ def test_repeats_reuse_the_prompts_prefill_and_the_prefill_is_still_measured(sol
     """With --repeats 2 a run of the prompt a plan ran last reuses its cached prefill (the same
     tokens, every repeat); every plan still reports a measured prefill, even of one prompt."""
     args = ["--candidates", "all", "--prompts", prompts, "--max-prompts", count, "--max-new-tokens", 6, "--device", "cpu"]
-    once = json.loads(run("validate", *args, "--json").output)
+    once = json.loads(run("validate", *args, "--json").stdout)
     twice = run("validate", *args, "--repeats", 2, "--json")
     assert twice.exit_code == 0, twice.output
-    report = json.loads(twice.output)
+    report = json.loads(twice.stdout)
     assert report["prompt_count"] == count
     for p in report["plans"]:
         assert p["prefill_ms"] > 0
@@ -246,7 +246,7 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     from hsd_planner.store.validations import speedup_residuals
 
     args = ("validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--json")
-    first = json.loads(run(*args).output)
+    first = json.loads(run(*args).stdout)
     assert first["interval_history"] == 0  # nothing validated before: the bootstrap alone
     db = open_db(f"sqlite:///{isolated_db}")
     target = first["target"]
@@ -257,7 +257,7 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     past = speedup_residuals(db, target, hardware)
     # each is a stored plan's log measured over predicted speed-up; another machine's or target's are not read
     assert speedup_residuals(db, target, hardware + 1) == [] and speedup_residuals(db, "other", hardware) == []
-    report = json.loads(run(*args).output)
+    report = json.loads(run(*args).stdout)
     assert report["interval_history"] == len(past)
     checked = 0
     for p in report["plans"]:
@@ -269,7 +269,7 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
         checked += 1
     assert checked
     # a solve now prints its intervals widened by the same history
-    solve = json.loads(run("solve", "--t-max", "4", "--json").output)
+    solve = json.loads(run("solve", "--t-max", "4", "--json").stdout)
     assert solve["interval_history"] == len(speedup_residuals(db, target, hardware))
 
 
