@@ -12,7 +12,8 @@ prompts (greedy, Qwen2.5-Coder 1.5B Q4_K_M, the prompts as token ids):
 
 1. a fresh llama-server per request, each request's drafted and accepted tokens checked against a
    replay of its own generation through the rule's state begun afresh (what the profile prices);
-2. one llama-server for all requests, in order: what a server that has served others drafts.
+2. one llama-server for all requests, in order: what a server that has served others drafts,
+   each request checked against a replay through one state carried from request to request.
 
 Figures: tokens drafted, accepted and committed a round over the workload, each way.
 """
@@ -93,13 +94,14 @@ def main() -> None:
         f"{held_out.name}: {len(prompts)} held-out prompts, {args.new} greedy tokens, {args.threads} threads; {machine()}, {cpu_capability()}"
     )
     print(
-        f"{'lookup [k]':44s} {'fresh: drafted / accepted / tok a round':>40s} {'replayed':>9s} {'one server: drafted / accepted / tok a round':>45s}"
+        f"{'lookup [k]':44s} {'fresh: drafted / accepted / tok a round':>40s} {'replayed':>9s} {'one server: drafted / accepted / tok a round':>45s} {'replayed':>9s}"
     )
     for item in args.lookups.split(","):
         name, _, width = item.rpartition("@")
         spec, k = parse_spec(name), int(width)
         flags = server_flags(spec, k)
-        fresh, shared, replayed = [], [], 0
+        fresh, shared, replayed, carried_equal = [], [], 0, 0
+        carried = _fresh(spec, k)
         for ids in prompts:
             with LlamaServer(target, flags, threads=args.threads, ctx=4096) as server:
                 c = server.complete(ids, args.new)
@@ -109,17 +111,19 @@ def main() -> None:
             for ids in prompts:
                 c = server.complete(ids, args.new)
                 shared.append({"n": c.predicted_n, "drafted": c.draft_n, "accepted": c.draft_n_accepted})
+                carried_equal += replay_table(carried, ids, c.tokens, k, spec.n_min, made=1)[1:] == (c.draft_n, c.draft_n_accepted)
         f, s = _totals(fresh), _totals(shared)
         out[item] = {
             "flags": flags,
             "fresh": fresh,
             "one_server": shared,
             "replayed_equal": replayed,
+            "carried_replay_equal": carried_equal,
             "fresh_total": f,
             "one_server_total": s,
         }
         print(f"{item:44s} {f['drafted']:>12d} / {f['accepted']:5d} / {f['per_round']:5.2f}      {replayed}/{len(prompts)}"
-              f" {s['drafted']:>17d} / {s['accepted']:5d} / {s['per_round']:5.2f}")  # fmt: skip
+              f" {s['drafted']:>17d} / {s['accepted']:5d} / {s['per_round']:5.2f}      {carried_equal}/{len(prompts)}")  # fmt: skip
     args.out_dir.mkdir(parents=True, exist_ok=True)
     doc = {
         "workload": held_out.name,

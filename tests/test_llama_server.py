@@ -170,17 +170,21 @@ def test_the_ngram_map_rules_draft_what_a_fresh_server_drafts(gguf, rule, n, k, 
 
 @pytest.mark.slow
 def test_the_server_begins_a_slots_next_request_on_the_key_map_its_last_one_left(gguf):
-    """Why the export maps no ngram-map-k: a second request on the same slot drafts less than a
-    fresh key map would (the positions the first request's map covered hide part of the new
-    prompt). Should a llama.cpp release begin each request afresh, this fails, and the export can
+    """Why the export maps no ngram-map-k: a second request on the same slot drafts what one key
+    map carried over from the first drafts (:meth:`KeyMap.begin` on a used map), and less than a
+    fresh map would, since the positions the first request's map covered hide part of the new
+    prompt. Should a llama.cpp release begin each request afresh, this fails, and the export can
     map the rule."""
     flags = _map_flags("ngram-map-k", 2, 6, 1)
     with LlamaServer(gguf, flags, threads=1) as server:
-        server.complete(_tokens(server, "import os\nimport sys\n\nprint(sys.argv)\n" * 3), 48)
+        first_prompt = _tokens(server, "import os\nimport sys\n\nprint(sys.argv)\n" * 3)
+        first = server.complete(first_prompt, 48)
         prompt = _tokens(server, FUNCTIONS)
         second = server.complete(prompt, 80)
-    fresh = replay_table(KeyMap(2, 6), prompt, second.tokens, 6, made=1)
-    assert second.draft_n < fresh[1]
+    carried = KeyMap(2, 6)
+    assert replay_table(carried, first_prompt, first.tokens, 6, made=1)[1:] == (first.draft_n, first.draft_n_accepted)
+    assert replay_table(carried, prompt, second.tokens, 6, made=1)[1:] == (second.draft_n, second.draft_n_accepted)
+    assert second.draft_n < replay_table(KeyMap(2, 6), prompt, second.tokens, 6, made=1)[1]
 
 
 @pytest.mark.slow

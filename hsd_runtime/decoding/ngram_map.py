@@ -27,8 +27,10 @@ Read from llama.cpp's ``common/ngram-map.cpp`` (``common_ngram_map_begin``, ``_d
   holds the limit).
 
 The server runs ``begin`` on each request's prompt but keeps the map of a slot across its
-requests (positions of an earlier request's text, checked against the new text); here each
-generation row starts a fresh map, as the server's first request on a slot does.
+requests, emptying it only from the last prompt's length on and searching only past what it had
+covered (:meth:`KeyMap.begin` does the same to a map that drafted before), so most of a later
+request's prompt is never found. Here each generation row starts a fresh map, as the server's
+first request on a slot does.
 """
 
 from __future__ import annotations
@@ -103,10 +105,35 @@ class KeyMap:
         self.prompt_len = 0  # the server's size_last_begin
         self.keys: list[_Key] = []
         self.last: tuple[_Key, int] | None = None  # the last draft's key and value slot
+        self.checked = 0  # the server's idx_last_check: the text's length at the last begin or draft
 
     def begin(self, prompt: Sequence[int]) -> None:
-        """A new request on a fresh map: its prompt's length bounds the two searches."""
-        self.prompt_len = len(prompt)
+        """A new request: its prompt's length bounds the two searches. On a map that drafted
+        before (the server's slot after a request), as the server does: where the new prompt is
+        shorter than the text last seen, the positions from the last prompt's length on (or from
+        the new prompt's length less n + m, if that is less) leave the map and the keys, and only
+        positions past them are searched again; the rest of the map, checked against the new text,
+        stays, and so does the prompt's part below it, never searched."""
+        size = len(prompt)
+        if size < self.checked:
+            cut = self.prompt_len
+            if cut > size:
+                cut = size - self.n - self.m if size > self.n + self.m else 0
+            self.slots = {h: at for h, at in self.slots.items() if at < cut}
+            self.hashed = cut - 1 if cut > 0 else 0
+            self.keys = [k for k in self.keys if k.at < cut and self._values_below(k, cut)]
+        self.checked = self.prompt_len = size
+
+    def _values_below(self, key: _Key, cut: int) -> bool:
+        """``ngram-map-k4v``: drop ``key``'s value slots from ``cut`` on (the later ones move up,
+        keeping their limits; the emptied last slot keeps its limit too); whether any is left."""
+        if not self.values:
+            return True
+        for j in range(MAX_VALUES - 1, -1, -1):
+            if key.values[j].at and key.values[j].at >= cut:
+                limit = key.values[-1].limit
+                key.values[j:] = [*key.values[j + 1 :], _Value(at=0, count=0, limit=limit)]
+        return key.values[0].at != 0
 
     def draft(self, history: Sequence[int], sampled: int, n_max: int, n_min: int = 0) -> list[int]:
         """What the server drafts after ``history`` (the text before the token just sampled) and
@@ -117,6 +144,7 @@ class KeyMap:
         cur = len(inp)
         if cur < 2 * n + m:
             return []
+        self.checked = cur
         key = [*inp[cur - n + 1 :], sampled]
         top = cur - n - m - 1  # the latest position whose key has m tokens after it, short of the end
         found = self._find(inp, key, top)
