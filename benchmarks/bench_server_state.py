@@ -24,7 +24,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.bench_confidence import _held_out
+from benchmarks.bench_confidence import _held_out, _rounds, server_args
 from benchmarks.bench_llamacpp import gguf_of
 from benchmarks.common import machine
 from hsd_planner.validation.llama_server import LlamaServer
@@ -33,32 +33,20 @@ from hsd_runtime.decoding.ngram import stateful_table
 from hsd_runtime.decoding.ngram_map import KeyMap
 from hsd_runtime.decoding.ngram_mod import ModTable
 from hsd_runtime.terms.spec import ModelSpec
-from tests.helpers import replay_table
+from tests.helpers import map_server_flags, replay_table
 
 DEFAULT_LOOKUPS = "ngram:rule=ngram-map-k:n=4@16,ngram:rule=ngram-map-k4v:n=4@26,ngram:rule=ngram-mod:n=12:nmin=4@15"
 
 
 def server_flags(spec: ModelSpec, k: int) -> list[str]:
-    """llama-server's flags for the lookup ``spec`` drafting up to ``k`` tokens a round.
-
-    >>> server_flags(parse_spec("ngram:rule=ngram-map-k:n=4"), 16)
-    ['--spec-type', 'ngram-map-k', '--spec-ngram-map-k-size-n', '4', '--spec-ngram-map-k-size-m', '16', '--spec-ngram-map-k-min-hits', '1']
-    """
-    rule, n = spec.ngram_rule, str(spec.ngram_order)
-    if spec.mod_rule:
-        return [
-            "--spec-type",
-            "ngram-mod",
-            "--spec-ngram-mod-n-match",
-            n,
-            "--spec-ngram-mod-n-min",
-            str(spec.n_min),
-            "--spec-ngram-mod-n-max",
-            str(k),
-        ]
-    assert spec.map_rule and rule is not None
-    flag = f"--spec-{rule}"
-    return ["--spec-type", rule, f"{flag}-size-n", n, f"{flag}-size-m", str(k), f"{flag}-min-hits", str(spec.min_hits)]
+    """llama-server's flags for the lookup ``spec`` drafting up to ``k`` tokens a round: the
+    export's for ``ngram-mod``; the key-map types', which no export writes, spelled here."""
+    if spec.map_rule:
+        assert spec.ngram_rule is not None
+        return map_server_flags(spec.ngram_rule, spec.ngram_order, k, spec.min_hits)
+    flags = server_args(str(spec), None, k)
+    assert flags is not None
+    return flags
 
 
 def _fresh(spec: ModelSpec, k: int) -> ModTable | KeyMap:
@@ -68,12 +56,11 @@ def _fresh(spec: ModelSpec, k: int) -> ModTable | KeyMap:
 
 def _totals(rows: list[dict]) -> dict:
     made = sum(r["n"] for r in rows)
-    rounds = sum(max(1, r["n"] - r["accepted"]) for r in rows) or 1  # each round commits its accepted tokens + 1
     return {
         "tokens": made,
         "drafted": sum(r["drafted"] for r in rows),
         "accepted": sum(r["accepted"] for r in rows),
-        "per_round": made / rounds,
+        "per_round": made / _rounds(rows),
     }
 
 

@@ -83,6 +83,18 @@ def replay_ngram_mod(prompt: list[int], out: list[int], n: int, width: int, n_mi
     return replay_table(ModTable(n), prompt, out, width, n_min, made)
 
 
+def map_server_flags(rule: str, n: int, k: int, hits: int = 1) -> list[str]:
+    """llama-server's flags of ``ngram-map-k`` or ``ngram-map-k4v`` with key size ``n``, m-gram
+    size ``k`` and min hits ``hits`` (no export writes them: the server carries a slot's key map
+    between requests).
+
+    >>> map_server_flags("ngram-map-k", 4, 16)
+    ['--spec-type', 'ngram-map-k', '--spec-ngram-map-k-size-n', '4', '--spec-ngram-map-k-size-m', '16', '--spec-ngram-map-k-min-hits', '1']
+    """
+    flag = f"--spec-{rule}"
+    return ["--spec-type", rule, f"{flag}-size-n", str(n), f"{flag}-size-m", str(k), f"{flag}-min-hits", str(hits)]
+
+
 def replay_table(table: Any, prompt: list[int], out: list[int], width: int, n_min: int = 0, made: int = 0) -> tuple[int, int, int]:
     """(rounds, tokens drafted, tokens accepted) of a greedy generation ``out`` after ``prompt``,
     replayed round by round as llama-server runs a lookup that keeps state (``table``: a

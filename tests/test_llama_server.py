@@ -30,7 +30,7 @@ from hsd_runtime import server_lookup
 from hsd_runtime.decoding.ngram_map import KeyMap
 from hsd_runtime.models.packaged import packaged_gguf
 from tests.gguf_tiny import char_gguf
-from tests.helpers import replay_ngram_mod, replay_table
+from tests.helpers import map_server_flags, replay_ngram_mod, replay_table
 
 SKIPPED = os.environ.get("HSD_PLAN_SKIP_LLAMACPP") == "1"
 pytestmark = pytest.mark.skipif(SKIPPED, reason="HSD_PLAN_SKIP_LLAMACPP=1: the llama.cpp engine was not installed")
@@ -138,12 +138,6 @@ def test_the_ngram_mod_rule_drafts_what_the_server_drafts(gguf, n, k, n_min):
     assert replay_ngram_mod(prompt, done.tokens, n, k, n_min, made=1)[1:] == (done.draft_n, done.draft_n_accepted)
 
 
-def _map_flags(rule: str, n: int, k: int, hits: int) -> list[str]:
-    """llama-server's flags of ngram-map-k or ngram-map-k4v with key size n, m-gram size k and min hits."""
-    flag = f"--spec-{rule}"
-    return ["--spec-type", rule, f"{flag}-size-n", str(n), f"{flag}-size-m", str(k), f"{flag}-min-hits", str(hits)]
-
-
 def _tokens(server: LlamaServer, text: str) -> list[int]:
     request = urllib.request.Request(f"{server.url}/tokenize", data=json.dumps({"content": text}).encode())
     with urllib.request.urlopen(request, timeout=30) as resp:
@@ -160,7 +154,7 @@ def test_the_ngram_map_rules_draft_what_a_fresh_server_drafts(gguf, rule, n, k, 
     first request: replaying the server's own greedy generation through a fresh key map gives the
     drafted and accepted counts it reports (another hash map, search order, remembered acceptance
     or m-gram count would draft other tokens)."""
-    with LlamaServer(gguf, _map_flags(rule, n, k, hits), threads=1) as server:
+    with LlamaServer(gguf, map_server_flags(rule, n, k, hits), threads=1) as server:
         prompt = _tokens(server, FUNCTIONS)
         done = server.complete(prompt, 80)
     assert done.predicted_n == 80 and done.draft_n > 0 and done.draft_n_accepted < done.draft_n
@@ -175,7 +169,7 @@ def test_the_server_begins_a_slots_next_request_on_the_key_map_its_last_one_left
     fresh map would, since the positions the first request's map covered hide part of the new
     prompt. Should a llama.cpp release begin each request afresh, this fails, and the export can
     map the rule."""
-    flags = _map_flags("ngram-map-k", 2, 6, 1)
+    flags = map_server_flags("ngram-map-k", 2, 6, 1)
     with LlamaServer(gguf, flags, threads=1) as server:
         first_prompt = _tokens(server, "import os\nimport sys\n\nprint(sys.argv)\n" * 3)
         first = server.complete(first_prompt, 48)

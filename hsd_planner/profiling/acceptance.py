@@ -59,7 +59,9 @@ __all__ = [
     "G_MAX",
     "TokenAcceptance",
     "VisitedSums",
+    "WidthSums",
     "acceptance_from_logits",
+    "block_acceptance",
     "bpd_acceptance",
     "confident_conditionals",
     "confident_lengths",
@@ -146,7 +148,11 @@ def ngram_acceptance(blocks: list[list[int]], p_logits: torch.Tensor, sampling: 
 
     ``p_logits`` ``[m, V]`` are the verifier's logits along the continuation.
     """
-    accept = TokenAcceptance(p_logits, sampling)
+    return block_acceptance(blocks, TokenAcceptance(p_logits, sampling), g_max)
+
+
+def block_acceptance(blocks: list[list[int]], accept: TokenAcceptance, g_max: int = G_MAX) -> torch.Tensor:
+    """c_t[i] ``[m, g_max]`` of the blocks proposed at each start t, by ``accept``."""
     out = torch.zeros(len(blocks), g_max, dtype=torch.float64)
     for t, block in enumerate(blocks):
         for i, x in enumerate(block[:g_max]):
@@ -360,9 +366,9 @@ def visited_run_sums(
     m = surv.shape[0]
     nothing = np.zeros(surv.shape[1])  # S(g) of a round that drafts nothing: 1 at g = 0 only
     nothing[0] = 1.0
-    sums, counts, bases, drafted = [], [], [], []
+    widths = []
     for b in range(1, b_max + 1):
-        total, base, held = np.zeros(b + 1), np.zeros(b + 1), np.zeros(b + 1)
+        width = WidthSums(b)
         v = np.zeros(m + b + 2)
         v[min(start, m)] = 1.0
         silent = b < min_width
@@ -371,16 +377,36 @@ def visited_run_sums(
             if w == 0.0:
                 continue
             s = nothing[: b + 1] if silent else surv[t, : b + 1]
-            seen = min(b, m - t)  # positions t .. t + seen - 1 lie inside the continuation
-            total[: seen + 1] += w * s[: seen + 1]
-            base[0] += w
-            base[1 : seen + 1] += w * s[:seen]
-            if lengths is not None:
-                held[: (0 if silent else min(b, lengths[t])) + 1] += w  # l = 0..min(L_t, b)
+            width.add(w, s, min(b, m - t), None if lengths is None else 0 if silent else lengths[t])
             v[t + 1 : t + b + 1] += w * (s[:-1] - s[1:])  # P(X = x), x = 1..b
             v[t + b + 1] += w * s[-1]  # P(X = b + 1): all b accepted
-        sums.append(total.tolist())
-        counts.append(float(base[0]))
-        bases.append(base.tolist())
-        drafted.append(held.tolist())
-    return VisitedSums(sums, counts, bases, drafted if lengths is not None else None)
+        widths.append(width)
+    return WidthSums.collect(widths, drafted=lengths is not None)
+
+
+class WidthSums:
+    """What :class:`VisitedSums` holds of one width b, added round by round."""
+
+    def __init__(self, b: int) -> None:
+        self.b = b
+        self.total, self.base, self.held = np.zeros(b + 1), np.zeros(b + 1), np.zeros(b + 1)
+
+    def add(self, w: float, s: np.ndarray, seen: int, proposed: int | None) -> None:
+        """A round at a start, visited with chance ``w``: its S(g) ``s`` ``[b + 1]``, of which it
+        sees the first ``seen`` positions (the continuation's end censors the rest), having
+        proposed ``proposed`` tokens (None: not counted)."""
+        self.total[: seen + 1] += w * s[: seen + 1]
+        self.base[0] += w
+        self.base[1 : seen + 1] += w * s[:seen]
+        if proposed is not None:
+            self.held[: min(self.b, proposed) + 1] += w  # l = 0..min(L_t, b)
+
+    @staticmethod
+    def collect(widths: Sequence[WidthSums], drafted: bool) -> VisitedSums:
+        """The :class:`VisitedSums` of widths 1..b_max (``drafted``: with the proposal lengths)."""
+        return VisitedSums(
+            [w.total.tolist() for w in widths],
+            [float(w.base[0]) for w in widths],
+            [w.base.tolist() for w in widths],
+            [w.held.tolist() for w in widths] if drafted else None,
+        )

@@ -24,6 +24,7 @@ from .acceptance import (
     TokenAcceptance,
     VisitedSums,
     acceptance_from_logits,
+    block_acceptance,
     bpd_acceptance,
     confident_conditionals,
     confident_lengths,
@@ -193,7 +194,7 @@ def _by_blocks(d: ProfiledModel, t: _Teacher) -> _Measured:
         accept = TokenAcceptance(t.p_logits, t.sampling)
         blocks = stateful_blocks(spec, t.prompt, t.continuation, accept)
         visited = stateful_visited(spec, t.prompt, t.continuation, accept)
-        return _Measured(ngram_acceptance(blocks, t.p_logits, t.sampling), lengths=[len(b) for b in blocks], visited=visited)
+        return _Measured(block_acceptance(blocks, accept), lengths=[len(b) for b in blocks], visited=visited)
     server = spec.server_rule
     blocks = ngram_blocks(spec.ngram_order, t.prompt, t.continuation, min_size=spec.ngram_min, server=server)
     least = spec.ngram_order if server else 1

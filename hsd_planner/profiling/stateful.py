@@ -27,7 +27,7 @@ from hsd_runtime.decoding.ngram_map import KeyMap
 from hsd_runtime.decoding.ngram_mod import ModTable
 from hsd_runtime.terms.spec import ModelSpec
 
-from .acceptance import G_MAX, VISIT_MAX, TokenAcceptance, VisitedSums
+from .acceptance import G_MAX, VISIT_MAX, TokenAcceptance, VisitedSums, WidthSums
 
 __all__ = ["stateful_blocks", "stateful_visited"]
 
@@ -76,9 +76,9 @@ def stateful_visited(
     :func:`~.acceptance.visited_run_sums`); S_t(g) is the product of its block's first g
     acceptances, 0 past the block; the tokens it proposed count in ``drafted``."""
     m = len(continuation)
-    sums, counts, bases, drafted = [], [], [], []
+    widths = []
     for b in range(1, b_max + 1):
-        total, base, held = np.zeros(b + 1), np.zeros(b + 1), np.zeros(b + 1)
+        width = WidthSums(b)
         table = _state(spec, prompt, b)
         t = 0
         while t < m:
@@ -86,14 +86,7 @@ def stateful_visited(
             s = np.zeros(b + 1)
             s[0] = 1.0
             s[1 : len(c) + 1] = np.cumprod(c[:b])
-            seen = min(b, m - t)
-            total[: seen + 1] += s[: seen + 1]
-            base[0] += 1.0
-            base[1 : seen + 1] += s[:seen]
-            held[: min(b, len(block)) + 1] += 1.0
+            width.add(1.0, s, min(b, m - t), len(block))
             t += kept + 1
-        sums.append(total.tolist())
-        counts.append(float(base[0]))
-        bases.append(base.tolist())
-        drafted.append(held.tolist())
-    return VisitedSums(sums, counts, bases, drafted)
+        widths.append(width)
+    return WidthSums.collect(widths, drafted=True)

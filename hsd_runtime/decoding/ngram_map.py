@@ -170,6 +170,13 @@ class KeyMap:
             self.last = (entry, slot)
         return list(inp[found + n : found + n + size])
 
+    def _unmapped(self, top: int) -> list[range]:
+        """The positions not yet in the map that the server searches and then writes, latest first:
+        the prompt's up to its length less n + m + 1, then the generated text's up to ``top``."""
+        n, m = self.n, self.m
+        spans = [range(self.prompt_len - n - m - 1, self.hashed, -1)] if self.prompt_len > n + m + 1 else []
+        return [*spans, range(top, max(self.prompt_len, self.hashed), -1)]
+
     def _find(self, inp: Sequence[int], key: list[int], top: int) -> int:
         """Where ``key`` occurred (0: nowhere the server looks): the map's position, else the
         latest unmapped one in the prompt, else in the generated text."""
@@ -177,26 +184,14 @@ class KeyMap:
         at = self.slots.get(_hash(key, 0, n), 0)
         if at and at < top and list(inp[at : at + n]) == key:
             return at
-        if self.prompt_len > n + self.m + 1:
-            for j in range(self.prompt_len - n - self.m - 1, self.hashed, -1):
-                if list(inp[j : j + n]) == key:
-                    return j
-        for j in range(top, max(self.prompt_len, self.hashed), -1):
-            if list(inp[j : j + n]) == key:
-                return j
-        return 0
+        return next((j for span in self._unmapped(top) for j in span if list(inp[j : j + n]) == key), 0)
 
     def _hash_up_to(self, inp: Sequence[int], top: int) -> None:
         """Write the n-grams not yet in the map, up to position ``top``, latest first, into their
         empty slots (the prompt's, then the generated text's, as the server orders them)."""
-        n = self.n
-        ranges = []
-        if self.prompt_len > n + self.m + 1:
-            ranges.append(range(self.prompt_len - n - self.m - 1, self.hashed, -1))
-        ranges.append(range(top, max(self.prompt_len, self.hashed), -1))
-        for span in ranges:
+        for span in self._unmapped(top):
             for j in span:
-                self.slots.setdefault(_hash(inp, j, n), j)
+                self.slots.setdefault(_hash(inp, j, self.n), j)
         self.hashed = max(top, self.hashed)
 
     def _count_values(self, entry: _Key, inp: Sequence[int], key: list[int], found: int) -> int:
