@@ -225,3 +225,28 @@ def test_a_reference_round_keeps_the_median_of_its_passes():
     assert calls == [1, 8] * 6  # interleaved over pass sizes
     assert calibration.samples["t"] == {1: [22.0, 22.0], 8: [30.0, 30.0]}  # one median per round, the spell gone
     assert abs(calibration.factor("t", 1) - 1.1) < 1e-12
+
+
+@pytest.mark.parametrize("sample", [None, 6])
+def test_expanded_intervals_hold_their_nominal_rate_where_percentiles_fall_short(sample):
+    """8 items drawn from a normal population; the bootstrap of their mean (with ``sample``, of the
+    mean of 6 items drawn from each resample, a prediction of a new set of 6). Over 2,000 such
+    draws, the expanded interval holds the population's mean (the mean of 6 new items) about 90%
+    of the time; the plain percentile interval markedly less."""
+    from hsd_planner.stats import expanded
+
+    n, trials, count = 8, 2000, 400
+    rng = np.random.default_rng(7)
+    held = {"percentile": 0, "expanded": 0}
+    for _ in range(trials):
+        items = rng.normal(size=n)
+        draws = items[rng.integers(n, size=(count, n))]
+        if sample is not None:  # the mean of `sample` items drawn from each resample
+            draws = np.take_along_axis(draws, rng.integers(n, size=(count, sample)), axis=1)
+        means = draws.mean(axis=1)
+        truth = 0.0 if sample is None else rng.normal(size=sample).mean()
+        for kind, levels in (("percentile", (5.0, 95.0)), ("expanded", expanded(n, sample))):
+            lo, hi = np.percentile(means, levels)
+            held[kind] += lo <= truth <= hi
+    assert 0.87 <= held["expanded"] / trials <= 0.93, held
+    assert held["percentile"] / trials <= 0.85, held

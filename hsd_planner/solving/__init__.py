@@ -8,13 +8,14 @@ the CLI, validation's demo and the benchmarks import it.
 """
 
 from .batch import solve_batch_schedule
-from .intervals import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened
+from .intervals import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened
 from .report import THIN_PROMPTS, SolveReport
 from .runner import solve_and_store
 
 __all__ = [
     "MIN_RESIDUALS",
     "THIN_PROMPTS",
+    "Bootstrap",
     "SolveReport",
     "bootstrap_predictions",
     "bootstrap_profiles",

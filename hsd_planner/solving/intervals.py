@@ -3,6 +3,10 @@ profiles (the profiled prompts resampled, and with ``drift`` each model's latenc
 its own samples moved while it was profiled), widened by how far this machine's past validations
 of the same target measured from their predictions.
 
+Over few prompts a percentile interval is too narrow (a resample's spread is the plug-in one, and
+its tails the normal's), so every interval here reaches out to the percentiles
+:func:`~hsd_planner.stats.expanded` gives for the number of prompts profiled.
+
 The bootstrap sees only what the profile holds: prompts like the profiled ones, a machine in the
 state it was profiled in. What it cannot see - held-out prompts that draft otherwise, a machine
 whose curves changed shape, the latency model's own bias - shows in the validations stored
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hsd_runtime.terms.shape import TreeShape
 
@@ -26,22 +31,40 @@ from ..stats import interval, resample_profiles
 from ..store import Engine
 from ..store.profiles import ProfileSource, prompt_acceptance
 
-__all__ = ["MIN_RESIDUALS", "bootstrap_predictions", "bootstrap_profiles", "predicted_intervals", "widened"]
+__all__ = ["MIN_RESIDUALS", "Bootstrap", "bootstrap_predictions", "bootstrap_profiles", "predicted_intervals", "widened"]
 
 # past validated plans (of one target on one machine) before their misses widen an interval: with
 # fewer, the 5th and 95th percentiles are the extremes of a handful of runs
 MIN_RESIDUALS = 10
 
 
-def bootstrap_profiles(
-    db: Engine, profile: Profile, source: ProfileSource, drift: bool = False, sample: int | None = None
-) -> list[Profile]:
+@dataclass(frozen=True)
+class Bootstrap:
+    """Bootstrap profiles, and how many profiled prompts they resample."""
+
+    profiles: list[Profile]  # empty without per-prompt rows
+    prompts: int
+    sample: int | None = None  # each profile pools this many prompts drawn from its resample (None: the resample)
+
+    def interval(self, values: Sequence[float]) -> tuple[float, float]:
+        """The 90% interval of ``values``, one per profile, expanded for :attr:`prompts` prompts
+        (see :func:`~hsd_planner.stats.expanded`).
+
+        >>> [round(x, 1) for x in Bootstrap([], 8).interval(list(range(101)))]
+        [2.1, 97.9]
+        """
+        return interval(values, drawn_from=self.prompts, sample=self.sample)
+
+
+def bootstrap_profiles(db: Engine, profile: Profile, source: ProfileSource, drift: bool = False, sample: int | None = None) -> Bootstrap:
     """Profiles whose acceptance pools resamples of the profiled prompts (none without per-prompt
     rows); with ``drift``, their latency curves drawn around the measured ones too; with
     ``sample``, each pooling that many prompts, as a run on that many new prompts would (see
     :func:`~hsd_planner.stats.resample_profiles`)."""
     pairs = {(a.drafter, a.verifier) for a in profile.acceptance}
-    return resample_profiles(profile, prompt_acceptance(db, source, pairs), drift=drift, sample=sample)
+    by_pair = prompt_acceptance(db, source, pairs)
+    prompts = len({k for rows in by_pair.values() for k in rows})
+    return Bootstrap(resample_profiles(profile, by_pair, drift=drift, sample=sample), prompts, sample)
 
 
 def bootstrap_predictions(
@@ -62,7 +85,7 @@ def bootstrap_predictions(
 
 
 def predicted_intervals(
-    profiles: list[Profile],
+    boot: Bootstrap,
     plans: Sequence[Plan],
     acceptance: AcceptanceModel,
     contexts: int | list[int],
@@ -70,18 +93,18 @@ def predicted_intervals(
     batch_size: int = 1,
     residuals: Sequence[float] = (),
 ) -> list[tuple[float, float] | None] | None:
-    """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``profiles`` (see
+    """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``boot`` (see
     :func:`bootstrap_predictions`; None where that has none). The interval of a plan above
     autoregressive decoding is :func:`widened` by ``residuals``, the log misses of past validations."""
-    if not profiles:
+    if not boot.profiles:
         return None
     out: list[tuple[float, float] | None] = []
     for plan in plans:
-        found = bootstrap_predictions(profiles, plan, acceptance, contexts, max_new_tokens, batch_size)
+        found = bootstrap_predictions(boot.profiles, plan, acceptance, contexts, max_new_tokens, batch_size)
         if found is None:
             out.append(None)
             continue
-        band = interval([p.speedup for p in found])
+        band = boot.interval([p.speedup for p in found])
         out.append(widened(band, plan.prediction.speedup, residuals) if plan.depth else band)
     return out
 

@@ -58,8 +58,7 @@ from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..solving import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, widened
-from ..stats import interval
+from ..solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, widened
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
@@ -381,7 +380,7 @@ class _Comparison:
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
     def intervals(
-        self, boot: list[Profile], plan: Plan, batch: int, residuals: Sequence[float]
+        self, boot: Bootstrap, plan: Plan, batch: int, residuals: Sequence[float]
     ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
         """Over the bootstrap profiles ``boot`` (each pooling as many resampled profiled prompts as
         this validation runs; costs averaged over the prompts' contexts), one prediction each:
@@ -394,13 +393,13 @@ class _Comparison:
 
         (None, None) for autoregressive decoding, without per-prompt acceptance, or for a tree
         whose sibling curve the resamples lack."""
-        if not plan.depth or not boot:
+        if not plan.depth or not boot.profiles:
             return None, None
-        found = bootstrap_predictions(boot, plan, self.acceptance, self.contexts, self.max_new_tokens, batch)
+        found = bootstrap_predictions(boot.profiles, plan, self.acceptance, self.contexts, self.max_new_tokens, batch)
         if found is None:
             return None, None
-        speedup = widened(interval([p.speedup for p in found]), plan.prediction.speedup, residuals)
-        return speedup, interval([p.mean_accepted_length for p in found]) if batch == 1 else None
+        speedup = widened(boot.interval([p.speedup for p in found]), plan.prediction.speedup, residuals)
+        return speedup, boot.interval([p.mean_accepted_length for p in found]) if batch == 1 else None
 
     def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:
         """The prediction from the profile scaled by the drift of the reference rounds around
