@@ -123,6 +123,14 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
         lo, hi = p["predicted_accepted_interval"]
         assert 1.0 <= lo <= hi <= p["widths"][-1] + 1
     assert auto[0]["predicted_accepted_interval"] is None
+    # each such plan the error the bootstrap expects from the draw alone: a median deviation, inside
+    # the interval's farther end (a 90% interval holds more than the median deviation)
+    for p in drafted:
+        lo, hi, pred = p["predicted_speedup_lo"], p["predicted_speedup_hi"], p["predicted_speedup"]
+        assert 0 <= p["expected_abs_speedup_error"] <= max(pred / lo - 1, 1 - pred / hi)
+    expected = [p["expected_abs_speedup_error"] for p in report["plans"] if p["expected_abs_speedup_error"] is not None]
+    assert report["expected_abs_speedup_error"] == pytest.approx(statistics.median(expected))
+    assert auto[0]["expected_abs_speedup_error"] is None
     # greedy in fp32 on torch: every plan's output is the target's own, run by run, and so stored
     assert auto[0]["same_text"] is None
     assert all(p["same_text"] == p["text_runs"] == 3 for p in report["plans"] if len(p["chain"]) > 1)

@@ -332,6 +332,14 @@ def _coverage(report: ValidationReport) -> str:
     return f"measured inside the predicted 90% interval: {sum(hits)} of {len(hits)} plans{wide}{past}; "
 
 
+def _expected(report: ValidationReport) -> str:
+    """The clause on the error the draw of prompts alone makes (empty without intervals)."""
+    expected = report.expected_abs_speedup_error
+    if expected is None:
+        return ""
+    return f" ({expected:.1%} expected from which {report.prompt_count} prompts were drawn and the profile's timing spread alone)"
+
+
 def format_validation(report: ValidationReport) -> str:
     """The report as a plain-text table with the summary line."""
     batched = report.batch_sizes != [1]  # a batch column, and each batch's throughput
@@ -368,7 +376,9 @@ def format_validation(report: ValidationReport) -> str:
     for why in report.skipped:
         lines.append(f"not run: {why}")
     lines.append(
-        f"median |speed-up error| {report.median_abs_speedup_error:.1%} as profiled, {report.median_abs_speedup_error_calibrated:.1%} calibrated; "
+        f"median |speed-up error| {report.median_abs_speedup_error:.1%} as profiled, {report.median_abs_speedup_error_calibrated:.1%} calibrated"
+        + _expected(report)
+        + "; "
         f"median |error| {report.median_abs_error:.1%} raw, {report.median_abs_error_calibrated:.1%} calibrated "
         f"(target now / profiled: {report.drift:.3f}); "
         + _coverage(report)

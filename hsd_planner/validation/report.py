@@ -69,6 +69,10 @@ class PlanResult:
     # at one sequence, the 90% interval of its tokens per target round over the same bootstrap:
     # where held-out sets drawn like the profiled prompts would put it
     predicted_accepted_interval: tuple[float, float] | None = None
+    # the median |speed-up error| over the same bootstrap's predictions against the plan's: what the
+    # draw of this many prompts and the profile's timing spread alone make, with a model exact on
+    # the workload (None without an interval)
+    expected_abs_speedup_error: float | None = None
 
     @property
     def covered(self) -> bool | None:
@@ -227,6 +231,14 @@ class ValidationReport:
         return _median([abs(p.calibrated_speedup_error) for p in self.plans if p.plan.depth and p.calibrated_speedup_error is not None])
 
     @property
+    def expected_abs_speedup_error(self) -> float | None:
+        """The median over the plans above autoregressive decoding of their expected |speed-up error|
+        (see :attr:`PlanResult.expected_abs_speedup_error`): a median |speed-up error| near it is
+        the luck of the prompts drawn; None where no plan has one."""
+        found = [e for p in self.plans if p.plan.depth and (e := p.expected_abs_speedup_error) is not None]
+        return statistics.median(found) if found else None
+
+    @property
     def coverage(self) -> float | None:
         """The share of plans above autoregressive decoding, among those with a predicted interval,
         whose measured speed-up fell inside it (None: no plan had one)."""
@@ -306,6 +318,7 @@ class ValidationReport:
             "median_abs_error_calibrated",
             "median_abs_speedup_error",
             "median_abs_speedup_error_calibrated",
+            "expected_abs_speedup_error",
             "regret",
             "regret_untied",
             "drift",

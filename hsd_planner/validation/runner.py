@@ -32,7 +32,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import cast
+from typing import NamedTuple, cast
 
 import torch
 
@@ -363,6 +363,14 @@ def _leads(plans: int, units: int) -> list[int]:
     return [(i + 1) % units for i in range(plans)]
 
 
+class _Bands(NamedTuple):
+    """What the bootstrap says of one plan before it runs (None each where it says nothing)."""
+
+    speedup: tuple[float, float] | None = None  # the 90% interval of the predicted speed-up
+    accepted: tuple[float, float] | None = None  # ... of the tokens per target round (batch size 1)
+    draw_error: float | None = None  # the median |speed-up error| of the bootstrap's predictions against the plan's
+
+
 @dataclass
 class _Comparison:
     """A validation's runs beside what the profile predicts for them: generations of
@@ -379,9 +387,7 @@ class _Comparison:
         """The median over the prompts' contexts, from the profile as measured."""
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
-    def intervals(
-        self, boot: Bootstrap, plan: Plan, batch: int, residuals: Sequence[float]
-    ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    def intervals(self, boot: Bootstrap, plan: Plan, batch: int, residuals: Sequence[float]) -> _Bands:
         """Over the bootstrap profiles ``boot`` (each pooling as many resampled profiled prompts as
         this validation runs; costs averaged over the prompts' contexts), one prediction each:
 
@@ -389,17 +395,22 @@ class _Comparison:
           past validations (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction,
           this validation's;
         - at batch size 1, the 90% interval of the tokens per target round: where held-out sets
-          drawn like the profiled prompts would put it.
+          drawn like the profiled prompts would put it;
+        - the median |speed-up error| of those predictions against ``plan``'s.
 
-        (None, None) for autoregressive decoding, without per-prompt acceptance, or for a tree
-        whose sibling curve the resamples lack."""
+        None each for autoregressive decoding, without per-prompt acceptance, or for a tree whose
+        sibling curve the resamples lack."""
         if not plan.depth or not boot.profiles:
-            return None, None
+            return _Bands()
         found = bootstrap_predictions(boot.profiles, plan, self.acceptance, self.contexts, self.max_new_tokens, batch)
         if found is None:
-            return None, None
+            return _Bands()
         speedup = widened(boot.interval([p.speedup for p in found]), plan.prediction.speedup, residuals)
-        return speedup, boot.interval([p.mean_accepted_length for p in found]) if batch == 1 else None
+        return _Bands(
+            speedup,
+            boot.interval([p.mean_accepted_length for p in found]) if batch == 1 else None,
+            statistics.median(abs(plan.prediction.speedup / p.speedup - 1.0) for p in found),
+        )
 
     def calibrated_ms(self, entry: _Entry, batch: int, calibration: Calibration, runs: _Runs, units: list[list[int]]) -> float:
         """The prediction from the profile scaled by the drift of the reference rounds around
@@ -429,7 +440,7 @@ class _Comparison:
         entries: list[_Entry],
         batch: int,
         predicted: dict[tuple, Prediction],
-        intervals: dict[tuple, tuple[tuple[float, float] | None, tuple[float, float] | None]],
+        intervals: dict[tuple, _Bands],
         calibration: Calibration,
         runs: _Runs,
         units: list[list[int]],
@@ -447,7 +458,7 @@ class _Comparison:
             mine = runs.results[(batch, e.key)]
             other, busy = runs.busy((batch, e.key))
             same, compared = same_text(mine, mine_auto) if self.greedy and e.plan.depth else (None, None)
-            speedup_band, accepted_band = intervals[(batch, e.key)]
+            bands = intervals[(batch, e.key)]
             out.append(
                 plan_result(
                     e.plan_id,
@@ -462,8 +473,9 @@ class _Comparison:
                     calibrated_ms_per_token=calibrated[e.key],
                     calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
                     batch_size=batch,
-                    predicted_speedup_interval=speedup_band,
-                    predicted_accepted_interval=accepted_band,
+                    predicted_speedup_interval=bands.speedup,
+                    predicted_accepted_interval=bands.accepted,
+                    expected_abs_speedup_error=bands.draw_error,
                     other_cores=other,
                     busy_runs=busy,
                     same_text=same,
