@@ -3,7 +3,8 @@
 Acceptance and latency are measured on a finite set of prompts; a different set would give other
 figures. A bootstrap draws as many prompts as there are, with replacement, computes the figure on
 the draw, and repeats; the interval is the 5th to 95th percentile of the figures (numpy's linear
-interpolation between order statistics). Used for the predicted speed-up of every solved plan
+interpolation between order statistics), reaching further out over a few prompts
+(:func:`expanded`, for predictions). Used for the predicted speed-up of every solved plan
 (:func:`resample_profiles`: profiles whose acceptance pools resampled profiled prompts, and whose
 latency curves, with ``drift``, each move by a factor drawn from the spread their own samples showed
 while profiled: the machine drifts between a profile and the runs it predicts, and not for every
