@@ -38,6 +38,7 @@ import numpy as np
 from benchmarks.common import machine
 from hsd_planner.plan import SolveConfig, predict, solve
 from hsd_planner.plan.plans import format_chain
+from hsd_planner.solving import Bootstrap
 from hsd_planner.stats import interval, pooled_profile, resample_profiles
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile, prompt_acceptance
@@ -84,14 +85,13 @@ def main() -> None:
         profiled, held = order[: args.profiled], order[args.profiled : args.profiled + args.held_out]
         base, heldout = pooled_profile(profile, by_pair, profiled), pooled_profile(profile, by_pair, held)
         sub = {pair: {k: rows_[k] for k in profiled} for pair, rows_ in by_pair.items()}
-        boot = resample_profiles(base, sub, seed=args.seed + s, sample=args.held_out)
+        # the bootstrap validate draws, and its interval as validate computes it
+        boot = Bootstrap(resample_profiles(base, sub, seed=args.seed + s, sample=args.held_out), args.profiled, args.held_out)
         for label, (chain, widths) in plans.items():
             predicted = predict(base, chain, widths, config.acceptance, args.context, args.new)
             measured = predict(heldout, chain, widths, config.acceptance, args.context, args.new)
-            spread = [predict(b, chain, widths, config.acceptance, args.context, args.new).speedup for b in boot]
-            rows[label].append(
-                (predicted.speedup, measured.speedup, interval(spread), interval(spread, drawn_from=args.profiled, sample=args.held_out))
-            )
+            spread = [predict(b, chain, widths, config.acceptance, args.context, args.new).speedup for b in boot.profiles]
+            rows[label].append((predicted.speedup, measured.speedup, interval(spread), boot.interval(spread)))
         print(f"\rsplit {s + 1}/{args.splits}", end="", flush=True)
     print()
 
