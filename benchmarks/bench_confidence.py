@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from pathlib import Path
 
 from benchmarks.bench_llamacpp import gguf_of, hsd_plan, run_config, workload_ms
@@ -55,6 +56,8 @@ def server_args(name: str, drafter: Path | None, k: int) -> list[str] | None:
     ['--spec-draft-n-min', '2', '--spec-draft-p-min', '0.5']
     >>> server_args("ngram:rule=ngram-mod:n=4", None, 8)
     ['--spec-type', 'ngram-mod', '--spec-ngram-mod-n-match', '4', '--spec-ngram-mod-n-min', '0', '--spec-ngram-mod-n-max', '8']
+    >>> server_args("ngram:rule=llama-server+ngram-mod:n=8:nmatch=12", None, 15)[:4]
+    ['--spec-type', 'ngram-simple,ngram-mod', '--spec-ngram-simple-size-n', '8']
     """
     spec = parse_spec(name)
     stack = stack_for("llamacpp")
@@ -71,12 +74,16 @@ def server_args(name: str, drafter: Path | None, k: int) -> list[str] | None:
         p_min=spec.p_min or 0.0,
         n_min=spec.n_min,
         ngram_rule=spec.ngram_rule,
+        n_match=spec.n_match,
     )
     return stack.render(served).payload["server_args"]
 
 
 # the server's n-gram drafters at their own defaults
-SERVER_DEFAULTS = {f"{t}, its defaults": ["--spec-type", t] for t in ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")}
+SERVER_DEFAULTS = {
+    f"{t}, its defaults": ["--spec-type", t]
+    for t in ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-simple,ngram-mod")
+}
 
 
 def _held_out(args: argparse.Namespace, target: Path) -> tuple[PromptSet, list[list[int]]]:
@@ -161,11 +168,13 @@ def main() -> None:
     common = ["--db", str(db)]
     source = ["--prompts", args.prompts]
     dtype = ["--dtype", args.dtype] if args.engine == "torch" else []
+    t0 = time.monotonic()
     profile = hsd_plan("profile", "--engine", args.engine, *dtype, "--models", ",".join(models), *source,
                        "--max-prompts", str(args.profile_prompts), "--max-new-tokens", str(args.new),
                        "--latency-grid", args.latency_grid, *common)  # fmt: skip
+    profile["elapsed_s"] = round(time.monotonic() - t0, 1)
     solve = hsd_plan("solve", "--t-max", str(args.t_max), *common)
-    print(f"profiled in {profile.get('elapsed_s', 0):.0f} s; pick {' -> '.join(solve['chain'])} {solve['widths']}", flush=True)
+    print(f"profiled in {profile['elapsed_s']:.0f} s; pick {' -> '.join(solve['chain'])} {solve['widths']}", flush=True)
 
     target = gguf_of(args.target, args.threads)
     drafter = None if parse_spec(args.drafter).is_ngram else gguf_of(parse_spec(args.drafter).name, args.threads)

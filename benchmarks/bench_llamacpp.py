@@ -15,7 +15,7 @@ One workload, one machine, one sitting:
 4. llama-server (the same llama.cpp tree, the same GGUFs, threads, held-out prompts wrapped in the
    same chat template and sent as token ids, token counts and greedy decoding; ``-np 1``) in each
    configuration a user of it can choose: no speculation, ``ngram-simple``, ``ngram-mod``,
-   ``ngram-map-k``, ``ngram-map-k4v``,
+   ``ngram-map-k``, ``ngram-map-k4v``, the list ``ngram-simple,ngram-mod``,
    ``draft-simple`` at its default and at each ``--n-max`` (``--spec-draft-p-min 0``), and the flags ``hsd-plan export
    --format llamacpp`` writes for the pick (its prediction against llama-server's measurement);
 
@@ -63,6 +63,7 @@ def configurations(drafter: str, n_max: list[int]) -> dict[str, list[str]]:
         "ngram-mod": ["--spec-type", "ngram-mod"],
         "ngram-map-k": ["--spec-type", "ngram-map-k"],
         "ngram-map-k4v": ["--spec-type", "ngram-map-k4v"],
+        "ngram-simple,ngram-mod": ["--spec-type", "ngram-simple,ngram-mod"],
         "draft-simple (default n_max)": draft,
     }
     for k in n_max:

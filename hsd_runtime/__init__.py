@@ -69,7 +69,7 @@ _EXPORTS = {
     "Steerer": "learned.steering",
     "SteeringCard": "learned.steering",
     "ngram_lookup": "decoding.ngram",
-    "server_lookup": "decoding.ngram",
+    "server_lookup": "decoding.ngram_simple",
     "SamplingConfig": "decoding.sampling",
     "warp": "decoding.sampling",
     "DTYPES": "terms.spec",
@@ -111,7 +111,8 @@ if TYPE_CHECKING:  # static checkers see the eager imports
     from .build import build_hierarchy
     from .decoding.drafters import DraftContext, Drafter, ModelDrafter, Proposal, VerifierLevel
     from .decoding.hierarchy import Hierarchy
-    from .decoding.ngram import NgramDrafter, ngram_lookup, server_lookup
+    from .decoding.ngram import NgramDrafter, ngram_lookup
+    from .decoding.ngram_simple import server_lookup
     from .decoding.results import GenerationResult, LevelStats
     from .decoding.rrs import rrs_node, verify_tree_greedy, verify_tree_sample
     from .decoding.sampling import SamplingConfig, warp

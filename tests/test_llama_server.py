@@ -27,6 +27,7 @@ from hsd_planner.export.stacks import Served, stack_for
 from hsd_planner.validation import llama_server
 from hsd_planner.validation.llama_server import LLAMA_CPP_PYTHON, LlamaServer, LlamaServerError, llama_server_path
 from hsd_runtime import server_lookup
+from hsd_runtime.decoding.ngram_list import SimpleThenMod
 from hsd_runtime.decoding.ngram_map import KeyMap
 from hsd_runtime.models.packaged import packaged_gguf
 from tests.gguf_tiny import char_gguf
@@ -160,6 +161,64 @@ def test_the_ngram_map_rules_draft_what_a_fresh_server_drafts(gguf, rule, n, k, 
     assert done.predicted_n == 80 and done.draft_n > 0 and done.draft_n_accepted < done.draft_n
     key_map = KeyMap(n, k, values=rule.endswith("k4v"), min_hits=hits)
     assert replay_table(key_map, prompt, done.tokens, k, made=1)[1:] == (done.draft_n, done.draft_n_accepted)
+
+
+class _Counted(SimpleThenMod):
+    """The list, counting the rounds each type drafted (ngram-simple's, ngram-mod's)."""
+
+    def __init__(self, n: int, n_match: int, width: int) -> None:
+        super().__init__(n, n_match, width)
+        self.by_type = [0, 0]
+
+    def draft(self, history, sampled, n_max, n_min=0):
+        out = super().draft(history, sampled, n_max, n_min)
+        self.by_type[self.by_mod] += bool(out)
+        return out
+
+
+class _ModAlwaysAsked(SimpleThenMod):
+    """Another reading of the list: ngram-mod asked every round (its table advancing), used only where ngram-simple found nothing."""
+
+    def draft(self, history, sampled, n_max, n_min=0):
+        walked = self.mod.draft(history, sampled, n_max, n_min)
+        out = server_lookup([*history, sampled], self.n, n_max, gate=self.width)
+        self.by_mod = not out
+        return walked if self.by_mod else out
+
+
+class _ModFirst(SimpleThenMod):
+    """Another reading of the list: ngram-mod asked first."""
+
+    def draft(self, history, sampled, n_max, n_min=0):
+        walked = self.mod.draft(history, sampled, n_max, n_min)
+        self.by_mod = bool(walked)
+        return walked or server_lookup([*history, sampled], self.n, n_max, gate=self.width)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("n", "n_match", "k"), [(3, 2, 8), (4, 3, 8)])
+def test_the_listed_rule_drafts_what_the_servers_list_drafts(gguf, n, n_match, k):
+    """ngram:rule=llama-server+ngram-mod is llama-server's --spec-type ngram-simple,ngram-mod
+    token for token: replaying the server's own greedy generation through the list gives the
+    drafted and accepted counts it reports, with rounds drafted by each type; ngram-mod asked
+    first, or asked every round, gives other counts on this text."""
+    served = Served(
+        target=gguf, drafter="ngram", lookup=True, k=k, ngram_order=n, mode="greedy", temperature=None,
+        ngram_rule="llama-server+ngram-mod", n_match=n_match,
+    )  # fmt: skip
+    args = stack_for("llamacpp").render(served).payload["server_args"]
+    assert args[:2] == ["--spec-type", "ngram-simple,ngram-mod"]
+    with LlamaServer(gguf, args, threads=1) as server:
+        prompt = _tokens(server, FUNCTIONS)
+        done = server.complete(prompt, 160)
+    assert done.predicted_n == 160
+    counts = (done.draft_n, done.draft_n_accepted)
+    listed = _Counted(n, n_match, k)
+    assert replay_table(listed, prompt, done.tokens, k, made=1)[1:] == counts
+    assert min(listed.by_type) > 0, listed.by_type
+    assert replay_table(_ModFirst(n, n_match, k), prompt, done.tokens, k, made=1)[1:] != counts
+    if n_match < 3:  # with 3, asking ngram-mod every round happens to draft the same here
+        assert replay_table(_ModAlwaysAsked(n, n_match, k), prompt, done.tokens, k, made=1)[1:] != counts
 
 
 @pytest.mark.slow

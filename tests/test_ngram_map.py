@@ -25,7 +25,7 @@ def test_the_specs_take_the_servers_n_and_a_min_hits():
 @pytest.mark.parametrize(
     "text, fragment",
     [
-        ("ngram:rule=ngram-map", "rule=ngram-map-k or rule=ngram-map-k4v"),
+        ("ngram:rule=ngram-map", "rule=ngram-map-k, rule=ngram-map-k4v"),
         ("ngram:rule=ngram-map-k:hits=2", "drop hits="),
         ("ngram:rule=ngram-map-k4v:hits=0", "integer from 1"),
         ("ngram:rule=ngram-map-k:min=2", "drop min="),

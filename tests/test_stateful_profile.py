@@ -1,5 +1,5 @@
 """The profiler's rounds of a lookup that keeps state (llama-server's ``ngram-mod``,
-``ngram-map-k``, ``ngram-map-k4v``) are the executor's: over the target's own greedy text, the
+``ngram-map-k``, ``ngram-map-k4v``, the list ``ngram-simple,ngram-mod``) are the executor's: over the target's own greedy text, the
 visited sums at the plan's width count the executor's rounds, and the tokens it drafted and
 accepted (what the latency model prices), state told back round by round."""
 
@@ -23,6 +23,8 @@ PROMPT, NEW = [3, 7, 11, 7, 3], 96  # seed 1: the lookups draft about half wrong
         ("ngram:n=2:rule=ngram-map-k", 4),
         ("ngram:n=3:rule=ngram-map-k", 6),
         ("ngram:n=2:rule=ngram-map-k4v", 3),
+        ("ngram:n=3:rule=llama-server+ngram-mod:nmatch=2", 4),
+        ("ngram:n=4:rule=llama-server+ngram-mod:nmatch=2:nmin=2", 6),
     ],
 )
 def test_the_visited_sums_are_the_executors_rounds(name, width):

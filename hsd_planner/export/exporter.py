@@ -175,6 +175,7 @@ def _served(stored: SolvedPlan, plan: Plan, names: dict[str, str]) -> Served:
         p_min=spec.p_min or 0.0,
         n_min=spec.n_min,
         ngram_rule=spec.ngram_rule if lookup else None,
+        n_match=spec.n_match,
     )
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from hsd_runtime.terms.choices import Mode
-from hsd_runtime.terms.spec import MOD_RULE, SERVER_RULE
+from hsd_runtime.terms.spec import MOD_NGRAM_ORDER, MOD_RULE, SERVER_RULE, SIMPLE_MOD_RULE
 
 from ..errors import ExportError
 from .batch import trtllm_schedule
@@ -44,7 +44,8 @@ class Served:
     ngram_min: int = 1  # the lookup's shortest suffix match (ngram:min=K)
     p_min: float = 0.0  # the drafter model ends its draft below this top share (pmin=P); 0: it drafts k every round
     n_min: int = 0  # and drops a draft shorter than this (nmin=N; of ngram:rule=ngram-mod, a walk ended that short)
-    ngram_rule: str | None = None  # the lookup's rule= (llama-server, ngram-mod), None for the longest-suffix rule
+    ngram_rule: str | None = None  # the lookup's rule= (llama-server, ngram-mod...), None for the longest-suffix rule
+    n_match: int = MOD_NGRAM_ORDER  # ngram-mod's n-gram size in rule=llama-server+ngram-mod (nmatch=N)
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,13 @@ def _llamacpp(draft_max: str, draft_min: str, p_min: str, spec_type: bool) -> Ca
 
     def render(s: Served) -> Rendered:
         args: list[str] = []
-        if s.drafter is not None and s.lookup and spec_type and s.ngram_rule == MOD_RULE:
+        if s.drafter is not None and s.lookup and spec_type and s.ngram_rule == SIMPLE_MOD_RULE:
+            # the list: ngram-simple drafts where it finds a match, ngram-mod the rounds where it
+            # found none; both up to the plan's k
+            args = ["--spec-type", "ngram-simple,ngram-mod", "--spec-ngram-simple-size-n", str(s.ngram_order)]
+            args += ["--spec-ngram-simple-size-m", str(s.k), "--spec-ngram-mod-n-match", str(s.n_match)]
+            args += ["--spec-ngram-mod-n-min", str(s.n_min), "--spec-ngram-mod-n-max", str(s.k)]
+        elif s.drafter is not None and s.lookup and spec_type and s.ngram_rule == MOD_RULE:
             # ngram:rule=ngram-mod drafts what ngram-mod drafts: its n-gram size, its n_min (0:
             # any walk, where the server's default is 48) and the plan's k as its n_max
             args = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", str(s.ngram_order)]
@@ -256,18 +263,19 @@ STACKS: dict[str, list[Stack]] = {
         # --spec-type names what drafts (a list enables types; their priority is fixed in code, the
         # n-gram types first), --spec-draft-n-max/-n-min bound the draft model's tokens,
         # --spec-draft-p-min ends its draft on its confidence (pmin=), and --draft-max/--draft-min
-        # are removed (the server exits on them). Its n-gram drafters mapped are ngram-simple
-        # and ngram-mod, each only from a lookup profiled as it runs (ngram:rule=llama-server,
-        # ngram:rule=ngram-mod). ngram-map-k(4v) is not: the server keeps a slot's key map from
-        # one request to the next, and past the first finds little of the prompt (see
-        # export.restrict). Comma lists of types are not mapped
+        # are removed (the server exits on them). Its n-gram drafters mapped are ngram-simple,
+        # ngram-mod and their list ngram-simple,ngram-mod, each only from a lookup profiled as
+        # it runs (ngram:rule=llama-server, ngram:rule=ngram-mod, ngram:rule=llama-server+ngram-mod).
+        # ngram-map-k(4v) is not: the server keeps a slot's key map from one request to the next,
+        # and past the first finds little of the prompt (see export.restrict). Lists with a draft
+        # model are not mapped
         Stack(
             "llamacpp",
             "llama.cpp server",
             "2026-10",
             _llamacpp("--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min", True),
             gguf_files=True,
-            lookup_rules=(SERVER_RULE, MOD_RULE),
+            lookup_rules=(SERVER_RULE, MOD_RULE, SIMPLE_MOD_RULE),
             p_min=True,
         ),
         # builds before the --spec-* flags (spring 2026): --draft-max, --draft-min, --draft-p-min

@@ -1,5 +1,6 @@
 """Lookups that keep state between rounds, measured by running their rounds: llama-server's
-``ngram-mod``, ``ngram-map-k`` and ``ngram-map-k4v`` (``ngram:rule=...``).
+``ngram-mod``, ``ngram-map-k``, ``ngram-map-k4v`` and the list ``ngram-simple,ngram-mod``
+(``ngram:rule=...``).
 
 What such a lookup drafts at a position depends on its past rounds, not on the text alone:
 ``ngram-mod``'s table gains the text's n-grams in chunks and empties after five rounds of low
@@ -22,9 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from hsd_runtime.decoding.cache import common_prefix
-from hsd_runtime.decoding.ngram import stateful_table
-from hsd_runtime.decoding.ngram_map import KeyMap
-from hsd_runtime.decoding.ngram_mod import ModTable
+from hsd_runtime.decoding.ngram import Table, stateful_table
 from hsd_runtime.terms.spec import ModelSpec
 
 from .acceptance import G_MAX, VISIT_MAX, TokenAcceptance, VisitedSums, WidthSums
@@ -32,16 +31,16 @@ from .acceptance import G_MAX, VISIT_MAX, TokenAcceptance, VisitedSums, WidthSum
 __all__ = ["stateful_blocks", "stateful_visited"]
 
 
-def _state(spec: ModelSpec, prompt: list[int], width: int) -> ModTable | KeyMap:
+def _state(spec: ModelSpec, prompt: list[int], width: int) -> Table:
     """A fresh state of ``spec``'s rule drafting up to ``width`` tokens, begun on ``prompt``."""
     assert spec.ngram_rule is not None
-    table = stateful_table(spec.ngram_rule, spec.ngram_order, width, spec.min_hits)
+    table = stateful_table(spec.ngram_rule, spec.ngram_order, width, spec.min_hits, spec.n_match)
     table.begin(prompt)
     return table
 
 
 def _round(
-    table: ModTable | KeyMap, spec: ModelSpec, prompt: list[int], continuation: list[int], t: int, width: int, accept: TokenAcceptance
+    table: Table, spec: ModelSpec, prompt: list[int], continuation: list[int], t: int, width: int, accept: TokenAcceptance
 ) -> tuple[list[int], list[float], int]:
     """One round at start ``t``: the block drafted (cut at the continuation's end), each of its
     tokens' acceptance, and how many of them the round commits (told back to ``table``)."""

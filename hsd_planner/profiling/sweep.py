@@ -78,7 +78,8 @@ def _pass_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
 
 
 def _lookup_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:
-    return LookupTimer(cand.spec.ngram_order, ctx, rule=cand.spec.ngram_rule if cand.spec.keeps_state else None)
+    spec = cand.spec
+    return LookupTimer(spec.ngram_order, ctx, rule=spec.ngram_rule if spec.keeps_state else None, n_match=spec.n_match)
 
 
 def _heads_timer(cand: ProfiledModel, ctx: int) -> Callable[[int], float]:

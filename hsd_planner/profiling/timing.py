@@ -18,11 +18,10 @@ import numpy as np
 import torch
 
 from hsd_runtime import SamplingConfig, engine_model, ngram_lookup
-from hsd_runtime.decoding.ngram import stateful_table
-from hsd_runtime.decoding.ngram_map import KeyMap
-from hsd_runtime.decoding.ngram_mod import ModTable
+from hsd_runtime.decoding.ngram import Table, stateful_table
 from hsd_runtime.learned.bpd import BpdDrafter
 from hsd_runtime.models.engine import EngineCache
+from hsd_runtime.terms.spec import MOD_NGRAM_ORDER
 
 __all__ = ["SPREAD_LIMIT", "HeadsTimer", "LookupTimer", "PassTimer", "inversions", "spread", "summarize", "sweep_order", "time_forward"]
 
@@ -133,18 +132,20 @@ class PassTimer:
 class LookupTimer:
     """The n-gram drafter over a random context of ``context_len`` tokens (``rule``: one of
     llama-server's lookups that keep state, begun on the context, with a first draft made, so
-    that a timed draft looks up and adds what one round does)."""
+    that a timed draft looks up and adds what one round does; ``n_match``: ``ngram-mod``'s n-gram
+    size in the list ``ngram-simple,ngram-mod``)."""
 
-    def __init__(self, order: int, context_len: int, seed: int = 0, rule: str | None = None) -> None:
+    def __init__(self, order: int, context_len: int, seed: int = 0, rule: str | None = None, n_match: int = MOD_NGRAM_ORDER) -> None:
         self.order = order
         self.context = np.random.default_rng(seed).integers(0, 1000, context_len).tolist()
         self.rule = rule
-        self.tables: dict[int, ModTable | KeyMap] = {}  # by width (ngram-map-k's m is the width)
+        self.n_match = n_match
+        self.tables: dict[int, Table] = {}  # by width (ngram-map-k's m is the width)
 
     def __call__(self, n: int) -> float:
         """ms of one proposal of up to ``n`` tokens."""
         if self.rule is not None and n not in self.tables:
-            table = self.tables[n] = stateful_table(self.rule, self.order, n)
+            table = self.tables[n] = stateful_table(self.rule, self.order, n, n_match=self.n_match)
             table.begin(self.context)
             table.draft(self.context[:-1], self.context[-1], n)
         t0 = time.perf_counter()

@@ -9,13 +9,12 @@ passes (llama.cpp on a CPU), since a round without a proposal is a one-token pas
 document, gave a mean accepted length of 2.0 against 1.5; see BENCHMARKS.md.) It is
 deterministic, so its q is one-hot, and it may propose nothing.
 
-``rule=llama-server`` drafts as llama-server's ``ngram-simple`` does (read from llama.cpp's
-``common_ngram_simple_draft``, tree of 2026-10-01), so that a plan profiled with it is the plan
-the server runs: the last n tokens must recur exactly, the latest occurrence is copied, nothing is
-drafted unless at least n tokens follow it and the text holds more than n + k + 1 tokens, and a
-width k < n drafts nothing. ``rule=ngram-mod``, ``rule=ngram-map-k`` and ``rule=ngram-map-k4v``
-are the server's lookups that keep state between rounds (:mod:`.ngram_mod`, :mod:`.ngram_map`):
-one per generation row, told each round what it accepted.
+``rule=llama-server`` drafts as llama-server's ``ngram-simple`` does (:mod:`.ngram_simple`), so
+that a plan profiled with it is the plan the server runs; a width k < n drafts nothing.
+``rule=ngram-mod``, ``rule=ngram-map-k`` and ``rule=ngram-map-k4v`` are the server's lookups that
+keep state between rounds (:mod:`.ngram_mod`, :mod:`.ngram_map`), and
+``rule=llama-server+ngram-mod`` its list ``ngram-simple,ngram-mod`` (:mod:`.ngram_list`): one
+state per generation row, told each round what it accepted.
 """
 
 from __future__ import annotations
@@ -28,11 +27,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..terms.errors import ChainError
 from ..terms.limits import DEFAULT_NGRAM_ORDER
-from ..terms.spec import MAP_K4V_RULE, MOD_RULE, ModelSpec
+from ..terms.spec import MAP_K4V_RULE, MOD_NGRAM_ORDER, MOD_RULE, SIMPLE_MOD_RULE, ModelSpec
 from .cache import common_prefix
 from .drafters import DraftContext, Proposal
+from .ngram_list import SimpleThenMod
 from .ngram_map import KeyMap
 from .ngram_mod import ModTable
+from .ngram_simple import server_lookup
 from .results import LevelStats
 
 if TYPE_CHECKING:
@@ -66,41 +67,18 @@ def ngram_lookup(tokens: list[int], n: int, count: int, min_size: int = 1) -> li
     return []
 
 
-def server_lookup(tokens: list[int], n: int, count: int, gate: int | None = None) -> list[int]:
-    """What llama-server's ``ngram-simple`` (size-n ``n``, size-m ``count``) drafts after ``tokens``
-    (the text so far, its last token the one just sampled): up to ``count`` tokens that followed
-    the latest earlier occurrence of the last ``n`` tokens; nothing when fewer than ``n`` of them
-    would be copied, or when the text before the last token holds no more than n + ``gate`` + 1
-    tokens (``gate``: the size-m of that check, ``count`` unless given).
-
-    >>> server_lookup([5, 1, 2, 3, 4, 9, 1, 2, 3, 4, 7, 1, 2], n=2, count=3)  # the latest "1 2" is followed by 3 4 7
-    [3, 4, 7]
-    >>> server_lookup([5, 1, 2, 3, 4, 9, 1, 2, 3, 4, 7, 1, 2], n=2, count=1)  # fewer than n would be copied
-    []
-    >>> server_lookup([1, 2, 3, 1, 2], n=2, count=2)  # a text too short for the check
-    []
-    """
-    cur = len(tokens) - 1  # llama.cpp's history excludes the token just sampled
-    if cur <= n + (count if gate is None else gate) + 1:
-        return []
-    seq = np.asarray(tokens, dtype=np.int64)
-    # windows start at j = 1 .. cur - n - 1 (position 0 is llama.cpp's "no match"), so a match
-    # ends before the current suffix begins and is followed by at least one token
-    windows = sliding_window_view(seq[1 : cur - 1], n)
-    hits = np.flatnonzero((windows == seq[-n:]).all(axis=1))
-    if not len(hits):
-        return []
-    start = int(hits[-1]) + 1 + n  # the token after the latest match
-    copy = min(count, cur - start)
-    return seq[start : start + copy].tolist() if copy >= n else []
+Table = ModTable | KeyMap | SimpleThenMod  # a lookup's state between rounds: begin, draft, accept
 
 
-def stateful_table(rule: str, n: int, width: int, min_hits: int = 1) -> ModTable | KeyMap:
-    """A fresh state of llama-server's lookup ``rule`` (``ngram-mod``, ``ngram-map-k`` or
-    ``ngram-map-k4v``) with keys of ``n`` tokens, drafting up to ``width`` tokens a round (a
-    ``ngram-map-k`` key's m-gram: ``--spec-ngram-map-k-size-m``)."""
+def stateful_table(rule: str, n: int, width: int, min_hits: int = 1, n_match: int = MOD_NGRAM_ORDER) -> Table:
+    """A fresh state of llama-server's lookup ``rule`` (``ngram-mod``, ``ngram-map-k``,
+    ``ngram-map-k4v`` or ``ngram-simple,ngram-mod``) with keys of ``n`` tokens, drafting up to
+    ``width`` tokens a round (a ``ngram-map-k`` key's m-gram: ``--spec-ngram-map-k-size-m``;
+    ``ngram-simple``'s size-m); ``n_match``: ``ngram-mod``'s n-gram size in the list."""
     if rule == MOD_RULE:
         return ModTable(n)
+    if rule == SIMPLE_MOD_RULE:
+        return SimpleThenMod(n, n_match, width)
     return KeyMap(n, width, values=rule == MAP_K4V_RULE, min_hits=min_hits)
 
 
@@ -108,7 +86,8 @@ class NgramDrafter:
     """Level 0 without a model: n-gram prompt lookup of order ``n``, drafting on a suffix match of
     at least ``min_size`` tokens (``server``: llama-server's ``ngram-simple`` rule instead,
     :func:`server_lookup`; ``stateful``: one of its lookups that keep state, ``ngram-mod``,
-    ``ngram-map-k`` or ``ngram-map-k4v``, a :func:`stateful_table` per row, ``ngram-mod``
+    ``ngram-map-k``, ``ngram-map-k4v`` or ``ngram-simple,ngram-mod`` (``ngram-mod`` of n-gram size
+    ``n_match`` there), a :func:`stateful_table` per row, ``ngram-mod``
     dropping a walk that ended before ``n_min`` tokens)."""
 
     reads_host = False
@@ -125,6 +104,7 @@ class NgramDrafter:
         stateful: str | None = None,
         n_min: int = 0,
         min_hits: int = 1,
+        n_match: int = MOD_NGRAM_ORDER,
     ) -> None:
         self.n = n
         self.min_size = min_size
@@ -132,12 +112,13 @@ class NgramDrafter:
         self.stateful = stateful
         self.n_min = n_min
         self.min_hits = min_hits
+        self.n_match = n_match
         self.stats = LevelStats(model=name)
         # a stateful rule, per row: its prompt, its table (made at the first proposal, which gives
         # the width), and the row's length and draft at the last proposal (to count what that
         # round accepted, as the server's accept call does)
         self._prompts: list[list[int]] = []
-        self._tables: list[ModTable | KeyMap] = []
+        self._tables: list[Table] = []
         self._last: list[tuple[int, list[int]] | None] = []
 
     @classmethod
@@ -151,6 +132,7 @@ class NgramDrafter:
             stateful=spec.ngram_rule if spec.keeps_state else None,
             n_min=spec.n_min,
             min_hits=spec.min_hits,
+            n_match=spec.n_match,
         )
 
     def lookup(self, tokens: list[int], count: int) -> list[int]:
@@ -166,7 +148,7 @@ class NgramDrafter:
     def _begin(self, width: int) -> None:
         """A fresh state per row, begun on its prompt (llama-server's ``begin``)."""
         assert self.stateful is not None
-        self._tables = [stateful_table(self.stateful, self.n, width, self.min_hits) for _ in self._prompts]
+        self._tables = [stateful_table(self.stateful, self.n, width, self.min_hits, self.n_match) for _ in self._prompts]
         for table, prompt in zip(self._tables, self._prompts):
             table.begin(prompt)
         self._last = [None] * len(self._prompts)

@@ -63,6 +63,7 @@ __all__ = [
     "RULES",
     "SERVER_NGRAM_ORDER",
     "SERVER_RULE",
+    "SIMPLE_MOD_RULE",
     "Dtype",
     "ModelSpec",
     "check_engine",
@@ -76,15 +77,17 @@ NGRAM = "ngram"
 BPD = "bpd"
 RESCORERS = ("none", "ngram")  # how a bpd drafter rescores its lattice, besides a small language model
 QUANTS = TORCH_QUANTS + GGUF_QUANTS  # weight quantizations a spec may ask for: int8 (torch), llama.cpp's file types
-_INT_OPTIONS = {"layers", "n", "min", "nmin", "hits"}
-_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin", "nmin", "hits"}
+_INT_OPTIONS = {"layers", "n", "min", "nmin", "hits", "nmatch"}
+_KNOWN = {"layers", "dtype", "n", "min", "rule", "quant", "vocab", "steer", "engine", "weights", "pmin", "nmin", "hits", "nmatch"}
 _DRAFTING = ("pmin", "nmin")  # options of how a model drafts, not of the model it loads
 SERVER_RULE = "llama-server"  # rule=: the lookup llama-server's ngram-simple runs
 MOD_RULE = "ngram-mod"  # rule=: llama-server's ngram-mod, a hashed n-gram table walked token by token
 MAP_K_RULE = "ngram-map-k"  # rule=: llama-server's ngram-map-k, keys that remember their last acceptance
 MAP_K4V_RULE = "ngram-map-k4v"  # rule=: its ngram-map-k4v, which also counts the m-grams after each key
 MAP_RULES = (MAP_K_RULE, MAP_K4V_RULE)
-RULES = (SERVER_RULE, MOD_RULE, *MAP_RULES)
+# rule=: --spec-type ngram-simple,ngram-mod, ngram-mod drafting the rounds where ngram-simple found nothing
+SIMPLE_MOD_RULE = f"{SERVER_RULE}+{MOD_RULE}"
+RULES = (SERVER_RULE, MOD_RULE, *MAP_RULES, SIMPLE_MOD_RULE)
 SERVER_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-simple-size-n
 MOD_NGRAM_ORDER = 24  # llama-server's default --spec-ngram-mod-n-match
 MAP_NGRAM_ORDER = 12  # llama-server's default --spec-ngram-map-k-size-n and --spec-ngram-map-k4v-size-n
@@ -122,9 +125,17 @@ class ModelSpec(BaseModel):
                 MOD_RULE: MOD_NGRAM_ORDER,
                 MAP_K_RULE: MAP_NGRAM_ORDER,
                 MAP_K4V_RULE: MAP_NGRAM_ORDER,
+                SIMPLE_MOD_RULE: SERVER_NGRAM_ORDER,
             }
             return orders.get(self.ngram_rule or "", DEFAULT_NGRAM_ORDER)
         return int(value)
+
+    @property
+    def n_match(self) -> int:
+        """The n-gram size of ``ngram-mod`` in ``rule=llama-server+ngram-mod`` (``nmatch=N``; ``n=``
+        is ``ngram-simple``'s there), the server's default 24 when unset."""
+        value = self.get("nmatch")
+        return MOD_NGRAM_ORDER if value is None else int(value)
 
     @property
     def ngram_min(self) -> int:
@@ -150,6 +161,12 @@ class ModelSpec(BaseModel):
         return self.ngram_rule == MOD_RULE
 
     @property
+    def walks_mod(self) -> bool:
+        """Whether an ``ngram`` spec drafts with ``ngram-mod``'s table, alone or after ``ngram-simple``
+        (what ``nmin=`` cuts)."""
+        return self.ngram_rule in (MOD_RULE, SIMPLE_MOD_RULE)
+
+    @property
     def map_rule(self) -> bool:
         """Whether an ``ngram`` spec drafts as llama-server's ``ngram-map-k`` or ``ngram-map-k4v``."""
         return self.ngram_rule in MAP_RULES
@@ -158,7 +175,7 @@ class ModelSpec(BaseModel):
     def keeps_state(self) -> bool:
         """Whether an ``ngram`` spec's draft depends on its own past rounds, not on the text alone
         (``ngram-mod``'s table, ``ngram-map-k``'s remembered acceptance)."""
-        return self.mod_rule or self.map_rule
+        return self.walks_mod or self.map_rule
 
     @property
     def min_hits(self) -> int:
@@ -317,7 +334,8 @@ def parse_spec(text: str) -> ModelSpec:
         if key == "rule" and value not in RULES:
             raise ModelSpecError(
                 f"rule={value[:40]} in model spec {text[:200]!r}; use rule={SERVER_RULE} (llama-server's ngram-simple), "
-                f"rule={MOD_RULE}, rule={MAP_K_RULE} or rule={MAP_K4V_RULE} (its lookups of those names)"
+                f"rule={MOD_RULE}, rule={MAP_K_RULE}, rule={MAP_K4V_RULE} (its lookups of those names) or "
+                f"rule={SIMPLE_MOD_RULE} (--spec-type ngram-simple,ngram-mod)"
             )
         if key == "engine" and value not in ENGINES:
             raise ModelSpecError(f"engine={value} in model spec {text!r}; use one of {', '.join(ENGINES)}")
@@ -327,11 +345,15 @@ def parse_spec(text: str) -> ModelSpec:
     if spec.is_ngram and any(
         v is not None for v in (spec.layers, spec.dtype, spec.quant, spec.vocab, spec.steer, spec.engine, spec.get("weights"), spec.p_min)
     ):
-        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K, rule=, nmin=N and hits=H")
+        raise ModelSpecError(f"model spec {text!r}: ngram takes only the options n=N, min=K, rule=, nmin=N, hits=H and nmatch=N")
     if spec.ngram_rule is not None and spec.get("min") is not None:
         raise ModelSpecError(f"model spec {text!r}: rule={spec.ngram_rule} matches exactly n tokens; drop min=")
-    if spec.is_ngram and spec.n_min and not spec.mod_rule:
-        raise ModelSpecError(f"model spec {text!r}: nmin= drops a short draft of rule={MOD_RULE}; add it or drop nmin=")
+    if spec.is_ngram and spec.n_min and not spec.walks_mod:
+        raise ModelSpecError(
+            f"model spec {text!r}: nmin= drops a short draft of rule={MOD_RULE} (or rule={SIMPLE_MOD_RULE}); add it or drop nmin="
+        )
+    if spec.get("nmatch") is not None and spec.ngram_rule != SIMPLE_MOD_RULE:
+        raise ModelSpecError(f"model spec {text!r}: nmatch= is ngram-mod's n-gram size in rule={SIMPLE_MOD_RULE}; add it or drop nmatch=")
     if spec.get("hits") is not None and spec.ngram_rule != MAP_K4V_RULE:
         raise ModelSpecError(f"model spec {text!r}: hits= counts a key's lookups in rule={MAP_K4V_RULE}; add it or drop hits=")
     for key, form in (("n", "n=N"), ("min", "min=K"), ("rule", "rule=")):
