@@ -29,6 +29,7 @@ from hsd_planner.validation.llama_server import LLAMA_CPP_PYTHON, LlamaServer, L
 from hsd_runtime import server_lookup
 from hsd_runtime.decoding.ngram_list import SimpleThenMod
 from hsd_runtime.decoding.ngram_map import KeyMap
+from hsd_runtime.decoding.ngram_mod import ModTable
 from hsd_runtime.models.packaged import packaged_gguf
 from tests.gguf_tiny import char_gguf
 from tests.helpers import map_server_flags, replay_ngram_mod, replay_table
@@ -238,6 +239,31 @@ def test_the_server_begins_a_slots_next_request_on_the_key_map_its_last_one_left
     assert replay_table(carried, first_prompt, first.tokens, 6, made=1)[1:] == (first.draft_n, first.draft_n_accepted)
     assert replay_table(carried, prompt, second.tokens, 6, made=1)[1:] == (second.draft_n, second.draft_n_accepted)
     assert second.draft_n < replay_table(KeyMap(2, 6), prompt, second.tokens, 6, made=1)[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rule", ["ngram-mod", "llama-server+ngram-mod"])
+def test_the_server_carries_ngram_mods_table_from_one_request_to_the_next(gguf, rule):
+    """What the profile does not hold: the server keeps one ngram-mod table for all its requests,
+    so each request after the first drafts what one table carried through the requests before it
+    drafts (begun again on each prompt), here more than a table of its own would."""
+    served = Served(
+        target=gguf, drafter="ngram", lookup=True, k=8, ngram_order=2 if rule == "ngram-mod" else 3, mode="greedy",
+        temperature=None, ngram_rule=rule, n_match=2,
+    )  # fmt: skip
+    texts = [
+        FUNCTIONS,
+        "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n",
+        "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n",
+    ]
+    with LlamaServer(gguf, stack_for("llamacpp").render(served).payload["server_args"], threads=1) as server:
+        runs = [(prompt, server.complete(prompt, 120)) for prompt in (_tokens(server, text) for text in texts)]
+    carried = ModTable(2) if rule == "ngram-mod" else SimpleThenMod(3, 2, 8)
+    for prompt, done in runs:
+        assert replay_table(carried, prompt, done.tokens, 8, made=1)[1:] == (done.draft_n, done.draft_n_accepted)
+    own = ModTable(2) if rule == "ngram-mod" else SimpleThenMod(3, 2, 8)
+    prompt, last = runs[-1]
+    assert replay_table(own, prompt, last.tokens, 8, made=1)[1] < last.draft_n
 
 
 @pytest.mark.slow
