@@ -91,7 +91,7 @@ def _held_out(args: argparse.Namespace, target: Path) -> tuple[PromptSet, list[l
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(target.parent), gguf_file=target.name)
-    held_out = split(load_prompts(args.prompts), "validate", limit=args.max_prompts)
+    held_out = split(load_prompts(args.prompts, args.category), "validate", limit=args.max_prompts)
     return held_out, [encode_prompt(tokenizer, text) for text in held_out.prompts]
 
 
@@ -138,6 +138,7 @@ def main() -> None:
     ap.add_argument("--variants", default="pmin=0.5,pmin=0.8", help="the drafter's options profiled beside it (pmin=, nmin=, rule=, n=)")
     ap.add_argument("--no-base", action="store_true", help="profile the variants only, not the drafter without options")
     ap.add_argument("--prompts", default="humaneval")
+    ap.add_argument("--category", default=None, help="a Spec-Bench category of --prompts (e.g. summarization)")
     ap.add_argument("--profile-prompts", type=int, default=8)
     ap.add_argument("--max-prompts", type=int, default=4, help="held-out prompts")
     ap.add_argument("--new", type=int, default=128)
@@ -166,7 +167,7 @@ def main() -> None:
         return
     db.unlink(missing_ok=True)
     common = ["--db", str(db)]
-    source = ["--prompts", args.prompts]
+    source = ["--prompts", args.prompts, *(["--category", args.category] if args.category else [])]
     dtype = ["--dtype", args.dtype] if args.engine == "torch" else []
     t0 = time.monotonic()
     profile = hsd_plan("profile", "--engine", args.engine, *dtype, "--models", ",".join(models), *source,
