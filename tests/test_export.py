@@ -379,8 +379,9 @@ def test_a_draft_model_that_stops_on_its_confidence_is_exported_to_llama_server_
 
 def test_an_ngram_mod_lookup_is_exported_to_llama_server_alone(isolated_db):
     """ngram:rule=ngram-mod is llama-server's ngram-mod: exported with its n-gram size, its n_min
-    and the plan's k as n_max, when it is the best lookup the server runs; no other stack has a
-    lookup that keeps state between rounds, so there the best other plan is exported."""
+    and the plan's k as n_max, when it is the best lookup the server runs, with a note that the
+    server's table serves all its requests; no other stack has a lookup that keeps state between
+    rounds, so there the best other plan is exported."""
     from hsd_planner.export.stacks import stack_for
     from hsd_planner.store.profiles import load_profile
 
@@ -400,6 +401,8 @@ def test_an_ngram_mod_lookup_is_exported_to_llama_server_alone(isolated_db):
     assert out["restriction"] == [] and out["payload"]["server_args"] == [
         "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "3", "--spec-ngram-mod-n-max", str(k),
     ]  # fmt: skip
+    # the server's one table for all requests is said, not priced
+    assert len(out["caveat"]) == 1 and "one ngram-mod table for all its requests" in out["caveat"][0]
     for fmt in ("hf", "vllm", "sglang", "trtllm"):
         assert "keeps state between rounds" in (unloadable(mod, True, stack_for(fmt)) or "")
         assert _exported(pick.id, fmt)["exported"]["chain"][0] != mod
@@ -422,5 +425,6 @@ def test_an_ngram_map_lookup_is_exported_to_no_stack(isolated_db, name):
     assert "key map from one request to the next" in (unloadable(name, True, stack_for("llamacpp")) or "")
     out = _exported(pick.id, "llamacpp")
     assert out["exported"]["chain"][0] == simple and out["payload"]["server_args"][:2] == ["--spec-type", "ngram-simple"]
+    assert out["caveat"] == []  # ngram-simple keeps nothing between requests
     for fmt in ("hf", "vllm", "sglang", "trtllm"):
         assert "keeps state between rounds" in (unloadable(name, True, stack_for(fmt)) or "")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hsd_runtime.terms.shape import TreeShape
 from hsd_runtime.terms.spec import parse_spec
@@ -36,7 +36,8 @@ __all__ = ["ExportReport", "check_request", "export_plan", "plan_document"]
 @dataclass(frozen=True)
 class ExportReport:
     """One export: the stack and version it targets, the plan asked for (``pick``) and the plan
-    exported (the best the stack can express), why they differ, and the configuration itself."""
+    exported (the best the stack can express), why they differ, the configuration itself, and
+    what the stack does with the exported plan that its prediction does not price (``caveat``)."""
 
     format: str
     stack: str
@@ -47,14 +48,17 @@ class ExportReport:
     restriction: list[str]
     payload: dict
     text: str  # what --out writes
+    caveat: list[str] = field(default_factory=list)
 
     @property
     def header(self) -> str:
         """One line: stack and version, the plan exported and, where it had to change, the pick."""
         head = f"{self.stack} {self.version}: {_speed(self.exported)}"
         if not self.restriction:
-            return f"{head}, plan {self.plan_id} as solved"
-        return f"{head}; plan {self.plan_id}, {_speed(self.pick)}, cannot run there: {'; '.join(self.restriction)}"
+            line = f"{head}, plan {self.plan_id} as solved"
+        else:
+            line = f"{head}; plan {self.plan_id}, {_speed(self.pick)}, cannot run there: {'; '.join(self.restriction)}"
+        return "".join([line, *(f"; note: {c}" for c in self.caveat)])
 
     def to_dict(self) -> dict:
         return {
@@ -65,6 +69,7 @@ class ExportReport:
             "pick": self.pick.to_dict(),
             "exported": self.exported.to_dict(),
             "restriction": self.restriction,
+            "caveat": self.caveat,
             "payload": self.payload,
         }
 
@@ -123,7 +128,21 @@ def export_plan(
     reasons = reasons + why
     comment = comment_line(f"hsd-plan plan {stored.plan_id} for {stack.label}: {_speed(exported)}")
     text = "\n".join([comment, *rendered.lines]) + "\n"
-    return ExportReport(fmt, stack.name, stack.version, stored.plan_id, stored.plan, exported, reasons, rendered.payload, text)
+    caveat = _caveat(exported, stack)
+    return ExportReport(fmt, stack.name, stack.version, stored.plan_id, stored.plan, exported, reasons, rendered.payload, text, caveat)
+
+
+def _caveat(plan: Plan, stack: Stack) -> list[str]:
+    """What ``stack`` does with ``plan`` that its prediction does not price: llama-server keeps one
+    ``ngram-mod`` table for all its requests (the profile and hsd-plan's engines begin one per
+    request), so past its first request a plan drafting with ``ngram-mod`` also walks n-grams of
+    the requests before."""
+    if not plan.depth or not stack.lookup_rules or not parse_spec(plan.chain[0]).walks_mod:
+        return []
+    return [
+        "llama-server keeps one ngram-mod table for all its requests, so past the first it also walks n-grams of "
+        "earlier requests, which this prediction (a table per request) does not price"
+    ]
 
 
 def _for_stack(stored: SolvedPlan, stack: Stack) -> tuple[Plan, list[str]]:
