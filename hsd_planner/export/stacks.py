@@ -188,27 +188,32 @@ def _sglang(s: Served) -> Rendered:
     return Rendered({"model": s.target, "server_args": args, "command": shlex.join(command)}, [shlex.join(command)])
 
 
+def _simple_flags(n: int, k: int) -> list[str]:
+    """llama-server's ngram-simple flags: its size-n and the plan's k as its size-m."""
+    return ["--spec-ngram-simple-size-n", str(n), "--spec-ngram-simple-size-m", str(k)]
+
+
+def _mod_flags(n_match: int, n_min: int, k: int) -> list[str]:
+    """llama-server's ngram-mod flags: its n-gram size, its n_min (0: any walk, where the server's
+    default is 48) and the plan's k as its n_max."""
+    return ["--spec-ngram-mod-n-match", str(n_match), "--spec-ngram-mod-n-min", str(n_min), "--spec-ngram-mod-n-max", str(k)]
+
+
 def _llamacpp(draft_max: str, draft_min: str, p_min: str, spec_type: bool) -> Callable[[Served], Rendered]:
     """llama-server's start-up flags for a plan: every speculative setting is fixed when the server
     starts (its per-request ``speculative.*`` fields are compiled out), so a plan is flags alone."""
 
     def render(s: Served) -> Rendered:
         args: list[str] = []
-        if s.drafter is not None and s.lookup and spec_type and s.ngram_rule == SIMPLE_MOD_RULE:
-            # the list: ngram-simple drafts where it finds a match, ngram-mod the rounds where it
-            # found none; both up to the plan's k
-            args = ["--spec-type", "ngram-simple,ngram-mod", "--spec-ngram-simple-size-n", str(s.ngram_order)]
-            args += ["--spec-ngram-simple-size-m", str(s.k), "--spec-ngram-mod-n-match", str(s.n_match)]
-            args += ["--spec-ngram-mod-n-min", str(s.n_min), "--spec-ngram-mod-n-max", str(s.k)]
-        elif s.drafter is not None and s.lookup and spec_type and s.ngram_rule == MOD_RULE:
-            # ngram:rule=ngram-mod drafts what ngram-mod drafts: its n-gram size, its n_min (0:
-            # any walk, where the server's default is 48) and the plan's k as its n_max
-            args = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", str(s.ngram_order)]
-            args += ["--spec-ngram-mod-n-min", str(s.n_min), "--spec-ngram-mod-n-max", str(s.k)]
-        elif s.drafter is not None and s.lookup and spec_type:
-            # only a lookup profiled with rule=llama-server gets here (Stack.lookup_rules): it
-            # drafts what ngram-simple drafts, so the prediction holds for the server
-            args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(s.ngram_order), "--spec-ngram-simple-size-m", str(s.k)]
+        if s.drafter is not None and s.lookup and spec_type:
+            # only a lookup profiled as the server runs it gets here (Stack.lookup_rules): it drafts
+            # what the server's type (or list of types) drafts, so the prediction holds for the server
+            if s.ngram_rule == SIMPLE_MOD_RULE:  # ngram-simple where it finds a match, ngram-mod the rounds it found none
+                args = ["--spec-type", "ngram-simple,ngram-mod", *_simple_flags(s.ngram_order, s.k), *_mod_flags(s.n_match, s.n_min, s.k)]
+            elif s.ngram_rule == MOD_RULE:
+                args = ["--spec-type", "ngram-mod", *_mod_flags(s.ngram_order, s.n_min, s.k)]
+            else:
+                args = ["--spec-type", "ngram-simple", *_simple_flags(s.ngram_order, s.k)]
         elif s.drafter is not None:
             # p_min and n_min are the plan's (pmin=, nmin=): 0 and 0 draft k tokens every round, as
             # the plan was predicted (a build's defaults may differ)
