@@ -141,6 +141,8 @@ SLOW = {
     "ngram-min2-depth2": Cell("ngram:min=2,M,T", (3, 2)),
     "ngram-server-depth1": Cell("ngram:n=2:rule=llama-server,T", (3,)),
     "ngram-mod-depth1": Cell("ngram:n=2:rule=ngram-mod:nmin=2,T", (3,)),
+    # n = 1 both: ngram-simple drafts from a token seen since position 1, ngram-mod from one seen only at 0
+    "ngram-list-depth1": Cell("ngram:n=1:rule=llama-server+ngram-mod:nmatch=1,T", (2,)),
     "ngram-map-k-depth1": Cell("ngram:n=1:rule=ngram-map-k,T", (2,)),  # n = 1: the 6-token prompt holds 2n + k tokens
     "ngram-map-k4v-depth2": Cell("ngram:n=1:rule=ngram-map-k4v,M,T", (2, 2)),
     "tree-2x2-under-middle": Cell("S,M,T", ("2x2", 2)),
