@@ -18,6 +18,12 @@ the best single drafter. Output: one JSON object per line on stdout and in ``--o
 
     python -m benchmarks.bench_gpu --device cuda --sizes q05,q15,q7 --out gpu.jsonl
     python -m benchmarks.bench_gpu --device cpu --sizes tiny --grid 1,4 --contexts 32   # the logic, on a CPU
+    python -m benchmarks.bench_gpu --save /tmp/m --tokenizer TOKDIR --sizes q05,q15     # model folders for the CLI
+
+``--save`` writes each shape's random weights (bf16) as a model folder with a Qwen2.5 tokenizer's
+files, so ``hsd-plan profile/solve/validate --engine static`` run on them like on any model: the
+passes cost what the trained models' cost, and acceptance is measured on the text these weights
+write (a random model's greedy text soon repeats one token, which a lookup drafts in full).
 
 On a bare GPU machine: ``benchmarks/gpu/run.sh`` installs the project from carried wheels first.
 """
@@ -68,6 +74,23 @@ def build(shape: str, device: torch.device, dtype: torch.dtype) -> Any:
     torch.manual_seed(0)
     with torch.device(device):
         return Qwen2ForCausalLM(cfg).to(dtype).eval()
+
+
+def save(shape: str, root: Path, tokenizer: Path, device: torch.device) -> dict[str, Any]:
+    """Write a random-weight model of ``shape`` to ``root/shape`` (bf16 safetensors, config and the
+    tokenizer files of ``tokenizer``): a folder any model spec can name."""
+    import shutil
+
+    t0 = time.perf_counter()
+    model = build(shape, device, torch.bfloat16)
+    model.config.bos_token_id, model.config.eos_token_id = 151643, 151645  # Qwen2.5's
+    folder = root / shape
+    model.save_pretrained(folder)
+    for f in tokenizer.iterdir():
+        if f.is_file() and (f.name.startswith("tokenizer") or f.suffix == ".jinja"):
+            shutil.copy(f, folder / f.name)
+    params = sum(p.numel() for p in model.parameters())
+    return {"saved": shape, "folder": str(folder), "params": params, "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def sync(device: torch.device) -> None:
@@ -217,8 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--compile", default="", help="shapes to time with transformers' static cache + torch.compile (slow to compile)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--save", type=Path, help="write each shape as a random-weight model folder under this folder, then stop")
+    ap.add_argument("--tokenizer", type=Path, help="with --save: a folder holding a Qwen2.5 tokenizer's files")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    if args.save is not None:
+        if args.tokenizer is None:
+            ap.error("--save needs --tokenizer")
+        for shape in args.sizes.split(","):
+            emit(save(shape, args.save, args.tokenizer, device), None)
+        return 0
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     grid = [int(x) for x in args.grid.split(",")]
     contexts = [int(x) for x in args.contexts.split(",")]

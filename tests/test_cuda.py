@@ -211,3 +211,32 @@ def test_static_engine_graph_passes_equal_its_eager_passes():
         seq = seq[:first] + extra if first < len(seq) else seq + extra
         torch.testing.assert_close(graphs.logits(seq, first), eager.logits(seq, first), rtol=1e-4, atol=1e-4)
     assert graphs.kv.buffers.graphs  # the passes were replayed from captured graphs
+
+
+def test_profile_solve_validate_on_the_static_engine_on_cuda(tiny_dirs, tmp_path):
+    """``--engine static`` on CUDA stores the graphs' kernels, ``solve`` finds that latency as this
+    machine's, and ``validate`` runs the pick there."""
+    import sqlite3
+
+    from hsd_planner.cli import cli
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("\n".join(f"w{i} w{i + 1} w{i} w{i + 1} w{i + 2}" for i in range(12)))
+    db = tmp_path / "s.db"
+
+    def run(*args):
+        result = CliRunner().invoke(cli, [str(a) for a in args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    fast = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--db", db]
+    run("profile", "--engine", "static", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--device", "cuda", *fast)
+    solved = json.loads(run("solve", "--t-max", "4", "--db", db, "--json"))
+    assert solved["plans"]
+    report = json.loads(
+        run("validate", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 8, "--device", "cuda", "--db", db, "--json")
+    )
+    assert all(p["measured_ms_per_token"] > 0 for p in report["plans"])
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-graphs-efficient"

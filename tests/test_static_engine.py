@@ -211,3 +211,29 @@ def test_random_weights_are_timed_and_never_compared(tmp_path):
         assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-eager-prepacked"
     one_line_error(run("generate", "--chain", f"{target}:weights=real", "--prompt", "w1"), "the one choice is weights=random")
     one_line_error(run("generate", "--chain", f"{target}:weights=random:engine=llamacpp", "--prompt", "w1"), "weights=")
+
+
+def test_profile_solve_validate_on_the_static_engine(tiny_dirs, tmp_path):
+    """A profile taken with ``--engine static`` is this machine's: ``solve`` finds its latency
+    without ``--hardware`` (the static engine's kernels are among this machine's keys), and
+    ``validate`` runs the pick on the static engine and stores the validation."""
+    import sqlite3
+
+    from tests.helpers import SOLVABLE_PROFILE, run
+
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("w1 w2 w3 w1 w2\nw4 w5 w6 w4 w5\nw7 w8 w9 w7 w8\n")
+    db = tmp_path / "s.db"
+    models = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
+    result = run(
+        "profile", "--engine", "static", "--models", models, "--prompts", prompts, "--max-prompts", "2", "--db", db, *SOLVABLE_PROFILE
+    )
+    assert result.exit_code == 0, result.output
+    result = run("solve", "--db", db, "--t-max", "4", "--max-new-tokens", "6")
+    assert result.exit_code == 0, result.output
+    assert "engine=static" in result.output
+    result = run("validate", "--db", db, "--prompts", prompts, "--max-prompts", "1", "--max-new-tokens", "6", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-eager-prepacked"
+        assert conn.execute("SELECT COUNT(*) FROM validations").fetchone()[0] >= 1

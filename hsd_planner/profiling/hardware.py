@@ -9,6 +9,7 @@ import torch
 
 from hsd_runtime import cpu_capability
 from hsd_runtime.models.engine import LLAMA_CPP_PYTHON
+from hsd_runtime.models.static_engine import static_kernels
 
 from ..store.records import HardwareRecord
 
@@ -54,9 +55,13 @@ def detect_hardware(device: torch.device, kernels: str = "plain") -> HardwareRec
 
 
 def this_machine() -> list[str]:
-    """The fingerprints a profile taken here could carry: the CPU's with prepacked, plain and
-    llama.cpp's kernels (of the binding version this install builds), and each CUDA device's."""
+    """The fingerprints a profile taken here could carry: the CPU's with prepacked, plain,
+    llama.cpp's (of the binding version this install builds) and the static engine's kernels, and
+    each CUDA device's with the torch engine's and the static engine's."""
     cpu = torch.device("cpu")
-    cuda = [detect_hardware(torch.device("cuda", i)).fingerprint for i in range(torch.cuda.device_count())]
-    kernels = ("prepacked", "plain", f"llamacpp-{LLAMA_CPP_PYTHON}")
-    return [*(detect_hardware(cpu, k).fingerprint for k in kernels), *cuda]
+    kernels = ("prepacked", "plain", f"llamacpp-{LLAMA_CPP_PYTHON}", static_kernels(cpu, True), static_kernels(cpu))
+    cuda = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    return [
+        *(detect_hardware(cpu, k).fingerprint for k in kernels),
+        *(detect_hardware(d, k).fingerprint for d in cuda for k in ("plain", static_kernels(d))),
+    ]

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The GPU path in one call on a bare machine that has torch and transformers but no network and no
+# model weights (a pass costs the same whatever the weights' values):
+#   1. the CUDA tests (tests/test_cuda.py: greedy identity, sampling, CUDA graphs, the CLI);
+#   2. benchmarks/bench_gpu.py: the floor, c(n) of the static engine with and without graphs and
+#      of transformers, greedy ms/token, for Qwen2.5 shapes with random weights;
+#   3. profile -> solve -> validate on the static engine with CUDA graphs, on random-weight
+#      Qwen2.5 0.5B and 1.5B folders and the n-gram drafter (HumanEval prompts): predicted
+#      against measured latency on the GPU;
+#   4. transformers' static cache + torch.compile greedy on the 1.5B shape (what users run instead).
+# Each step has its own time limit and writes into $OUT (log.txt, gpu.jsonl, validate.json, e2e.db),
+# so a cut run still returns what it did.
+#
+# Prepare once, in the repository root, on a machine with pip (only what the GPU image lacks):
+#   mkdir -p .gpu/whl .gpu/tok && echo /.gpu/ >> .git/info/exclude
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#       -d .gpu/whl sqlalchemy alembic mako pydantic 'pydantic-core==<the version pydantic pins>' \
+#       annotated-types typing-inspection typing-extensions greenlet gguf
+#   cp <a Qwen2.5 model folder>/{tokenizer.json,tokenizer_config.json} .gpu/tok/
+#   git rev-parse HEAD > .gpu/commit
+# Then, there:  OUT=<results folder> bash benchmarks/gpu/check.sh
+# On a CPU, the same steps with small settings check the script itself:
+#   OUT=/tmp/o DEVICE=cpu SIZES=q05 E2E=q05 PROMPTS=2 NEW=16 bash benchmarks/gpu/check.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HSD_PLAN_CACHE=/tmp/hsd-cache
+export HSD_PLAN_SKIP_PG=1 HSD_PLAN_SKIP_LLAMACPP=1
+OUT=${OUT:-.} DEVICE=${DEVICE:-cuda} SIZES=${SIZES:-q05,q15,q7} E2E=${E2E:-q05,q15} PROMPTS=${PROMPTS:-8} NEW=${NEW:-128}
+if [ "$DEVICE" = cuda ] && ls .gpu/whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/hsd-site .gpu/whl/*.whl || exit 3
+    export PYTHONPATH=/tmp/hsd-site:$PWD
+else
+    export PYTHONPATH=$PWD
+fi
+T0=$(date +%s)
+LOG=$OUT/log.txt
+step() { echo "== [$(($(date +%s) - T0)) s] $*" | tee -a "$LOG"; }
+{
+    cat .gpu/commit 2>/dev/null
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+    python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
+    nproc
+} | tee -a "$LOG"
+
+if [ "$DEVICE" = cuda ]; then
+    step tests
+    timeout "${TESTS_S:-150}" python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_cuda.py >/tmp/tests.txt 2>&1
+    echo "tests rc=$?" >>/tmp/tests.txt
+    tail -60 /tmp/tests.txt >>"$LOG"
+    tail -3 /tmp/tests.txt
+fi
+
+step bench_gpu
+timeout "${BENCH_S:-170}" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/bench_gpu.err
+echo "bench_gpu rc=$?" | tee -a "$LOG"
+grep -v -i warn /tmp/bench_gpu.err | tail -20 >>"$LOG"
+
+step models
+python3 -m benchmarks.bench_gpu --device "$DEVICE" --save /tmp/hsd-models --tokenizer .gpu/tok --sizes "$E2E" 2>/dev/null | tee -a "$LOG"
+models=ngram
+for s in ${E2E//,/ }; do models+=",/tmp/hsd-models/$s"; done
+H="python3 -m hsd_planner"
+DB=/tmp/hsd-gpu.db
+
+step profile
+timeout "${PROFILE_S:-120}" $H profile --engine static --device "$DEVICE" --dtype bf16 --models "$models" --prompts humaneval \
+    --max-prompts "$PROMPTS" --max-new-tokens "$NEW" --db "$DB" >>"$LOG" 2>&1
+echo "profile rc=$?" | tee -a "$LOG"
+step solve
+$H solve --db "$DB" --max-new-tokens "$NEW" --t-max 16 >>"$LOG" 2>&1
+echo "solve rc=$?" | tee -a "$LOG"
+step validate
+timeout "${VALIDATE_S:-100}" $H validate --db "$DB" --candidates top-k --prompts humaneval --max-prompts 4 --max-new-tokens "$NEW" \
+    --repeats 2 --json >"$OUT/validate.json" 2>>"$LOG"
+echo "validate rc=$?" | tee -a "$LOG"
+cp "$DB" "$OUT/e2e.db" 2>/dev/null
+
+if [ "$DEVICE" = cuda ]; then
+    step compiled
+    timeout "${COMPILE_S:-110}" python3 -m benchmarks.bench_gpu --device cuda --sizes q15 --grid 1 --contexts 256 --repeats 3 --compile q15 \
+        --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/compiled.err
+    echo "compiled rc=$?" | tee -a "$LOG"
+    grep -v -i warn /tmp/compiled.err | tail -20 >>"$LOG"
+fi
+step done
