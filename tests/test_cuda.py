@@ -240,3 +240,30 @@ def test_profile_solve_validate_on_the_static_engine_on_cuda(tiny_dirs, tmp_path
     assert all(p["measured_ms_per_token"] > 0 for p in report["plans"])
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-graphs-efficient"
+
+
+@pytest.mark.parametrize("attention", ["efficient", "math", "cudnn"])
+def test_static_engine_attention_backends_in_bf16(attention):
+    """Each SDPA backend the static engine can run on CUDA, in bf16 (cuDNN's kernel takes no fp32),
+    head dim 64: its graph passes give the memory-efficient kernel's logits to bf16 rounding, and a
+    hierarchy on it decodes the target's own greedy tokens on it (distributions sharpened, so no
+    near-tie decides a token)."""
+    from hsd_runtime.decoding.cache import CachedModel
+    from hsd_runtime.decoding.results import LevelStats
+
+    def model(seed: int, layers: int) -> torch.nn.Module:
+        return tiny_llama(seed, layers=layers, hidden=256, head_scale=8.0).to("cuda", torch.bfloat16)
+
+    target, draft = model(0, 3), model(1, 1)
+    here = CachedModel(_static(target, "b", attention=attention), 64, LevelStats(model="b"))
+    reference = CachedModel(_static(target, "r", attention="efficient", graphs=False), 64, LevelStats(model="r"))
+    seq = [1, 5, 9, 1, 5, 9, 1, 5, 7, 3]
+    for cached in (here, reference):
+        cached.prefill(seq)
+    seq = seq + [11, 4, 4]
+    torch.testing.assert_close(here.logits(seq, 10).float(), reference.logits(seq, 10).float(), rtol=0.05, atol=0.05)
+    prompt = [1, 5, 9, 1, 5, 9, 1, 5, 7, 3, 11, 5]
+    auto = Hierarchy([_static(target, "t", attention=attention)], []).generate(prompt, 24)
+    members = [NgramDrafter(), _static(draft, "d", attention=attention), _static(target, "t2", attention=attention)]
+    got = Hierarchy(members, [3, 4]).generate(prompt, 24)
+    assert got.tokens == auto.tokens and len(got.tokens) == 24
