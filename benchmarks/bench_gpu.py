@@ -19,6 +19,7 @@ the best single drafter. Output: one JSON object per line on stdout and in ``--o
     python -m benchmarks.bench_gpu --device cuda --sizes q05,q15,q7 --out gpu.jsonl
     python -m benchmarks.bench_gpu --device cpu --sizes tiny --grid 1,4 --contexts 32   # the logic, on a CPU
     python -m benchmarks.bench_gpu --save /tmp/m --tokenizer TOKDIR --sizes q05,q15     # model folders for the CLI
+    python -m benchmarks.bench_gpu --device cpu --count-ops --sizes q05,q15                # kernels a pass launches
 
 ``--save`` writes each shape's random weights (bf16) as a model folder with a Qwen2.5 tokenizer's
 files, so ``hsd-plan profile/solve/validate --engine static`` run on them like on any model: the
@@ -91,6 +92,41 @@ def save(shape: str, root: Path, tokenizer: Path, device: torch.device) -> dict[
             shutil.copy(f, folder / f.name)
     params = sum(p.numel() for p in model.parameters())
     return {"saved": shape, "folder": str(folder), "params": params, "seconds": round(time.perf_counter() - t0, 1)}
+
+
+# operators that launch no kernel of their own (views, allocation, dtype bookkeeping)
+NO_KERNEL = {
+    "aten::view", "aten::reshape", "aten::transpose", "aten::expand", "aten::slice", "aten::select", "aten::unsqueeze",
+    "aten::squeeze", "aten::permute", "aten::as_strided", "aten::t", "aten::_unsafe_view", "aten::detach", "aten::alias",
+    "aten::empty", "aten::empty_strided", "aten::resize_", "aten::lift_fresh", "aten::result_type",
+}  # fmt: skip
+
+
+def ops_per_pass(shape: str, device: torch.device) -> dict[str, Any]:
+    """The compute operators one static-engine pass of 1 token runs, eagerly on ``device``: the
+    top-level aten calls that are not views, each at least one kernel when captured on a GPU."""
+    import collections
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from hsd_runtime.models.static_engine import StaticModel
+
+    model = build(shape, device, torch.bfloat16)
+    static = StaticModel(model, shape, n_ctx=512, graphs=False)
+    cache = static.open_cache(static.n_vocab, 300)
+    cache.feed(list(range(10, 266)), 0, 1)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        cache.feed([5], 256, 1)
+    ops: collections.Counter[str] = collections.Counter()
+    for e in prof.events():
+        parent = e.cpu_parent
+        if e.name.startswith("aten::") and e.name not in NO_KERNEL and (parent is None or not parent.name.startswith("aten::")):
+            if e.name == "aten::to" and not e.cpu_children:
+                continue  # a cast to the dtype a tensor has: no copy
+            ops[e.name] += 1
+    total = sum(ops.values())
+    return {"shape": shape, "layers": static.num_layers, "ops_per_pass": total, "per_layer": round(total / static.num_layers, 1),
+            "most": dict(ops.most_common(8))}  # fmt: skip
 
 
 def sync(device: torch.device) -> None:
@@ -245,8 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--save", type=Path, help="write each shape as a random-weight model folder under this folder, then stop")
     ap.add_argument("--tokenizer", type=Path, help="with --save: a folder holding a Qwen2.5 tokenizer's files")
+    ap.add_argument("--count-ops", action="store_true", help="count the compute operators of one pass of each shape, then stop")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    if args.count_ops:
+        for shape in args.sizes.split(","):
+            emit(ops_per_pass(shape, device), None)
+        return 0
     if args.save is not None:
         if args.tokenizer is None:
             ap.error("--save needs --tokenizer")
