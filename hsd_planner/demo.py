@@ -45,13 +45,25 @@ class DemoFamily:
     # of int8 copies and early exits, which only the torch engine runs
     llamacpp_models: str = ""
 
-    def on_engine(self, engine: str) -> DemoFamily:
-        """This demo on ``engine``: the llama.cpp candidates, each spec naming the engine."""
-        if engine == "torch":
-            return self
+    def on_engine(self, engine: str, device: str = "cpu") -> DemoFamily:
+        """This demo on ``engine`` and a ``device`` of that type (``cpu`` or ``cuda``): on llama.cpp
+        its llama.cpp candidates; on the torch and static engines its candidates, where on a GPU
+        an ``int8`` copy (a CPU kernel) gives way to the model it copies; each spec naming a
+        non-torch engine. The measured run times are the CPU's and go with any change.
+
+        >>> FAMILIES["qwen"].on_engine("static", "cuda").models
+        'ngram,qwen2.5-coder-0.5b:engine=static,qwen2.5-coder-1.5b:engine=static'
+        """
         from .profiling.sources import with_engine
 
-        return replace(self, models=",".join(with_engine(self.llamacpp_models.split(","), engine)), measured=())
+        if engine == "llamacpp":
+            return replace(self, models=",".join(with_engine(self.llamacpp_models.split(","), engine)), measured=())
+        models = self.models.split(",")
+        if device != "cpu":
+            models = list(dict.fromkeys(_off_cpu_kernels(m) for m in models))
+        if engine == "torch" and device == "cpu":
+            return self
+        return replace(self, models=",".join(with_engine(models, engine)), measured=())
 
     def expected(self, dtype: Dtype, converted: bool) -> str | None:
         """One line saying how long this demo took where it was measured in ``dtype``, or None."""
@@ -71,6 +83,13 @@ class DemoFamily:
             context_lens=list(self.context_lens),
             repeats=rounds or self.rounds,
         )
+
+
+def _off_cpu_kernels(text: str) -> str:
+    """``text`` as a GPU runs it: an ``int8`` copy (fbgemm/oneDNN kernels, the CPU's) becomes the
+    model it copies, with its other options."""
+    spec = parse_spec(text)
+    return ":".join([spec.name, *(f"{k}={v}" for k, v in spec.options if k != "quant")]) if spec.quant == "int8" else text
 
 
 FAMILIES: dict[str, DemoFamily] = {

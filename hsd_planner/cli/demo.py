@@ -90,7 +90,9 @@ def demo(
 
     --engine llamacpp runs the family's GGUF files on llama.cpp: the n-gram drafter, one that drafts
     only on a 3-token match (ngram:min=3) and a Q4_0 copy of the smaller model made by llama.cpp's
-    quantizer, under the target as it is packaged.
+    quantizer, under the target as it is packaged. --engine static runs the family's own candidates
+    on the static engine (CUDA graphs on a GPU: hsd-plan demo --engine static --device cuda); on a
+    GPU an int8 copy, a CPU kernel, gives way to the model it copies.
     """
 
     def say(text: str) -> None:
@@ -102,7 +104,9 @@ def demo(
 
     plot = check_plot_path(plot_file, force)
     check_db(db_url)  # a bad --db fails before the models load
-    chosen = FAMILIES[family].on_engine(engine)
+    dtype = resolve_dtype_choice(dtype, device)
+    loader = make_loader(device, dtype, prepack, engine)
+    chosen = FAMILIES[family].on_engine(engine, loader.device.type)
     overrides = {
         "models": ",".join(with_engine(model_list(models, "--models"), engine)) if models is not None else None,
         "max_prompts": max_prompts,
@@ -112,10 +116,9 @@ def demo(
         "repeats": repeats,
     }
     chosen = replace(chosen, **{k: v for k, v in overrides.items() if v is not None})
-    dtype = resolve_dtype_choice(dtype, device)
     report = run_demo(
         lambda: open_db(db_url),  # opened once the models are loaded and checked: a refusal creates no database
-        make_loader(device, dtype, prepack, engine),
+        loader,
         chosen,
         dtype,
         plot,
