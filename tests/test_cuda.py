@@ -267,3 +267,18 @@ def test_static_engine_attention_backends_in_bf16(attention):
     members = [NgramDrafter(), _static(draft, "d", attention=attention), _static(target, "t2", attention=attention)]
     got = Hierarchy(members, [3, 4]).generate(prompt, 24)
     assert got.tokens == auto.tokens and len(got.tokens) == 24
+
+
+def test_the_torch_engine_on_a_gpu_points_to_the_static_engine(tiny_dirs):
+    """A command whose --engine is torch on CUDA says once that the static engine is the GPU's path;
+    on the static engine it says nothing of it."""
+    from hsd_planner.cli.loader import LAUNCH_BOUND
+    from tests.helpers import run
+
+    args = ["generate", "--chain", str(tiny_dirs["target"]), "--prompt", "w1 w2", "--max-new-tokens", "4", "--device", "cuda"]
+    torch_run = run(*args)
+    assert torch_run.exit_code == 0, torch_run.output
+    assert torch_run.stderr.count(LAUNCH_BOUND) == 1
+    static_run = run(*args, "--engine", "static")
+    assert static_run.exit_code == 0, static_run.output
+    assert LAUNCH_BOUND not in static_run.stderr

@@ -95,7 +95,7 @@ def validate(
             f"--dtype {dtype}: the plans were profiled in {solve_dtype}, and a profile predicts only its own dtype; "
             f"leave --dtype out, or profile and solve in {chosen} first"
         )
-    loader = make_loader(device, chosen)
+    loader = make_loader(device, chosen, advise=False)  # the plans' specs name their engine
     bars = Bars()
     bars.start("validating")
     try:
