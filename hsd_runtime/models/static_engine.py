@@ -30,6 +30,7 @@ from typing import Any, Literal, NoReturn
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..terms.errors import ChainError, ModelSpecError, PromptError
 from .engine import TreeFeed, hidden_refusal, rows_refusal
@@ -44,14 +45,17 @@ MARGIN = 16  # scratch slots after the cells: warm-up and capture write there; k
 CHUNK = 64  # the widest pass captured as one graph: longer feeds (prefills) go in chunks of it
 
 
-ATTENTION = ("efficient", "math", "cudnn")  # SDPA backends a CUDA pass may run on (masks: not flash)
+# SDPA backends a CUDA pass may run on, by name (they take a mask: not flash); the loader's models
+# run the memory-efficient one, the name their profiles' kernels carry
+_SDPA = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH, "cudnn": SDPBackend.CUDNN_ATTENTION}
+ATTENTION = tuple(_SDPA)
 
 
-def static_kernels(device: torch.device, prepacked: bool = False, attention: str = "efficient") -> str:
-    """The kernels name of the static engine on ``device``: ``static-graphs-<attention>`` on CUDA
-    (CUDA graphs, that SDPA backend), ``static-eager`` or ``static-eager-prepacked`` on the CPU."""
+def static_kernels(device: torch.device, prepacked: bool = False) -> str:
+    """The kernels name of the static engine on ``device``: ``static-graphs-efficient`` on CUDA
+    (CUDA graphs, memory-efficient SDPA), ``static-eager`` or ``static-eager-prepacked`` on the CPU."""
     if device.type == "cuda":
-        return f"static-graphs-{attention}"
+        return "static-graphs-efficient"
     return "static-eager-prepacked" if prepacked else "static-eager"
 
 
@@ -77,7 +81,9 @@ class StaticModel:
         graphs: capture and replay CUDA graphs (None: on CUDA devices).
         chunk: the widest pass; a longer feed (a prefill) runs in passes of at most this many
             tokens, each shape one graph (None: :data:`CHUNK` with graphs, unbounded without).
-        attention: the SDPA backend of a pass on CUDA, one of :data:`ATTENTION`.
+        attention: the SDPA backend of a pass on CUDA, one of :data:`ATTENTION` (another than
+            ``efficient`` is for timing it: the loader's models and their profiles' kernels name
+            the memory-efficient one).
 
     It is an :class:`~hsd_runtime.models.engine.EngineModel`.
     """
@@ -99,7 +105,7 @@ class StaticModel:
             raise ModelSpecError(f"{name}: {refusal}")
         if attention not in ATTENTION:
             raise ModelSpecError(f"{name}: no attention backend {attention!r} (one of {', '.join(ATTENTION)})")
-        self.backend = attention
+        self.backend = _SDPA[attention]
         self.model = model
         self.name = name
         self.decoder: Any = getattr(model, model.base_model_prefix)
@@ -194,10 +200,7 @@ class StaticModel:
         """The SDPA backend every pass runs on (the context to run it in)."""
         if self.device.type != "cuda":
             return nullcontext()
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        backend = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH, "cudnn": SDPBackend.CUDNN_ATTENTION}
-        return sdpa_kernel([backend[self.backend]])
+        return sdpa_kernel([self.backend])
 
     def __repr__(self) -> str:
         return self.name
