@@ -56,13 +56,13 @@ class DemoFamily:
         """
         from .profiling.sources import with_engine
 
+        if engine == "torch" and device == "cpu":
+            return self
         if engine == "llamacpp":
             return replace(self, models=",".join(with_engine(self.llamacpp_models.split(","), engine)), measured=())
         models = self.models.split(",")
         if device != "cpu":
             models = list(dict.fromkeys(_off_cpu_kernels(m) for m in models))
-        if engine == "torch" and device == "cpu":
-            return self
         return replace(self, models=",".join(with_engine(models, engine)), measured=())
 
     def expected(self, dtype: Dtype, converted: bool) -> str | None:
@@ -89,7 +89,9 @@ def _off_cpu_kernels(text: str) -> str:
     """``text`` as a GPU runs it: an ``int8`` copy (fbgemm/oneDNN kernels, the CPU's) becomes the
     model it copies, with its other options."""
     spec = parse_spec(text)
-    return ":".join([spec.name, *(f"{k}={v}" for k, v in spec.options if k != "quant")]) if spec.quant == "int8" else text
+    if spec.quant != "int8":
+        return text
+    return str(spec.model_copy(update={"options": tuple(o for o in spec.options if o[0] != "quant")}))
 
 
 FAMILIES: dict[str, DemoFamily] = {
