@@ -26,7 +26,8 @@ files, so ``hsd-plan profile/solve/validate --engine static`` run on them like o
 passes cost what the trained models' cost, and acceptance is measured on the text these weights
 write (a random model's greedy text soon repeats one token, which a lookup drafts in full).
 
-On a bare GPU machine: ``benchmarks/gpu/run.sh`` installs the project from carried wheels first.
+On a bare GPU machine: ``benchmarks/gpu/check.sh`` installs the project from carried wheels first
+(``TESTS_S=0 PROFILE_S=0 COMPILE_S=0`` runs this benchmark alone).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@
 #      Qwen2.5 0.5B and 1.5B folders and the n-gram drafter (HumanEval prompts): predicted
 #      against measured latency on the GPU;
 #   4. transformers' static cache + torch.compile greedy on the 1.5B shape (what users run instead).
-# Each step has its own time limit and writes into $OUT (log.txt, gpu.jsonl, validate.json, e2e.db),
-# so a cut run still returns what it did.
+# Each step has its own time limit (TESTS_S, BENCH_S, PROFILE_S for step 3, COMPILE_S; 0 skips the
+# step) and writes into $OUT (log.txt, gpu.jsonl, validate.json, e2e.db), so a cut run still returns
+# what it did. bench_gpu alone: TESTS_S=0 PROFILE_S=0 COMPILE_S=0.
 #
 # Prepare once, in the repository root, on a machine with pip (only what the GPU image lacks):
 #   mkdir -p .gpu/whl .gpu/tok && echo /.gpu/ >> .git/info/exclude
@@ -29,16 +30,17 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HSD_PLAN_CACHE=/tmp/hsd-cache
 export HSD_PLAN_SKIP_PG=1 HSD_PLAN_SKIP_LLAMACPP=1
+TESTS_S=${TESTS_S:-150} BENCH_S=${BENCH_S:-170} PROFILE_S=${PROFILE_S:-120} VALIDATE_S=${VALIDATE_S:-100} COMPILE_S=${COMPILE_S:-110}
 OUT=${OUT:-.} DEVICE=${DEVICE:-cuda} SIZES=${SIZES:-q05,q15,q7} E2E=${E2E:-q05,q15} PROMPTS=${PROMPTS:-8} NEW=${NEW:-128}
 if [ "$DEVICE" = cuda ] && ls .gpu/whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/hsd-site .gpu/whl/*.whl || exit 3
     export PYTHONPATH=/tmp/hsd-site:$PWD
+    # the source tree's hsd_planner shadows the wheel's (python -m puts the cwd first): give it the
+    # Alembic environment the wheel installs as hsd_planner.migrations
+    [ -e hsd_planner/migrations ] || ln -s ../migrations hsd_planner/migrations
 else
     export PYTHONPATH=$PWD
 fi
-# the source tree's hsd_planner shadows the wheel's (python -m puts the cwd first): give it the
-# Alembic environment the wheel installs as hsd_planner.migrations
-[ -e hsd_planner/migrations ] || ln -s ../migrations hsd_planner/migrations
 T0=$(date +%s)
 LOG=$OUT/log.txt
 step() { echo "== [$(($(date +%s) - T0)) s] $*" | tee -a "$LOG"; }
@@ -49,42 +51,46 @@ step() { echo "== [$(($(date +%s) - T0)) s] $*" | tee -a "$LOG"; }
     nproc
 } | tee -a "$LOG"
 
-if [ "$DEVICE" = cuda ]; then
+if [ "$DEVICE" = cuda ] && [ "$TESTS_S" -gt 0 ]; then
     step tests
-    timeout "${TESTS_S:-150}" python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_cuda.py -k "${TESTS_K:-}" >/tmp/tests.txt 2>&1
+    timeout "$TESTS_S" python3 -m pytest -q -n 12 -p no:cacheprovider tests/test_cuda.py -k "${TESTS_K:-}" >/tmp/tests.txt 2>&1
     echo "tests rc=$?" >>/tmp/tests.txt
     tail -60 /tmp/tests.txt >>"$LOG"
     tail -3 /tmp/tests.txt
 fi
 
-step bench_gpu
-[ "${BENCH_S:-170}" -gt 0 ] && timeout "${BENCH_S:-170}" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --attention "${ATTENTION:-efficient}" --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/bench_gpu.err
-echo "bench_gpu rc=$?" | tee -a "$LOG"
-grep -v -i warn /tmp/bench_gpu.err | tail -20 >>"$LOG"
+if [ "$BENCH_S" -gt 0 ]; then
+    step bench_gpu
+    timeout "$BENCH_S" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --attention "${ATTENTION:-efficient}" \
+        --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/bench_gpu.err
+    echo "bench_gpu rc=$?" | tee -a "$LOG"
+    grep -v -i warn /tmp/bench_gpu.err | tail -20 >>"$LOG"
+fi
 
-step models
-python3 -m benchmarks.bench_gpu --device "$DEVICE" --save /tmp/hsd-models --tokenizer .gpu/tok --sizes "$E2E" 2>/dev/null | tee -a "$LOG"
-models=ngram
-for s in ${E2E//,/ }; do models+=",/tmp/hsd-models/$s"; done
-H="python3 -m hsd_planner"
-DB=/tmp/hsd-gpu.db
+if [ "$PROFILE_S" -gt 0 ]; then
+    step models
+    python3 -m benchmarks.bench_gpu --device "$DEVICE" --save /tmp/hsd-models --tokenizer .gpu/tok --sizes "$E2E" 2>/dev/null | tee -a "$LOG"
+    models=ngram
+    for s in ${E2E//,/ }; do models+=",/tmp/hsd-models/$s"; done
+    H="python3 -m hsd_planner"
+    DB=/tmp/hsd-gpu.db
+    step profile
+    timeout "$PROFILE_S" $H profile --engine static --device "$DEVICE" --dtype bf16 --models "$models" --prompts humaneval \
+        --max-prompts "$PROMPTS" --max-new-tokens "$NEW" --db "$DB" >>"$LOG" 2>&1
+    echo "profile rc=$?" | tee -a "$LOG"
+    step solve
+    $H solve --db "$DB" --max-new-tokens "$NEW" --t-max 16 >>"$LOG" 2>&1
+    echo "solve rc=$?" | tee -a "$LOG"
+    step validate
+    timeout "$VALIDATE_S" $H validate --db "$DB" --candidates top-k --prompts humaneval --max-prompts 4 --max-new-tokens "$NEW" \
+        --repeats 2 --json >"$OUT/validate.json" 2>>"$LOG"
+    echo "validate rc=$?" | tee -a "$LOG"
+    cp "$DB" "$OUT/e2e.db" 2>/dev/null
+fi
 
-step profile
-timeout "${PROFILE_S:-120}" $H profile --engine static --device "$DEVICE" --dtype bf16 --models "$models" --prompts humaneval \
-    --max-prompts "$PROMPTS" --max-new-tokens "$NEW" --db "$DB" >>"$LOG" 2>&1
-echo "profile rc=$?" | tee -a "$LOG"
-step solve
-$H solve --db "$DB" --max-new-tokens "$NEW" --t-max 16 >>"$LOG" 2>&1
-echo "solve rc=$?" | tee -a "$LOG"
-step validate
-timeout "${VALIDATE_S:-100}" $H validate --db "$DB" --candidates top-k --prompts humaneval --max-prompts 4 --max-new-tokens "$NEW" \
-    --repeats 2 --json >"$OUT/validate.json" 2>>"$LOG"
-echo "validate rc=$?" | tee -a "$LOG"
-cp "$DB" "$OUT/e2e.db" 2>/dev/null
-
-if [ "$DEVICE" = cuda ] && [ "${COMPILE_S:-110}" -gt 0 ]; then
+if [ "$DEVICE" = cuda ] && [ "$COMPILE_S" -gt 0 ]; then
     step compiled
-    timeout "${COMPILE_S:-110}" python3 -m benchmarks.bench_gpu --device cuda --sizes q15 --grid 1 --contexts 256 --repeats 3 --compile q15 \
+    timeout "$COMPILE_S" python3 -m benchmarks.bench_gpu --device cuda --sizes q15 --grid 1 --contexts 256 --repeats 3 --compile q15 \
         --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/compiled.err
     echo "compiled rc=$?" | tee -a "$LOG"
     grep -v -i warn /tmp/compiled.err | tail -20 >>"$LOG"
