@@ -277,7 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--contexts", default="256,1024")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--attention", default="efficient", help="SDPA backends of the static engine's passes to time, the first one in full")
+    ap.add_argument(
+        "--attention",
+        default="cudnn",
+        help="SDPA backends of the static engine's passes to time, the first one in full (cudnn: the engine's in bf16)",
+    )
     ap.add_argument("--compile", default="", help="shapes to time with transformers' static cache + torch.compile (slow to compile)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--save", type=Path, help="write each shape as a random-weight model folder under this folder, then stop")

@@ -214,8 +214,8 @@ def test_static_engine_graph_passes_equal_its_eager_passes():
 
 
 def test_profile_solve_validate_on_the_static_engine_on_cuda(tiny_dirs, tmp_path):
-    """``--engine static`` on CUDA stores the graphs' kernels, ``solve`` finds that latency as this
-    machine's, and ``validate`` runs the pick there."""
+    """``--engine static`` on CUDA in bf16 stores the graphs' kernels with cuDNN's attention,
+    ``solve`` finds that latency as this machine's, and ``validate`` runs the pick there."""
     import sqlite3
 
     from hsd_planner.cli import cli
@@ -230,24 +230,39 @@ def test_profile_solve_validate_on_the_static_engine_on_cuda(tiny_dirs, tmp_path
         return result.output
 
     chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
-    fast = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--db", db]
+    fast = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--dtype", "bf16", "--db", db]
     run("profile", "--engine", "static", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--device", "cuda", *fast)
     solved = json.loads(run("solve", "--t-max", "4", "--db", db, "--json"))
     assert solved["plans"]
     report = json.loads(
-        run("validate", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 8, "--device", "cuda", "--db", db, "--json")
+        run(
+            "validate",
+            "--prompts",
+            prompts,
+            "--max-prompts",
+            2,
+            "--max-new-tokens",
+            8,
+            "--device",
+            "cuda",
+            "--dtype",
+            "bf16",
+            "--db",
+            db,
+            "--json",
+        )
     )
     assert all(p["measured_ms_per_token"] > 0 for p in report["plans"])
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-graphs-efficient"
+        assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-graphs-cudnn"
 
 
-@pytest.mark.parametrize("attention", ["efficient", "math", "cudnn"])
+@pytest.mark.parametrize("attention", ["efficient", "math", "cudnn", None])
 def test_static_engine_attention_backends_in_bf16(attention):
     """Each SDPA backend the static engine can run on CUDA, in bf16 (cuDNN's kernel takes no fp32),
-    head dim 64: its graph passes give the memory-efficient kernel's logits to bf16 rounding, and a
-    hierarchy on it decodes the target's own greedy tokens on it (distributions sharpened, so no
-    near-tie decides a token)."""
+    head dim 64, and the default (None: cuDNN's in bf16): its graph passes give the
+    memory-efficient kernel's logits to bf16 rounding, and a hierarchy on it decodes the target's
+    own greedy tokens on it (distributions sharpened, so no near-tie decides a token)."""
     from hsd_runtime.decoding.cache import CachedModel
     from hsd_runtime.decoding.results import LevelStats
 

@@ -181,6 +181,22 @@ def test_refusals_are_one_line():
         cache.feed(list(range(3, 23)), 0, 1)
 
 
+def test_the_attention_backend_and_its_kernels_name_follow_device_and_dtype():
+    """cuDNN's attention for bf16 and fp16 on CUDA, the memory-efficient kernel for fp32 (which
+    cuDNN's does not take); the hardware key names the backend a profile's passes ran on, and an
+    unknown backend is a one-line refusal."""
+    from hsd_runtime.models.static_engine import default_attention, static_kernels
+
+    gpu, cpu = torch.device("cuda", 0), torch.device("cpu")
+    assert [default_attention(gpu, d) for d in (torch.bfloat16, torch.float16, torch.float32)] == ["cudnn", "cudnn", "efficient"]
+    assert static_kernels(gpu, dtype=torch.bfloat16) == "static-graphs-cudnn"
+    assert static_kernels(gpu) == "static-graphs-efficient"
+    assert static_kernels(cpu, True, torch.bfloat16) == "static-eager-prepacked"
+    assert StaticModel(TARGET, "t").backend == "efficient"  # the CPU: no backend choice applies
+    with pytest.raises(ModelSpecError, match="no attention backend 'flash'"):
+        StaticModel(TARGET, "t", attention="flash")
+
+
 def test_random_weights_are_timed_and_never_compared(tmp_path):
     """``weights=random``: the config's shape with random weights (no checkpoint read), timed by
     ``profile`` on any engine and left out of every acceptance pair."""

@@ -61,7 +61,7 @@ fi
 
 if [ "$BENCH_S" -gt 0 ]; then
     step bench_gpu
-    timeout "$BENCH_S" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --attention "${ATTENTION:-efficient}" \
+    timeout "$BENCH_S" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --attention "${ATTENTION:-cudnn}" \
         --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/bench_gpu.err
     echo "bench_gpu rc=$?" | tee -a "$LOG"
     grep -v -i warn /tmp/bench_gpu.err | tail -20 >>"$LOG"

@@ -57,11 +57,12 @@ def detect_hardware(device: torch.device, kernels: str = "plain") -> HardwareRec
 def this_machine() -> list[str]:
     """The fingerprints a profile taken here could carry: the CPU's with prepacked, plain,
     llama.cpp's (of the binding version this install builds) and the static engine's kernels, and
-    each CUDA device's with the torch engine's and the static engine's."""
+    each CUDA device's with the torch engine's and the static engine's (for fp32 and for bf16/fp16,
+    whose attention backends differ)."""
     cpu = torch.device("cpu")
     kernels = ("prepacked", "plain", f"llamacpp-{LLAMA_CPP_PYTHON}", static_kernels(cpu, True), static_kernels(cpu))
     cuda = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     return [
         *(detect_hardware(cpu, k).fingerprint for k in kernels),
-        *(detect_hardware(d, k).fingerprint for d in cuda for k in ("plain", static_kernels(d))),
+        *(detect_hardware(d, k).fingerprint for d in cuda for k in ("plain", static_kernels(d), static_kernels(d, dtype=torch.bfloat16))),
     ]

@@ -136,12 +136,14 @@ class ModelLoader:
         profile taken with them is stored as plain). A model whose own ``dtype=`` cannot be packed
         runs plain inside a prepacked loader. A loader whose engine is llama.cpp runs llama.cpp's
         kernels: ``llamacpp-VERSION``, the binding's version. The static engine's name its graphs
-        and attention backend (:func:`~.static_engine.static_kernels`).
+        and attention backend (:func:`~.static_engine.static_kernels`) for the loader's dtype; a
+        model whose own ``dtype=`` differs may run another backend inside it, as an unpackable
+        dtype runs plain inside a prepacked loader.
         """
         if self.engine == "llamacpp":
             return f"llamacpp-{LLAMA_CPP_PYTHON}"
         if self.engine == "static":
-            return static_kernels(self.device, self.packs)
+            return static_kernels(self.device, self.packs, resolve_dtype(self.default_dtype))
         return "prepacked" if self.packs else "plain"
 
     @property

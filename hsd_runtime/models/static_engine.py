@@ -24,6 +24,7 @@ trimmed views, which are called module by module. Other architectures are refuse
 
 from __future__ import annotations
 
+import inspect
 import weakref
 from contextlib import nullcontext
 from typing import Any, Literal, NoReturn
@@ -37,7 +38,7 @@ from .engine import TreeFeed, hidden_refusal, rows_refusal
 from .output import activation_dtype, additive_mask, apply_output_layer
 from .torch_engine import tree_allowed
 
-__all__ = ["ARCHITECTURES", "ATTENTION", "DEFAULT_STATIC_CTX", "StaticCache", "StaticModel", "static_kernels"]
+__all__ = ["ARCHITECTURES", "ATTENTION", "DEFAULT_STATIC_CTX", "StaticCache", "StaticModel", "default_attention", "static_kernels"]
 
 ARCHITECTURES = ("llama", "qwen2")  # decoders whose layer this module's forward reproduces
 DEFAULT_STATIC_CTX = 4096  # cells of a cache whose caller names none (as llama.cpp's contexts)
@@ -45,18 +46,39 @@ MARGIN = 16  # scratch slots after the cells: warm-up and capture write there; k
 CHUNK = 64  # the widest pass captured as one graph: longer feeds (prefills) go in chunks of it
 
 
-# SDPA backends a CUDA pass may run on, by name (they take a mask: not flash); the loader's models
-# run the memory-efficient one, the name their profiles' kernels carry
+# SDPA backends a CUDA pass may run on, by name (they take a mask: not flash). cuDNN's is the
+# fastest on an H200 at every pass and buffer size measured, but takes bf16 and fp16 only; a pass
+# it refuses (a head size it has no kernel for) falls back to the memory-efficient one
 _SDPA = {"efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH, "cudnn": SDPBackend.CUDNN_ATTENTION}
 ATTENTION = tuple(_SDPA)
+_HALF = (torch.bfloat16, torch.float16)
 
 
-def static_kernels(device: torch.device, prepacked: bool = False) -> str:
-    """The kernels name of the static engine on ``device``: ``static-graphs-efficient`` on CUDA
-    (CUDA graphs, memory-efficient SDPA), ``static-eager`` or ``static-eager-prepacked`` on the CPU."""
+def default_attention(device: torch.device, dtype: torch.dtype) -> str:
+    """The SDPA backend a static model runs on ``device`` with activations in ``dtype`` unless told
+    otherwise: ``cudnn`` for bf16 and fp16 on CUDA, ``efficient`` elsewhere (no backend choice
+    applies on the CPU)."""
+    return "cudnn" if device.type == "cuda" and dtype in _HALF else "efficient"
+
+
+def static_kernels(device: torch.device, prepacked: bool = False, dtype: torch.dtype = torch.float32) -> str:
+    """The kernels name of the static engine on ``device`` for models in ``dtype``:
+    ``static-graphs-<attention>`` on CUDA (CUDA graphs and :func:`default_attention`'s SDPA
+    backend), ``static-eager`` or ``static-eager-prepacked`` on the CPU."""
     if device.type == "cuda":
-        return "static-graphs-efficient"
+        return f"static-graphs-{default_attention(device, dtype)}"
     return "static-eager-prepacked" if prepacked else "static-eager"
+
+
+def _sdpa_context(backend: str) -> Any:
+    """The context that runs SDPA on ``backend``; cuDNN's with the memory-efficient kernel behind
+    it for what it refuses (ordered where this torch can order them: 2.6 and newer)."""
+    if backend != "cudnn":
+        return sdpa_kernel([_SDPA[backend]])
+    both = [_SDPA["cudnn"], _SDPA["efficient"]]
+    if "set_priority" in inspect.signature(sdpa_kernel).parameters:
+        return sdpa_kernel(both, set_priority=True)
+    return sdpa_kernel(both)
 
 
 def _architecture_refusal(model: Any) -> str | None:
@@ -81,9 +103,9 @@ class StaticModel:
         graphs: capture and replay CUDA graphs (None: on CUDA devices).
         chunk: the widest pass; a longer feed (a prefill) runs in passes of at most this many
             tokens, each shape one graph (None: :data:`CHUNK` with graphs, unbounded without).
-        attention: the SDPA backend of a pass on CUDA, one of :data:`ATTENTION` (another than
-            ``efficient`` is for timing it: the loader's models and their profiles' kernels name
-            the memory-efficient one).
+        attention: the SDPA backend of a pass on CUDA, one of :data:`ATTENTION` (None:
+            :func:`default_attention` for the model's device and activations, the backend its
+            profiles' kernels name; another is for timing it).
 
     It is an :class:`~hsd_runtime.models.engine.EngineModel`.
     """
@@ -98,14 +120,13 @@ class StaticModel:
         n_ctx: int = DEFAULT_STATIC_CTX,
         graphs: bool | None = None,
         chunk: int | None = None,
-        attention: str = "efficient",
+        attention: str | None = None,
     ) -> None:
         refusal = _architecture_refusal(model)
         if refusal is not None:
             raise ModelSpecError(f"{name}: {refusal}")
-        if attention not in ATTENTION:
+        if attention is not None and attention not in ATTENTION:
             raise ModelSpecError(f"{name}: no attention backend {attention!r} (one of {', '.join(ATTENTION)})")
-        self.backend = _SDPA[attention]
         self.model = model
         self.name = name
         self.decoder: Any = getattr(model, model.base_model_prefix)
@@ -116,6 +137,7 @@ class StaticModel:
         self.device = next(model.parameters()).device
         # the activations' dtype: the cache's and the mask's (an int8 copy computes in fp32)
         self.dtype = activation_dtype(model)
+        self.backend = attention or default_attention(self.device, self.dtype)
         self.n_vocab = int(model.get_output_embeddings().out_features)
         limit = getattr(cfg, "max_position_embeddings", None)
         self.n_ctx = min(n_ctx, limit) if isinstance(limit, int) else n_ctx
@@ -200,7 +222,7 @@ class StaticModel:
         """The SDPA backend every pass runs on (the context to run it in)."""
         if self.device.type != "cuda":
             return nullcontext()
-        return sdpa_kernel([self.backend])
+        return _sdpa_context(self.backend)
 
     def __repr__(self) -> str:
         return self.name
