@@ -409,6 +409,40 @@ def test_an_ngram_mod_lookup_is_exported_to_llama_server_alone(isolated_db):
     assert "ngram:rule=ngram-mod" in (unloadable("ngram", True, stack_for("llamacpp")) or "")
 
 
+@pytest.mark.parametrize("mod", ["ngram:n=2:rule=ngram-mod:nmin=3", "ngram:n=2:rule=llama-server+ngram-mod:nmatch=3"])
+@pytest.mark.parametrize("alpha", [0.605, 0.8], ids=["tied", "ahead"])
+def test_a_plan_without_ngram_mod_predicted_within_the_tie_goes_to_llama_server(isolated_db, mod, alpha):
+    """llama-server shares ngram-mod's table across its requests, which a per-request price does not
+    hold: where the best plan without it is predicted within SHARED_STATE_TIE of an ngram-mod pick,
+    that plan is exported, saying why, and is the plan document's llama.cpp entry; a pick ahead by
+    more stays, with its caveat."""
+    from hsd_planner.export.exporter import SHARED_STATE_TIE, plan_document
+    from hsd_planner.store.plans import load_plan
+
+    simple = "ngram:n=2:rule=llama-server"
+    models = {"big": MODELS["big"], mod: (0, 0.05, 0.0), simple: (0, 0.05, 0.0)}
+    db = open_db(str(isolated_db))
+    _store_profile(db, models, {(mod, "big"): alpha, (simple, "big"): 0.6})
+    plans = solve_and_store(db, config=SolveConfig(t_max=6, max_depth=1, top_k=8)).plans
+    pick = plans[0]
+    assert pick.plan.chain[0] == mod
+    best_simple = min((p.plan for p in plans if p.plan.chain[0] == simple), key=lambda p: p.prediction.ms_per_token)
+    slower = best_simple.prediction.ms_per_token / pick.plan.prediction.ms_per_token - 1
+    out = _exported(pick.id, "llamacpp")
+    llamacpp = next(s for s in plan_document(load_plan(db, pick.id)).stacks if s.stack == "llama.cpp server")
+    if alpha < 0.7:
+        assert 0 < slower < SHARED_STATE_TIE
+        assert out["exported"]["chain"][0] == simple and out["exported"]["widths"] == list(best_simple.widths)
+        assert out["payload"]["server_args"][:2] == ["--spec-type", "ngram-simple"] and out["caveat"] == []
+        assert len(out["restriction"]) == 1 and "shares the ngram-mod table" in out["restriction"][0]
+        assert f"within {100 * slower:.1f} %" in out["restriction"][0]
+        assert llamacpp.chain[0] == simple
+    else:
+        assert slower > SHARED_STATE_TIE
+        assert out["exported"]["chain"][0] == mod and out["restriction"] == [] and len(out["caveat"]) == 1
+        assert llamacpp.chain[0] == mod
+
+
 @pytest.mark.parametrize("name", ["ngram:n=2:rule=ngram-map-k", "ngram:n=3:rule=ngram-map-k4v:hits=2"])
 def test_an_ngram_map_lookup_is_exported_to_no_stack(isolated_db, name):
     """ngram:rule=ngram-map-k(4v) runs on hsd-plan's engines as llama-server's first request on a

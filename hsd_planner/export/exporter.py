@@ -9,7 +9,7 @@ from hsd_runtime.terms.shape import TreeShape
 from hsd_runtime.terms.spec import parse_spec
 
 from ..errors import ExportError
-from ..plan import Plan, widths_to_json
+from ..plan import Plan, format_chain, widths_to_json
 from ..plan.batch import ScheduleRange, schedule_of
 from ..store import Engine
 from ..store.plans import SolvedPlan, load_plan
@@ -145,15 +145,40 @@ def _caveat(plan: Plan, stack: Stack) -> list[str]:
     ]
 
 
+# how much slower a plan whose price holds on llama-server may be predicted than one drafting with
+# ngram-mod, whose price does not, and still be exported in its place: predictions this close are
+# a tie to what a validation can tell (its regret goal)
+SHARED_STATE_TIE = 0.02
+
+
 def _for_stack(stored: SolvedPlan, stack: Stack) -> tuple[Plan, list[str]]:
-    """The plan ``stack`` runs (the pick, or the restricted optimum) and why it is not the pick."""
-    reasons = restrictions(stored.profile, stored.plan, stack)
-    if not reasons:
-        return stored.plan, []
+    """The plan ``stack`` runs (the pick, or the restricted optimum) and why it is not the pick.
+
+    On llama-server a plan drafting with ``ngram-mod`` (alone or after ``ngram-simple``) walks one
+    table for all the server's requests, which its per-request price does not hold (:func:`_caveat`);
+    the best plan without ``ngram-mod`` is exported instead where it is predicted within
+    :data:`SHARED_STATE_TIE` of it.
+    """
     solve = stored.solve
-    plan = restricted_solve(
-        stored.profile, stack, solve.t_max, solve.acceptance_model, stored.contexts, solve.max_depth, solve.max_new_tokens
-    )
+
+    def best(avoid: Sequence[str] = ()) -> Plan:
+        return restricted_solve(
+            stored.profile, stack, solve.t_max, solve.acceptance_model, stored.contexts, solve.max_depth, solve.max_new_tokens, avoid
+        )
+
+    reasons = restrictions(stored.profile, stored.plan, stack)
+    plan = best() if reasons else stored.plan
+    if _caveat(plan, stack):
+        mod = [m.name for m in stored.profile.models if m.lookup and parse_spec(m.name).walks_mod]
+        other = best(mod)
+        if other.prediction.ms_per_token <= plan.prediction.ms_per_token * (1 + SHARED_STATE_TIE):
+            slower = other.prediction.ms_per_token / plan.prediction.ms_per_token - 1
+            reasons = [
+                *reasons,
+                f"it shares the ngram-mod table of {plan.chain[0]} across its requests, which that plan's price does not "
+                f"hold, and {format_chain(other.chain, other.widths)} is predicted within {100 * slower:.1f} % of it",
+            ]
+            plan = other
     return plan, reasons
 
 

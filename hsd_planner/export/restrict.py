@@ -79,12 +79,14 @@ def restricted_solve(
     contexts: int | Sequence[int],
     max_depth: int | None = None,
     max_new_tokens: int | None = None,
+    avoid: Sequence[str] = (),
 ) -> Plan:
     """The latency-optimal plan for ``profile.target`` among those ``stack`` can express: at most
     its drafter levels (and ``max_depth``), chains only unless it drafts trees, drafters it can
-    load; autoregressive decoding when no such drafter was profiled against the target."""
+    load and ``avoid`` does not name; autoregressive decoding when no such drafter was profiled
+    against the target."""
     target = profile.target
-    usable = [m.name for m in profile.models if m.name != target and unloadable(m.name, m.lookup, stack) is None]
+    usable = [m.name for m in profile.models if m.name != target and m.name not in avoid and unloadable(m.name, m.lookup, stack) is None]
     exclude = [m.name for m in profile.models if m.name != target and m.name not in usable]
     depth = stack.max_depth if max_depth is None else min(stack.max_depth, max_depth)
     pairs = profile.pairs(acceptance)
