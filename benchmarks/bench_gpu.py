@@ -7,6 +7,7 @@ tokenizer or network needed. For each shape:
 - the floor: the weights' bytes at the card's measured copy bandwidth;
 - c(n), one pass of n new tokens after a context of L, for n = 1..64 and L = 256, 1024: the static
   engine with CUDA graphs, the static engine eager, transformers eager (``DynamicCache``);
+- with ``--gaps``, c(1) and c(5) after a given host work before each pass (net of it);
 - greedy decoding, ms/token over 128 new tokens: the static engine (graphs), the torch engine
   (transformers over a ``DynamicCache``), and with ``--compile`` transformers' static cache +
   ``torch.compile`` (what users run instead);
@@ -20,6 +21,7 @@ the best single drafter. Output: one JSON object per line on stdout and in ``--o
     python -m benchmarks.bench_gpu --device cpu --sizes tiny --grid 1,4 --contexts 32   # the logic, on a CPU
     python -m benchmarks.bench_gpu --save /tmp/m --tokenizer TOKDIR --sizes q05,q15     # model folders for the CLI
     python -m benchmarks.bench_gpu --device cpu --count-ops --sizes q05,q15                # kernels a pass launches
+    python -m benchmarks.bench_gpu --sizes q15 --grid 1 --contexts 256 --gaps 0,0.1,0.2,0.5  # passes after host work
 
 ``--save`` writes each shape's random weights (bf16) as a model folder with a Qwen2.5 tokenizer's
 files, so ``hsd-plan profile/solve/validate --engine static`` run on them like on any model: the
@@ -161,6 +163,32 @@ def median_ms(fn: Any, device: torch.device, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def gap_curve(model: Any, gaps: list[float], context: int, repeats: int, ns: tuple[int, ...] = (1, 5)) -> dict[str, dict[int, float]]:
+    """c(n) of the static engine when each pass follows ``g`` ms of host work (a busy wait, as a
+    lookup's drafting or a round's bookkeeping is), net of that work: whether a GPU left idle
+    between passes runs the next one slower than passes back to back."""
+    from hsd_runtime.models.static_engine import StaticModel
+
+    static = StaticModel(model, "bench", n_ctx=context + max(ns) + 16)
+    gen = torch.Generator().manual_seed(0)
+    cache = static.open_cache(static.n_vocab, context + max(ns) + 1)
+    cache.feed(torch.randint(0, 1000, (context,), generator=gen).tolist(), 0, 1)
+    out: dict[str, dict[int, float]] = {}
+    for gap in gaps:
+        out[str(gap)] = {}
+        for n in ns:
+            new = torch.randint(0, 1000, (n,), generator=gen).tolist()
+
+            def one(new: list[int] = new, n: int = n, gap: float = gap) -> None:
+                end = time.perf_counter() + gap / 1000
+                while time.perf_counter() < end:
+                    pass
+                cache.feed(new, context, n)
+
+            out[str(gap)][n] = round(median_ms(one, static.device, repeats) - gap, 3)
+    return out
+
+
 def static_curve(
     model: Any, graphs: bool, grid: list[int], contexts: list[int], repeats: int, attention: str = "efficient"
 ) -> dict[int, dict[int, float]]:
@@ -294,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path)
     ap.add_argument("--save", type=Path, help="write each shape as a random-weight model folder under this folder, then stop")
     ap.add_argument("--tokenizer", type=Path, help="with --save: a folder holding a Qwen2.5 tokenizer's files")
+    ap.add_argument("--gaps", default="", help="ms of host work before each pass to time c(1) and c(5) after (e.g. 0,0.1,0.2,0.5)")
     ap.add_argument("--count-ops", action="store_true", help="count the compute operators of one pass of each shape, then stop")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -329,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         first = args.attention.split(",")[0]
         static_curves[shape] = static_curve(model, graphs, grid, contexts, args.repeats, first)
         rec["static"] = static_curves[shape]
+        if args.gaps:
+            rec["after_gap"] = gap_curve(model, [float(g) for g in args.gaps.split(",")], contexts[0], args.repeats)
         few = [n for n in grid if n in (1, 8, 32)] or grid[:1]
         if graphs:
             rec["static_eager"] = static_curve(model, False, few, contexts[:1], 5)

@@ -10,7 +10,7 @@
 #   4. transformers' static cache + torch.compile greedy on the 1.5B shape (what users run instead).
 # Each step has its own time limit (TESTS_S, BENCH_S, PROFILE_S for step 3, COMPILE_S; 0 skips the
 # step) and writes into $OUT (log.txt, gpu.jsonl, validate.json, e2e.db), so a cut run still returns
-# what it did. bench_gpu alone: TESTS_S=0 PROFILE_S=0 COMPILE_S=0.
+# what it did. bench_gpu alone: TESTS_S=0 PROFILE_S=0 COMPILE_S=0 (BENCH_ARGS: more bench_gpu options).
 #
 # Prepare once, in the repository root, on a machine with pip (only what the GPU image lacks):
 #   mkdir -p .gpu/whl .gpu/tok && echo /.gpu/ >> .git/info/exclude
@@ -61,7 +61,7 @@ fi
 
 if [ "$BENCH_S" -gt 0 ]; then
     step bench_gpu
-    timeout "$BENCH_S" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --attention "${ATTENTION:-cudnn}" \
+    timeout "$BENCH_S" python3 -m benchmarks.bench_gpu --device "$DEVICE" --sizes "$SIZES" --attention "${ATTENTION:-cudnn}" ${BENCH_ARGS:-} \
         --out "$OUT/gpu.jsonl" >/dev/null 2>/tmp/bench_gpu.err
     echo "bench_gpu rc=$?" | tee -a "$LOG"
     grep -v -i warn /tmp/bench_gpu.err | tail -20 >>"$LOG"
