@@ -230,28 +230,12 @@ def test_profile_solve_validate_on_the_static_engine_on_cuda(tiny_dirs, tmp_path
         return result.output
 
     chain = f"ngram,{tiny_dirs['draft']},{tiny_dirs['target']}"
-    fast = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6", "--dtype", "bf16", "--db", db]
-    run("profile", "--engine", "static", "--models", chain, "--prompts", prompts, "--max-prompts", 4, "--device", "cuda", *fast)
+    here = ["--device", "cuda", "--dtype", "bf16", "--db", db]
+    fast = ["--latency-grid", "1,2,4,8", "--context-lens", "8,32", "--repeats", "1", "--max-new-tokens", "6"]
+    run("profile", "--engine", "static", "--models", chain, "--prompts", prompts, "--max-prompts", 4, *fast, *here)
     solved = json.loads(run("solve", "--t-max", "4", "--db", db, "--json"))
     assert solved["plans"]
-    report = json.loads(
-        run(
-            "validate",
-            "--prompts",
-            prompts,
-            "--max-prompts",
-            2,
-            "--max-new-tokens",
-            8,
-            "--device",
-            "cuda",
-            "--dtype",
-            "bf16",
-            "--db",
-            db,
-            "--json",
-        )
-    )
+    report = json.loads(run("validate", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 8, *here, "--json"))
     assert all(p["measured_ms_per_token"] > 0 for p in report["plans"])
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT kernels FROM hardware").fetchone()[0] == "static-graphs-cudnn"
