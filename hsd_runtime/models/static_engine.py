@@ -70,15 +70,14 @@ def static_kernels(device: torch.device, prepacked: bool = False, dtype: torch.d
     return "static-eager-prepacked" if prepacked else "static-eager"
 
 
-def _sdpa_context(backend: str) -> Any:
-    """The context that runs SDPA on ``backend``; cuDNN's with the memory-efficient kernel behind
-    it for what it refuses (ordered where this torch can order them: 2.6 and newer)."""
-    if backend != "cudnn":
-        return sdpa_kernel([_SDPA[backend]])
-    both = [_SDPA["cudnn"], _SDPA["efficient"]]
-    if "set_priority" in inspect.signature(sdpa_kernel).parameters:
-        return sdpa_kernel(both, set_priority=True)
-    return sdpa_kernel(both)
+def _sdpa_backends(backend: str) -> list[SDPBackend]:
+    """The SDPA backends a pass on ``backend`` may run on, in order: cuDNN's with the
+    memory-efficient kernel behind it for what it refuses."""
+    return [_SDPA["cudnn"], _SDPA["efficient"]] if backend == "cudnn" else [_SDPA[backend]]
+
+
+# sdpa_kernel takes its backends in order of priority from torch 2.6 (before, it dispatches by its own)
+_PRIORITY = {"set_priority": True} if "set_priority" in inspect.signature(sdpa_kernel).parameters else {}
 
 
 def _architecture_refusal(model: Any) -> str | None:
@@ -138,6 +137,7 @@ class StaticModel:
         # the activations' dtype: the cache's and the mask's (an int8 copy computes in fp32)
         self.dtype = activation_dtype(model)
         self.backend = attention or default_attention(self.device, self.dtype)
+        self._sdpa = _sdpa_backends(self.backend)
         self.n_vocab = int(model.get_output_embeddings().out_features)
         limit = getattr(cfg, "max_position_embeddings", None)
         self.n_ctx = min(n_ctx, limit) if isinstance(limit, int) else n_ctx
@@ -222,7 +222,7 @@ class StaticModel:
         """The SDPA backend every pass runs on (the context to run it in)."""
         if self.device.type != "cuda":
             return nullcontext()
-        return _sdpa_context(self.backend)
+        return sdpa_kernel(self._sdpa, **_PRIORITY)
 
     def __repr__(self) -> str:
         return self.name
