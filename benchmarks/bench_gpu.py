@@ -9,8 +9,10 @@ tokenizer or network needed. For each shape:
   engine with CUDA graphs, the static engine eager, transformers eager (``DynamicCache``);
 - with ``--gaps``, c(1) and c(5) after a given host work before each pass (net of it);
 - greedy decoding, ms/token over 128 new tokens: the static engine (graphs), the torch engine
-  (transformers over a ``DynamicCache``), and with ``--compile`` transformers' static cache +
-  ``torch.compile`` (what users run instead);
+  (transformers over a ``DynamicCache``), and with ``--compile`` transformers' own ``generate``
+  over its static cache, which it compiles on CUDA (what users run instead);
+- with ``--rounds`` (alone): a lookup plan's target passes against the target's alone, host and
+  device time apart;
 
 then the planner on the GPU: the curves above with the acceptance of the shipped Qwen2.5-Coder
 profile (the same weights' acceptance, measured on a CPU: it does not depend on the machine), the
@@ -22,6 +24,7 @@ the best single drafter. Output: one JSON object per line on stdout and in ``--o
     python -m benchmarks.bench_gpu --save /tmp/m --tokenizer TOKDIR --sizes q05,q15     # model folders for the CLI
     python -m benchmarks.bench_gpu --device cpu --count-ops --sizes q05,q15                # kernels a pass launches
     python -m benchmarks.bench_gpu --sizes q15 --grid 1 --contexts 256 --gaps 0,0.1,0.2,0.5  # passes after host work
+    python -m benchmarks.bench_gpu --sizes q15 --rounds --repeats 5                         # a lookup plan's target passes
 
 ``--save`` writes each shape's random weights (bf16) as a model folder with a Qwen2.5 tokenizer's
 files, so ``hsd-plan profile/solve/validate --engine static`` run on them like on any model: the
@@ -247,29 +250,136 @@ def greedy_ms(members: list[Any], new: int, prompt_len: int = 64) -> float:
     return 1000 * (time.perf_counter() - t0) / max(1, len(result.tokens))
 
 
-def compiled_greedy_ms(model: Any, new: int, prompt_len: int = 64) -> float:
-    """transformers' own static cache + ``torch.compile`` (reduce-overhead: CUDA graphs), greedy."""
+def compiled_greedy_ms(model: Any, new: int, prompt_len: int = 64) -> dict[str, float]:
+    """transformers' own greedy ``generate`` over its static cache, as its docs advise for speed: on
+    CUDA, ``generate`` compiles the model's forward itself (``torch.compile``, reduce-overhead:
+    CUDA graphs); ms/token of the third run (the first compiles, the second captures), beside the
+    same ``generate`` with compilation turned off."""
     from transformers import GenerationConfig
 
     device = next(model.parameters()).device
-    compiled = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        # a step's graph outputs are overwritten by the next replay: generate copies the logits it
-        # reads, and the static cache lives outside the graph
-        torch.compiler.cudagraph_mark_step_begin()
-        return compiled(*args, **kwargs)
-
-    model.forward = forward
     ids = torch.randint(0, 1000, (1, prompt_len), device=device)
-    config = GenerationConfig(max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static", pad_token_id=0)
-    for _ in range(2):  # compilation, then the graphs' capture
+    out: dict[str, float] = {}
+    for label, off in (("compiled", False), ("uncompiled", True)):
+        config = GenerationConfig(
+            max_new_tokens=new, min_new_tokens=new, do_sample=False, cache_implementation="static", pad_token_id=0, disable_compile=off
+        )
+        for _ in range(2):
+            model.generate(ids, generation_config=config)
+        sync(device)
+        t0 = time.perf_counter()
         model.generate(ids, generation_config=config)
-    sync(device)
-    t0 = time.perf_counter()
-    model.generate(ids, generation_config=config)
-    sync(device)
-    return 1000 * (time.perf_counter() - t0) / new
+        sync(device)
+        out[label] = round(1000 * (time.perf_counter() - t0) / new, 3)
+    return out
+
+
+class _PassClock:
+    """Times every pass of a static model's caches while installed: its shape (tokens, every row
+    or the last), its wall time on the host and its time on the device (CUDA events around it)."""
+
+    def __init__(self) -> None:
+        from hsd_runtime.models.static_engine import StaticCache
+
+        self.cls, self.original = StaticCache, StaticCache._pass
+        self.passes: list[tuple[int, bool, float, Any]] = []
+        clock = self
+
+        def timed(cache: Any, tokens: list[int], positions: list[int], slots: list[int], blocked: Any, every_row: bool) -> Any:
+            events = None
+            if cache.device.type == "cuda":
+                events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.perf_counter()
+            if events:
+                events[0].record()
+            out = clock.original(cache, tokens, positions, slots, blocked, every_row)
+            if events:
+                events[1].record()
+                events[1].synchronize()
+            clock.passes.append((len(tokens), every_row, time.perf_counter() - t0, events))
+            return out
+
+        StaticCache._pass = timed  # type: ignore[method-assign]
+
+    def take(self) -> list[tuple[int, bool, float, float]]:
+        """The passes since the last call: (tokens, every row, host ms, device ms; the host's off CUDA)."""
+        got = [(n, every, 1000 * wall, ev[0].elapsed_time(ev[1]) if ev else 1000 * wall) for n, every, wall, ev in self.passes]
+        self.passes = []
+        return got
+
+    def remove(self) -> None:
+        self.cls._pass = self.original  # type: ignore[method-assign]
+
+
+def round_costs(shape: str, device: torch.device, new: int, repeats: int, prompt_len: int = 160) -> dict[str, Any]:
+    """What a lookup plan's target does that its passes alone do not: greedy decoding of ``shape``
+    on the static engine (CUDA graphs, bf16) alone, under ``ngram[4]``, and under the same lookup
+    made to propose nothing (its host work, then one-token passes), the three in turn over the
+    same prompts (random tokens, and a block repeated, on which the lookup drafts), their order
+    rotated each repeat. Per plan: the target's one-token passes, median host and device ms, its
+    verification passes, the lookup's ms a round, ms/token of the decode (the prefill left out)."""
+    from hsd_runtime import Hierarchy
+    from hsd_runtime.decoding.cache import CachePool
+    from hsd_runtime.decoding.drafters import Proposal
+    from hsd_runtime.decoding.ngram import NgramDrafter
+    from hsd_runtime.models.static_engine import StaticModel
+
+    class Silent(NgramDrafter):
+        """The lookup's work each round, then nothing proposed."""
+
+        def propose(self, ctx: Any, n: int) -> list[Proposal | None]:
+            return [None if p is None else Proposal([]) for p in super().propose(ctx, n)]
+
+    model = build(shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    static = StaticModel(model, shape, n_ctx=1024)
+    gen = torch.Generator().manual_seed(2)
+    vocab = min(150000, SHAPES[shape][6])
+    block = torch.randint(0, vocab, (prompt_len // 5,), generator=gen).tolist()
+    prompts = {"random": torch.randint(0, vocab, (prompt_len,), generator=gen).tolist(), "repeated": block * 5}
+    pool = CachePool(1024)
+    plans = {
+        "alone": Hierarchy([static], [], [shape], caches=pool),
+        "ngram[4]": Hierarchy([NgramDrafter(n=3, name="ngram"), static], [4], ["ngram", shape], caches=pool),
+        "silent ngram[4]": Hierarchy([Silent(n=3, name="silent"), static], [4], ["silent", shape], caches=pool),
+    }
+    for h in plans.values():  # captures every graph a plan replays
+        for p in prompts.values():
+            h.generate(p, new)
+    clock = _PassClock()
+    runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    order = list(plans)
+    try:
+        for r in range(repeats):
+            for label in order[r % 3 :] + order[: r % 3]:
+                for kind, prompt in prompts.items():
+                    clock.take()
+                    result = plans[label].generate(prompt, new)
+                    passes = clock.take()[1:]  # the prefill's pass left out
+                    lookup = result.levels[0] if label != "alone" else None
+                    runs.setdefault((label, kind), []).append(
+                        {"passes": passes, "ms_per_token": 1000 * result.decode_s / len(result.tokens), "rounds": result.target_rounds,
+                         "lookup_ms": 0.0 if lookup is None else 1000 * lookup.time_s / max(1, lookup.forward_passes)}
+                    )  # fmt: skip
+    finally:
+        clock.remove()
+    out: dict[str, Any] = {"rounds": shape, "new_tokens": new, "repeats": repeats}
+    for (label, kind), got in runs.items():
+        ones = [p for run in got for p in run["passes"] if p[0] == 1]
+        wide = [p for run in got for p in run["passes"] if p[0] > 1]
+        out[f"{label} / {kind}"] = {
+            "one_token_passes": len(ones),
+            "one_token_host_ms": round(statistics.median(p[2] for p in ones), 3) if ones else None,
+            "one_token_device_ms": round(statistics.median(p[3] for p in ones), 3) if ones else None,
+            "one_token_host_mean_ms": round(statistics.fmean(p[2] for p in ones), 3) if ones else None,
+            "one_token_every_row": sum(p[1] for p in ones),
+            "wide_passes": len(wide),
+            "wide_host_ms": round(statistics.median(p[2] for p in wide), 3) if wide else None,
+            "wide_device_ms": round(statistics.median(p[3] for p in wide), 3) if wide else None,
+            "lookup_ms_per_round": round(statistics.median(run["lookup_ms"] for run in got), 3),
+            "rounds": statistics.median(run["rounds"] for run in got),
+            "ms_per_token": round(statistics.median(run["ms_per_token"] for run in got), 3),
+        }
+    return out
 
 
 def plan_on_gpu(curves: dict[str, dict[int, dict[int, float]]], target: str) -> dict[str, Any]:
@@ -318,14 +428,22 @@ def main(argv: list[str] | None = None) -> int:
         default="cudnn",
         help="SDPA backends of the static engine's passes to time, the first one in full (cudnn: the engine's in bf16)",
     )
-    ap.add_argument("--compile", default="", help="shapes to time with transformers' static cache + torch.compile (slow to compile)")
+    ap.add_argument(
+        "--compile", default="", help="shapes to time with transformers' generate over its static cache, compiled (slow to compile)"
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--save", type=Path, help="write each shape as a random-weight model folder under this folder, then stop")
     ap.add_argument("--tokenizer", type=Path, help="with --save: a folder holding a Qwen2.5 tokenizer's files")
     ap.add_argument("--gaps", default="", help="ms of host work before each pass to time c(1) and c(5) after (e.g. 0,0.1,0.2,0.5)")
     ap.add_argument("--count-ops", action="store_true", help="count the compute operators of one pass of each shape, then stop")
+    ap.add_argument("--rounds", action="store_true", help="time a lookup plan's target passes against the target's alone (CUDA), then stop")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
+    if args.rounds:
+        out = args.out.open("a") if args.out else None
+        for shape in args.sizes.split(","):
+            emit(round_costs(shape, device, args.new_tokens, args.repeats), out)
+        return 0
     if args.count_ops:
         for shape in args.sizes.split(","):
             emit(ops_per_pass(shape, device), None)
@@ -378,7 +496,12 @@ def main(argv: list[str] | None = None) -> int:
                 rec[f"static_{backend}"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         rec["greedy_torch_ms"] = round(greedy_ms([model], min(args.new_tokens, 32)), 3)
         if shape in args.compile.split(","):
-            rec["greedy_compiled_transformers_ms"] = round(compiled_greedy_ms(model, args.new_tokens), 3)
+            try:
+                timed = compiled_greedy_ms(model, args.new_tokens)
+                rec["greedy_compiled_transformers_ms"] = timed["compiled"]
+                rec["greedy_uncompiled_static_cache_ms"] = timed["uncompiled"]
+            except Exception as exc:  # say how it failed, keep the shape's other figures
+                rec["greedy_compiled_transformers_ms"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
         rec["total_s"] = round(time.perf_counter() - t0, 1)
         emit(rec, out)
         del model

@@ -7,7 +7,8 @@
 #   3. profile -> solve -> validate on the static engine with CUDA graphs, on random-weight
 #      Qwen2.5 0.5B and 1.5B folders and the n-gram drafter (HumanEval prompts): predicted
 #      against measured latency on the GPU;
-#   4. transformers' static cache + torch.compile greedy on the 1.5B shape (what users run instead).
+#   4. transformers' generate over its static cache, which it compiles on CUDA, greedy on the 1.5B
+#      shape (what users run instead).
 # Each step has its own time limit (TESTS_S, BENCH_S, PROFILE_S for step 3, COMPILE_S; 0 skips the
 # step) and writes into $OUT (log.txt, gpu.jsonl, validate.json, e2e.db), so a cut run still returns
 # what it did. bench_gpu alone: TESTS_S=0 PROFILE_S=0 COMPILE_S=0 (BENCH_ARGS: more bench_gpu options).
