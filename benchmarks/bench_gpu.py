@@ -311,12 +311,13 @@ class _PassClock:
         self.cls._pass = self.original  # type: ignore[method-assign]
 
 
-def round_costs(shape: str, device: torch.device, new: int, repeats: int, prompt_len: int = 160) -> dict[str, Any]:
+def round_costs(shape: str, device: torch.device, new: int, repeats: int, cells: int = 512, prompt_len: int = 160) -> dict[str, Any]:
     """What a lookup plan's target does that its passes alone do not: greedy decoding of ``shape``
     on the static engine (CUDA graphs, bf16) alone, under ``ngram[4]``, and under the same lookup
     made to propose nothing (its host work, then one-token passes), the three in turn over the
     same prompts (random tokens, and a block repeated, on which the lookup drafts), their order
-    rotated each repeat. Per plan: the target's one-token passes, median host and device ms, its
+    rotated each repeat, on caches of ``cells`` positions (512: what a validation of 128 new tokens
+    after HumanEval's prompts opens). Per plan: the target's one-token passes, median host and device ms, its
     verification passes, the lookup's ms a round, ms/token of the decode (the prefill left out)."""
     from hsd_runtime import Hierarchy
     from hsd_runtime.decoding.cache import CachePool
@@ -331,12 +332,12 @@ def round_costs(shape: str, device: torch.device, new: int, repeats: int, prompt
             return [None if p is None else Proposal([]) for p in super().propose(ctx, n)]
 
     model = build(shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    static = StaticModel(model, shape, n_ctx=1024)
+    static = StaticModel(model, shape, n_ctx=cells)
     gen = torch.Generator().manual_seed(2)
     vocab = min(150000, SHAPES[shape][6])
     block = torch.randint(0, vocab, (prompt_len // 5,), generator=gen).tolist()
     prompts = {"random": torch.randint(0, vocab, (prompt_len,), generator=gen).tolist(), "repeated": block * 5}
-    pool = CachePool(1024)
+    pool = CachePool(cells)
     plans = {
         "alone": Hierarchy([static], [], [shape], caches=pool),
         "ngram[4]": Hierarchy([NgramDrafter(n=3, name="ngram"), static], [4], ["ngram", shape], caches=pool),
@@ -362,7 +363,7 @@ def round_costs(shape: str, device: torch.device, new: int, repeats: int, prompt
                     )  # fmt: skip
     finally:
         clock.remove()
-    out: dict[str, Any] = {"rounds": shape, "new_tokens": new, "repeats": repeats}
+    out: dict[str, Any] = {"rounds": shape, "cells": cells, "new_tokens": new, "repeats": repeats}
     for (label, kind), got in runs.items():
         ones = [p for run in got for p in run["passes"] if p[0] == 1]
         wide = [p for run in got for p in run["passes"] if p[0] > 1]
@@ -436,13 +437,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokenizer", type=Path, help="with --save: a folder holding a Qwen2.5 tokenizer's files")
     ap.add_argument("--gaps", default="", help="ms of host work before each pass to time c(1) and c(5) after (e.g. 0,0.1,0.2,0.5)")
     ap.add_argument("--count-ops", action="store_true", help="count the compute operators of one pass of each shape, then stop")
-    ap.add_argument("--rounds", action="store_true", help="time a lookup plan's target passes against the target's alone (CUDA), then stop")
+    ap.add_argument("--rounds", action="store_true", help="time a lookup plan's target passes against the target's alone, then stop")
+    ap.add_argument("--cells", default="512", help="with --rounds: the positions of the plans' caches (one run each)")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     if args.rounds:
         out = args.out.open("a") if args.out else None
         for shape in args.sizes.split(","):
-            emit(round_costs(shape, device, args.new_tokens, args.repeats), out)
+            for cells in args.cells.split(","):
+                emit(round_costs(shape, device, args.new_tokens, args.repeats, int(cells)), out)
         return 0
     if args.count_ops:
         for shape in args.sizes.split(","):
