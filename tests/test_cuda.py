@@ -196,6 +196,25 @@ def test_static_engine_graphs_decode_the_targets_greedy(ngram, widths):
     assert got.tokens == auto.tokens and len(got.tokens) == 24
 
 
+def test_a_prepared_hierarchy_captures_no_graph_while_it_decodes():
+    """``prepare`` captures every verification's pass up front (widths 4: passes of 1 to 5 tokens),
+    so a timed decode replays graphs only, and still gives the target's greedy tokens."""
+    target = _on_cuda(0, layers=3)
+    prompt = [1, 5, 9, 1, 5, 9, 1, 5, 7, 3, 11, 5] * 2
+    auto = Hierarchy([target], []).generate(prompt, 32)
+    static = _static(target, "target")
+    h = Hierarchy([NgramDrafter(), static], [4])
+    h.prepare()
+    graphs = h._caches[0].kv.buffers.graphs
+    shapes = {(n, every_row) for n, every_row, _ in graphs}
+    assert shapes == {(1, False)} | {(n, e) for n in range(2, 6) for e in (False, True)}
+    before = set(graphs)
+    got = h.generate(prompt, 32)
+    assert got.levels[0].proposed > 0  # the lookup drafted: verification passes ran
+    assert set(graphs) - before <= {k for k in graphs if k[0] > 5}  # a prefill's chunk may be new, no verification is
+    assert got.tokens == auto.tokens
+
+
 def test_static_engine_graph_passes_equal_its_eager_passes():
     """Every pass shape replayed from its graph gives the eager forward's logits, through a rollback."""
     from hsd_runtime.decoding.cache import CachedModel

@@ -155,6 +155,16 @@ def test_a_reused_prompt_decodes_the_same_tokens():
     assert first.tokens == again.tokens == REFERENCE[:24]
 
 
+def test_preparing_a_hierarchy_on_the_cpu_captures_nothing_and_changes_no_token():
+    """Off CUDA no pass needs setup: ``prepare`` on the static, torch and lookup levels of one chain
+    leaves no graph and the same greedy tokens (the captures themselves are in test_cuda.py)."""
+    target = _static(TARGET, "target")
+    h = Hierarchy([NgramDrafter(), DRAFTER, target], [2, 3])
+    h.prepare()
+    assert not h._caches[1].kv.buffers.graphs
+    assert h.generate(PROMPT, 24).tokens == REFERENCE[:24]
+
+
 def test_a_pass_traces_whole_without_reading_values_back():
     """What a CUDA graph replays must not hand a value to the host mid-pass (``.item()``, a shape
     from data): torch.compile with ``fullgraph`` fails on the first such break."""

@@ -310,6 +310,7 @@ def _measure(
     whole = probe.snapshot() if probe else None
     calibration.measure(rounds=3)  # before the plans run
     for h in built.values():  # warm-up, untimed; the shared models are prefilled once
+        h.prepare()  # CUDA graphs of every verification's pass, not captured inside a timed run
         h.generate(encoded[0], 4, sampling, reuse_prompt=True)
     lockstep = {e.key for b, group in entries.items() if b > 1 for e in group}
     runs = _Runs({}, {})

@@ -226,6 +226,12 @@ class CachedModel:
             out.append(logits)
         return out, fed
 
+    def prepare(self, widest: int) -> None:
+        """Make every pass of up to ``widest`` tokens of one row ready now (see
+        :meth:`~hsd_runtime.models.engine.EngineCache.prepare`); lockstep rows need none."""
+        if self.rows == 1:
+            self.kv.prepare(widest)
+
     def _captured(self) -> torch.Tensor | None:
         """The hidden rows the engine kept in its latest pass (``keep_hidden``), else None."""
         return getattr(self.kv, "captured", None) if self.keep_hidden else None

@@ -186,6 +186,14 @@ class Hierarchy:
         """K: the number of levels below the target."""
         return len(self.levels) - 1
 
+    def prepare(self) -> None:
+        """Make every model level's passes ready before a timed decode: a verification feeds a
+        draft and one token more (a tree: its nodes and one), so passes of up to the widest draft
+        plus one (the static engine captures their CUDA graphs now; other engines need nothing)."""
+        widest = 1 + max(((w.nodes if isinstance(w, TreeShape) else w) for w in self.widths), default=0)
+        for cache in self._caches:
+            cache.prepare(widest)
+
     def generate(
         self,
         prompt: Sequence[int],

@@ -74,6 +74,10 @@ class EngineCache(Protocol):
     def drop_tree(self, fed: int) -> None:
         """Forget the ``fed`` tree nodes that hang after the linear text."""
 
+    def prepare(self, widest: int) -> None:
+        """Make every pass of up to ``widest`` tokens ready now (the static engine captures their
+        CUDA graphs), so that none is made in a timed decode; nothing where passes need no setup."""
+
 
 class EngineRows(Protocol):
     """One model's KV cache over ``rows`` sequences decoded in lockstep (the torch engine's ragged

@@ -209,6 +209,9 @@ class LlamaCppCache:
             self._lib.llama_memory_seq_rm(self._mem, 1 + i, -1, -1)
         self._positions = []
 
+    def prepare(self, widest: int) -> None:
+        pass  # llama.cpp sizes its compute graph per batch itself
+
     def keep_path(self, held: int, path: list[int], fed: int) -> bool:
         for i in path:  # node i's cell is the only one of sequence 1 + i at its position
             pos = self._positions[i]

@@ -281,6 +281,20 @@ class StaticCache:
         pass
 
     @torch.inference_mode()
+    def prepare(self, widest: int) -> None:
+        """Capture now the graph of every pass of 1 to ``widest`` tokens (at most a chunk) that
+        returns the last row or, from 2 tokens, every row: a verification of k drafts feeds k + 1
+        tokens, and a capture inside a timed decode costs tens of passes. Nothing without graphs."""
+        model = self.model
+        if not model.graphs:
+            return
+        for n in range(1, min(widest, model.chunk or widest) + 1):
+            for every_row in (False, True) if n > 1 else (False,):
+                key = (n, every_row, self.width)
+                if key not in self.buffers.graphs:
+                    self.buffers.graphs[key] = self._capture(model._inputs_for(n, every_row, self.buffers.slots))
+
+    @torch.inference_mode()
     def keep_path(self, held: int, path: list[int], fed: int) -> bool:
         # the tree's nodes sit at slots held + i; the path's move to held, held + 1, ...
         src = torch.tensor([held + i for i in path], device=self.device)

@@ -129,6 +129,9 @@ class TorchCache:
     def drop_tree(self, fed: int) -> None:
         self._cache.crop(-fed)
 
+    def prepare(self, widest: int) -> None:
+        pass  # a transformers forward needs no setup per pass shape
+
     def keep_path(self, held: int, path: list[int], fed: int) -> bool:
         layers = getattr(self._cache, "layers", None)
         if layers is None or not all(type(layer).__name__ == "DynamicLayer" for layer in layers):
