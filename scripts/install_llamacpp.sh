@@ -19,12 +19,12 @@ fi
 JOBS="$(nproc 2>/dev/null || echo 2)"
 NATIVE="-DGGML_NATIVE=ON -DLLAMA_CURL=OFF"
 
-# AMX: a native build uses the CPU's AMX tiles wherever the compiler sees them, and llama.cpp's
-# tile kernels then kill the process at their first tile instruction on a machine that advertises
-# AMX but does not run it (seen on a virtual Xeon: llama-server died at start, SIGSEGV in
-# ggml_backend_amx_mul_mat, while torch ran). Such a machine gets both builds without AMX
-# (-mno-amx-*: AVX512 kernels); one that runs a tile instruction keeps it. The server's folder
-# records which build it holds (build-flags), and a server built otherwise is built again.
+# AMX: a native build uses the CPU's AMX tiles wherever the compiler sees them. On a virtual Xeon
+# llama.cpp's tile kernels killed the process at its first pass (llama-server and the binding:
+# SIGSEGV in ggml_backend_amx_mul_mat), and so did a few tile instructions in a test program, while
+# torch's oneDNN ran its own AMX kernels there. Where that test program faults, both builds leave
+# AMX out (-mno-amx-*: AVX512 kernels); where it runs, they keep it. The server's folder records
+# which build it holds (build-flags), and a server built otherwise is built again.
 amx_runs() {
     local dir rc
     dir="$(mktemp -d)"
@@ -55,7 +55,7 @@ C
 FLAVOUR=""  # -noamx: built without AMX
 MACROS="$("${CC:-cc}" -march=native -dM -E - </dev/null 2>/dev/null || true)"  # what a native build compiles for
 if [[ "$MACROS" == *__AMX_TILE__* ]] && ! amx_runs; then
-    echo "note: this CPU advertises AMX but does not run its tile instructions: llama.cpp is built without AMX" >&2
+    echo "note: a tile instruction of this CPU's AMX faulted in a test program: llama.cpp is built without AMX" >&2
     export CFLAGS="${CFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16" CXXFLAGS="${CXXFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
     FLAVOUR="-noamx"
 fi
