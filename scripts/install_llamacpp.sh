@@ -7,7 +7,8 @@
 # Cold: about 10 minutes on 2 cores (the binding 3.5, the server 6). Again on the same machine:
 # seconds: the binding is kept while its version and build suit this CPU, and the server is built
 # once into a folder of the model cache, $HSD_PLAN_CACHE/llama.cpp/<version> (default
-# ~/.cache/hsd-plan), reused while its binary is there, built as this CPU needs (AMX, below). Both are built for this CPU: a cache shared with a CPU of another kind needs
+# ~/.cache/hsd-plan), reused while its binary is there and its build flags suit this CPU (AMX,
+# below). Both are built for this CPU: a cache shared with a CPU of another kind needs
 # its own build there.
 # HSD_PLAN_SKIP_LLAMACPP=1 skips both (the torch engine needs neither).
 set -euo pipefail
@@ -56,7 +57,8 @@ FLAVOUR=""  # -noamx: built without AMX
 MACROS="$("${CC:-cc}" -march=native -dM -E - </dev/null 2>/dev/null || true)"  # what a native build compiles for
 if [[ "$MACROS" == *__AMX_TILE__* ]] && ! amx_runs; then
     echo "note: a tile instruction of this CPU's AMX faulted in a test program: llama.cpp is built without AMX" >&2
-    export CFLAGS="${CFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16" CXXFLAGS="${CXXFLAGS:-} -mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    export CFLAGS="${CFLAGS:-} $NO_AMX" CXXFLAGS="${CXXFLAGS:-} $NO_AMX"
     FLAVOUR="-noamx"
 fi
 ROOT="${HSD_PLAN_CACHE:-$HOME/.cache/hsd-plan}/llama.cpp/$VERSION"
