@@ -9,6 +9,10 @@
 #      against measured latency on the GPU;
 #   4. transformers' generate over its static cache, which it compiles on CUDA, greedy on the 1.5B
 #      shape (what users run instead).
+# Step 3's knobs: E2E (the model shapes; the last is the target), LOOKUPS (the lookups profiled
+# beside them), SOLVE_ARGS, CANDIDATES (validate's), and DRAWS: that many validations, each on its
+# own DRAW_SIZE held-out HumanEval problems (benchmarks/held_out_draws.py), summed into the
+# coverage of their predicted intervals (validate-draw-N.json; 0: one validation, validate.json).
 # Each step has its own time limit (TESTS_S, BENCH_S, PROFILE_S for step 3, COMPILE_S; 0 skips the
 # step) and writes into $OUT (log.txt, gpu.jsonl, validate.json, e2e.db), so a cut run still returns
 # what it did. bench_gpu alone: TESTS_S=0 PROFILE_S=0 COMPILE_S=0 (BENCH_ARGS: more bench_gpu options).
@@ -33,15 +37,16 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HSD_PLAN_CACHE
 export HSD_PLAN_SKIP_PG=1 HSD_PLAN_SKIP_LLAMACPP=1
 TESTS_S=${TESTS_S:-150} BENCH_S=${BENCH_S:-170} PROFILE_S=${PROFILE_S:-120} VALIDATE_S=${VALIDATE_S:-100} COMPILE_S=${COMPILE_S:-110}
 OUT=${OUT:-.} DEVICE=${DEVICE:-cuda} SIZES=${SIZES:-q05,q15,q7} E2E=${E2E:-q05,q15} PROMPTS=${PROMPTS:-8} NEW=${NEW:-128}
+LOOKUPS=${LOOKUPS:-ngram} CANDIDATES=${CANDIDATES:-top-k} DRAWS=${DRAWS:-0} DRAW_SIZE=${DRAW_SIZE:-4}
 if [ "$DEVICE" = cuda ] && ls .gpu/whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/hsd-site .gpu/whl/*.whl || exit 3
     export PYTHONPATH=/tmp/hsd-site:$PWD
-    # the source tree's hsd_planner shadows the wheel's (python -m puts the cwd first): give it the
-    # Alembic environment the wheel installs as hsd_planner.migrations
-    [ -e hsd_planner/migrations ] || ln -s ../migrations hsd_planner/migrations
 else
     export PYTHONPATH=$PWD
 fi
+# the source tree's hsd_planner shadows an installed one (python -m puts the cwd first): give it the
+# Alembic environment an install provides as hsd_planner.migrations
+[ -e hsd_planner/migrations ] || ln -s ../migrations hsd_planner/migrations
 T0=$(date +%s)
 LOG=$OUT/log.txt
 step() { echo "== [$(($(date +%s) - T0)) s] $*" | tee -a "$LOG"; }
@@ -71,7 +76,7 @@ fi
 if [ "$PROFILE_S" -gt 0 ]; then
     step models
     python3 -m benchmarks.bench_gpu --device "$DEVICE" --save /tmp/hsd-models --tokenizer .gpu/tok --sizes "$E2E" 2>/dev/null | tee -a "$LOG"
-    models=ngram
+    models=$LOOKUPS
     for s in ${E2E//,/ }; do models+=",/tmp/hsd-models/$s"; done
     H="python3 -m hsd_planner"
     DB=/tmp/hsd-gpu.db
@@ -80,12 +85,25 @@ if [ "$PROFILE_S" -gt 0 ]; then
         --max-prompts "$PROMPTS" --max-new-tokens "$NEW" --db "$DB" >>"$LOG" 2>&1
     echo "profile rc=$?" | tee -a "$LOG"
     step solve
-    $H solve --db "$DB" --max-new-tokens "$NEW" --t-max 16 >>"$LOG" 2>&1
+    $H solve --db "$DB" --max-new-tokens "$NEW" --t-max 16 ${SOLVE_ARGS:-} >>"$LOG" 2>&1
     echo "solve rc=$?" | tee -a "$LOG"
-    step validate
-    timeout "$VALIDATE_S" $H validate --db "$DB" --candidates top-k --prompts humaneval --max-prompts 4 --max-new-tokens "$NEW" \
-        --repeats 2 --json >"$OUT/validate.json" 2>>"$LOG"
-    echo "validate rc=$?" | tee -a "$LOG"
+    if [ "$DRAWS" -gt 0 ]; then
+        # one validation per held-out draw of DRAW_SIZE prompts, so that coverage counts several draws
+        python3 -m benchmarks.held_out_draws write --prompts humaneval --draws "$DRAWS" --size "$DRAW_SIZE" --out /tmp/hsd-draws >/dev/null
+        for f in /tmp/hsd-draws/draw-*.jsonl; do
+            i=$(basename "$f" .jsonl)
+            step "validate $i"
+            timeout "$VALIDATE_S" $H validate --db "$DB" --candidates "$CANDIDATES" --prompts "$f" --max-prompts "$DRAW_SIZE" \
+                --max-new-tokens "$NEW" --repeats 2 --json >"$OUT/validate-$i.json" 2>>"$LOG"
+            echo "validate rc=$?" | tee -a "$LOG"
+        done
+        python3 -m benchmarks.held_out_draws summary "$OUT"/validate-draw-*.json | tee -a "$LOG"
+    else
+        step validate
+        timeout "$VALIDATE_S" $H validate --db "$DB" --candidates "$CANDIDATES" --prompts humaneval --max-prompts 4 --max-new-tokens "$NEW" \
+            --repeats 2 --json >"$OUT/validate.json" 2>>"$LOG"
+        echo "validate rc=$?" | tee -a "$LOG"
+    fi
     cp "$DB" "$OUT/e2e.db" 2>/dev/null
 fi
 
