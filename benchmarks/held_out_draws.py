@@ -7,10 +7,13 @@ file each (``hsd-plan validate --prompts FILE`` reads them; every prompt is in i
 validation split too, as the split hashes each prompt's text), and sums the ``validate --json``
 reports of such runs: plans above autoregressive decoding validated, how many measured inside
 their predicted 90 % interval, the intervals' median width, the median |speed-up error| and the
-regret of each validation.
+regret of each validation. ``run`` does it all: a profile, a solve, one validation per draw, in
+turn (each validation's misses widen the next ones' intervals, as a user's validations do), and
+the summary.
 
+    python -m benchmarks.held_out_draws run --engine llamacpp --profile-prompts 24 --draws 5 --size 4 --out-dir OUT
     python -m benchmarks.held_out_draws write --prompts humaneval --draws 3 --size 4 --out /tmp/draws
-    python -m benchmarks.held_out_draws summary OUT/validate-*.json
+    python -m benchmarks.held_out_draws summary OUT/validate-draw-*.json
 """
 
 from __future__ import annotations
@@ -18,9 +21,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from pathlib import Path
 
+from benchmarks.bench_llamacpp import hsd_plan
+from benchmarks.common import machine
 from hsd_planner.prompts import load_prompts, split
+
+# the lookups llama-server runs, a plain lookup and the 0.5B, for the 1.5B
+MODELS = (
+    "ngram:rule=llama-server:n=8,ngram:rule=ngram-mod:n=12:nmin=4,ngram:rule=ngram-map-k4v:n=4,ngram:n=3,"
+    "qwen2.5-coder-0.5b,qwen2.5-coder-1.5b"
+)
 
 
 def write_draws(prompts: str, draws: int, size: int, out: Path) -> list[Path]:
@@ -71,6 +83,29 @@ def summarize(reports: list[dict]) -> dict:
     }
 
 
+def run(args: argparse.Namespace) -> dict:
+    """Profile, solve, and validate on each draw in turn into ``args.out_dir``; the summary."""
+    out: Path = args.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    db = ["--db", str(out / "draws.db")]
+    started = time.perf_counter()
+    hsd_plan("profile", "--engine", args.engine, "--models", args.models, "--prompts", args.prompts,
+             "--max-prompts", str(args.profile_prompts), "--max-new-tokens", str(args.new),
+             "--latency-grid", args.latency_grid, *db)  # fmt: skip
+    solve = hsd_plan("solve", "--max-new-tokens", str(args.new), "--t-max", str(args.t_max), "--top", str(args.top), *db)
+    print(f"profiled and solved in {time.perf_counter() - started:.0f} s; pick {solve['plans'][0]['chain']}", flush=True)
+    reports = []
+    for path in write_draws(args.prompts, args.draws, args.size, out):
+        report = hsd_plan("validate", "--candidates", "all", "--prompts", str(path), "--max-prompts", str(args.size),
+                          "--max-new-tokens", str(args.new), "--repeats", str(args.repeats), *db)  # fmt: skip
+        (out / f"validate-{path.stem}.json").write_text(json.dumps(report, indent=1))
+        reports.append(report)
+        print(f"{path.stem}: {report['coverage']} inside, {time.perf_counter() - started:.0f} s", flush=True)
+    summary = {"machine": machine(), "seconds": round(time.perf_counter() - started), **summarize(reports)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -81,7 +116,23 @@ def main() -> None:
     w.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("summary", help="coverage over validate --json reports")
     s.add_argument("reports", nargs="+", type=Path)
+    r = sub.add_parser("run", help="profile, solve, validate on each draw, summary")
+    r.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
+    r.add_argument("--models", default=MODELS, help="profile --models (the last is the target)")
+    r.add_argument("--prompts", default="humaneval")
+    r.add_argument("--profile-prompts", type=int, default=24)
+    r.add_argument("--draws", type=int, default=5)
+    r.add_argument("--size", type=int, default=4, help="held-out prompts per draw")
+    r.add_argument("--new", type=int, default=128)
+    r.add_argument("--t-max", type=int, default=16)
+    r.add_argument("--top", type=int, default=4, help="solve --top: with every drafter's best, what each draw validates")
+    r.add_argument("--repeats", type=int, default=2)
+    r.add_argument("--latency-grid", default="1,2,3,4,5,6,7,8,9,12,15,16,17")
+    r.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/draws"))
     args = ap.parse_args()
+    if args.cmd == "run":
+        print(json.dumps(run(args), indent=1))
+        return
     if args.cmd == "write":
         for path in write_draws(args.prompts, args.draws, args.size, args.out):
             print(path)
