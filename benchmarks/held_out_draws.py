@@ -14,6 +14,12 @@ the summary.
     python -m benchmarks.held_out_draws run --engine llamacpp --profile-prompts 24 --draws 5 --size 4 --out-dir OUT
     python -m benchmarks.held_out_draws write --prompts humaneval --draws 3 --size 4 --out /tmp/draws
     python -m benchmarks.held_out_draws summary OUT/validate-draw-*.json
+    python -m benchmarks.held_out_draws repredict --db OUT/more.db OUT/validate-draw-*.json
+
+``repredict`` keeps every measurement of the reports and predicts each plan again, with the
+interval ``validate`` would give it before any validation is stored (the bootstrap alone), from
+the newest profile of the target and workload in ``--db``: what a profile of other or more prompts
+would have claimed for the same runs.
 """
 
 from __future__ import annotations
@@ -26,7 +32,12 @@ from pathlib import Path
 
 from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
+from hsd_planner.plan import Plan, Prediction, predict_over
 from hsd_planner.prompts import load_prompts, split
+from hsd_planner.solving import bootstrap_predictions, bootstrap_profiles
+from hsd_planner.store import open_db
+from hsd_planner.store.profiles import load_profile
+from hsd_runtime.terms.shape import parse_width
 
 # the lookups llama-server runs, a plain lookup and the 0.5B, for the 1.5B
 MODELS = (
@@ -53,7 +64,8 @@ def write_draws(prompts: str, draws: int, size: int, out: Path) -> list[Path]:
 
 def summarize(reports: list[dict]) -> dict:
     """Per validation report and over all of them: plans with an interval, inside it, median width,
-    median |speed-up error| as profiled and the regret."""
+    median |speed-up error| as profiled and the regret (against every plan, and against those the
+    solve did not predict tied with the pick)."""
     rows, plans = [], []
     for r in reports:
         mine = [p for p in r["plans"] if p["kind"] != "autoregressive" and p.get("covered") is not None]
@@ -70,6 +82,7 @@ def summarize(reports: list[dict]) -> dict:
                 "median_abs_speedup_error": r.get("median_abs_speedup_error"),
                 "median_abs_error": r.get("median_abs_error"),
                 "regret": r.get("regret"),
+                "regret_untied": r.get("regret_untied"),
             }
         )
     widths = [p["interval_width"] for p in plans if p.get("interval_width") is not None]
@@ -80,7 +93,62 @@ def summarize(reports: list[dict]) -> dict:
         "median_width": statistics.median(widths) if widths else None,
         "median_abs_speedup_error": statistics.median(abs(p["speedup_error"]) for p in plans) if plans else None,
         "max_regret": max((r["regret"] for r in rows if r["regret"] is not None), default=None),
+        # against the plans the solve told apart from the pick (the others were predicted tied with it)
+        "max_regret_untied": max((r["regret_untied"] for r in rows if r["regret_untied"] is not None), default=None),
     }
+
+
+def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128) -> dict:
+    """``reports``' plans predicted again from the newest profile of their target and ``workload``
+    in ``db_url``: the speed-up and its bootstrap interval (no past validations), per plan above
+    autoregressive decoding, beside the measured speed-up, for generations of ``new`` tokens (the
+    reports' own length); summed as :func:`summarize` sums."""
+    db = open_db(db_url, create=False)
+    out, boot_cache = [], {}
+    for r in reports:
+        profile, source = load_profile(db, r["target"], workload, length=new)
+        contexts, m = r["context_lens"], r["prompt_count"]
+        if m not in boot_cache:
+            boot_cache[m] = bootstrap_profiles(db, profile, source, drift=True, sample=m)
+        boot = boot_cache[m]
+        auto = next(p for p in r["plans"] if p["kind"] == "autoregressive")
+        ar_ms = predict_over(profile, auto["chain"], [], r["acceptance"], contexts, new).ms_per_token
+        plans = []
+        for p in r["plans"]:
+            if p["kind"] == "autoregressive":
+                continue
+            pred = predict_over(profile, p["chain"], p["widths"], r["acceptance"], contexts, new)
+            speedup = ar_ms / pred.ms_per_token
+            found = bootstrap_predictions(boot.profiles, _plan(p, pred), r["acceptance"], contexts, new)
+            lo, hi = boot.interval([b.speedup for b in found]) if found else (None, None)
+            measured = p["measured_speedup"]
+            plans.append(
+                p
+                | {
+                    "predicted_speedup": speedup,
+                    "predicted_speedup_interval": [lo, hi] if lo is not None else None,
+                    "covered": None if lo is None else lo <= measured <= hi,
+                    "interval_width": None if lo is None else (hi - lo) / speedup,
+                    "speedup_error": speedup / measured - 1.0,
+                }
+            )
+        errors = sorted(abs(p["speedup_error"]) for p in plans)
+        out.append(
+            r
+            | {
+                "plans": [auto, *plans],
+                "interval_history": 0,
+                "median_interval_width": statistics.median(p["interval_width"] for p in plans if p["interval_width"] is not None),
+                "median_abs_speedup_error": statistics.median(errors),
+                "profiled_prompts": boot.prompts,
+            }
+        )
+    return summarize(out) | {"profiled_prompts": sorted({r["profiled_prompts"] for r in out})}
+
+
+def _plan(row: dict, prediction: Prediction) -> Plan:
+    """A plan of the report's row with ``prediction`` (what the bootstrap's planner reads)."""
+    return Plan(tuple(row["chain"]), tuple(parse_width(str(w)) for w in row["widths"]), prediction)
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -116,6 +184,11 @@ def main() -> None:
     w.add_argument("--out", type=Path, required=True)
     s = sub.add_parser("summary", help="coverage over validate --json reports")
     s.add_argument("reports", nargs="+", type=Path)
+    q = sub.add_parser("repredict", help="the reports' measurements against another profile's predictions and bootstrap intervals")
+    q.add_argument("--db", required=True, help="the database whose newest profile predicts")
+    q.add_argument("--workload", default="humaneval:profile")
+    q.add_argument("--new", type=int, default=128, help="the reports' new tokens per generation")
+    q.add_argument("reports", nargs="+", type=Path)
     r = sub.add_parser("run", help="profile, solve, validate on each draw, summary")
     r.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
     r.add_argument("--models", default=MODELS, help="profile --models (the last is the target)")
@@ -130,6 +203,9 @@ def main() -> None:
     r.add_argument("--latency-grid", default="1,2,3,4,5,6,7,8,9,12,15,16,17")
     r.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/draws"))
     args = ap.parse_args()
+    if args.cmd == "repredict":
+        print(json.dumps(repredict(args.db, [json.loads(p.read_text()) for p in args.reports], args.workload, args.new), indent=1))
+        return
     if args.cmd == "run":
         print(json.dumps(run(args), indent=1))
         return

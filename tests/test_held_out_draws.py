@@ -27,13 +27,13 @@ def _report(vid: int, covered: list[bool | None], regret: float) -> dict:
         {"kind": "top", "covered": c, "interval_width": 0.2 + 0.1 * i, "speedup_error": -0.01 * (i + 1)} for i, c in enumerate(covered)
     ]
     return {"validation_id": vid, "target": "t", "prompt_count": 4, "interval_history": 0, "median_interval_width": 0.3,
-            "median_abs_speedup_error": 0.02, "median_abs_error": 0.03, "regret": regret, "plans": plans}  # fmt: skip
+            "median_abs_speedup_error": 0.02, "median_abs_error": 0.03, "regret": regret, "regret_untied": 0.0, "plans": plans}  # fmt: skip
 
 
 def test_the_summary_counts_plans_with_an_interval_and_keeps_the_worst_regret():
     got = summarize([_report(1, [True, False, None], 0.0), _report(2, [True, True], 0.015)])
     assert (got["plans"], got["inside"]) == (4, 3)  # the plan without an interval and autoregressive decoding left out
     assert [v["inside"] for v in got["validations"]] == [1, 2]
-    assert got["max_regret"] == 0.015
+    assert (got["max_regret"], got["max_regret_untied"]) == (0.015, 0.0)
     assert abs(got["median_width"] - 0.25) < 1e-9  # widths 0.2, 0.3, 0.2, 0.3
     assert abs(got["median_abs_speedup_error"] - 0.015) < 1e-9
