@@ -32,12 +32,11 @@ from pathlib import Path
 
 from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
-from hsd_planner.plan import Plan, Prediction, predict_over
+from hsd_planner.plan import Plan, Prediction, predict_over, widths_from_json
 from hsd_planner.prompts import load_prompts, split
 from hsd_planner.solving import bootstrap_predictions, bootstrap_profiles
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
-from hsd_runtime.terms.shape import parse_width
 
 # the lookups llama-server runs, a plain lookup and the 0.5B, for the 1.5B
 MODELS = (
@@ -104,22 +103,20 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
     autoregressive decoding, beside the measured speed-up, for generations of ``new`` tokens (the
     reports' own length); summed as :func:`summarize` sums."""
     db = open_db(db_url, create=False)
-    out, boot_cache = [], {}
+    out, loaded = [], {}
     for r in reports:
-        profile, source = load_profile(db, r["target"], workload, length=new)
         contexts, m = r["context_lens"], r["prompt_count"]
-        if m not in boot_cache:
-            boot_cache[m] = bootstrap_profiles(db, profile, source, drift=True, sample=m)
-        boot = boot_cache[m]
-        auto = next(p for p in r["plans"] if p["kind"] == "autoregressive")
-        ar_ms = predict_over(profile, auto["chain"], [], r["acceptance"], contexts, new).ms_per_token
+        if (r["target"], m) not in loaded:
+            profile, source = load_profile(db, r["target"], workload, length=new)
+            loaded[(r["target"], m)] = profile, bootstrap_profiles(db, profile, source, drift=True, sample=m)
+        profile, boot = loaded[(r["target"], m)]
         plans = []
         for p in r["plans"]:
             if p["kind"] == "autoregressive":
                 continue
-            pred = predict_over(profile, p["chain"], p["widths"], r["acceptance"], contexts, new)
-            speedup = ar_ms / pred.ms_per_token
-            found = bootstrap_predictions(boot.profiles, _plan(p, pred), r["acceptance"], contexts, new)
+            plan = Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN)
+            speedup = predict_over(profile, plan.chain, plan.widths, r["acceptance"], contexts, new).speedup  # as validate predicts it
+            found = bootstrap_predictions(boot.profiles, plan, r["acceptance"], contexts, new)
             lo, hi = boot.interval([b.speedup for b in found]) if found else (None, None)
             measured = p["measured_speedup"]
             plans.append(
@@ -132,23 +129,22 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
                     "speedup_error": speedup / measured - 1.0,
                 }
             )
-        errors = sorted(abs(p["speedup_error"]) for p in plans)
         out.append(
             r
             | {
-                "plans": [auto, *plans],
+                "plans": plans,
                 "interval_history": 0,
                 "median_interval_width": statistics.median(p["interval_width"] for p in plans if p["interval_width"] is not None),
-                "median_abs_speedup_error": statistics.median(errors),
+                "median_abs_speedup_error": statistics.median(abs(p["speedup_error"]) for p in plans),
+                "median_abs_error": None,  # the ms per token predicted again is not compared here
                 "profiled_prompts": boot.prompts,
             }
         )
     return summarize(out) | {"profiled_prompts": sorted({r["profiled_prompts"] for r in out})}
 
 
-def _plan(row: dict, prediction: Prediction) -> Plan:
-    """A plan of the report's row with ``prediction`` (what the bootstrap's planner reads)."""
-    return Plan(tuple(row["chain"]), tuple(parse_width(str(w)) for w in row["widths"]), prediction)
+# the prediction a plan carries into the bootstrap, which predicts it again on each resample
+_UNKNOWN = Prediction(0.0, 0.0, 0.0)
 
 
 def run(args: argparse.Namespace) -> dict:

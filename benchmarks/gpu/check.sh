@@ -12,7 +12,8 @@
 # Step 3's knobs: E2E (the model shapes; the last is the target), LOOKUPS (the lookups profiled
 # beside them), SOLVE_ARGS, CANDIDATES (validate's), and DRAWS: that many validations, each on its
 # own DRAW_SIZE held-out HumanEval problems (benchmarks/held_out_draws.py), summed into the
-# coverage of their predicted intervals (validate-draw-N.json; 0: one validation, validate.json).
+# coverage of their predicted intervals (validate-draw-N.json; 0: one validation of DRAW_SIZE
+# problems of the split, validate.json).
 # Each step has its own time limit (TESTS_S, BENCH_S, PROFILE_S for step 3, COMPILE_S; 0 skips the
 # step) and writes into $OUT (log.txt, gpu.jsonl, validate.json, e2e.db), so a cut run still returns
 # what it did. bench_gpu alone: TESTS_S=0 PROFILE_S=0 COMPILE_S=0 (BENCH_ARGS: more bench_gpu options).
@@ -87,23 +88,21 @@ if [ "$PROFILE_S" -gt 0 ]; then
     step solve
     $H solve --db "$DB" --max-new-tokens "$NEW" --t-max 16 ${SOLVE_ARGS:-} >>"$LOG" 2>&1
     echo "solve rc=$?" | tee -a "$LOG"
+    # DRAWS: one validation per held-out draw of DRAW_SIZE prompts, so that coverage counts several draws
+    sources=(humaneval)
     if [ "$DRAWS" -gt 0 ]; then
-        # one validation per held-out draw of DRAW_SIZE prompts, so that coverage counts several draws
         python3 -m benchmarks.held_out_draws write --prompts humaneval --draws "$DRAWS" --size "$DRAW_SIZE" --out /tmp/hsd-draws >/dev/null
-        for f in /tmp/hsd-draws/draw-*.jsonl; do
-            i=$(basename "$f" .jsonl)
-            step "validate $i"
-            timeout "$VALIDATE_S" $H validate --db "$DB" --candidates "$CANDIDATES" --prompts "$f" --max-prompts "$DRAW_SIZE" \
-                --max-new-tokens "$NEW" --repeats 2 --json >"$OUT/validate-$i.json" 2>>"$LOG"
-            echo "validate rc=$?" | tee -a "$LOG"
-        done
-        python3 -m benchmarks.held_out_draws summary "$OUT"/validate-draw-*.json | tee -a "$LOG"
-    else
-        step validate
-        timeout "$VALIDATE_S" $H validate --db "$DB" --candidates "$CANDIDATES" --prompts humaneval --max-prompts 4 --max-new-tokens "$NEW" \
-            --repeats 2 --json >"$OUT/validate.json" 2>>"$LOG"
-        echo "validate rc=$?" | tee -a "$LOG"
+        sources=(/tmp/hsd-draws/draw-*.jsonl)
     fi
+    for f in "${sources[@]}"; do
+        name=validate
+        [ "$f" = humaneval ] || name=validate-$(basename "$f" .jsonl)
+        step "$name"
+        timeout "$VALIDATE_S" $H validate --db "$DB" --candidates "$CANDIDATES" --prompts "$f" --max-prompts "$DRAW_SIZE" \
+            --max-new-tokens "$NEW" --repeats 2 --json >"$OUT/$name.json" 2>>"$LOG"
+        echo "validate rc=$?" | tee -a "$LOG"
+    done
+    [ "$DRAWS" -gt 0 ] && python3 -m benchmarks.held_out_draws summary "$OUT"/validate-draw-*.json | tee -a "$LOG"
     cp "$DB" "$OUT/e2e.db" 2>/dev/null
 fi
 
