@@ -61,7 +61,7 @@ def distill(init: str, out: str, resume: bool, dtype: str, device: str, as_json:
     The student is a copy of the target's first K decoder layers, final norm and embeddings (--init
     layers=K), or of another model of the target's tokenizer (--init SPEC, e.g. the 0.5B toward the
     1.5B); embeddings and head stay frozen, the rest trains in fp32. Each step takes --train-batch
-    sequences - continuations of prompts of the profiling split less the first --reserve, which
+    sequences - continuations of prompts of the profiling split less the --reserve that
     profile measures on (the validation split is never trained on) - sampled from the student
     (on-policy), from the target (target data: --samples-per-prompt per prompt, sampled once with
     the target's top-k distribution at every position and cached for every later run), or either

@@ -69,7 +69,7 @@ def train(n_heads: int, out: str, resume: bool, dtype: str, device: str, as_json
 
     Head i reads the model's final hidden state after position t and predicts token t + i: a
     residual feed-forward block into the model's frozen output layer. The data are the model's
-    own continuations of the profiling split's prompts less the first --reserve (left to profile;
+    own continuations of the profiling split's prompts less the --reserve that profile reads (left to profile;
     the validation split is never trained on), sampled once with its top-k distribution at every
     position and cached; one pass per batch gives its hidden states. A checkpoint is saved in --out/checkpoint every
     --checkpoint-every steps and on Ctrl-C; --resume continues it. --out gets the heads

@@ -173,7 +173,12 @@ def sampling_options(f: F | None = None, *, top_k: bool = True, seed_help: str =
     return wrap(f) if f is not None else wrap
 
 
-def prompt_options(f: F | None = None, *, max_prompts: int | None = None, max_help: str = "Use at most this many prompts.") -> Callable:
+def prompt_options(
+    f: F | None = None,
+    *,
+    max_prompts: int | None = None,
+    max_help: str = "Use at most this many prompts (a fixed sample spread over the file, not its first ones).",
+) -> Callable:
     """``--prompts``, ``--category`` and ``--max-prompts``."""
 
     def wrap(g: F) -> F:

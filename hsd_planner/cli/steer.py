@@ -86,7 +86,7 @@ def train(out: str, resume: bool, dtype: str, device: str, as_json: bool, **opti
     After every verification, the verifier's hidden states entering three of its layers (3, L/2,
     L - 3) at the last position it computed are projected into one vector per drafter layer,
     added inside the drafter's SwiGLU until the next verification. The data are the verifier's
-    own continuations of the profiling split's prompts less the first --reserve (left to profile;
+    own continuations of the profiling split's prompts less the --reserve that profile reads (left to profile;
     cached; the validation split is never trained on); one more pass gives its hidden states. A
     checkpoint is saved in --out/checkpoint every --checkpoint-every steps and on Ctrl-C; --resume
     continues it. --out gets the projection (steering.safetensors), its card (steering.json,

