@@ -19,13 +19,15 @@ the summary.
 ``repredict`` keeps every measurement of the reports and predicts each plan again, with the
 interval ``validate`` would give it before any validation is stored (the bootstrap alone), from
 the newest profile of the target and workload in ``--db``: what a profile of other or more prompts
-would have claimed for the same runs.
+would have claimed for the same runs. With ``--widen``, each interval is widened by the reports
+before it, as ``validate`` would have widened it had those predictions been stored.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -34,7 +36,7 @@ from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
 from hsd_planner.plan import Plan, Prediction, predict_over, widths_from_json
 from hsd_planner.prompts import load_prompts, split
-from hsd_planner.solving import bootstrap_predictions, bootstrap_profiles
+from hsd_planner.solving import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, widened
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
 
@@ -97,14 +99,17 @@ def summarize(reports: list[dict]) -> dict:
     }
 
 
-def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128) -> dict:
+def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128, widen: bool = False) -> dict:
     """``reports``' plans predicted again from the newest profile of their target and ``workload``
     in ``db_url``: the speed-up and its bootstrap interval (no past validations), per plan above
     autoregressive decoding, beside the measured speed-up, for generations of ``new`` tokens (the
-    reports' own length); summed as :func:`summarize` sums."""
+    reports' own length); summed as :func:`summarize` sums. With ``widen``, each interval is also
+    widened by the log misses of the reports before it (by validation id) against these
+    predictions, as ``validate`` widens it by the validations stored before (:func:`widened`)."""
     db = open_db(db_url, create=False)
     out, loaded = [], {}
-    for r in reports:
+    residuals: list[float] = []
+    for r in sorted(reports, key=lambda r: r["validation_id"]) if widen else reports:
         contexts, m = r["context_lens"], r["prompt_count"]
         if (r["target"], m) not in loaded:
             profile, source = load_profile(db, r["target"], workload, length=new)
@@ -117,7 +122,7 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
             plan = Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN)
             speedup = predict_over(profile, plan.chain, plan.widths, r["acceptance"], contexts, new).speedup  # as validate predicts it
             found = bootstrap_predictions(boot.profiles, plan, r["acceptance"], contexts, new)
-            lo, hi = boot.interval([b.speedup for b in found]) if found else (None, None)
+            lo, hi = widened(boot.interval([b.speedup for b in found]), speedup, residuals if widen else ()) if found else (None, None)
             measured = p["measured_speedup"]
             plans.append(
                 p
@@ -129,11 +134,13 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
                     "speedup_error": speedup / measured - 1.0,
                 }
             )
+        history = len(residuals) if widen and len(residuals) >= MIN_RESIDUALS else 0
+        residuals += [math.log(p["measured_speedup"] / p["predicted_speedup"]) for p in plans]
         out.append(
             r
             | {
                 "plans": plans,
-                "interval_history": 0,
+                "interval_history": history,
                 "median_interval_width": statistics.median(p["interval_width"] for p in plans if p["interval_width"] is not None),
                 "median_abs_speedup_error": statistics.median(abs(p["speedup_error"]) for p in plans),
                 "median_abs_error": None,  # the ms per token predicted again is not compared here
@@ -184,6 +191,7 @@ def main() -> None:
     q.add_argument("--db", required=True, help="the database whose newest profile predicts")
     q.add_argument("--workload", default="humaneval:profile")
     q.add_argument("--new", type=int, default=128, help="the reports' new tokens per generation")
+    q.add_argument("--widen", action="store_true", help="widen each interval by the earlier reports' misses, as validate does")
     q.add_argument("reports", nargs="+", type=Path)
     r = sub.add_parser("run", help="profile, solve, validate on each draw, summary")
     r.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
@@ -200,7 +208,9 @@ def main() -> None:
     r.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/draws"))
     args = ap.parse_args()
     if args.cmd == "repredict":
-        print(json.dumps(repredict(args.db, [json.loads(p.read_text()) for p in args.reports], args.workload, args.new), indent=1))
+        print(
+            json.dumps(repredict(args.db, [json.loads(p.read_text()) for p in args.reports], args.workload, args.new, args.widen), indent=1)
+        )
         return
     if args.cmd == "run":
         print(json.dumps(run(args), indent=1))
