@@ -70,7 +70,7 @@ def split(prompts: PromptSet, part: str, limit: int | None = None, reserve: int 
         reserved = set(sample(keep, reserve))
         keep = tuple(p for p in keep if p not in reserved)
     if not keep:
-        why = f" after the first {reserve}, left to profile (lower --reserve)" if part == "train" else ""
+        why = f" after the {reserve} left to profile (lower --reserve)" if part == "train" else ""
         raise PromptError(f"the {part} split of prompt set {prompts.name!r} is empty{why}; give more prompts")
     return PromptSet(f"{prompts.name}:{part}", sample(keep, limit))
 
