@@ -173,17 +173,13 @@ def sampling_options(f: F | None = None, *, top_k: bool = True, seed_help: str =
     return wrap(f) if f is not None else wrap
 
 
-def prompt_options(
-    f: F | None = None,
-    *,
-    max_prompts: int | None = None,
-    max_help: str = "Use at most this many prompts (a fixed sample spread over the file, not its first ones).",
-) -> Callable:
-    """``--prompts``, ``--category`` and ``--max-prompts``."""
+def prompt_options(f: F | None = None, *, max_prompts: int | None = None, max_help: str = "Use at most this many prompts") -> Callable:
+    """``--prompts``, ``--category`` and ``--max-prompts`` (``max_help``, and how the prompts are chosen)."""
 
     def wrap(g: F) -> F:
+        help_text = f"{max_help} (a fixed sample spread over the file, not its first ones)."  # prompts.split's sample
         g = click.option(
-            "--max-prompts", type=click.IntRange(1, MAX_COUNT), default=max_prompts, show_default=max_prompts is not None, help=max_help
+            "--max-prompts", type=click.IntRange(1, MAX_COUNT), default=max_prompts, show_default=max_prompts is not None, help=help_text
         )(g)
         g = click.option("--category", default=None, help="Keep only JSONL rows of this category.")(g)
         return click.option(

@@ -35,7 +35,7 @@ _D = ProfileConfig.model_fields
 
 @click.command()
 @click.option("--models", required=True, help="Comma-separated model specs to profile, e.g. ngram,smollm2-135m:layers=8,smollm2-135m.")
-@prompt_options(max_help="Profile at most this many prompts (a fixed sample spread over the file, not its first ones).")
+@prompt_options(max_help="Profile at most this many prompts")
 @click.option(
     "--max-new-tokens",
     type=click.IntRange(1, MAX_LENGTH),

@@ -30,9 +30,7 @@ __all__ = ["validate"]
     show_default=True,
     help="Which plans of the newest solve to run; autoregressive decoding always runs as the baseline.",
 )
-@prompt_options(
-    max_prompts=6, max_help="Validate on at most this many held-out prompts (a fixed sample spread over the file, not its first ones)."
-)
+@prompt_options(max_prompts=6, max_help="Validate on at most this many held-out prompts")
 @click.option("--max-new-tokens", type=click.IntRange(1, MAX_LENGTH), default=64, show_default=True)
 @click.option("--repeats", type=click.IntRange(1, MAX_REPEATS), default=1, show_default=True)
 @batch_sizes_option(

@@ -8,8 +8,8 @@ prompts of a part that come first in a fixed pseudo-random order (another hash o
 in the file's order: a sample of the whole part, where the file's first N would be one corner of
 it (HumanEval's later problems copy their prompt more than its first ones, and Spec-Bench lists
 its categories one after another). Each N's sample holds every smaller N's. The trainers
-(``distill``, ``heads train``, ``steer train``) read the profiling part less the prompts that come
-first (the ``train`` part), so that ``profile --max-prompts`` up to that many, on the same
+(``distill``, ``heads train``, ``steer train``) read the profiling part less its sample of
+``--reserve`` (the ``train`` part), so that ``profile --max-prompts`` up to that many, on the same
 prompts, measures a trained drafter on prompts it never saw.
 """
 
