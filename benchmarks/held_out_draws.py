@@ -36,7 +36,7 @@ from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
 from hsd_planner.plan import Plan, Prediction, predict_over, widths_from_json
 from hsd_planner.prompts import load_prompts, split
-from hsd_planner.solving import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, widened
+from hsd_planner.solving import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, widened, widest
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
 
@@ -111,15 +111,18 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
     residuals: list[float] = []
     for r in sorted(reports, key=lambda r: r["validation_id"]) if widen else reports:
         contexts, m = r["context_lens"], r["prompt_count"]
-        if (r["target"], m) not in loaded:
+        drafted = [
+            (p, Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN))
+            for p in r["plans"]
+            if p["kind"] != "autoregressive"
+        ]
+        key = (r["target"], m, widest([plan for _, plan in drafted]))
+        if key not in loaded:
             profile, source = load_profile(db, r["target"], workload, length=new)
-            loaded[(r["target"], m)] = profile, bootstrap_profiles(db, profile, source, drift=True, sample=m)
-        profile, boot = loaded[(r["target"], m)]
+            loaded[key] = profile, bootstrap_profiles(db, profile, source, drift=True, sample=m, plans=[plan for _, plan in drafted])
+        profile, boot = loaded[key]
         plans = []
-        for p in r["plans"]:
-            if p["kind"] == "autoregressive":
-                continue
-            plan = Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN)
+        for p, plan in drafted:
             speedup = predict_over(profile, plan.chain, plan.widths, r["acceptance"], contexts, new).speedup  # as validate predicts it
             found = bootstrap_predictions(boot.profiles, plan, r["acceptance"], contexts, new)
             lo, hi = widened(boot.interval([b.speedup for b in found]), speedup, residuals if widen else ()) if found else (None, None)

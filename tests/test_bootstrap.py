@@ -8,7 +8,9 @@ import torch
 
 from hsd_planner.plan import Plan, Prediction, Profile, predict
 from hsd_planner.profiling.acceptance import model_conditionals, run_length_sums, start_survival, visited_run_sums
-from hsd_planner.stats import resample_profiles
+from hsd_planner.solving import widest
+from hsd_planner.stats import pool_prompts, resample_profiles
+from hsd_planner.stats.pooling import PromptTable
 
 
 def _prompt_row(a: np.ndarray) -> SimpleNamespace:
@@ -47,6 +49,49 @@ def test_intervals_cover_the_truth_at_their_nominal_rate():
         lo, hi = np.percentile(speedups, 5), np.percentile(speedups, 95)
         covered += lo <= truth <= hi
     assert 0.75 <= covered / trials <= 0.99, covered / trials  # nominal 0.90
+
+
+def _three_levels(prompts: int = 6, positions: int = 40) -> tuple[Profile, dict]:
+    """A profile of d1 -> d2 -> t and per-prompt rows of its three pairs, prompts of differing ease."""
+    rng = np.random.default_rng(1)
+    base = Profile(
+        target="t",
+        models=[
+            {"name": "d1", "latency": {1: {"points": {64: {1: 0.5, 8: 0.6}}, "spread": 0.1}}},
+            {"name": "d2", "latency": {64: {1: 3.0, 8: 3.5}}},
+            {"name": "t", "latency": {64: {1: 20.0, 8: 22.0}}},
+        ],
+        acceptance=[{"drafter": a, "verifier": b, "alpha": 0.6} for a, b in (("d1", "d2"), ("d2", "t"), ("d1", "t"))],
+    )
+    by_pair = {
+        (a.drafter, a.verifier): {k: _prompt_row((rng.random(positions) < rng.uniform(0.4, 0.9)).astype(float)) for k in range(prompts)}
+        for a in base.acceptance
+    }
+    return base, by_pair
+
+
+def test_a_bootstrap_for_some_plans_prices_them_as_one_of_every_width():
+    base, by_pair = _three_levels()
+    plans = [Plan(("d1", "d2", "t"), (6, 3), Prediction(0.0, 0.0, 0.0)), Plan(("d2", "t"), (4,), Prediction(0.0, 0.0, 0.0))]
+    every = resample_profiles(base, by_pair, count=20, drift=True, sample=3)
+    some = resample_profiles(base, by_pair, count=20, drift=True, sample=3, widths=widest(plans))
+    assert len(some[0].acceptance[0].visited) == 6 < len(every[0].acceptance[0].visited)
+    for plan in plans:
+        for a, b in zip(every, some):
+            assert predict(b, plan.chain, plan.widths, "empirical", 64).speedup == pytest.approx(
+                predict(a, plan.chain, plan.widths, "empirical", 64).speedup, rel=1e-12
+            )
+
+
+def test_prompts_counted_twice_pool_as_a_prompt_listed_twice():
+    _, by_pair = _three_levels()
+    rows = [by_pair[("d1", "d2")][k] for k in range(3)]
+    weighted = PromptTable(rows).pool(np.array([[2.0, 0.0, 1.0], [0.0, 1.0, 3.0]]))
+    for pooled, listed in zip(weighted, ([rows[0], rows[0], rows[2]], [rows[1], *[rows[2]] * 3])):
+        alpha, positions, run_lengths, visited = pool_prompts(listed)
+        assert (pooled.positions, pooled.alpha) == (positions, pytest.approx(alpha))
+        assert pooled.run_lengths == pytest.approx(run_lengths) and len(pooled.visited) == len(visited)
+        assert all(p == pytest.approx(v) for p, v in zip(pooled.visited, visited))
 
 
 def test_no_interval_without_per_prompt_rows():

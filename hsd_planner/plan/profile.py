@@ -33,9 +33,10 @@ starts a decoder drafting b tokens a round visits (what the empirical model uses
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..choices import AcceptanceModel
 from ..errors import SolverError
@@ -62,11 +63,23 @@ def _interp(xs: list[int], ys: list[float], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+class _Memo(dict):
+    """Values a curve computed from its points, kept for the next read: never part of its equality."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Memo)
+
+    __hash__ = None
+
+
 class LatencyCurve(BaseModel):
     """Median ms of one forward pass: ``points[context_len][n]``.
 
     ``n`` = 0, where present, is not a pass: it is what the model costs once per proposal beside
     its passes (a steered drafter's projection of its verifier's taps, :meth:`proposal`).
+
+    A curve remembers what it read off its points (a bootstrap prices a thousand profiles on the
+    same curves); :meth:`scaled` copies share that memory.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,11 +92,47 @@ class LatencyCurve(BaseModel):
     # machine moved this model's passes while it was profiled, which the bootstrap of predicted
     # speed-ups draws each model's drift from (0: not measured)
     spread: float = Field(default=0.0, ge=0.0)
+    _scale: float = PrivateAttr(default=1.0)  # every pass this many times as long (see scaled)
+    _memo: _Memo = PrivateAttr(default_factory=_Memo)  # (n, contexts) -> mean ms over them, unscaled
 
     def __call__(self, n: int, context_len: int) -> float:
         """Interpolated ms of a pass of ``n`` >= 1 tokens after ``context_len`` cached ones."""
-        passes = {c: {k: ms for k, ms in row.items() if k >= 1} for c, row in self.points.items()}
-        return _over_contexts({c: _interp(sorted(row), [row[k] for k in sorted(row)], n) for c, row in passes.items() if row}, context_len)
+        return self.mean(n, (context_len,))
+
+    def mean(self, n: int, contexts: tuple[int, ...]) -> float:
+        """The mean ms of a pass of ``n`` >= 1 tokens over ``contexts`` cached ones (each as :meth:`__call__`).
+
+        >>> curve = LatencyCurve(points={64: {1: 4.0}, 128: {1: 6.0}})
+        >>> curve.mean(1, (64, 128)), curve.scaled(2.0).mean(1, (64, 128))
+        (5.0, 10.0)
+        """
+        key = (n, contexts)
+        ms = self._memo.get(key)
+        if ms is None:
+            passes = {c: {k: ms for k, ms in row.items() if k >= 1} for c, row in self.points.items()}
+            at = {c: _interp(sorted(row), [row[k] for k in sorted(row)], n) for c, row in passes.items() if row}
+            ms = self._memo[key] = sum(_over_contexts(at, c) for c in contexts) / len(contexts)
+        return self._scale * ms
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> LatencyCurve:
+        """A copy (pydantic's), which forgets what this curve remembered when ``update`` changes it.
+
+        >>> curve = LatencyCurve(points={64: {1: 4.0}})
+        >>> curve(1, 64), curve.model_copy(update={"points": {64: {1: 8.0}}})(1, 64)
+        (4.0, 8.0)
+        """
+        copy = super().model_copy(update=update, deep=deep)
+        if update:
+            copy._memo = _Memo()
+        return copy
+
+    def scaled(self, factor: float) -> LatencyCurve:
+        """This curve with every pass ``factor`` times as long: how a bootstrap draws a machine
+        that drifted. The factor is the copy's own and is not serialised (its :attr:`points`
+        stay those measured); the copy shares what this curve remembered."""
+        copy = self.model_copy()
+        copy._scale = self._scale * factor
+        return copy
 
     def proposal(self, context_len: int) -> float:
         """ms a proposal costs beside its passes (``n`` = 0; 0.0 where none was measured).
@@ -92,7 +141,7 @@ class LatencyCurve(BaseModel):
         (0.5, 0.0)
         """
         at = {c: row[0] for c, row in self.points.items() if 0 in row}
-        return _over_contexts(at, context_len) if at else 0.0
+        return self._scale * _over_contexts(at, context_len) if at else 0.0
 
 
 def _over_contexts(at: dict[int, float], context_len: int) -> float:
@@ -236,14 +285,16 @@ class Profile(BaseModel):
                 f"run hsd-plan profile --batch-sizes {','.join(map(str, sorted({*sizes, batch})))}"
             )
 
-        def at(n: int, c: int) -> float:
-            a = curves[lo](n, c)
-            if hi != lo:  # between two measured batch sizes (the curve at hi read only then)
-                a += (curves[hi](n, c) - a) * (batch - lo) / (hi - lo)
-            return scale * a
-
+        read = tuple(contexts)
         host = curves[1].host_ms  # the decoding loop's work per pass, beside the pass
-        return lambda n: sum(at(n, c) for c in contexts) / len(contexts) + host
+
+        def at(n: int) -> float:
+            a = curves[lo].mean(n, read)
+            if hi != lo:  # between two measured batch sizes (the curve at hi read only then)
+                a += (curves[hi].mean(n, read) - a) * (batch - lo) / (hi - lo)
+            return scale * a + host
+
+        return at
 
     def proposal(self, name: str, context_len: int | Sequence[int]) -> float:
         """ms model ``name`` costs once per proposal beside its passes, at ``context_len`` (or the

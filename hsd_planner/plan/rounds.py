@@ -43,8 +43,8 @@ class RunLengths:
         drafted: Sequence[Sequence[float] | None] | None = None,
     ) -> None:
         self._s = _survival(survival)
-        self._by_width = [None if t is None else _survival(t) for t in by_width or []]
-        self._drafted = [None if t is None else _survival(t) for t in drafted or []]
+        self._by_width = _Tables(by_width)
+        self._drafted = _Tables(drafted)
 
     @classmethod
     def iid(cls, alpha: float, length: int = 65, drafted: Sequence[Sequence[float] | None] | None = None) -> RunLengths:
@@ -131,9 +131,42 @@ def monotone_probabilities(values: Sequence[float], increasing: bool) -> list[fl
 
 def _survival(values: Sequence[float]) -> list[float]:
     """Clamp to [0, 1] and make non-increasing; P(G >= 0) must be 1."""
+    _check_survival(values)
+    return monotone_probabilities(values, increasing=False)
+
+
+def _check_survival(values: Sequence[float]) -> None:
+    """A ValueError unless ``values`` starts with P(G >= 0) = 1."""
     if not values or abs(values[0] - 1.0) > 1e-9:
         raise ValueError("run lengths must start with P(G >= 0) = 1")
-    return monotone_probabilities(values, increasing=False)
+
+
+class _Tables:
+    """Survival tables by width (None where a width has none), each checked at once and made a
+    survival function (:func:`_survival`) when first read: a prediction reads a few widths of the
+    64 a profile holds.
+
+    >>> tables = _Tables([[1.0, 0.7, 0.8], None])
+    >>> len(tables), tables[0], tables[-1]
+    (2, [1.0, 0.7, 0.7], None)
+    """
+
+    def __init__(self, tables: Sequence[Sequence[float] | None] | None) -> None:
+        self._raw = list(tables or [])
+        for t in self._raw:
+            if t is not None:
+                _check_survival(t)
+        self._read: dict[int, list[float] | None] = {}
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __getitem__(self, i: int) -> list[float] | None:
+        i = range(len(self._raw))[i]  # a negative index counts from the end; past it, an IndexError
+        if i not in self._read:
+            t = self._raw[i]
+            self._read[i] = None if t is None else monotone_probabilities(t, increasing=False)
+        return self._read[i]
 
 
 class SiblingCurve:

@@ -8,7 +8,7 @@ the CLI, validation's demo and the benchmarks import it.
 """
 
 from .batch import solve_batch_schedule
-from .intervals import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened
+from .intervals import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened, widest
 from .report import THIN_PROMPTS, SolveReport
 from .runner import solve_and_store
 
@@ -23,4 +23,5 @@ __all__ = [
     "solve_and_store",
     "solve_batch_schedule",
     "widened",
+    "widest",
 ]

@@ -31,7 +31,7 @@ from ..stats import interval, resample_profiles
 from ..store import Engine
 from ..store.profiles import ProfileSource, prompt_acceptance
 
-__all__ = ["MIN_RESIDUALS", "Bootstrap", "bootstrap_predictions", "bootstrap_profiles", "predicted_intervals", "widened"]
+__all__ = ["MIN_RESIDUALS", "Bootstrap", "bootstrap_predictions", "bootstrap_profiles", "predicted_intervals", "widened", "widest"]
 
 # past validated plans (of one target on one machine) before their misses widen an interval: with
 # fewer, the 5th and 95th percentiles are the extremes of a handful of runs
@@ -56,15 +56,34 @@ class Bootstrap:
         return interval(values, drawn_from=self.prompts, sample=self.sample)
 
 
-def bootstrap_profiles(db: Engine, profile: Profile, source: ProfileSource, drift: bool = False, sample: int | None = None) -> Bootstrap:
+def bootstrap_profiles(
+    db: Engine,
+    profile: Profile,
+    source: ProfileSource,
+    drift: bool = False,
+    sample: int | None = None,
+    plans: Sequence[Plan] | None = None,
+) -> Bootstrap:
     """Profiles whose acceptance pools resamples of the profiled prompts (none without per-prompt
     rows); with ``drift``, their latency curves drawn around the measured ones too; with
     ``sample``, each pooling that many prompts, as a run on that many new prompts would (see
-    :func:`~hsd_planner.stats.resample_profiles`)."""
+    :func:`~hsd_planner.stats.resample_profiles`). With ``plans``, the profiles price those plans
+    and none wider (their tables stop at the widest width the plans draft)."""
     pairs = {(a.drafter, a.verifier) for a in profile.acceptance}
     by_pair = prompt_acceptance(db, source, pairs)
     prompts = len({k for rows in by_pair.values() for k in rows})
-    return Bootstrap(resample_profiles(profile, by_pair, drift=drift, sample=sample), prompts, sample)
+    widths = widest(plans) if plans is not None else None
+    return Bootstrap(resample_profiles(profile, by_pair, drift=drift, sample=sample, widths=widths), prompts, sample)
+
+
+def widest(plans: Sequence[Plan]) -> int:
+    """The widest round any of ``plans`` drafts: a chain level's width, a tree's nodes (1 without a drafter).
+
+    >>> from hsd_planner.plan import Prediction
+    >>> widest([Plan(("a", "b"), (4,), Prediction(0.0, 0.0, 0.0)), Plan(("a", "b"), (TreeShape((3, 2)),), Prediction(0.0, 0.0, 0.0))])
+    9
+    """
+    return max((w.nodes if isinstance(w, TreeShape) else w for plan in plans for w in plan.widths), default=1)
 
 
 def bootstrap_predictions(

@@ -50,7 +50,7 @@ def solve_and_store(
         config = config.model_copy(update={"max_new_tokens": profiled_length(db, source.setting_id)})
     ranked = _ranked(solve(profile, config, contexts))
     plans = [plan for plan, _ in ranked]
-    boot = bootstrap_profiles(db, profile, source, drift=True)
+    boot = bootstrap_profiles(db, profile, source, drift=True, plans=plans)
     residuals = speedup_residuals(db, source.target, source.hardware_id)
     intervals = predicted_intervals(boot, plans, config.acceptance, contexts, config.max_new_tokens, residuals=residuals)
     stored = save_solve(db, source, config, context_len, _with_intervals(ranked, intervals))

@@ -22,7 +22,7 @@ from typing import TypeVar
 import numpy as np
 
 from ..plan import PairAcceptance, Profile
-from .pooling import PromptSums, pool_drafted, pool_prompts, pool_siblings
+from .pooling import PromptSums, PromptTable
 
 __all__ = [
     "BOOTSTRAP_PROFILES",
@@ -35,7 +35,7 @@ __all__ = [
     "resamples",
 ]
 
-BOOTSTRAP_PROFILES = 100  # resamples per solve: percentiles of 100 predictions, well under a second
+BOOTSTRAP_PROFILES = 1000  # resamples per solve: with fewer, the 5th and 95th percentiles of a few prompts move from seed to seed
 INTERVAL = (5.0, 95.0)  # the percentiles of every interval hsd-plan reports: a 90% interval
 
 K = TypeVar("K")
@@ -127,6 +127,7 @@ def resample_profiles(
     seed: int = 0,
     drift: bool = False,
     sample: int | None = None,
+    widths: int | None = None,
 ) -> list[Profile]:
     """``count`` copies of ``profile`` whose acceptance pools a resample of the profiled prompts;
     with ``drift``, each model's latency curves also scaled by exp(sigma z), z a standard normal
@@ -136,6 +137,9 @@ def resample_profiles(
     over the workload: each pools ``sample`` prompts drawn from a resample of the profiled ones (the
     mean's own uncertainty, then the spread of a small set around it; a validation on 3 prompts
     varies far more than the mean of 12 profiled ones).
+
+    ``widths``: the copies' visited and drafted tables reach that width only (the widest a plan
+    they will predict drafts; None: every width profiled).
 
     ``by_pair[(drafter, verifier)][prompt]`` holds per-prompt acceptance sums (optionally with
     siblings_sum and siblings_count: the resampled A(k) of pairs that have one). None when a pair of
@@ -149,7 +153,7 @@ def resample_profiles(
     if sample is not None:
         rng = np.random.default_rng(seed + 2)
         draws = [[drawn[i] for i in rng.integers(len(drawn), size=sample)] for drawn in draws]
-    out = [pooled_profile(profile, by_pair, drawn) for drawn in draws]
+    out = _pooled_profiles(profile, by_pair, draws, widths)
     if not drift:
         return out
     rng = np.random.default_rng(seed + 1)  # its own stream: the prompts drawn stay those drawn without drift
@@ -160,22 +164,43 @@ def pooled_profile(profile: Profile, by_pair: Mapping[tuple[str, str], Mapping[i
     """``profile`` whose acceptance of each of its pairs pools the per-prompt sums ``by_pair`` of
     ``prompts`` (indices into ``by_pair[pair]``; one may repeat, as in a resample). Every pair of
     ``profile`` must have rows for every prompt drawn."""
-    acceptance = []
-    for a in profile.acceptance:
-        rows = [by_pair[(a.drafter, a.verifier)][k] for k in prompts]
-        alpha, _positions, run_lengths, visited = pool_prompts(rows)
-        acceptance.append(
-            PairAcceptance(
-                drafter=a.drafter,
-                verifier=a.verifier,
-                alpha=min(1.0, alpha),
-                run_lengths=run_lengths,
-                visited=visited,
-                drafted=pool_drafted(rows),
-                siblings=pool_siblings(rows),
-            )
+    return _pooled_profiles(profile, by_pair, [prompts])[0]
+
+
+def _pooled_profiles(
+    profile: Profile,
+    by_pair: Mapping[tuple[str, str], Mapping[int, PromptSums]],
+    draws: Sequence[Sequence[int]],
+    widths: int | None = None,
+) -> list[Profile]:
+    """:func:`pooled_profile` of each draw, every pair's prompts pooled for all draws at once (a
+    row of prompt counts per draw: see :class:`~hsd_planner.stats.pooling.PromptTable`), with
+    tables up to width ``widths``."""
+    keys = sorted({k for drawn in draws for k in drawn})
+    column = {k: i for i, k in enumerate(keys)}
+    weights = np.zeros((len(draws), len(keys)))  # (draws, prompts): how often each draw holds each prompt
+    for i, drawn in enumerate(draws):
+        np.add.at(weights[i], [column[k] for k in drawn], 1.0)
+    pooled = [PromptTable([by_pair[(a.drafter, a.verifier)][k] for k in keys]).pool(weights, widths) for a in profile.acceptance]
+    return [
+        profile.model_copy(
+            update={
+                "acceptance": [
+                    PairAcceptance.model_construct(  # pooled sums are valid acceptance: no validation per resample
+                        drafter=a.drafter,
+                        verifier=a.verifier,
+                        alpha=min(1.0, p[i].alpha),
+                        run_lengths=p[i].run_lengths,
+                        visited=p[i].visited,
+                        drafted=p[i].drafted,
+                        siblings=p[i].siblings,
+                    )
+                    for a, p in zip(profile.acceptance, pooled)
+                ]
+            }
         )
-    return profile.model_copy(update={"acceptance": acceptance})
+        for i in range(len(draws))
+    ]
 
 
 def _drifted(profile: Profile, rng: np.random.Generator) -> Profile:
@@ -183,11 +208,6 @@ def _drifted(profile: Profile, rng: np.random.Generator) -> Profile:
     models = []
     for m in profile.models:
         z = float(rng.standard_normal())
-        latency = {
-            b: c.model_copy(
-                update={"points": {ctx: {n: ms * math.exp(c.spread * z) for n, ms in row.items()} for ctx, row in c.points.items()}}
-            )
-            for b, c in m.latency.items()
-        }
+        latency = {b: c.scaled(math.exp(c.spread * z)) for b, c in m.latency.items()}
         models.append(m.model_copy(update={"latency": latency}))
     return profile.model_copy(update={"models": models})

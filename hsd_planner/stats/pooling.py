@@ -3,16 +3,18 @@
 A profile stores, per prompt, sums that combine exactly across prompts (see
 :class:`hsd_planner.store.schema.AcceptancePrompt`); pooling any multiset of prompts - the whole
 workload, or a bootstrap resample that draws a prompt twice - gives that multiset's acceptance.
+:class:`PromptTable` holds one pair's sums as arrays (a row per prompt) and pools many multisets at
+once, each a row of prompt counts: a thousand bootstrap resamples are a few matrix products.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from ..plan.rounds import monotone_probabilities
+import numpy as np
 
-__all__ = ["PromptSums", "pool_drafted", "pool_prompts", "pool_siblings"]
+__all__ = ["Pooled", "PromptSums", "PromptTable", "pool_drafted", "pool_prompts", "pool_siblings"]
 
 
 class PromptSums(Protocol):
@@ -32,6 +34,171 @@ class PromptSums(Protocol):
     def visit_count(self) -> list[float] | None: ...
 
 
+class Pooled(NamedTuple):
+    """One pair's acceptance pooled over a multiset of prompts (the fields of
+    :class:`hsd_planner.plan.PairAcceptance`, and the positions they pool)."""
+
+    alpha: float
+    positions: int
+    run_lengths: list[float]
+    visited: list[list[float] | None] | None  # [b - 1][g]: P_b(G >= g)
+    drafted: list[list[float] | None] | None  # [b - 1][l]: P_b(L >= l)
+    siblings: list[float] | None  # A(k), k = 1..K
+
+
+class PromptTable:
+    """One pair's per-prompt sums as arrays, P prompts by the sums' lengths, pooled over any
+    weighting of the prompts (:meth:`pool`).
+
+    Rows may come from different versions of the profiler: a row that predates visited sums (or
+    drafted, or sibling sums) makes that part of every pool None, so old and new measurements are
+    never mixed; one measured before censored starts counted has no ``visit_base``, and its base at
+    g is its sum at g - 1 (its count at g = 0), which gives back its old estimate sum[g] / count.
+    """
+
+    def __init__(self, rows: Sequence[PromptSums]) -> None:
+        self.prompts = len(rows)
+        self._positions = np.array([r.positions for r in rows], dtype=np.int64)
+        self._alpha = np.array([r.alpha_sum for r in rows], dtype=float)
+        g_len = max((len(r.run_sum) for r in rows), default=0)
+        # (P, G) each, zero past a row's own runs (a row adds nothing where it has no sum)
+        self._run_sum = np.array([_padded(r.run_sum, g_len) for r in rows], dtype=float).reshape(len(rows), g_len)
+        self._run_count = np.array([_padded(r.run_count, g_len) for r in rows], dtype=float).reshape(len(rows), g_len)
+        self._visited = _visited_arrays(rows)
+        self._drafted = _drafted_arrays(rows)
+        self._siblings = _sibling_arrays(rows)
+
+    def pool(self, weights: np.ndarray, widths: int | None = None) -> list[Pooled]:
+        """One :class:`Pooled` per row of ``weights`` (R, P): how many times each prompt counts;
+        its visited and drafted tables up to width ``widths`` only, where given (a bootstrap that
+        predicts plans no wider needs no more, and a thousand copies of 64 tables fill gigabytes).
+
+        >>> from types import SimpleNamespace as R
+        >>> row = R(positions=2, alpha_sum=1.0, run_sum=[2.0, 1.0], run_count=[2, 2], visit_sum=None, visit_count=None)
+        >>> [p.run_lengths for p in PromptTable([row]).pool(np.array([[1.0], [3.0]]))]
+        [[1.0, 0.5], [1.0, 0.5]]
+        """
+        w = np.asarray(weights, dtype=float).reshape(-1, self.prompts)
+        positions = w @ self._positions
+        alpha = np.divide(w @ self._alpha, positions, out=np.zeros(len(w)), where=positions > 0)
+        sums, counts = w @ self._run_sum, w @ self._run_count
+        visited = _pool_visited(self._visited and self._visited[:widths], w)
+        drafted = _pool_drafted(self._drafted and self._drafted[:widths], w)
+        siblings = _pool_siblings(self._siblings, w)
+        return [
+            Pooled(
+                alpha=float(alpha[i]),
+                positions=round(float(positions[i])),
+                run_lengths=(sums[i][counts[i] > 0] / counts[i][counts[i] > 0]).tolist(),
+                visited=visited[i] if visited is not None else None,
+                drafted=drafted[i] if drafted is not None else None,
+                siblings=siblings[i] if siblings is not None else None,
+            )
+            for i in range(len(w))
+        ]
+
+
+def _padded(values: Sequence[float], length: int) -> list[float]:
+    """``values`` with zeros up to ``length``."""
+    return [*values, *([0.0] * (length - len(values)))]
+
+
+def _visited_arrays(rows: Sequence[PromptSums]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Per width b, the rows' visited sums and bases (P, b + 1) each; None when a row predates them.
+    The widths are those every row has; a row with no count at a width adds nothing there."""
+    measured = [(r.visit_sum, r.visit_count, getattr(r, "visit_base", None)) for r in rows]
+    if not rows or any(v is None or c is None for v, c, _ in measured):
+        return None
+    out = []
+    for b in range(1, min(len(v or []) for v, _, _ in measured) + 1):
+        sums, bases = [], []
+        for v, c, base in measured:
+            if not (v and c):
+                sums.append([0.0] * (b + 1))
+                bases.append([0.0] * (b + 1))
+                continue
+            sums.append(list(v[b - 1][: b + 1]))
+            bases.append(list(base[b - 1][: b + 1]) if base is not None else [c[b - 1], *v[b - 1][:b]])
+        out.append((np.array(sums, dtype=float), np.array(bases, dtype=float)))
+    return out
+
+
+def _drafted_arrays(rows: Sequence[object]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    """Per width b, the rows' rounds drafting l or more (P, b + 1) and their rounds (P,); None
+    when a row has none (a model drafter, which always proposes b, or a row measured before)."""
+    drafted = [(getattr(r, "visit_drafted", None), getattr(r, "visit_count", None)) for r in rows]
+    if not drafted or any(d is None or c is None for d, c in drafted):
+        return None
+    out = []
+    for b in range(1, min(len(d or []) for d, _ in drafted) + 1):
+        held = np.array([list(d[b - 1][: b + 1]) if d else [0.0] * (b + 1) for d, _ in drafted], dtype=float)
+        out.append((held, np.array([c[b - 1] if c else 0.0 for _, c in drafted], dtype=float)))
+    return out
+
+
+def _sibling_arrays(rows: Sequence[object]) -> tuple[np.ndarray, np.ndarray] | None:
+    """The rows' sibling sums (P, K) and counts (P,), K the shortest stored curve; None when a row
+    has none (the n-gram drafter, or a row measured before sibling sums were): a curve over part
+    of the prompts would not match the pair's alpha and run lengths."""
+    found = [(getattr(r, "siblings_sum", None), getattr(r, "siblings_count", None)) for r in rows]
+    measured = [(s, c) for s, c in found if s and c is not None]
+    if not found or len(measured) < len(found):
+        return None
+    k_max = min(len(s) for s, _ in measured)
+    return np.array([s[:k_max] for s, _ in measured], dtype=float), np.array([c for _, c in measured], dtype=float)
+
+
+def _pool_visited(arrays: list[tuple[np.ndarray, np.ndarray]] | None, w: np.ndarray) -> list[list[list[float] | None]] | None:
+    """P_b(G >= g) per row of ``w`` (None without visited sums), the product-limit estimate of
+    :func:`hsd_planner.profiling.acceptance.visited_run_sums` over the pooled sums and bases.
+    Past the longest run any start saw (a continuation shorter than b), the table goes on
+    geometrically, as :class:`hsd_planner.plan.rounds.RunLengths` extends a table."""
+    if arrays is None:
+        return None
+    per_b: list[list[list[float] | None]] = []
+    for sums_b, bases_b in arrays:  # (P, b + 1) each
+        sums, bases = w @ sums_b, w @ bases_b  # (R, b + 1)
+        table = np.ones_like(sums)
+        for g in range(1, sums.shape[1]):
+            step = np.minimum(1.0, np.divide(sums[:, g], bases[:, g], out=np.zeros(len(w)), where=bases[:, g] > 0))
+            if g >= 2:  # no start saw g positions with a run that long: the last step's ratio again
+                ratio = np.divide(table[:, g - 1], table[:, g - 2], out=np.zeros(len(w)), where=table[:, g - 2] > 0)
+            else:
+                ratio = np.zeros(len(w))
+            table[:, g] = table[:, g - 1] * np.where(bases[:, g] > 0, step, ratio)
+        per_b.append([row if base0 > 0 else None for row, base0 in zip(table.tolist(), bases[:, 0].tolist())])
+    return [[b[i] for b in per_b] for i in range(len(w))]
+
+
+def _pool_drafted(arrays: list[tuple[np.ndarray, np.ndarray]] | None, w: np.ndarray) -> list[list[list[float] | None]] | None:
+    """P_b(L >= l) per row of ``w`` (None without drafted sums): the pooled rounds a width-b decoder drafted l or more of, over its rounds."""
+    if arrays is None:
+        return None
+    per_b: list[list[list[float] | None]] = []
+    for held_b, weight_b in arrays:  # (P, b + 1), (P,)
+        held, weight = w @ held_b, w @ weight_b
+        p = _monotone(np.divide(held, weight[:, None], out=np.zeros_like(held), where=weight[:, None] > 0), increasing=False)
+        per_b.append([row if total > 0 else None for row, total in zip(p.tolist(), weight.tolist())])
+    return [[b[i] for b in per_b] for i in range(len(w))]
+
+
+def _pool_siblings(arrays: tuple[np.ndarray, np.ndarray] | None, w: np.ndarray) -> list[list[float] | None] | None:
+    """A(k) per row of ``w`` (None without sibling sums): pooled sibling sums over pooled counts, non-decreasing."""
+    if arrays is None:
+        return None
+    sums_k, counts = arrays
+    sums, total = w @ sums_k, w @ counts
+    a = _monotone(np.divide(sums, total[:, None], out=np.zeros_like(sums), where=total[:, None] > 0), increasing=True)
+    return [row if t > 0 else None for row, t in zip(a.tolist(), total.tolist())]
+
+
+def _monotone(p: np.ndarray, increasing: bool) -> np.ndarray:
+    """Each row of ``p`` clamped to [0, 1] and made monotone from its first value on, as
+    :func:`hsd_planner.plan.rounds.monotone_probabilities` does one list."""
+    clamped = np.clip(p, 0.0, 1.0)
+    return np.maximum.accumulate(clamped, axis=1) if increasing else np.minimum.accumulate(clamped, axis=1)
+
+
 def pool_prompts(rows: Sequence[PromptSums]) -> tuple[float, int, list[float], list[list[float] | None] | None]:
     """(alpha, positions, run_lengths, visited) pooled over per-prompt rows. Rows may repeat.
 
@@ -39,53 +206,13 @@ def pool_prompts(rows: Sequence[PromptSums]) -> tuple[float, int, list[float], l
     >>> row = R(positions=2, alpha_sum=1.0, run_sum=[2.0, 1.0], run_count=[2, 2], visit_sum=None, visit_count=None)
     >>> pool_prompts([row, row])
     (0.5, 4, [1.0, 0.5], None)
+    >>> old = R(positions=1, alpha_sum=1.0, run_sum=[], run_count=[], visit_sum=[[2.0, 1.0]], visit_count=[2.0], visit_base=None)
+    >>> new = R(positions=1, alpha_sum=1.0, run_sum=[], run_count=[], visit_sum=[[3.0, 1.0]], visit_count=[3.0], visit_base=[[3.0, 3.0]])
+    >>> [pool_prompts(rows)[3] for rows in ([old], [new], [old, new])]
+    [[[1.0, 0.5]], [[1.0, 0.3333333333333333]], [[1.0, 0.4]]]
     """
-    positions = sum(r.positions for r in rows)
-    g_len = max(len(r.run_sum) for r in rows)
-    sums = [sum(r.run_sum[g] for r in rows if g < len(r.run_sum)) for g in range(g_len)]
-    counts = [sum(r.run_count[g] for r in rows if g < len(r.run_count)) for g in range(g_len)]
-    run_lengths = [s / c for s, c in zip(sums, counts) if c > 0]
-    alpha = sum(r.alpha_sum for r in rows) / positions if positions else 0.0
-    return alpha, positions, run_lengths, _visited(rows)
-
-
-def _visited(rows: Sequence[PromptSums]) -> list[list[float] | None] | None:
-    """P_b(G >= g) pooled over prompts, as the product-limit estimate of
-    :func:`hsd_planner.profiling.acceptance.visited_run_sums`; None when a prompt predates visited
-    sums, so old and new measurements are never mixed.
-
-    A row measured before censored starts counted has no ``visit_base``: every one of its starts
-    saw all b positions, so its base at g is its sum at g - 1 (its count at g = 0) and the product
-    gives back its old estimate, sum[g] / count. Past the longest run any start saw (a continuation
-    shorter than b), the table goes on geometrically, as :class:`hsd_planner.plan.rounds.RunLengths`
-    extends a table.
-
-    >>> from types import SimpleNamespace as R
-    >>> old = R(visit_sum=[[2.0, 1.0]], visit_count=[2.0], visit_base=None)
-    >>> new = R(visit_sum=[[3.0, 1.0]], visit_count=[3.0], visit_base=[[3.0, 3.0]])
-    >>> _visited([old]), _visited([new]), _visited([old, new])
-    ([[1.0, 0.5]], [[1.0, 0.3333333333333333]], [[1.0, 0.4]])
-    """
-    measured = [(r.visit_sum, r.visit_count, getattr(r, "visit_base", None)) for r in rows]
-    if any(v is None or c is None for v, c, _ in measured):
-        return None
-    out: list[list[float] | None] = []
-    for b in range(1, min(len(v or []) for v, _, _ in measured) + 1):
-        per_row = [(v[b - 1], base[b - 1] if base is not None else [c[b - 1], *v[b - 1][:b]]) for v, c, base in measured if v and c]
-        sums = [sum(v[g] for v, _ in per_row) for g in range(b + 1)]
-        bases = [sum(base[g] for _, base in per_row) for g in range(b + 1)]
-        if bases[0] <= 0:
-            out.append(None)
-            continue
-        table = [1.0]
-        for g in range(1, b + 1):
-            if bases[g] > 0:
-                table.append(table[-1] * min(1.0, sums[g] / bases[g]))
-            else:  # no start saw g positions with a run that long: geometric, as RunLengths extends a table
-                ratio = table[-1] / table[-2] if len(table) >= 2 and table[-2] > 0 else 0.0
-                table.append(table[-1] * ratio)
-        out.append(table)
-    return out
+    pooled = PromptTable(rows).pool(np.ones((1, len(rows))))[0]
+    return pooled.alpha, pooled.positions, pooled.run_lengths, pooled.visited
 
 
 def pool_drafted(rows: Sequence[object]) -> list[list[float] | None] | None:
@@ -97,15 +224,8 @@ def pool_drafted(rows: Sequence[object]) -> list[list[float] | None] | None:
     >>> pool_drafted([R(visit_drafted=[[2.0, 1.0]], visit_count=[2.0]), R(visit_drafted=[[2.0, 2.0]], visit_count=[2.0])])
     [[1.0, 0.75]]
     """
-    drafted = [(getattr(r, "visit_drafted", None), getattr(r, "visit_count", None)) for r in rows]
-    if not drafted or any(d is None or c is None for d, c in drafted):
-        return None
-    out: list[list[float] | None] = []
-    for b in range(1, min(len(d or []) for d, _ in drafted) + 1):
-        weight = sum(c[b - 1] for _, c in drafted if c)
-        held = [sum(d[b - 1][n] for d, _ in drafted if d) for n in range(b + 1)]
-        out.append(monotone_probabilities([h / weight for h in held], increasing=False) if weight > 0 else None)
-    return out
+    pooled = _pool_drafted(_drafted_arrays(rows), np.ones((1, len(rows))))
+    return pooled[0] if pooled else None
 
 
 def pool_siblings(rows: Sequence[object]) -> list[float] | None:
@@ -120,15 +240,5 @@ def pool_siblings(rows: Sequence[object]) -> list[float] | None:
     >>> pool_siblings([R(siblings_sum=[1.0, 2.0], siblings_count=2), R(siblings_sum=[0.0, 1.0], siblings_count=2)])
     [0.25, 0.75]
     """
-    sums: list[list[float]] = []
-    total = 0
-    for r in rows:
-        k_sums, count = getattr(r, "siblings_sum", None), getattr(r, "siblings_count", None)
-        if not k_sums or count is None:
-            return None
-        sums.append(k_sums)
-        total += count
-    if total <= 0:
-        return None
-    k_max = min(len(k_sums) for k_sums in sums)
-    return monotone_probabilities([sum(k_sums[k] for k_sums in sums) / total for k in range(k_max)], increasing=True)
+    pooled = _pool_siblings(_sibling_arrays(rows), np.ones((1, len(rows))))
+    return pooled[0] if pooled else None

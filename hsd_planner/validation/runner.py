@@ -137,7 +137,9 @@ def run_validation(
     comparison = _Comparison(profile, solve.acceptance_model, contexts, max_new_tokens, greedy=solve.setting.mode == "greedy")
     predicted = {(b, e.key): comparison.predicted(e.plan, b) for b, group in entries.items() for e in group}
     # what a run on these held-out prompts will show: each bootstrap profile pools as many prompts
-    boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(encoded))
+    boot = bootstrap_profiles(
+        db, profile, source, drift=True, sample=len(encoded), plans=[e.plan for group in entries.values() for e in group]
+    )
     residuals = speedup_residuals(db, solve.target, solve.hardware_id)  # the validations stored before this one
     intervals = {
         (b, e.key): comparison.intervals(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, residuals)
