@@ -309,7 +309,7 @@ class Profile(BaseModel):
 
     def pair_runs(self, drafter: str, verifier: str, model: AcceptanceModel) -> RunLengths | None:
         """One pair's run lengths (None: not measured), without building every pair's: a
-        prediction reads only its chain's (a bootstrap predicts every plan on 100 resamples)."""
+        prediction reads only its chain's (a bootstrap predicts every plan on 1,000 resamples)."""
         return next((a.runs(model) for a in self.acceptance if (a.drafter, a.verifier) == (drafter, verifier)), None)
 
     def siblings_curves(self) -> dict[tuple[str, str], SiblingCurve]:
