@@ -15,12 +15,17 @@ the summary.
     python -m benchmarks.held_out_draws write --prompts humaneval --draws 3 --size 4 --out /tmp/draws
     python -m benchmarks.held_out_draws summary OUT/validate-draw-*.json
     python -m benchmarks.held_out_draws repredict --db OUT/more.db OUT/validate-draw-*.json
+    python -m benchmarks.held_out_draws spread --db OUT/more.db --held-out-db HELD.db --held-out-workload heldout:profile
 
 ``repredict`` keeps every measurement of the reports and predicts each plan again, with the
 interval ``validate`` would give it before any validation is stored (the bootstrap alone), from
 the newest profile of the target and workload in ``--db``: what a profile of other or more prompts
 would have claimed for the same runs. With ``--widen``, each interval is widened by the reports
 before it, as ``validate`` would have widened it had those predictions been stored.
+
+``spread`` asks the same of acceptance alone, without a run: how often the bootstrap's interval
+for m new prompts holds random sets of m profiled prompts and of m held-out prompts profiled on
+their own (each set's truth the latency model on its own acceptance).
 """
 
 from __future__ import annotations
@@ -32,13 +37,16 @@ import statistics
 import time
 from pathlib import Path
 
+import numpy as np
+
 from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
-from hsd_planner.plan import Plan, Prediction, predict_over, widths_from_json
+from hsd_planner.plan import SOLVE_DEFAULTS, Plan, Prediction, predict, predict_over, solve, widths_from_json
 from hsd_planner.prompts import load_prompts, split
-from hsd_planner.solving import MIN_RESIDUALS, bootstrap_predictions, bootstrap_profiles, widened, widest
+from hsd_planner.solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened, widest
+from hsd_planner.stats import pooled_profiles, resample_profiles
 from hsd_planner.store import open_db
-from hsd_planner.store.profiles import load_profile
+from hsd_planner.store.profiles import load_profile, prompt_acceptance
 
 # the lookups llama-server runs, a plain lookup and the 0.5B, for the 1.5B
 MODELS = (
@@ -157,6 +165,51 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
 _UNKNOWN = Prediction(0.0, 0.0, 0.0)
 
 
+def spread(db_url: str, held_db_url: str, held_workload: str, sizes: list[int], sets: int = 300, new: int = 128, seed: int = 0) -> dict:
+    """On acceptance alone, how often the bootstrap's interval for m new prompts holds sets of m
+    prompts: of the profiled ones, and of held-out prompts profiled on their own (``held_db_url``,
+    workload ``held_workload``, its pairs a subset of the profile's).
+
+    The plans are the solve's of the newest profile in ``db_url`` whose pairs the held-out profile
+    also measured; each set's truth is the same latency model on the set's own pooled acceptance,
+    and the intervals are drawn without drift, so only which prompts were drawn varies. Per m:
+    the fraction of (set, plan) inside, below and above."""
+    db, held_db = open_db(db_url, create=False), open_db(held_db_url, create=False)
+    profile, source = load_profile(db, length=new)
+    held, held_source = load_profile(held_db, workload=held_workload, length=new)
+    measured = {(a.drafter, a.verifier) for a in held.acceptance}
+    plans = [
+        p
+        for p in solve(profile, SOLVE_DEFAULTS.model_copy(update={"max_new_tokens": new, "t_max": 16}), source.contexts).singles
+        if p.depth
+    ]
+    plans = [p for p in plans if set(zip(p.chain, p.chain[1:])) <= measured]
+    by_pair = prompt_acceptance(db, source, {(a.drafter, a.verifier) for a in profile.acceptance})
+    held_pairs = prompt_acceptance(held_db, held_source, measured)
+    held = profile.model_copy(update={"acceptance": [a for a in held.acceptance if (a.drafter, a.verifier) in measured]})
+    profiled = sorted({k for rows in by_pair.values() for k in rows})
+    heldout = sorted({k for rows in held_pairs.values() for k in rows})
+    rng = np.random.default_rng(seed)
+    out: dict = {"profiled": len(profiled), "held_out": len(heldout), "plans": [" -> ".join(p.chain) for p in plans], "sizes": {}}
+    for m in sizes:
+        boot = Bootstrap(resample_profiles(profile, by_pair, drift=False, sample=m, widths=widest(plans)), len(profiled), m)
+        bands = np.array(predicted_intervals(boot, plans, "empirical", source.contexts, new) or [])  # (plans, 2)
+        row = {}
+        for name, base, pairs, keys in (("profiled", profile, by_pair, profiled), ("held_out", held, held_pairs, heldout)):
+            drawn = [list(rng.choice(keys, m, replace=False)) for _ in range(sets)]
+            pooled = pooled_profiles(base, pairs, drawn, widest(plans))
+            truth = np.array(
+                [[predict(b, p.chain, p.widths, "empirical", source.contexts, new).speedup for p in plans] for b in pooled]
+            )  # (sets, plans)
+            row[name] = {
+                "inside": float(((truth >= bands[:, 0]) & (truth <= bands[:, 1])).mean()),
+                "below": float((truth < bands[:, 0]).mean()),
+                "above": float((truth > bands[:, 1]).mean()),
+            }
+        out["sizes"][m] = row
+    return out
+
+
 def run(args: argparse.Namespace) -> dict:
     """Profile, solve, and validate on each draw in turn into ``args.out_dir``; the summary."""
     out: Path = args.out_dir
@@ -196,6 +249,15 @@ def main() -> None:
     q.add_argument("--new", type=int, default=128, help="the reports' new tokens per generation")
     q.add_argument("--widen", action="store_true", help="widen each interval by the earlier reports' misses, as validate does")
     q.add_argument("reports", nargs="+", type=Path)
+    d = sub.add_parser(
+        "spread", help="on acceptance alone, the bootstrap's interval for m prompts against sets of profiled and held-out prompts"
+    )
+    d.add_argument("--db", required=True, help="the database whose newest profile predicts")
+    d.add_argument("--held-out-db", required=True, help="a database with the held-out prompts' own acceptance profiled")
+    d.add_argument("--held-out-workload", required=True, help="that profile's workload name")
+    d.add_argument("--sizes", default="4,8,12", help="prompts per set")
+    d.add_argument("--sets", type=int, default=300, help="random sets per size")
+    d.add_argument("--new", type=int, default=128)
     r = sub.add_parser("run", help="profile, solve, validate on each draw, summary")
     r.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
     r.add_argument("--models", default=MODELS, help="profile --models (the last is the target)")
@@ -217,6 +279,10 @@ def main() -> None:
         return
     if args.cmd == "run":
         print(json.dumps(run(args), indent=1))
+        return
+    if args.cmd == "spread":
+        sizes = [int(m) for m in args.sizes.split(",")]
+        print(json.dumps(spread(args.db, args.held_out_db, args.held_out_workload, sizes, args.sets, args.new), indent=1))
         return
     if args.cmd == "write":
         for path in write_draws(args.prompts, args.draws, args.size, args.out):

@@ -7,7 +7,17 @@ percentile interval, for predicted speed-ups (profiles over resampled profiled p
 measured ones (held-out prompts). Pure: numpy and :mod:`hsd_planner.plan`, no torch, no database.
 """
 
-from .bootstrap import BOOTSTRAP_PROFILES, INTERVAL, bootstrap_interval, expanded, interval, pooled_profile, resample_profiles, resamples
+from .bootstrap import (
+    BOOTSTRAP_PROFILES,
+    INTERVAL,
+    bootstrap_interval,
+    expanded,
+    interval,
+    pooled_profile,
+    pooled_profiles,
+    resample_profiles,
+    resamples,
+)
 from .pooling import PromptSums, pool_drafted, pool_prompts, pool_siblings
 
 __all__ = [
@@ -21,6 +31,7 @@ __all__ = [
     "pool_prompts",
     "pool_siblings",
     "pooled_profile",
+    "pooled_profiles",
     "resample_profiles",
     "resamples",
 ]

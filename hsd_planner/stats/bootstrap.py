@@ -31,6 +31,7 @@ __all__ = [
     "expanded",
     "interval",
     "pooled_profile",
+    "pooled_profiles",
     "resample_profiles",
     "resamples",
 ]
@@ -153,7 +154,7 @@ def resample_profiles(
     if sample is not None:
         rng = np.random.default_rng(seed + 2)
         draws = [[drawn[i] for i in rng.integers(len(drawn), size=sample)] for drawn in draws]
-    out = _pooled_profiles(profile, by_pair, draws, widths)
+    out = pooled_profiles(profile, by_pair, draws, widths)
     if not drift:
         return out
     rng = np.random.default_rng(seed + 1)  # its own stream: the prompts drawn stay those drawn without drift
@@ -164,18 +165,18 @@ def pooled_profile(profile: Profile, by_pair: Mapping[tuple[str, str], Mapping[i
     """``profile`` whose acceptance of each of its pairs pools the per-prompt sums ``by_pair`` of
     ``prompts`` (indices into ``by_pair[pair]``; one may repeat, as in a resample). Every pair of
     ``profile`` must have rows for every prompt drawn."""
-    return _pooled_profiles(profile, by_pair, [prompts])[0]
+    return pooled_profiles(profile, by_pair, [prompts])[0]
 
 
-def _pooled_profiles(
+def pooled_profiles(
     profile: Profile,
     by_pair: Mapping[tuple[str, str], Mapping[int, PromptSums]],
     draws: Sequence[Sequence[int]],
     widths: int | None = None,
 ) -> list[Profile]:
-    """:func:`pooled_profile` of each draw, every pair's prompts pooled for all draws at once (a
-    row of prompt counts per draw: see :class:`~hsd_planner.stats.pooling.PromptTable`), with
-    tables up to width ``widths``."""
+    """:func:`pooled_profile` of each of ``draws``, every pair's prompts pooled for all draws at
+    once (a row of prompt counts per draw: see :class:`~hsd_planner.stats.pooling.PromptTable`),
+    with visited and drafted tables up to width ``widths`` (None: every width profiled)."""
     keys = sorted({k for drawn in draws for k in drawn})
     column = {k: i for i, k in enumerate(keys)}
     weights = np.zeros((len(draws), len(keys)))  # (draws, prompts): how often each draw holds each prompt
