@@ -189,15 +189,16 @@ def spread(db_url: str, held_db_url: str, held_workload: str, sizes: list[int], 
     held = profile.model_copy(update={"acceptance": [a for a in held.acceptance if (a.drafter, a.verifier) in measured]})
     profiled = sorted({k for rows in by_pair.values() for k in rows})
     heldout = sorted({k for rows in held_pairs.values() for k in rows})
+    widths = widest(plans)
     rng = np.random.default_rng(seed)
     out: dict = {"profiled": len(profiled), "held_out": len(heldout), "plans": [" -> ".join(p.chain) for p in plans], "sizes": {}}
     for m in sizes:
-        boot = Bootstrap(resample_profiles(profile, by_pair, drift=False, sample=m, widths=widest(plans)), len(profiled), m)
+        boot = Bootstrap(resample_profiles(profile, by_pair, drift=False, sample=m, widths=widths), len(profiled), m)
         bands = np.array(predicted_intervals(boot, plans, "empirical", source.contexts, new) or [])  # (plans, 2)
         row = {}
         for name, base, pairs, keys in (("profiled", profile, by_pair, profiled), ("held_out", held, held_pairs, heldout)):
             drawn = [list(rng.choice(keys, m, replace=False)) for _ in range(sets)]
-            pooled = pooled_profiles(base, pairs, drawn, widest(plans))
+            pooled = pooled_profiles(base, pairs, drawn, widths)
             truth = np.array(
                 [[predict(b, p.chain, p.widths, "empirical", source.contexts, new).speedup for p in plans] for b in pooled]
             )  # (sets, plans)

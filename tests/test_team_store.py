@@ -24,10 +24,11 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from hsd_planner.cli import cli
+from hsd_planner.stats import pool_prompts
 from hsd_planner.store import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Workload, open_db, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.exchange import export_document
-from hsd_planner.store.repo import get_or_create, pool_prompts
+from hsd_planner.store.repo import get_or_create
 from hsd_planner.store.writes import record_acceptance_prompt, record_latency
 from tests import pg
 

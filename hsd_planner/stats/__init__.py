@@ -18,7 +18,7 @@ from .bootstrap import (
     resample_profiles,
     resamples,
 )
-from .pooling import PromptSums, pool_drafted, pool_prompts, pool_siblings
+from .pooling import PromptSums, pool_drafted, pool_prompts, pool_rows, pool_siblings
 
 __all__ = [
     "BOOTSTRAP_PROFILES",
@@ -29,6 +29,7 @@ __all__ = [
     "interval",
     "pool_drafted",
     "pool_prompts",
+    "pool_rows",
     "pool_siblings",
     "pooled_profile",
     "pooled_profiles",

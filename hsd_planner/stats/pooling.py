@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["Pooled", "PromptSums", "PromptTable", "pool_drafted", "pool_prompts", "pool_siblings"]
+__all__ = ["Pooled", "PromptSums", "PromptTable", "pool_drafted", "pool_prompts", "pool_rows", "pool_siblings"]
 
 
 class PromptSums(Protocol):
@@ -158,14 +158,18 @@ def _pool_visited(arrays: list[tuple[np.ndarray, np.ndarray]] | None, w: np.ndar
     per_b: list[list[list[float] | None]] = []
     for sums_b, bases_b in arrays:  # (P, b + 1) each
         sums, bases = w @ sums_b, w @ bases_b  # (R, b + 1)
+        seen = bases[:, 1:] > 0
+        steps = np.minimum(1.0, np.divide(sums[:, 1:], bases[:, 1:], out=np.zeros_like(sums[:, 1:]), where=seen))
         table = np.ones_like(sums)
-        for g in range(1, sums.shape[1]):
-            step = np.minimum(1.0, np.divide(sums[:, g], bases[:, g], out=np.zeros(len(w)), where=bases[:, g] > 0))
-            if g >= 2:  # no start saw g positions with a run that long: the last step's ratio again
-                ratio = np.divide(table[:, g - 1], table[:, g - 2], out=np.zeros(len(w)), where=table[:, g - 2] > 0)
-            else:
-                ratio = np.zeros(len(w))
-            table[:, g] = table[:, g - 1] * np.where(bases[:, g] > 0, step, ratio)
+        if seen.all():  # every g seen by some start: the product of the steps
+            table[:, 1:] = np.cumprod(steps, axis=1)
+        else:
+            for g in range(1, sums.shape[1]):
+                if g >= 2:  # no start saw g positions with a run that long: the last step's ratio again
+                    ratio = np.divide(table[:, g - 1], table[:, g - 2], out=np.zeros(len(w)), where=table[:, g - 2] > 0)
+                else:
+                    ratio = np.zeros(len(w))
+                table[:, g] = table[:, g - 1] * np.where(seen[:, g - 1], steps[:, g - 1], ratio)
         per_b.append([row if base0 > 0 else None for row, base0 in zip(table.tolist(), bases[:, 0].tolist())])
     return [[b[i] for b in per_b] for i in range(len(w))]
 
@@ -199,6 +203,12 @@ def _monotone(p: np.ndarray, increasing: bool) -> np.ndarray:
     return np.maximum.accumulate(clamped, axis=1) if increasing else np.minimum.accumulate(clamped, axis=1)
 
 
+def pool_rows(rows: Sequence[PromptSums]) -> Pooled:
+    """Every part of one pair's acceptance pooled over per-prompt rows, each counted once (rows may
+    repeat): what the store keeps as the pair's aggregate."""
+    return PromptTable(rows).pool(np.ones((1, len(rows))))[0]
+
+
 def pool_prompts(rows: Sequence[PromptSums]) -> tuple[float, int, list[float], list[list[float] | None] | None]:
     """(alpha, positions, run_lengths, visited) pooled over per-prompt rows. Rows may repeat.
 
@@ -211,7 +221,7 @@ def pool_prompts(rows: Sequence[PromptSums]) -> tuple[float, int, list[float], l
     >>> [pool_prompts(rows)[3] for rows in ([old], [new], [old, new])]
     [[[1.0, 0.5]], [[1.0, 0.3333333333333333]], [[1.0, 0.4]]]
     """
-    pooled = PromptTable(rows).pool(np.ones((1, len(rows))))[0]
+    pooled = pool_rows(rows)
     return pooled.alpha, pooled.positions, pooled.run_lengths, pooled.visited
 
 

@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
-from ..stats import pool_drafted, pool_prompts, pool_siblings
+from ..stats import pool_rows
 from .records import HardwareRecord, ModelFacts, WorkloadRecord
 from .schema import Acceptance, AcceptancePrompt, Hardware, ModelRow, Setting, Workload
 from .upsert import get_or_create, upsert
@@ -103,15 +103,15 @@ def aggregate_acceptance(session: Session, drafter_id: int, verifier_id: int, wo
     rows = session.scalars(select(AcceptancePrompt).filter_by(**key)).all()
     if not rows:
         return None
-    alpha, positions, run_lengths, visited = pool_prompts(rows)
+    pooled = pool_rows(rows)  # every part at once: one table of the rows
     values = dict(
-        alpha=alpha,
-        positions=positions,
+        alpha=pooled.alpha,
+        positions=pooled.positions,
         prompts=len(rows),
-        run_lengths=run_lengths,
-        visited=visited,
-        drafted=pool_drafted(rows),
-        siblings=pool_siblings(rows),
+        run_lengths=pooled.run_lengths,
+        visited=pooled.visited,
+        drafted=pooled.drafted,
+        siblings=pooled.siblings,
     )
     upsert(session, Acceptance, key, values, touch=False)  # the pair dates from its first measurement, as before
     return session.scalars(select(Acceptance).filter_by(**key).execution_options(populate_existing=True)).one()
