@@ -86,6 +86,24 @@ SERVER_DEFAULTS = {
 }
 
 
+def draft_lists(exported: list[str], drafter: str) -> dict[str, list[str]]:
+    """llama-server's configurations that end in the draft model ``drafter`` (its GGUF), which
+    hsd-plan does not price: ``draft-simple`` and the lists of an n-gram type and it at their
+    defaults, and the export's lookup flags with ``draft-simple`` after them (the server tries its
+    n-gram types first: the model drafts the rounds the lookup finds nothing).
+
+    >>> draft_lists(["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "8"], "d.gguf")["the export's lookup, then draft-simple"]
+    ['--spec-type', 'ngram-simple,draft-simple', '--spec-ngram-simple-size-n', '8', '-md', 'd.gguf']
+    """
+    model = ["-md", drafter]
+    out = {"draft-simple, its defaults": ["--spec-type", "draft-simple", *model]}
+    for t in ("ngram-simple", "ngram-mod"):
+        out[f"{t},draft-simple, their defaults"] = ["--spec-type", f"{t},draft-simple", *model]
+    if exported[:1] == ["--spec-type"] and "-md" not in exported:
+        out["the export's lookup, then draft-simple"] = ["--spec-type", f"{exported[1]},draft-simple", *exported[2:], *model]
+    return out
+
+
 def _held_out(args: argparse.Namespace, target: Path) -> tuple[PromptSet, list[list[int]]]:
     """The workload's held-out split and its prompts as token ids, encoded as llama-server gets them."""
     from transformers import AutoTokenizer
@@ -103,13 +121,16 @@ def _rounds(rows: list[dict]) -> int:
 def server_only(args: argparse.Namespace, db: Path) -> None:
     """llama-server alone over the held-out prompts, ``--repeats`` rounds: no speculation, the flags
     ``hsd-plan export --format llamacpp`` writes for the stored pick (the best plan the server can
-    run, where it cannot run the pick) and, for a lookup, the server's own n-gram defaults."""
+    run, where it cannot run the pick), for a lookup the server's own n-gram defaults, and with a
+    draft model as ``--drafter`` the server's configurations that end in it (:func:`draft_lists`)."""
     exported = hsd_plan("export", "--format", "llamacpp", "--db", str(db))
     plan, flags = exported["exported"], exported["payload"]["server_args"]
     name, k = plan["chain"][0], int(plan["widths"][0]) if len(plan["chain"]) > 1 else 0
     target = gguf_of(args.target, args.threads)
     held_out, prompts = _held_out(args, target)
     configs = {"no speculation": [], f"the export {name} [{k}]": flags} | (SERVER_DEFAULTS if parse_spec(name).is_ngram else {})
+    if not parse_spec(args.drafter).is_ngram:
+        configs |= draft_lists(flags, str(gguf_of(parse_spec(args.drafter).name, args.threads)))
     runs: dict[str, list[dict]] = {}
     for _ in range(args.repeats):
         for c, f in configs.items():

@@ -16,6 +16,7 @@ the summary.
     python -m benchmarks.held_out_draws summary OUT/validate-draw-*.json
     python -m benchmarks.held_out_draws repredict --db OUT/more.db OUT/validate-draw-*.json
     python -m benchmarks.held_out_draws spread --db OUT/more.db --held-out-db HELD.db --held-out-workload heldout:profile
+    python -m benchmarks.held_out_draws pool --db OUT/draws.db --group 2 OUT/validate-draw-*.json
 
 ``repredict`` keeps every measurement of the reports and predicts each plan again, with the
 interval ``validate`` would give it before any validation is stored (the bootstrap alone), from
@@ -26,6 +27,11 @@ before it, as ``validate`` would have widened it had those predictions been stor
 ``spread`` asks the same of acceptance alone, without a run: how often the bootstrap's interval
 for m new prompts holds random sets of m profiled prompts and of m held-out prompts profiled on
 their own (each set's truth the latency model on its own acceptance).
+
+``pool`` reads consecutive groups of ``--group`` reports (by validation id; 0: all of them) of
+one solve's plans on disjoint draws as validations of all their prompts, measured: each plan's
+speed-up pooled over the group's draws, predicted for that many prompts with the bootstrap's
+interval (no widening).
 """
 
 from __future__ import annotations
@@ -161,6 +167,84 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
     return summarize(out) | {"profiled_prompts": sorted({r["profiled_prompts"] for r in out})}
 
 
+def _plan_key(plan: dict) -> tuple:
+    return tuple(plan["chain"]), json.dumps(plan["widths"])
+
+
+def pooled_ms(reports: list[dict]) -> dict:
+    """Each plan's ms per token over the draws of ``reports`` (one solve's plans validated on
+    each), weighted by the tokens it wrote in each: the time of all its tokens over their count, by
+    the plan's (chain, widths) and, under None, autoregressive decoding's.
+
+    >>> ar, plan = {"kind": "autoregressive", "chain": ["t"], "widths": []}, {"kind": "best", "chain": ["d", "t"], "widths": [4]}
+    >>> draw = lambda a, b, n: {"plans": [plan | {"measured_ms_per_token": b, "tokens": n}, ar | {"measured_ms_per_token": a, "tokens": n}]}
+    >>> ms = pooled_ms([draw(100.0, 50.0, 10), draw(50.0, 10.0, 30)])
+    >>> ms[None] / ms[_plan_key(plan)]  # 2x and 5x in the draws: 3.125x over their 40 tokens
+    3.125
+    """
+    sums: dict = {}  # key -> (ms, tokens) summed over the draws
+    for r in reports:
+        for p in r["plans"]:
+            key = None if p["kind"] == "autoregressive" else _plan_key(p)
+            ms, tokens = sums.get(key, (0.0, 0))
+            sums[key] = (ms + p["measured_ms_per_token"] * p["tokens"], tokens + p["tokens"])
+    keys = [{None if p["kind"] == "autoregressive" else _plan_key(p) for p in r["plans"]} for r in reports]
+    if None not in keys[0] or any(k != keys[0] for k in keys):
+        raise SystemExit("every report must validate the same plans, autoregressive decoding among them")
+    return {key: ms / tokens for key, (ms, tokens) in sums.items()}
+
+
+def pool(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128) -> dict:
+    """``reports`` (validations of one solve's plans on disjoint draws) read as one validation of
+    all their prompts: each plan's measured speed-up is autoregressive decoding's ms per token over
+    the plan's, each pooled over the draws by tokens (a draw's ratio was taken in one run, and a
+    machine that slowed between draws slows both sides of it); its prediction and bootstrap
+    interval (no past validations) are for that many prompts with all their context lengths, from
+    the newest profile of the target and ``workload`` in ``db_url``."""
+    first = reports[0]
+    if any(r["target"] != first["target"] or r["acceptance"] != first["acceptance"] for r in reports):
+        raise SystemExit("the reports validate other targets or acceptance models; pool one solve's validations")
+    ms = pooled_ms(reports)
+    contexts = [c for r in reports for c in r["context_lens"]]
+    drafted = [
+        (p, Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN))
+        for p in first["plans"]
+        if p["kind"] != "autoregressive"
+    ]
+    db = open_db(db_url, create=False)
+    profile, source = load_profile(db, first["target"], workload, length=new)
+    boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(contexts), plans=[plan for _, plan in drafted])
+    plans = []
+    for p, plan in drafted:
+        measured = ms[None] / ms[_plan_key(p)]
+        speedup = predict_over(profile, plan.chain, plan.widths, first["acceptance"], contexts, new).speedup
+        lo, hi = boot.interval([b.speedup for b in bootstrap_predictions(boot.profiles, plan, first["acceptance"], contexts, new)])
+        plans.append(
+            {
+                "chain": p["chain"],
+                "widths": p["widths"],
+                "kind": p["kind"],
+                "measured_speedup": measured,
+                "predicted_speedup": speedup,
+                "predicted_speedup_interval": [lo, hi],
+                "covered": lo <= measured <= hi,
+                "interval_width": (hi - lo) / speedup,
+                "speedup_error": speedup / measured - 1.0,
+            }
+        )
+    pick = next(p for p in first["plans"] if p["kind"] == "best")
+    return {
+        "draws": len(reports),
+        "prompts": len(contexts),
+        "profiled_prompts": boot.prompts,
+        "plans": plans,
+        "inside": sum(p["covered"] for p in plans),
+        "median_width": statistics.median(p["interval_width"] for p in plans),
+        "median_abs_speedup_error": statistics.median(abs(p["speedup_error"]) for p in plans),
+        "regret": ms[_plan_key(pick)] / min(ms.values()) - 1.0,
+    }
+
+
 # the prediction a plan carries into the bootstrap, which predicts it again on each resample
 _UNKNOWN = Prediction(0.0, 0.0, 0.0)
 
@@ -250,6 +334,12 @@ def main() -> None:
     q.add_argument("--new", type=int, default=128, help="the reports' new tokens per generation")
     q.add_argument("--widen", action="store_true", help="widen each interval by the earlier reports' misses, as validate does")
     q.add_argument("reports", nargs="+", type=Path)
+    o = sub.add_parser("pool", help="the reports of one solve's plans on disjoint draws as one validation of all their prompts")
+    o.add_argument("--db", required=True, help="the database whose newest profile predicts")
+    o.add_argument("--workload", default="humaneval:profile")
+    o.add_argument("--new", type=int, default=128, help="the reports' new tokens per generation")
+    o.add_argument("--group", type=int, default=0, help="pool consecutive groups of this many reports, each one validation (0: all)")
+    o.add_argument("reports", nargs="+", type=Path)
     d = sub.add_parser(
         "spread", help="on acceptance alone, the bootstrap's interval for m prompts against sets of profiled and held-out prompts"
     )
@@ -276,6 +366,25 @@ def main() -> None:
     if args.cmd == "repredict":
         print(
             json.dumps(repredict(args.db, [json.loads(p.read_text()) for p in args.reports], args.workload, args.new, args.widen), indent=1)
+        )
+        return
+    if args.cmd == "pool":
+        reports = sorted((json.loads(p.read_text()) for p in args.reports), key=lambda r: r["validation_id"])
+        size = args.group or len(reports)
+        pooled = [pool(args.db, reports[i : i + size], args.workload, args.new) for i in range(0, len(reports) - size + 1, size)]
+        plans = [p for g in pooled for p in g["plans"]]
+        print(
+            json.dumps(
+                {
+                    "validations": pooled,
+                    "plans": len(plans),
+                    "inside": sum(p["covered"] for p in plans),
+                    "median_width": statistics.median(p["interval_width"] for p in plans),
+                    "median_abs_speedup_error": statistics.median(abs(p["speedup_error"]) for p in plans),
+                    "max_regret": max(g["regret"] for g in pooled),
+                },
+                indent=1,
+            )
         )
         return
     if args.cmd == "run":
