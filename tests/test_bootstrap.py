@@ -245,6 +245,34 @@ def test_a_pick_whose_output_left_the_targets_own_text_is_noted():
     assert "own greedy output" not in format_validation(same)
 
 
+def test_the_summary_says_how_many_held_out_prompts_would_expect_five_percent():
+    """A draw expecting more than 5 % names the held-out count that would expect 5 % (the bootstrap
+    pools m prompts of a resample of the n profiled: spread ~ 1/m + 1/n); where the n profiled
+    prompts alone leave more, it says to profile more; within 5 %, neither."""
+    from dataclasses import replace
+
+    from hsd_planner.cli.render import format_validation
+    from hsd_planner.validation import ERROR_GOAL, prompts_for_error
+    from hsd_planner.validation.report import PlanResult, ValidationReport
+
+    auto = PlanResult(1, "autoregressive", Plan(("t",), (), Prediction(40.0, 1.0, 1.0)), 40.0, 1.0, 1.0, 1.0, 8, [])
+    pick = PlanResult(
+        2, "best", Plan(("ngram", "t"), (4,), Prediction(20.0, 2.0, 2.0)), 20.0, 2.0, 2.0, 1.0, 8, [], expected_abs_speedup_error=0.113
+    )
+    drawn = ValidationReport(1, 1, "t", "w", "p", 4, 100, [100] * 4, "greedy", "empirical", [auto, pick], 2, profiled_prompts=48)
+    assert drawn.prompts_for_error_goal == prompts_for_error(0.113, 4, 48) == 32
+    assert drawn.to_dict()["prompts_for_error_goal"] == 32 and drawn.to_dict()["profiled_prompts"] == 48
+    assert "about 32 held-out prompts would expect 5%" in format_validation(drawn)
+    # the mean of the 32 drawn from a resample of 48 spreads as expected: sigma^2 (1/32 + 1/48) <= goal^2 < the same at 31
+    sigma2 = 0.113**2 / (1 / 4 + 1 / 48)
+    assert sigma2 * (1 / 32 + 1 / 48) <= ERROR_GOAL**2 < sigma2 * (1 / 31 + 1 / 48)
+    few = replace(drawn, profiled_prompts=8)  # 8 profiled prompts alone leave sigma/sqrt(8) > 5 %
+    assert few.prompts_for_error_goal is None and "the 8 profiled prompts alone leave more than 5%: profile more" in format_validation(few)
+    within = replace(drawn, plans=[auto, replace(pick, expected_abs_speedup_error=0.04)])
+    assert "would expect" not in format_validation(within) and "profile more" not in format_validation(within)
+    assert replace(drawn, profiled_prompts=None).prompts_for_error_goal is None  # no bootstrap: no count
+
+
 def test_a_run_is_calibrated_by_the_reference_rounds_around_it():
     from hsd_planner.validation.calibration import Calibration
 

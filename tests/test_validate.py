@@ -9,6 +9,7 @@ import pytest
 
 from hsd_planner.plan import Plan, Prediction
 from hsd_planner.store import open_db
+from hsd_planner.validation import prompts_for_error
 from hsd_planner.validation.results import speedup_interval, workload_ms
 from hsd_planner.validation.runner import _Entry, _measure, _one_row, _units
 from hsd_runtime import CachePool, Hierarchy, NgramDrafter, TreeShape
@@ -131,6 +132,9 @@ def test_validate_reports_stores_and_plots(solved, prompts, tmp_path, isolated_d
     expected = [p["expected_abs_speedup_error"] for p in report["plans"] if p["expected_abs_speedup_error"] is not None]
     assert report["expected_abs_speedup_error"] == pytest.approx(statistics.median(expected))
     assert auto[0]["expected_abs_speedup_error"] is None
+    # from that expectation, the 6 profiled prompts and the 3 drawn: how many held-out prompts would expect 5 %
+    assert report["profiled_prompts"] == 6
+    assert report["prompts_for_error_goal"] == prompts_for_error(report["expected_abs_speedup_error"], 3, 6)
     # greedy in fp32 on torch: every plan's output is the target's own, run by run, and so stored
     assert auto[0]["same_text"] is None
     assert all(p["same_text"] == p["text_runs"] == 3 for p in report["plans"] if len(p["chain"]) > 1)

@@ -21,7 +21,7 @@ from ..profiling.summary import floor_ratio, shortest_context
 from ..profiling.timing import SPREAD_LIMIT
 from ..solving import THIN_PROMPTS, SolveReport
 from ..store.exchange import ProfileDocument
-from ..validation import ValidationReport
+from ..validation import ERROR_GOAL, ValidationReport
 from .batch import format_batch_solve
 
 __all__ = [
@@ -337,7 +337,15 @@ def _expected(report: ValidationReport) -> str:
     expected = report.expected_abs_speedup_error
     if expected is None:
         return ""
-    return f" ({expected:.1%} expected from which {report.prompt_count} prompts were drawn and the profile's timing spread alone)"
+    clause = f" ({expected:.1%} expected from which {report.prompt_count} prompts were drawn and the profile's timing spread alone"
+    if expected <= ERROR_GOAL:
+        return clause + ")"
+    needed = report.prompts_for_error_goal
+    if needed is not None:
+        return clause + f"; about {needed} held-out prompts would expect {ERROR_GOAL:.0%})"
+    if report.profiled_prompts:
+        return clause + f"; the {report.profiled_prompts} profiled prompts alone leave more than {ERROR_GOAL:.0%}: profile more)"
+    return clause + ")"
 
 
 def format_validation(report: ValidationReport) -> str:

@@ -8,15 +8,17 @@ hierarchy on one prompt is :mod:`hsd_planner.generate`; the whole workflow is
 and profiling; the CLI and the demo import it.
 """
 
-from .report import LevelResult, PlanResult, ValidationReport
+from .report import ERROR_GOAL, LevelResult, PlanResult, ValidationReport, prompts_for_error
 from .runner import run_validation
 from .selection import CANDIDATE_SETS, select_plans
 
 __all__ = [
     "CANDIDATE_SETS",
+    "ERROR_GOAL",
     "LevelResult",
     "PlanResult",
     "ValidationReport",
+    "prompts_for_error",
     "run_validation",
     "select_plans",
 ]

@@ -13,8 +13,11 @@ from ..plan import Plan
 from ..profiling.contention import Load
 from .calibration import CalibrationRecord
 
-__all__ = ["SHIFT", "LevelResult", "PlanResult", "Shift", "ValidationReport"]
+__all__ = ["ERROR_GOAL", "SHIFT", "LevelResult", "PlanResult", "Shift", "ValidationReport", "prompts_for_error"]
 
+# the median |speed-up error| a validation's draw is sized for: prompts_for_error reads how many
+# held-out prompts bring the draw's expected error down to it
+ERROR_GOAL = 0.05
 SHIFT = 0.10  # a level of the pick drafted more than this off its prediction: the held-out prompts draft otherwise
 
 
@@ -190,6 +193,7 @@ class ValidationReport:
     skipped: list[str] = field(default_factory=list)  # plans left out at a batch size, and why
     interval_history: int = 0  # past validated plans whose misses widened the predicted intervals (0: the bootstrap alone)
     contention: Load | None = None  # other work over the whole measuring, reference passes included (None: not checked)
+    profiled_prompts: int | None = None  # the prompts the intervals' bootstrap resampled (None: no bootstrap)
 
     @property
     def busy(self) -> bool:
@@ -237,6 +241,16 @@ class ValidationReport:
         the luck of the prompts drawn; None where no plan has one."""
         found = [e for p in self.plans if p.plan.depth and (e := p.expected_abs_speedup_error) is not None]
         return statistics.median(found) if found else None
+
+    @property
+    def prompts_for_error_goal(self) -> int | None:
+        """About how many held-out prompts a validation needs for the draw alone to expect a median
+        |speed-up error| of :data:`ERROR_GOAL` (see :func:`prompts_for_error`); None without an
+        expectation, or where no number of held-out prompts gets there."""
+        expected = self.expected_abs_speedup_error
+        if expected is None or not self.profiled_prompts:
+            return None
+        return prompts_for_error(expected, self.prompt_count, self.profiled_prompts)
 
     @property
     def coverage(self) -> float | None:
@@ -319,6 +333,7 @@ class ValidationReport:
             "median_abs_speedup_error",
             "median_abs_speedup_error_calibrated",
             "expected_abs_speedup_error",
+            "prompts_for_error_goal",
             "regret",
             "regret_untied",
             "drift",
@@ -330,6 +345,25 @@ class ValidationReport:
         summary = {k: getattr(self, k) for k in keys}
         summary["acceptance_shift"] = [{**asdict(x), "change": x.change} for x in self.acceptance_shift]
         return {**out, **summary, "plans": [p.to_dict() for p in self.plans]}
+
+
+def prompts_for_error(expected: float, drawn: int, profiled: int, goal: float = ERROR_GOAL) -> int | None:
+    """About how many held-out prompts make the expected |speed-up error| ``goal``, from an expected
+    error ``expected`` over ``drawn`` prompts and a bootstrap of ``profiled`` ones. Each bootstrap
+    profile pools ``drawn`` prompts of a resample of the profiled, so its spread goes as
+    sigma^2 (1/drawn + 1/profiled): more held-out prompts shrink the first term only, and where the
+    second alone is above ``goal`` (the profiled prompts' own uncertainty) no count gets there: None.
+
+    >>> prompts_for_error(0.113, 4, 48)  # a draw of 4 expecting 11.3 %: about 32 prompts expect 5 %
+    32
+    >>> prompts_for_error(0.03, 6, 24)  # already there: fewer prompts would do
+    2
+    >>> prompts_for_error(0.2, 4, 8) is None  # 8 profiled prompts alone leave more than 5 %
+    True
+    """
+    sigma2 = expected**2 / (1.0 / drawn + 1.0 / profiled)
+    rest = goal**2 / sigma2 - 1.0 / profiled
+    return math.ceil(1.0 / rest) if rest > 0 else None
 
 
 def _median(values: list[float]) -> float:

@@ -156,6 +156,7 @@ def run_validation(
         _report(solve, prompts.name, contexts, results, calibration, skipped),
         contention=runs.whole,
         interval_history=len(residuals) if len(residuals) >= MIN_RESIDUALS else 0,
+        profiled_prompts=boot.prompts if boot.profiles else None,
     )
     # the other work seen rides in the stored calibration's JSON: both describe the machine's state during the runs
     stored = (report.calibration.to_dict() if report.calibration else {}) | {"contention": runs.whole.to_dict() if runs.whole else None}
