@@ -360,10 +360,14 @@ def prompts_for_error(expected: float, drawn: int, profiled: int, goal: float = 
     2
     >>> prompts_for_error(0.2, 4, 8) is None  # 8 profiled prompts alone leave more than 5 %
     True
+    >>> prompts_for_error(0.0, 2, 1)  # no spread at all: one prompt will do
+    1
     """
     sigma2 = expected**2 / (1.0 / drawn + 1.0 / profiled)
+    if sigma2 == 0.0:  # the resamples all predict alike (one profiled prompt, or plans that draft nothing): any draw
+        return 1
     rest = goal**2 / sigma2 - 1.0 / profiled
-    return math.ceil(1.0 / rest) if rest > 0 else None
+    return max(1, math.ceil(1.0 / rest)) if rest > 0 else None
 
 
 def _median(values: list[float]) -> float:
