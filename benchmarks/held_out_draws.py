@@ -113,6 +113,15 @@ def summarize(reports: list[dict]) -> dict:
     }
 
 
+# the prediction a plan carries into the bootstrap, which predicts it again on each resample
+_UNKNOWN = Prediction(0.0, 0.0, 0.0)
+
+
+def _drafted(plans: list[dict]) -> list[tuple[dict, Plan]]:
+    """A report's plans above autoregressive decoding, each beside its :class:`Plan` (to predict again)."""
+    return [(p, Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN)) for p in plans if p["kind"] != "autoregressive"]
+
+
 def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128, widen: bool = False) -> dict:
     """``reports``' plans predicted again from the newest profile of their target and ``workload``
     in ``db_url``: the speed-up and its bootstrap interval (no past validations), per plan above
@@ -125,11 +134,7 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
     residuals: list[float] = []
     for r in sorted(reports, key=lambda r: r["validation_id"]) if widen else reports:
         contexts, m = r["context_lens"], r["prompt_count"]
-        drafted = [
-            (p, Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN))
-            for p in r["plans"]
-            if p["kind"] != "autoregressive"
-        ]
+        drafted = _drafted(r["plans"])
         key = (r["target"], m, widest([plan for _, plan in drafted]))
         if key not in loaded:
             profile, source = load_profile(db, r["target"], workload, length=new)
@@ -206,11 +211,7 @@ def pool(db_url: str, reports: list[dict], workload: str = "humaneval:profile", 
         raise SystemExit("the reports validate other targets or acceptance models; pool one solve's validations")
     ms = pooled_ms(reports)
     contexts = [c for r in reports for c in r["context_lens"]]
-    drafted = [
-        (p, Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN))
-        for p in first["plans"]
-        if p["kind"] != "autoregressive"
-    ]
+    drafted = _drafted(first["plans"])
     db = open_db(db_url, create=False)
     profile, source = load_profile(db, first["target"], workload, length=new)
     boot = bootstrap_profiles(db, profile, source, drift=True, sample=len(contexts), plans=[plan for _, plan in drafted])
@@ -243,10 +244,6 @@ def pool(db_url: str, reports: list[dict], workload: str = "humaneval:profile", 
         "median_abs_speedup_error": statistics.median(abs(p["speedup_error"]) for p in plans),
         "regret": ms[_plan_key(pick)] / min(ms.values()) - 1.0,
     }
-
-
-# the prediction a plan carries into the bootstrap, which predicts it again on each resample
-_UNKNOWN = Prediction(0.0, 0.0, 0.0)
 
 
 def spread(db_url: str, held_db_url: str, held_workload: str, sizes: list[int], sets: int = 300, new: int = 128, seed: int = 0) -> dict:

@@ -9,7 +9,7 @@ import torch
 from hsd_planner.plan import Plan, Prediction, Profile, predict
 from hsd_planner.profiling.acceptance import model_conditionals, run_length_sums, start_survival, visited_run_sums
 from hsd_planner.solving import widest
-from hsd_planner.stats import pool_prompts, resample_profiles
+from hsd_planner.stats import pool_rows, resample_profiles
 from hsd_planner.stats.pooling import PromptTable
 
 
@@ -88,7 +88,7 @@ def test_prompts_counted_twice_pool_as_a_prompt_listed_twice():
     rows = [by_pair[("d1", "d2")][k] for k in range(3)]
     weighted = PromptTable(rows).pool(np.array([[2.0, 0.0, 1.0], [0.0, 1.0, 3.0]]))
     for pooled, listed in zip(weighted, ([rows[0], rows[0], rows[2]], [rows[1], *[rows[2]] * 3])):
-        alpha, positions, run_lengths, visited = pool_prompts(listed)
+        alpha, positions, run_lengths, visited = pool_rows(listed)[:4]
         assert (pooled.positions, pooled.alpha) == (positions, pytest.approx(alpha))
         assert pooled.run_lengths == pytest.approx(run_lengths) and len(pooled.visited) == len(visited)
         assert all(p == pytest.approx(v) for p, v in zip(pooled.visited, visited))

@@ -367,10 +367,10 @@ def _walk(accepted: list[list[int]], b: int, start: int = 0) -> tuple[int, int]:
 
 def _pooled(sums: list[list[float]], counts: list[float], bases: list[list[float]], b: int) -> float:
     """E[X] = sum_g P_b(G >= g) of one prompt's visited sums, as the planner pools them."""
-    from hsd_planner.stats import pool_prompts
+    from hsd_planner.stats import pool_rows
 
     row = SimpleNamespace(positions=1, alpha_sum=0.0, run_sum=[], run_count=[], visit_sum=sums, visit_count=counts, visit_base=bases)
-    table = pool_prompts([row])[3][b - 1]
+    table = pool_rows([row]).visited[b - 1]
     return sum(table)
 
 

@@ -15,7 +15,7 @@ from hsd_planner.cli import cli
 from hsd_planner.plan import Profile
 from hsd_planner.profiling.acceptance import acceptance_from_logits, teacher_forced_logits
 from hsd_planner.profiling.siblings import _chain, _Residual, greedy_siblings, sampled_siblings, sibling_acceptance, sibling_sums
-from hsd_planner.stats import pool_siblings, resample_profiles
+from hsd_planner.stats import pool_rows, resample_profiles
 from hsd_planner.store import open_db, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.document import AcceptanceOut, AcceptancePromptOut
@@ -169,10 +169,11 @@ def test_sums_pool_exactly_across_prompts():
         torch.rand(7, 8, generator=g, dtype=torch.float64).sort(-1).values,
         torch.rand(5, 8, generator=g, dtype=torch.float64).sort(-1).values,
     )
-    rows = [SimpleNamespace(siblings_sum=s, siblings_count=n) for s, n in (sibling_sums(first), sibling_sums(second))]
-    pooled = pool_siblings(rows)
+    rows = [prompt_row(first), prompt_row(second)]
+    pooled = pool_rows(rows).siblings
     assert pooled == pytest.approx(torch.cat([first, second]).mean(0).tolist(), abs=1e-12)
-    assert pool_siblings([*rows, SimpleNamespace(siblings_sum=None, siblings_count=None)]) is None  # never half a workload
+    without = SimpleNamespace(**{**vars(rows[0]), "siblings_sum": None, "siblings_count": None})
+    assert pool_rows([*rows, without]).siblings is None  # never half a workload
     # a bootstrap resample pools the same sums
     base = Profile(
         target="t",

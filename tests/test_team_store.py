@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from hsd_planner.cli import cli
-from hsd_planner.stats import pool_prompts
+from hsd_planner.stats import pool_rows
 from hsd_planner.store import Acceptance, AcceptancePrompt, Hardware, Latency, ModelRow, Setting, Workload, open_db, resolve_url
 from hsd_planner.store.db import alembic_config
 from hsd_planner.store.exchange import export_document
@@ -86,7 +86,7 @@ def check_consistent(url: str, repeats: int) -> None:
         for agg in s.scalars(select(Acceptance)):
             key = dict(drafter_id=agg.drafter_id, verifier_id=agg.verifier_id, workload_id=agg.workload_id, setting_id=agg.setting_id)
             rows = s.scalars(select(AcceptancePrompt).filter_by(**key)).all()
-            alpha, positions, run_lengths, _ = pool_prompts(rows)
+            alpha, positions, run_lengths = pool_rows(rows)[:3]
             assert (agg.prompts, agg.positions) == (len(rows), positions)
             assert agg.alpha == pytest.approx(alpha) and agg.run_lengths == pytest.approx(run_lengths)
         assert all(r.repeats >= repeats and len(r.samples_ms) == r.repeats for r in s.scalars(select(Latency)))

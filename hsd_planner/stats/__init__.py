@@ -18,7 +18,7 @@ from .bootstrap import (
     resample_profiles,
     resamples,
 )
-from .pooling import PromptSums, pool_drafted, pool_prompts, pool_rows, pool_siblings
+from .pooling import PromptSums, pool_rows
 
 __all__ = [
     "BOOTSTRAP_PROFILES",
@@ -27,10 +27,7 @@ __all__ = [
     "bootstrap_interval",
     "expanded",
     "interval",
-    "pool_drafted",
-    "pool_prompts",
     "pool_rows",
-    "pool_siblings",
     "pooled_profile",
     "pooled_profiles",
     "resample_profiles",

@@ -14,7 +14,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-__all__ = ["Pooled", "PromptSums", "PromptTable", "pool_drafted", "pool_prompts", "pool_rows", "pool_siblings"]
+__all__ = ["Pooled", "PromptSums", "PromptTable", "pool_rows"]
 
 
 class PromptSums(Protocol):
@@ -205,50 +205,32 @@ def _monotone(p: np.ndarray, increasing: bool) -> np.ndarray:
 
 def pool_rows(rows: Sequence[PromptSums]) -> Pooled:
     """Every part of one pair's acceptance pooled over per-prompt rows, each counted once (rows may
-    repeat): what the store keeps as the pair's aggregate."""
-    return PromptTable(rows).pool(np.ones((1, len(rows))))[0]
-
-
-def pool_prompts(rows: Sequence[PromptSums]) -> tuple[float, int, list[float], list[list[float] | None] | None]:
-    """(alpha, positions, run_lengths, visited) pooled over per-prompt rows. Rows may repeat.
+    repeat): what the store keeps as the pair's aggregate.
 
     >>> from types import SimpleNamespace as R
     >>> row = R(positions=2, alpha_sum=1.0, run_sum=[2.0, 1.0], run_count=[2, 2], visit_sum=None, visit_count=None)
-    >>> pool_prompts([row, row])
+    >>> pool_rows([row, row])[:4]  # alpha, positions, run lengths, visited
     (0.5, 4, [1.0, 0.5], None)
     >>> old = R(positions=1, alpha_sum=1.0, run_sum=[], run_count=[], visit_sum=[[2.0, 1.0]], visit_count=[2.0], visit_base=None)
     >>> new = R(positions=1, alpha_sum=1.0, run_sum=[], run_count=[], visit_sum=[[3.0, 1.0]], visit_count=[3.0], visit_base=[[3.0, 3.0]])
-    >>> [pool_prompts(rows)[3] for rows in ([old], [new], [old, new])]
+    >>> [pool_rows(rows).visited for rows in ([old], [new], [old, new])]
     [[[1.0, 0.5]], [[1.0, 0.3333333333333333]], [[1.0, 0.4]]]
+
+    Drafted: P_b(L >= l), l = 0..b, of a lookup drafter's proposal length L over the rounds a
+    width-b decoder visits (``visit_drafted`` over ``visit_count``); None when any prompt has none
+    (a model drafter, which always proposes b, or a row measured before).
+
+    >>> drafted = [R(**vars(old), visit_drafted=[[2.0, 1.0]]), R(**vars(old), visit_drafted=[[2.0, 2.0]])]
+    >>> pool_rows(drafted).drafted, pool_rows([old]).drafted
+    ([[1.0, 0.75]], None)
+
+    Siblings: A(k), k = 1..K, ``sum siblings_sum[k - 1] / sum siblings_count``, clamped to [0, 1]
+    and non-decreasing as every sibling curve is; None when any prompt has no sums (the n-gram
+    drafter, or a row measured before siblings were): a curve over part of the prompts would not
+    match the pair's alpha and run lengths. K is the shortest stored curve.
+
+    >>> sibs = [R(**vars(row), siblings_sum=[1.0, 2.0], siblings_count=2), R(**vars(row), siblings_sum=[0.0, 1.0], siblings_count=2)]
+    >>> pool_rows(sibs).siblings, pool_rows([*sibs, row]).siblings
+    ([0.25, 0.75], None)
     """
-    pooled = pool_rows(rows)
-    return pooled.alpha, pooled.positions, pooled.run_lengths, pooled.visited
-
-
-def pool_drafted(rows: Sequence[object]) -> list[list[float] | None] | None:
-    """P_b(L >= l), l = 0..b, of a lookup drafter's proposal length L over the rounds a width-b
-    decoder visits, pooled over prompts (``visit_drafted`` over ``visit_count``). None when any
-    prompt has none (a model drafter, which always proposes b, or a row measured before).
-
-    >>> from types import SimpleNamespace as R
-    >>> pool_drafted([R(visit_drafted=[[2.0, 1.0]], visit_count=[2.0]), R(visit_drafted=[[2.0, 2.0]], visit_count=[2.0])])
-    [[1.0, 0.75]]
-    """
-    pooled = _pool_drafted(_drafted_arrays(rows), np.ones((1, len(rows))))
-    return pooled[0] if pooled else None
-
-
-def pool_siblings(rows: Sequence[object]) -> list[float] | None:
-    """A(k), k = 1..K, pooled over per-prompt rows: ``sum siblings_sum[k - 1] / sum siblings_count``,
-    clamped to [0, 1] and non-decreasing as every sibling curve is.
-
-    None when any prompt has no sums (the n-gram drafter, or a row measured before siblings
-    were): a curve over part of the prompts would not match the pair's alpha and run lengths.
-    Rows may repeat (a bootstrap resample). K is the shortest stored curve.
-
-    >>> from types import SimpleNamespace as R
-    >>> pool_siblings([R(siblings_sum=[1.0, 2.0], siblings_count=2), R(siblings_sum=[0.0, 1.0], siblings_count=2)])
-    [0.25, 0.75]
-    """
-    pooled = _pool_siblings(_sibling_arrays(rows), np.ones((1, len(rows))))
-    return pooled[0] if pooled else None
+    return PromptTable(rows).pool(np.ones((1, len(rows))))[0]
