@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from pathlib import Path
@@ -50,7 +49,7 @@ from benchmarks.common import machine
 from hsd_planner.plan import SOLVE_DEFAULTS, Plan, Prediction, predict, predict_over, solve, widths_from_json
 from hsd_planner.prompts import load_prompts, split
 from hsd_planner.solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened, widest
-from hsd_planner.stats import pooled_profiles, resample_profiles
+from hsd_planner.stats import miss_score, pooled_profiles, resample_profiles
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile, prompt_acceptance
 
@@ -127,11 +126,12 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
     in ``db_url``: the speed-up and its bootstrap interval (no past validations), per plan above
     autoregressive decoding, beside the measured speed-up, for generations of ``new`` tokens (the
     reports' own length); summed as :func:`summarize` sums. With ``widen``, each interval is also
-    widened by the log misses of the reports before it (by validation id) against these
-    predictions, as ``validate`` widens it by the validations stored before (:func:`widened`)."""
+    widened by the misses of the reports before it (by validation id) against these predictions and
+    their bootstrap intervals, as ``validate`` widens it by the validations stored before
+    (:func:`widened`)."""
     db = open_db(db_url, create=False)
     out, loaded = [], {}
-    residuals: list[float] = []
+    scores: list[float] = []
     for r in sorted(reports, key=lambda r: r["validation_id"]) if widen else reports:
         contexts, m = r["context_lens"], r["prompt_count"]
         drafted = _drafted(r["plans"])
@@ -144,20 +144,27 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
         for p, plan in drafted:
             speedup = predict_over(profile, plan.chain, plan.widths, r["acceptance"], contexts, new).speedup  # as validate predicts it
             found = bootstrap_predictions(boot.profiles, plan, r["acceptance"], contexts, new)
-            lo, hi = widened(boot.interval([b.speedup for b in found]), speedup, residuals if widen else ()) if found else (None, None)
+            band = boot.interval([b.speedup for b in found]) if found else None
+            lo, hi = widened(band, speedup, scores if widen else ()) if band else (None, None)
             measured = p["measured_speedup"]
             plans.append(
                 p
                 | {
                     "predicted_speedup": speedup,
                     "predicted_speedup_interval": [lo, hi] if lo is not None else None,
+                    "bootstrap_speedup_interval": list(band) if band else None,
                     "covered": None if lo is None else lo <= measured <= hi,
                     "interval_width": None if lo is None else (hi - lo) / speedup,
                     "speedup_error": speedup / measured - 1.0,
                 }
             )
-        history = len(residuals) if widen and len(residuals) >= MIN_RESIDUALS else 0
-        residuals += [math.log(p["measured_speedup"] / p["predicted_speedup"]) for p in plans]
+        history = len(scores) if widen and len(scores) >= MIN_RESIDUALS else 0
+        missed = (
+            miss_score(p["measured_speedup"], p["predicted_speedup"], p["bootstrap_speedup_interval"])
+            for p in plans
+            if p["bootstrap_speedup_interval"]
+        )
+        scores += [x for x in missed if x is not None]
         out.append(
             r
             | {

@@ -254,35 +254,56 @@ def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
 
 
 def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolated_db):
+    from alembic.command import downgrade, upgrade
+
     from hsd_planner.solving import MIN_RESIDUALS, widened
-    from hsd_planner.store.validations import speedup_residuals
+    from hsd_planner.stats import miss_score
+    from hsd_planner.store.db import alembic_config
+    from hsd_planner.store.validations import speedup_scores
 
     args = ("validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--json")
     first = json.loads(run(*args).stdout)
     assert first["interval_history"] == 0  # nothing validated before: the bootstrap alone
+    assert all(
+        (p["predicted_speedup_lo"], p["predicted_speedup_hi"]) == (p["bootstrap_speedup_lo"], p["bootstrap_speedup_hi"])
+        for p in first["plans"]
+    )
     db = open_db(f"sqlite:///{isolated_db}")
     target = first["target"]
     with sqlite3.connect(isolated_db) as conn:
         hardware = conn.execute("SELECT hardware_id FROM solves").fetchone()[0]
-    while len(speedup_residuals(db, target, hardware)) < MIN_RESIDUALS:
+    while len(speedup_scores(db, target, hardware)) < MIN_RESIDUALS:
         assert run(*args).exit_code == 0
-    past = speedup_residuals(db, target, hardware)
-    # each is a stored plan's log measured over predicted speed-up; another machine's or target's are not read
-    assert speedup_residuals(db, target, hardware + 1) == [] and speedup_residuals(db, "other", hardware) == []
+    past = speedup_scores(db, target, hardware)
+    # another machine's or target's are not read
+    assert speedup_scores(db, target, hardware + 1) == [] and speedup_scores(db, "other", hardware) == []
     report = json.loads(run(*args).stdout)
     assert report["interval_history"] == len(past)
-    checked = 0
-    for p in report["plans"]:
-        if p["covered"] is None:
-            continue
-        lo, hi = p["predicted_speedup_lo"], p["predicted_speedup_hi"]
-        alone = widened((hi, lo), p["predicted_speedup"], past)  # an empty band: what the past alone gives
-        assert lo <= alone[0] + 1e-9 and hi >= alone[1] - 1e-9
-        checked += 1
-    assert checked
+    banded = [p for p in report["plans"] if len(p["chain"]) > 1 and p["bootstrap_speedup_lo"] is not None]
+    assert banded
+    for p in banded:
+        # the past misses, in units of this plan's own bootstrap interval, around its prediction
+        band = (p["bootstrap_speedup_lo"], p["bootstrap_speedup_hi"])
+        assert [p["predicted_speedup_lo"], p["predicted_speedup_hi"]] == pytest.approx(list(widened(band, p["predicted_speedup"], past)))
+    # what this validation stored: each plan's miss in units of its bootstrap interval, not of the widened one
+    mine = [
+        miss_score(p["measured_speedup"], p["predicted_speedup"], (p["bootstrap_speedup_lo"], p["bootstrap_speedup_hi"])) for p in banded
+    ]
+    mine = [x for x in mine if x is not None]
+    assert speedup_scores(db, target, hardware)[len(past) :] == pytest.approx(mine)
     # a solve now prints its intervals widened by the same history
     solve = json.loads(run("solve", "--t-max", "4", "--json").stdout)
-    assert solve["interval_history"] == len(speedup_residuals(db, target, hardware))
+    assert solve["interval_history"] == len(speedup_scores(db, target, hardware))
+    # a database from before the bootstrap's own interval was kept scores its runs against their stored interval
+    cfg = alembic_config(f"sqlite:///{isolated_db}")
+    downgrade(cfg, "0022_same_text")
+    upgrade(cfg, "head")
+    with sqlite3.connect(isolated_db) as conn:
+        rows = conn.execute(
+            "SELECT predicted_speedup_lo, predicted_speedup_hi, bootstrap_speedup_lo, bootstrap_speedup_hi FROM validation_runs"
+        )
+        assert all((lo, hi) == (blo, bhi) for lo, hi, blo, bhi in rows)
+    assert len(speedup_scores(db, target, hardware)) == len(past) + len(mine)
 
 
 def test_a_solve_is_validated_on_its_own_profile_after_a_newer_one(solved, prompts, tiny_dirs):

@@ -192,7 +192,7 @@ def format_solve(report: SolveReport) -> str:
     if report.interval_history:
         lines.append(
             f"intervals: the bootstrap over the profiled prompts, widened by how far {report.interval_history} plans validated "
-            "before on this machine measured from their predictions"
+            "before on this machine measured from their predictions, each in units of its own interval"
         )
     if report.thin_sample:
         lines.append(

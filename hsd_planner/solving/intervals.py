@@ -10,11 +10,16 @@ its tails the normal's), so every interval here reaches out to the percentiles
 The bootstrap sees only what the profile holds: prompts like the profiled ones, a machine in the
 state it was profiled in. What it cannot see - held-out prompts that draft otherwise, a machine
 whose curves changed shape, the latency model's own bias - shows in the validations stored
-before: each gives, per plan, r = log(measured / predicted speed-up). Once at least
-:data:`MIN_RESIDUALS` plans were validated for the target on this machine, an interval is the
-union of the bootstrap's and speed-up x exp(r) between the 5th and 95th percentile of those r (a
+before. Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its
+own bootstrap interval's half-width on the side it missed (:func:`~hsd_planner.stats.miss_score`: -1 and 1 are the
+interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on this
+machine, an interval is the union of the bootstrap's and the prediction moved by the 5th and 95th
+percentile of those scores, each in units of this interval's own half-width (a normalised
 split-conformal interval: it holds the next measured speed-up as often as the past ones held
-theirs, as far as the next run is like them).
+theirs, as far as the next run is like them). A validation of many prompts, whose bootstrap
+interval is narrow, is widened in proportion, not by the misses of past validations of a few
+prompts; a miss that does not shrink with the prompts (the latency model's own bias) shows as a
+larger score in validations of many.
 """
 
 from __future__ import annotations
@@ -31,7 +36,15 @@ from ..stats import interval, resample_profiles
 from ..store import Engine
 from ..store.profiles import ProfileSource, prompt_acceptance
 
-__all__ = ["MIN_RESIDUALS", "Bootstrap", "bootstrap_predictions", "bootstrap_profiles", "predicted_intervals", "widened", "widest"]
+__all__ = [
+    "MIN_RESIDUALS",
+    "Bootstrap",
+    "bootstrap_predictions",
+    "bootstrap_profiles",
+    "predicted_intervals",
+    "widened",
+    "widest",
+]
 
 # past validated plans (of one target on one machine) before their misses widen an interval: with
 # fewer, the 5th and 95th percentiles are the extremes of a handful of runs
@@ -110,11 +123,11 @@ def predicted_intervals(
     contexts: int | list[int],
     max_new_tokens: int | None = None,
     batch_size: int = 1,
-    residuals: Sequence[float] = (),
+    scores: Sequence[float] = (),
 ) -> list[tuple[float, float] | None] | None:
     """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``boot`` (see
     :func:`bootstrap_predictions`; None where that has none). The interval of a plan above
-    autoregressive decoding is :func:`widened` by ``residuals``, the log misses of past validations."""
+    autoregressive decoding is :func:`widened` by ``scores``, the misses of past validations."""
     if not boot.profiles:
         return None
     out: list[tuple[float, float] | None] = []
@@ -124,24 +137,32 @@ def predicted_intervals(
             out.append(None)
             continue
         band = boot.interval([p.speedup for p in found])
-        out.append(widened(band, plan.prediction.speedup, residuals) if plan.depth else band)
+        out.append(widened(band, plan.prediction.speedup, scores) if plan.depth else band)
     return out
 
 
-def widened(band: tuple[float, float], speedup: float, residuals: Sequence[float]) -> tuple[float, float]:
-    """``band`` joined with ``speedup`` x exp(r) for r between the 5th and 95th percentile of
-    ``residuals`` (log measured over predicted speed-ups of past validations); ``band`` itself
-    with fewer than :data:`MIN_RESIDUALS` of them.
+def widened(band: tuple[float, float], speedup: float, scores: Sequence[float]) -> tuple[float, float]:
+    """``band`` joined with ``speedup`` moved by each of the 5th and 95th percentile of ``scores``
+    (past validations' :func:`~hsd_planner.stats.miss_score`), in units of ``band``'s own half-width on that side of
+    ``speedup``; ``band`` itself with fewer than :data:`MIN_RESIDUALS` scores.
 
-    >>> widened((1.9, 2.1), 2.0, [0.0] * 8 + [-0.5])
+    >>> widened((1.9, 2.1), 2.0, [0.0] * 8 + [-3.0])
     (1.9, 2.1)
-    >>> [round(x, 3) for x in widened((1.9, 2.1), 2.0, [-0.2] * 5 + [0.1] * 5)]
-    [1.637, 2.21]
+    >>> [round(x, 3) for x in widened((1.8, 2.2), 2.0, [-2.0] * 5 + [0.5] * 5)]  # twice the lower half-width below
+    [1.62, 2.2]
+    >>> [round(x, 3) for x in widened((1.9, 2.1), 2.0, [-2.0] * 5 + [0.5] * 5)]  # the same misses, a narrower band
+    [1.805, 2.1]
     """
-    if len(residuals) < MIN_RESIDUALS:
+    if len(scores) < MIN_RESIDUALS:
         return band
-    low, high = interval(residuals)
-    return min(band[0], speedup * math.exp(low)), max(band[1], speedup * math.exp(high))
+    low, high = interval(scores)
+    # half-widths in log (none on a side where the band does not reach past the prediction)
+    below, above = max(0.0, math.log(speedup / band[0])), max(0.0, math.log(band[1] / speedup))
+
+    def moved(s: float) -> float:
+        return speedup * math.exp(s * (above if s >= 0 else below))
+
+    return min(band[0], moved(low)), max(band[1], moved(high))
 
 
 def _predictable(profile: Profile, plan: Plan) -> bool:

@@ -14,7 +14,7 @@ from ..store import Engine
 from ..store.profiles import load_profile
 from ..store.records import Ranking
 from ..store.solves import acceptance_sample, profiled_length, save_solve
-from ..store.validations import speedup_residuals
+from ..store.validations import speedup_scores
 from .intervals import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals
 from .report import SolveReport
 
@@ -51,8 +51,8 @@ def solve_and_store(
     ranked = _ranked(solve(profile, config, contexts))
     plans = [plan for plan, _ in ranked]
     boot = bootstrap_profiles(db, profile, source, drift=True, plans=plans)
-    residuals = speedup_residuals(db, source.target, source.hardware_id)
-    intervals = predicted_intervals(boot, plans, config.acceptance, contexts, config.max_new_tokens, residuals=residuals)
+    scores = speedup_scores(db, source.target, source.hardware_id)
+    intervals = predicted_intervals(boot, plans, config.acceptance, contexts, config.max_new_tokens, scores=scores)
     stored = save_solve(db, source, config, context_len, _with_intervals(ranked, intervals))
     sample = acceptance_sample(db, source, plans[0].chain)
     return SolveReport(
@@ -66,7 +66,7 @@ def solve_and_store(
         acceptance=config.acceptance,
         context_len=context_len,
         max_new_tokens=config.max_new_tokens,
-        interval_history=len(residuals) if len(residuals) >= MIN_RESIDUALS else 0,
+        interval_history=len(scores) if len(scores) >= MIN_RESIDUALS else 0,
         plans=stored,
         sample_prompts=sample[0] if sample else None,
         sample_positions=sample[1] if sample else None,

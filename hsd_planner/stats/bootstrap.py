@@ -9,7 +9,8 @@ interpolation between order statistics), reaching further out over a few prompts
 latency curves, with ``drift``, each move by a factor drawn from the spread their own samples showed
 while profiled: the machine drifts between a profile and the runs it predicts, and not for every
 model alike) and for the measured speed-up of every validated plan (:func:`bootstrap_interval`
-over held-out prompts).
+over held-out prompts). :func:`miss_score` measures a validated speed-up's miss in units of
+its predicted interval.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "bootstrap_interval",
     "expanded",
     "interval",
+    "miss_score",
     "pooled_profile",
     "pooled_profiles",
     "resample_profiles",
@@ -110,6 +112,24 @@ def _t95(dof: int) -> float:
         + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
         + (79 * z**9 + 776 * z**7 + 1482 * z**5 - 1920 * z**3 - 945 * z) / (92160 * v**4)
     )
+
+
+def miss_score(measured: float, predicted: float, band: tuple[float, float]) -> float | None:
+    """How far ``measured`` fell from ``predicted`` in units of the interval ``band`` around it:
+    log(measured / predicted) over log(high / predicted) above the prediction, over
+    log(predicted / low) below it (so ``band``'s ends score 1 and -1); None where ``band`` has no
+    width on that side.
+
+    >>> [round(miss_score(m, 2.0, (1.8, 2.2)), 6) for m in (2.2, 1.8, 2.0)]
+    [1.0, -1.0, 0.0]
+    >>> round(miss_score(1.6, 2.0, (1.8, 2.2)), 3)  # twice as far below as the band reaches, in log (2.1x)
+    -2.118
+    """
+    r = math.log(measured / predicted)
+    side = math.log(band[1] / predicted) if r >= 0 else math.log(predicted / band[0])
+    if side <= 0:
+        return None if r else 0.0
+    return abs(r) / side * (1.0 if r >= 0 else -1.0)
 
 
 def bootstrap_interval(

@@ -310,6 +310,9 @@ class ValidationRun(Base):
     predicted_speedup: Mapped[float | None] = mapped_column(Float)  # over autoregressive decoding's prediction
     predicted_speedup_lo: Mapped[float | None] = mapped_column(Float)  # the 90% interval of the predicted speed-up
     predicted_speedup_hi: Mapped[float | None] = mapped_column(Float)
+    # the bootstrap's own interval before past validations widened it: the unit of this plan's miss
+    bootstrap_speedup_lo: Mapped[float | None] = mapped_column(Float)
+    bootstrap_speedup_hi: Mapped[float | None] = mapped_column(Float)
     covered: Mapped[bool | None] = mapped_column(Boolean)  # the measured speed-up fell inside it
     same_text: Mapped[int | None] = mapped_column(Integer)  # greedy: sequences whose tokens equal the autoregressive run's
     text_runs: Mapped[int | None] = mapped_column(Integer)  # the sequences compared

@@ -6,7 +6,6 @@ reads them back as typed records and stores what was measured.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -14,6 +13,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
+from ..stats import miss_score
 from .plans import ranked_plan
 from .records import RankedPlan, SolveRecord
 from .schema import ModelRow, PlanRow, Solve, Validation, ValidationRun
@@ -27,7 +27,7 @@ __all__ = [
     "plans_by_id",
     "plans_of_solve",
     "save_validation",
-    "speedup_residuals",
+    "speedup_scores",
     "stored_validations",
 ]
 
@@ -53,6 +53,8 @@ class ValidationRunEntry:
     predicted_speedup: float | None = None  # over autoregressive decoding's prediction
     predicted_speedup_lo: float | None = None  # the 90% interval of the predicted speed-up
     predicted_speedup_hi: float | None = None
+    bootstrap_speedup_lo: float | None = None  # the bootstrap's own interval, before past validations widened it
+    bootstrap_speedup_hi: float | None = None
     covered: bool | None = None  # the measured speed-up fell inside it
     same_text: int | None = None  # greedy: its sequences whose tokens equal the autoregressive run's
     text_runs: int | None = None  # the sequences compared
@@ -99,21 +101,31 @@ def stored_validations(db: Engine) -> list[StoredValidation]:
     return [StoredValidation(vid, entry, solve_record(db, entry.solve_id), runs) for vid, entry, runs in out]
 
 
-def speedup_residuals(db: Engine, target: str, hardware_id: int) -> list[float]:
-    """log(measured / predicted speed-up) of every plan above autoregressive decoding that a stored
-    validation ran for ``target`` on the machine ``hardware_id`` (one prompt at a time), oldest
-    first. Runs stored before predicted speed-ups were kept are left out."""
+def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[float]:
+    """The miss of every plan above autoregressive decoding that a stored validation ran for
+    ``target`` on the machine ``hardware_id`` (one prompt at a time), oldest first: log(measured /
+    predicted speed-up) in units of the half-width of the bootstrap's own interval on the side it
+    missed (:func:`~hsd_planner.stats.miss_score`). Runs stored without a predicted speed-up or an
+    interval are left out."""
     q = (
-        select(ValidationRun.chain, ValidationRun.predicted_speedup, ValidationRun.measured_speedup)
+        select(
+            ValidationRun.chain,
+            ValidationRun.predicted_speedup,
+            ValidationRun.measured_speedup,
+            ValidationRun.bootstrap_speedup_lo,
+            ValidationRun.bootstrap_speedup_hi,
+        )
         .join(Validation, Validation.id == ValidationRun.validation_id)
         .join(Solve, Solve.id == Validation.solve_id)
         .join(ModelRow, ModelRow.id == Solve.target_id)
         .where(ModelRow.spec == target, Solve.hardware_id == hardware_id, ValidationRun.batch_size == 1)
-        .where(ValidationRun.predicted_speedup.is_not(None))
+        .where(ValidationRun.predicted_speedup.is_not(None), ValidationRun.bootstrap_speedup_lo.is_not(None))
         .order_by(ValidationRun.id)
     )
     with Session(db) as s:
-        return [math.log(m / p) for chain, p, m in s.execute(q) if len(chain) > 1 and p > 0 and m > 0]
+        rows = s.execute(q).all()
+    scores = (miss_score(m, p, (lo, hi)) for chain, p, m, lo, hi in rows if len(chain) > 1 and p > 0 and m > 0 and lo > 0)
+    return [x for x in scores if x is not None]
 
 
 def plans_by_id(db: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:

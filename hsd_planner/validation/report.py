@@ -69,6 +69,9 @@ class PlanResult:
     # the 90% interval of the predicted speed-up: the profiled prompts' spread (bootstrap) with the
     # profile's measured timing drift, at this validation's length, contexts and batch size
     predicted_speedup_interval: tuple[float, float] | None = None
+    # the same before the misses of validations stored earlier widened it (the bootstrap's own):
+    # the unit a later validation measures this plan's miss in
+    bootstrap_speedup_interval: tuple[float, float] | None = None
     # at one sequence, the 90% interval of its tokens per target round over the same bootstrap:
     # where held-out sets drawn like the profiled prompts would put it
     predicted_accepted_interval: tuple[float, float] | None = None
@@ -151,6 +154,8 @@ class PlanResult:
         derived = {k: getattr(self, k) for k in keys}
         lo, hi = self.predicted_speedup_interval or (None, None)
         derived |= {"predicted_speedup_lo": lo, "predicted_speedup_hi": hi}
+        lo, hi = self.bootstrap_speedup_interval or (None, None)
+        derived |= {"bootstrap_speedup_lo": lo, "bootstrap_speedup_hi": hi}
         return {**own, **self.plan.to_dict(), **derived, "levels": [lv.to_dict() for lv in self.levels]}
 
 

@@ -63,7 +63,7 @@ from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
 from ..store.schedule import load_batch_plans
-from ..store.validations import model_sources, speedup_residuals
+from ..store.validations import model_sources, speedup_scores
 from .calibration import Calibration
 from .report import PlanResult, ValidationReport
 from .results import level_results, plan_result, same_text, speedup_interval, store_validation
@@ -140,9 +140,9 @@ def run_validation(
     boot = bootstrap_profiles(
         db, profile, source, drift=True, sample=len(encoded), plans=[e.plan for group in entries.values() for e in group]
     )
-    residuals = speedup_residuals(db, solve.target, solve.hardware_id)  # the validations stored before this one
+    scores = speedup_scores(db, solve.target, solve.hardware_id)  # the misses of the validations stored before this one
     intervals = {
-        (b, e.key): comparison.intervals(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, residuals)
+        (b, e.key): comparison.intervals(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, scores)
         for b, group in entries.items()
         for e in group
     }
@@ -155,7 +155,7 @@ def run_validation(
     report = replace(
         _report(solve, prompts.name, contexts, results, calibration, skipped),
         contention=runs.whole,
-        interval_history=len(residuals) if len(residuals) >= MIN_RESIDUALS else 0,
+        interval_history=len(scores) if len(scores) >= MIN_RESIDUALS else 0,
         profiled_prompts=boot.prompts if boot.profiles else None,
     )
     # the other work seen rides in the stored calibration's JSON: both describe the machine's state during the runs
@@ -371,6 +371,7 @@ class _Bands(NamedTuple):
     """What the bootstrap says of one plan before it runs (None each where it says nothing)."""
 
     speedup: tuple[float, float] | None = None  # the 90% interval of the predicted speed-up
+    bootstrap: tuple[float, float] | None = None  # ... before past validations' misses widened it
     accepted: tuple[float, float] | None = None  # ... of the tokens per target round (batch size 1)
     draw_error: float | None = None  # the median |speed-up error| of the bootstrap's predictions against the plan's
 
@@ -391,13 +392,13 @@ class _Comparison:
         """The median over the prompts' contexts, from the profile as measured."""
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
-    def intervals(self, boot: Bootstrap, plan: Plan, batch: int, residuals: Sequence[float]) -> _Bands:
+    def intervals(self, boot: Bootstrap, plan: Plan, batch: int, scores: Sequence[float]) -> _Bands:
         """Over the bootstrap profiles ``boot`` (each pooling as many resampled profiled prompts as
         this validation runs; costs averaged over the prompts' contexts), one prediction each:
 
-        - the 90% interval of the predicted speed-up, widened by the log misses ``residuals`` of
-          past validations (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction,
-          this validation's;
+        - the 90% interval of the predicted speed-up, widened by the misses ``scores`` of past
+          validations (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction, this
+          validation's, and the bootstrap's own before that;
         - at batch size 1, the 90% interval of the tokens per target round: where held-out sets
           drawn like the profiled prompts would put it;
         - the median |speed-up error| of those predictions against ``plan``'s.
@@ -409,9 +410,10 @@ class _Comparison:
         found = bootstrap_predictions(boot.profiles, plan, self.acceptance, self.contexts, self.max_new_tokens, batch)
         if found is None:
             return _Bands()
-        speedup = widened(boot.interval([p.speedup for p in found]), plan.prediction.speedup, residuals)
+        band = boot.interval([p.speedup for p in found])
         return _Bands(
-            speedup,
+            widened(band, plan.prediction.speedup, scores),
+            band,
             boot.interval([p.mean_accepted_length for p in found]) if batch == 1 else None,
             statistics.median(abs(plan.prediction.speedup / p.speedup - 1.0) for p in found),
         )
@@ -478,6 +480,7 @@ class _Comparison:
                     calibrated_speedup=calibrated[auto.key] / calibrated[e.key],
                     batch_size=batch,
                     predicted_speedup_interval=bands.speedup,
+                    bootstrap_speedup_interval=bands.bootstrap,
                     predicted_accepted_interval=bands.accepted,
                     expected_abs_speedup_error=bands.draw_error,
                     other_cores=other,
