@@ -279,6 +279,11 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     assert speedup_scores(db, target, hardware + 1) == [] and speedup_scores(db, "other", hardware) == []
     report = json.loads(run(*args).stdout)
     assert report["interval_history"] == len(past)
+    # how often the intervals held over every validation stored for the target here, this one included
+    with sqlite3.connect(isolated_db) as conn:
+        held = conn.execute("SELECT COUNT(DISTINCT validation_id), COUNT(*), SUM(covered) FROM validation_runs WHERE covered IS NOT NULL")
+        validations, plans, inside = held.fetchone()
+    assert report["coverage_history"] == {"validations": validations, "plans": plans, "inside": inside} and validations >= 3
     banded = [p for p in report["plans"] if len(p["chain"]) > 1 and p["bootstrap_speedup_lo"] is not None]
     assert banded
     for p in banded:
@@ -304,6 +309,9 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
         )
         assert all((lo, hi) == (blo, bhi) for lo, hi, blo, bhi in rows)
     assert len(speedup_scores(db, target, hardware)) == len(past) + len(mine)
+    # the text says it too, over one validation more
+    text = run(*args[:-1]).stdout
+    assert f"over the {validations + 1} validations of this target stored on this machine" in text
 
 
 def test_a_solve_is_validated_on_its_own_profile_after_a_newer_one(solved, prompts, tiny_dirs):

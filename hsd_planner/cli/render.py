@@ -329,7 +329,14 @@ def _coverage(report: ValidationReport) -> str:
     width = report.median_interval_width
     wide = f", median width {width:.0%} of the prediction" if width is not None else ""
     past = f", widened by {report.interval_history} earlier validated plans' misses" if report.interval_history else ""
-    return f"measured inside the predicted 90% interval: {sum(hits)} of {len(hits)} plans{wide}{past}; "
+    history = report.coverage_history
+    stored = (
+        f" ({history.inside} of {history.plans}, {history.inside / history.plans:.0%}, over the {history.validations} validations "
+        "of this target stored on this machine)"
+        if history and history.validations > 1
+        else ""
+    )
+    return f"measured inside the predicted 90% interval: {sum(hits)} of {len(hits)} plans{stored}{wide}{past}; "
 
 
 def _expected(report: ValidationReport) -> str:

@@ -20,9 +20,11 @@ from .schema import ModelRow, PlanRow, Solve, Validation, ValidationRun
 from .solves import solve_record
 
 __all__ = [
+    "CoverageHistory",
     "StoredValidation",
     "ValidationEntry",
     "ValidationRunEntry",
+    "coverage_history",
     "model_sources",
     "plans_by_id",
     "plans_of_solve",
@@ -126,6 +128,33 @@ def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[float]:
         rows = s.execute(q).all()
     scores = (miss_score(m, p, (lo, hi)) for chain, p, m, lo, hi in rows if len(chain) > 1 and p > 0 and m > 0 and lo > 0)
     return [x for x in scores if x is not None]
+
+
+@dataclass(frozen=True)
+class CoverageHistory:
+    """How often the predicted 90% intervals held the measured speed-up, over the stored
+    validations of one target on one machine. A validation's plans ran on the same prompts and
+    hit or miss together, so ``validations`` says how many draws ``plans`` stand for."""
+
+    validations: int  # with at least one plan that had an interval
+    plans: int
+    inside: int
+
+
+def coverage_history(db: Engine, target: str, hardware_id: int) -> CoverageHistory:
+    """Over every stored validation of ``target`` on the machine ``hardware_id``: the plans above
+    autoregressive decoding that had a predicted interval, how many measured inside it, and how
+    many validations they came from."""
+    q = (
+        select(ValidationRun.validation_id, ValidationRun.covered)
+        .join(Validation, Validation.id == ValidationRun.validation_id)
+        .join(Solve, Solve.id == Validation.solve_id)
+        .join(ModelRow, ModelRow.id == Solve.target_id)
+        .where(ModelRow.spec == target, Solve.hardware_id == hardware_id, ValidationRun.covered.is_not(None))
+    )
+    with Session(db) as s:
+        rows = s.execute(q).all()
+    return CoverageHistory(len({v for v, _ in rows}), len(rows), sum(bool(c) for _, c in rows))
 
 
 def plans_by_id(db: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:

@@ -11,6 +11,7 @@ from hsd_runtime.terms.choices import Mode
 from ..choices import AcceptanceModel
 from ..plan import Plan
 from ..profiling.contention import Load
+from ..store.validations import CoverageHistory
 from .calibration import CalibrationRecord
 
 __all__ = ["ERROR_GOAL", "SHIFT", "LevelResult", "PlanResult", "Shift", "ValidationReport", "prompts_for_error"]
@@ -199,6 +200,8 @@ class ValidationReport:
     interval_history: int = 0  # past validated plans whose misses widened the predicted intervals (0: the bootstrap alone)
     contention: Load | None = None  # other work over the whole measuring, reference passes included (None: not checked)
     profiled_prompts: int | None = None  # the prompts the intervals' bootstrap resampled (None: no bootstrap)
+    # how often the intervals held over every stored validation of the target on this machine, this one included
+    coverage_history: CoverageHistory | None = None
 
     @property
     def busy(self) -> bool:
@@ -332,6 +335,7 @@ class ValidationReport:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "plans"} | {"batch_sizes": self.batch_sizes}
         out["calibration"] = self.calibration.to_dict() if self.calibration else None
         out["contention"] = self.contention.to_dict() if self.contention else None
+        out["coverage_history"] = asdict(self.coverage_history) if self.coverage_history else None
         keys = (
             "median_abs_error",
             "median_abs_error_calibrated",

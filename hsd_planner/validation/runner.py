@@ -63,7 +63,7 @@ from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
 from ..store.schedule import load_batch_plans
-from ..store.validations import model_sources, speedup_scores
+from ..store.validations import coverage_history, model_sources, speedup_scores
 from .calibration import Calibration
 from .report import PlanResult, ValidationReport
 from .results import level_results, plan_result, same_text, speedup_interval, store_validation
@@ -161,7 +161,8 @@ def run_validation(
     # the other work seen rides in the stored calibration's JSON: both describe the machine's state during the runs
     stored = (report.calibration.to_dict() if report.calibration else {}) | {"contention": runs.whole.to_dict() if runs.whole else None}
     summary = {k: getattr(report, k) for k in SUMMARY} | {"calibration": stored}
-    return replace(report, validation_id=store_validation(db, solve, prompts, max_new_tokens, repeats, results, **summary))
+    stored_id = store_validation(db, solve, prompts, max_new_tokens, repeats, results, **summary)
+    return replace(report, validation_id=stored_id, coverage_history=coverage_history(db, solve.target, solve.hardware_id))
 
 
 def _entries(
