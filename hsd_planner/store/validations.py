@@ -121,13 +121,18 @@ def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[float]:
         .join(Solve, Solve.id == Validation.solve_id)
         .join(ModelRow, ModelRow.id == Solve.target_id)
         .where(ModelRow.spec == target, Solve.hardware_id == hardware_id, ValidationRun.batch_size == 1)
-        .where(ValidationRun.predicted_speedup.is_not(None), ValidationRun.bootstrap_speedup_lo.is_not(None))
         .order_by(ValidationRun.id)
     )
     with Session(db) as s:
         rows = s.execute(q).all()
-    scores = (miss_score(m, p, (lo, hi)) for chain, p, m, lo, hi in rows if len(chain) > 1 and p > 0 and m > 0 and lo > 0)
-    return [x for x in scores if x is not None]
+    out = []
+    for chain, predicted, measured, lo, hi in rows:
+        if len(chain) < 2 or predicted is None or lo is None or hi is None or min(predicted, measured, lo) <= 0:
+            continue  # autoregressive decoding, or a run stored without a prediction or an interval
+        score = miss_score(measured, predicted, (lo, hi))
+        if score is not None:
+            out.append(score)
+    return out
 
 
 @dataclass(frozen=True)
