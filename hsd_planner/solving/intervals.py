@@ -11,8 +11,8 @@ The bootstrap sees only what the profile holds: prompts like the profiled ones, 
 state it was profiled in. What it cannot see - held-out prompts that draft otherwise, a machine
 whose curves changed shape, the latency model's own bias - shows in the validations stored
 before. Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its
-own bootstrap interval's half-width on the side it missed (:func:`~hsd_planner.stats.miss_score`: -1 and 1 are the
-interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on this
+own bootstrap interval's half-width on the side it missed
+(:func:`~hsd_planner.stats.miss_score`: -1 and 1 are the interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on this
 machine, an interval is the union of the bootstrap's and the prediction moved by the 5th and 95th
 percentile of those scores, each in units of this interval's own half-width (a normalised
 split-conformal interval: it holds the next measured speed-up as often as the past ones held
@@ -143,8 +143,9 @@ def predicted_intervals(
 
 def widened(band: tuple[float, float], speedup: float, scores: Sequence[float]) -> tuple[float, float]:
     """``band`` joined with ``speedup`` moved by each of the 5th and 95th percentile of ``scores``
-    (past validations' :func:`~hsd_planner.stats.miss_score`), in units of ``band``'s own half-width on that side of
-    ``speedup``; ``band`` itself with fewer than :data:`MIN_RESIDUALS` scores.
+    (past validations' :func:`~hsd_planner.stats.miss_score`), in units of ``band``'s own
+    half-width on that side of ``speedup``; ``band`` itself with fewer than :data:`MIN_RESIDUALS`
+    scores.
 
     >>> widened((1.9, 2.1), 2.0, [0.0] * 8 + [-3.0])
     (1.9, 2.1)
