@@ -12,8 +12,8 @@ state it was profiled in. What it cannot see - held-out prompts that draft other
 whose curves changed shape, the latency model's own bias - shows in the validations stored
 before. Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its
 own bootstrap interval's half-width on the side it missed
-(:func:`~hsd_planner.stats.miss_score`: -1 and 1 are the interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on this
-machine, an interval is the union of the bootstrap's and the prediction moved by the 5th and 95th
+(:func:`~hsd_planner.stats.miss_score`: -1 and 1 are the interval's ends). Once at least
+:data:`MIN_RESIDUALS` plans were validated for the target on this machine, an interval is the union of the bootstrap's and the prediction moved by the 5th and 95th
 percentile of those scores, each in units of this interval's own half-width (a normalised
 split-conformal interval: it holds the next measured speed-up as often as the past ones held
 theirs, as far as the next run is like them). A validation of many prompts, whose bootstrap
