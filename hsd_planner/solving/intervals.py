@@ -9,12 +9,12 @@ its tails the normal's), so every interval here reaches out to the percentiles
 
 The bootstrap sees only what the profile holds: prompts like the profiled ones, a machine in the
 state it was profiled in. What it cannot see - held-out prompts that draft otherwise, a machine
-whose curves changed shape, the latency model's own bias - shows in the validations stored
-before. Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its
-own bootstrap interval's half-width on the side it missed
-(:func:`~hsd_planner.stats.miss_score`: -1 and 1 are the interval's ends). Once at least
-:data:`MIN_RESIDUALS` plans were validated for the target on this machine, an interval is the union of the bootstrap's and the prediction moved by the 5th and 95th
-percentile of those scores, each in units of this interval's own half-width (a normalised
+whose curves changed shape, the latency model's own bias - shows in the validations stored before.
+Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its own bootstrap
+interval's half-width on the side it missed (:func:`~hsd_planner.stats.miss_score`: -1 and 1 are
+the interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on
+this machine, an interval is the union of the bootstrap's and the prediction moved by the 5th and
+95th percentile of those scores, each in units of this interval's own half-width (a normalised
 split-conformal interval: it holds the next measured speed-up as often as the past ones held
 theirs, as far as the next run is like them). A validation of many prompts, whose bootstrap
 interval is narrow, is widened in proportion, not by the misses of past validations of a few
