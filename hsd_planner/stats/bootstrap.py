@@ -122,14 +122,14 @@ def miss_score(measured: float, predicted: float, band: tuple[float, float]) -> 
 
     >>> [round(miss_score(m, 2.0, (1.8, 2.2)), 6) for m in (2.2, 1.8, 2.0)]
     [1.0, -1.0, 0.0]
-    >>> round(miss_score(1.6, 2.0, (1.8, 2.2)), 3)  # twice as far below as the band reaches, in log (2.1x)
+    >>> round(miss_score(1.6, 2.0, (1.8, 2.2)), 3)  # about twice as far below as the band reaches, in log
     -2.118
     """
     r = math.log(measured / predicted)
     side = math.log(band[1] / predicted) if r >= 0 else math.log(predicted / band[0])
     if side <= 0:
         return None if r else 0.0
-    return abs(r) / side * (1.0 if r >= 0 else -1.0)
+    return r / side  # side > 0 on the side r fell: the score keeps r's sign
 
 
 def bootstrap_interval(

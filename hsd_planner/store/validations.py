@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Select, select
 from sqlalchemy.orm import Session
 
 from ..errors import StoreError
@@ -109,20 +110,14 @@ def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[float]:
     predicted speed-up) in units of the half-width of the bootstrap's own interval on the side it
     missed (:func:`~hsd_planner.stats.miss_score`). Runs stored without a predicted speed-up or an
     interval are left out."""
-    q = (
-        select(
-            ValidationRun.chain,
-            ValidationRun.predicted_speedup,
-            ValidationRun.measured_speedup,
-            ValidationRun.bootstrap_speedup_lo,
-            ValidationRun.bootstrap_speedup_hi,
-        )
-        .join(Validation, Validation.id == ValidationRun.validation_id)
-        .join(Solve, Solve.id == Validation.solve_id)
-        .join(ModelRow, ModelRow.id == Solve.target_id)
-        .where(ModelRow.spec == target, Solve.hardware_id == hardware_id, ValidationRun.batch_size == 1)
-        .order_by(ValidationRun.id)
+    columns = (
+        ValidationRun.chain,
+        ValidationRun.predicted_speedup,
+        ValidationRun.measured_speedup,
+        ValidationRun.bootstrap_speedup_lo,
+        ValidationRun.bootstrap_speedup_hi,
     )
+    q = _runs_of(target, hardware_id, *columns).where(ValidationRun.batch_size == 1).order_by(ValidationRun.id)
     with Session(db) as s:
         rows = s.execute(q).all()
     out = []
@@ -150,16 +145,21 @@ def coverage_history(db: Engine, target: str, hardware_id: int) -> CoverageHisto
     """Over every stored validation of ``target`` on the machine ``hardware_id``: the plans above
     autoregressive decoding that had a predicted interval, how many measured inside it, and how
     many validations they came from."""
-    q = (
-        select(ValidationRun.validation_id, ValidationRun.covered)
-        .join(Validation, Validation.id == ValidationRun.validation_id)
-        .join(Solve, Solve.id == Validation.solve_id)
-        .join(ModelRow, ModelRow.id == Solve.target_id)
-        .where(ModelRow.spec == target, Solve.hardware_id == hardware_id, ValidationRun.covered.is_not(None))
-    )
+    q = _runs_of(target, hardware_id, ValidationRun.validation_id, ValidationRun.covered).where(ValidationRun.covered.is_not(None))
     with Session(db) as s:
         rows = s.execute(q).all()
     return CoverageHistory(len({v for v, _ in rows}), len(rows), sum(bool(c) for _, c in rows))
+
+
+def _runs_of(target: str, hardware_id: int, *columns: Any) -> Select:
+    """``columns`` of every stored validation run of ``target`` on the machine ``hardware_id``."""
+    return (
+        select(*columns)
+        .join(Validation, Validation.id == ValidationRun.validation_id)
+        .join(Solve, Solve.id == Validation.solve_id)
+        .join(ModelRow, ModelRow.id == Solve.target_id)
+        .where(ModelRow.spec == target, Solve.hardware_id == hardware_id)
+    )
 
 
 def plans_by_id(db: Engine, plan_ids: Sequence[int]) -> list[RankedPlan]:
