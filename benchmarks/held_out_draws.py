@@ -48,7 +48,17 @@ from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
 from hsd_planner.plan import SOLVE_DEFAULTS, Plan, Prediction, predict, predict_over, solve, widths_from_json
 from hsd_planner.prompts import load_prompts, split
-from hsd_planner.solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened, widest
+from hsd_planner.solving import (
+    MIN_RESIDUALS,
+    Bootstrap,
+    bootstrap_predictions,
+    bootstrap_profiles,
+    predicted_intervals,
+    timed,
+    timing_noise,
+    widened,
+    widest,
+)
 from hsd_planner.stats import miss_score, pooled_profiles, resample_profiles
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile, prompt_acceptance
@@ -60,10 +70,11 @@ MODELS = (
 )
 
 
-def write_draws(prompts: str, draws: int, size: int, out: Path) -> list[Path]:
+def write_draws(prompts: str, draws: int, size: int, out: Path, category: str | None = None) -> list[Path]:
     """``draws`` files ``draw-1.jsonl``... under ``out``, each of ``size`` consecutive prompts of
-    the validation split of ``prompts`` (a file, or ``humaneval``); fewer where the split runs out."""
-    held = split(load_prompts(prompts), "validate").prompts
+    the validation split of ``prompts`` (a file, or ``humaneval``; of a JSONL file, its rows of
+    ``category`` where given); fewer where the split runs out."""
+    held = split(load_prompts(prompts, category), "validate").prompts
     out.mkdir(parents=True, exist_ok=True)
     files = []
     for i in range(draws):
@@ -123,7 +134,8 @@ def _drafted(plans: list[dict]) -> list[tuple[dict, Plan]]:
 
 def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128, widen: bool = False) -> dict:
     """``reports``' plans predicted again from the newest profile of their target and ``workload``
-    in ``db_url``: the speed-up and its bootstrap interval (no past validations), per plan above
+    in ``db_url``: the speed-up and its bootstrap interval (no past validations; timed as the
+    plan's runs were, :func:`timing_noise`), per plan above
     autoregressive decoding, beside the measured speed-up, for generations of ``new`` tokens (the
     reports' own length); summed as :func:`summarize` sums. With ``widen``, each interval is also
     widened by the misses of the reports before it (by validation id) against these predictions and
@@ -144,7 +156,8 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
         for p, plan in drafted:
             speedup = predict_over(profile, plan.chain, plan.widths, r["acceptance"], contexts, new).speedup  # as validate predicts it
             found = bootstrap_predictions(boot.profiles, plan, r["acceptance"], contexts, new)
-            band = boot.interval([b.speedup for b in found]) if found else None
+            runs = p.get("text_runs") or m  # the plan's runs (greedy reports count them), else one per prompt
+            band = boot.interval(timed([b.speedup for b in found], timing_noise(profile, plan, runs))) if found else None
             lo, hi = widened(band, speedup, scores if widen else ()) if band else (None, None)
             measured = p["measured_speedup"]
             plans.append(
@@ -305,13 +318,14 @@ def run(args: argparse.Namespace) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     db = ["--db", str(out / "draws.db")]
     started = time.perf_counter()
-    hsd_plan("profile", "--engine", args.engine, "--models", args.models, "--prompts", args.prompts,
+    category = ["--category", args.category] if args.category else []
+    hsd_plan("profile", "--engine", args.engine, "--models", args.models, "--prompts", args.prompts, *category,
              "--max-prompts", str(args.profile_prompts), "--max-new-tokens", str(args.new),
              "--latency-grid", args.latency_grid, *db)  # fmt: skip
     solve = hsd_plan("solve", "--max-new-tokens", str(args.new), "--t-max", str(args.t_max), "--top", str(args.top), *db)
     print(f"profiled and solved in {time.perf_counter() - started:.0f} s; pick {solve['plans'][0]['chain']}", flush=True)
     reports = []
-    for path in write_draws(args.prompts, args.draws, args.size, out):
+    for path in write_draws(args.prompts, args.draws, args.size, out, args.category):
         report = hsd_plan("validate", "--candidates", "all", "--prompts", str(path), "--max-prompts", str(args.size),
                           "--max-new-tokens", str(args.new), "--repeats", str(args.repeats), *db)  # fmt: skip
         (out / f"validate-{path.stem}.json").write_text(json.dumps(report, indent=1))
@@ -327,6 +341,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("write", help="write the held-out draws as JSONL prompt files")
     w.add_argument("--prompts", default="humaneval", help="a prompt file, or humaneval [default]")
+    w.add_argument("--category", help="of a JSONL prompt file, only its rows of this category")
     w.add_argument("--draws", type=int, default=3)
     w.add_argument("--size", type=int, default=4, help="prompts per draw")
     w.add_argument("--out", type=Path, required=True)
@@ -357,6 +372,7 @@ def main() -> None:
     r.add_argument("--engine", default="llamacpp", choices=["llamacpp", "torch"])
     r.add_argument("--models", default=MODELS, help="profile --models (the last is the target)")
     r.add_argument("--prompts", default="humaneval")
+    r.add_argument("--category", help="of a JSONL prompt file, only its rows of this category")
     r.add_argument("--profile-prompts", type=int, default=24)
     r.add_argument("--draws", type=int, default=5)
     r.add_argument("--size", type=int, default=4, help="held-out prompts per draw")
@@ -399,7 +415,7 @@ def main() -> None:
         print(json.dumps(spread(args.db, args.held_out_db, args.held_out_workload, sizes, args.sets, args.new), indent=1))
         return
     if args.cmd == "write":
-        for path in write_draws(args.prompts, args.draws, args.size, args.out):
+        for path in write_draws(args.prompts, args.draws, args.size, args.out, args.category):
             print(path)
         return
     print(json.dumps(summarize([json.loads(p.read_text()) for p in args.reports]), indent=1))

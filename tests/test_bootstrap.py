@@ -323,3 +323,24 @@ def test_expanded_intervals_hold_their_nominal_rate_where_percentiles_fall_short
             held[kind] += lo <= truth <= hi
     assert 0.87 <= held["expanded"] / trials <= 0.93, held
     assert held["percentile"] / trials <= 0.85, held
+
+
+def test_the_runs_timing_moves_a_speedup_by_the_targets_spread_over_the_runs():
+    from hsd_planner.plan import LatencyCurve, ModelProfile
+    from hsd_planner.solving import timed, timing_noise
+
+    def profile(spread: float) -> Profile:
+        curve = LatencyCurve(points={64: {1: 80.0, 4: 120.0}}, spread=spread)
+        return Profile(target="t", models=[ModelProfile(name="t", latency={1: curve, 4: curve.scaled(3.0)})], acceptance=[])
+
+    lookup = Plan(("ngram", "t"), (4,), Prediction(0.0, 0.0, 0.0))
+    # two means of `runs` runs each, every run moved independently by the target's spread
+    assert timing_noise(profile(0.06), lookup, runs=8) == pytest.approx(0.06 * (2 / 8) ** 0.5)
+    assert timing_noise(profile(0.06), lookup, runs=2) == pytest.approx(2 * timing_noise(profile(0.06), lookup, runs=8))
+    assert timing_noise(profile(0.0), lookup, runs=8) == 0.0  # a curve without measured spread adds nothing
+    assert timing_noise(profile(0.06), lookup, runs=8, batch_size=2) == 0.0  # no curve at that batch size
+    # the drawn factors are exp(sigma z): log-normal around the bootstrap's own values, seeded
+    moved = np.log(np.array(timed([1.5] * 4000, 0.05)) / 1.5)
+    assert abs(moved.mean()) < 0.003 and moved.std() == pytest.approx(0.05, rel=0.05)
+    assert timed([1.5] * 10, 0.05) == timed([1.5] * 10, 0.05) != timed([1.5] * 10, 0.05, seed=1)
+    assert timed([1.2, 3.0], 0.0) == [1.2, 3.0]

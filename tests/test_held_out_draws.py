@@ -21,6 +21,17 @@ def test_each_draw_is_a_run_of_the_validation_split_and_stays_held_out(tmp_path)
     assert all(split(load_prompts(f), "validate").prompts == d for f, d in zip(files, drawn))
 
 
+def test_draws_of_a_category_hold_only_its_rows(tmp_path):
+    source = tmp_path / "bench.jsonl"
+    rows = [{"category": "qa" if i % 2 else "math", "prompt": f"question {i}: what is {i} + {i}?"} for i in range(120)]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    files = write_draws(str(source), draws=100, size=2, out=tmp_path / "draws", category="qa")
+    qa = {r["prompt"] for r in rows if r["category"] == "qa"}
+    drawn = [p for f in files for p in load_prompts(f).prompts]
+    assert files and set(drawn) <= qa
+    assert drawn == list(split(load_prompts(source, "qa"), "validate").prompts[: 2 * len(files)])
+
+
 def _report(vid: int, covered: list[bool | None], regret: float) -> dict:
     plans = [{"kind": "autoregressive", "covered": None, "interval_width": None, "speedup_error": 0.0}]
     plans += [

@@ -253,13 +253,14 @@ def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
     assert _one_row(Hierarchy([NgramDrafter(), drafter, target], [2, 2]), [0, 5, 9, 5, 9]) is None
 
 
-def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolated_db):
+def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolated_db, monkeypatch):
     from alembic.command import downgrade, upgrade
 
-    from hsd_planner.solving import MIN_RESIDUALS, widened
+    from hsd_planner.solving import MIN_RESIDUALS, timing_noise, widened
     from hsd_planner.stats import miss_score
     from hsd_planner.store.db import alembic_config
     from hsd_planner.store.validations import speedup_scores
+    from hsd_planner.validation import runner
 
     args = ("validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--json")
     first = json.loads(run(*args).stdout)
@@ -277,7 +278,20 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     past = speedup_scores(db, target, hardware)
     # another machine's or target's are not read
     assert speedup_scores(db, target, hardware + 1) == [] and speedup_scores(db, "other", hardware) == []
+    timing: list[tuple[tuple[str, ...], int, int]] = []
+
+    def noted(profile, plan, runs, batch_size=1):
+        timing.append((plan.chain, runs, batch_size))
+        return timing_noise(profile, plan, runs, batch_size)
+
+    monkeypatch.setattr(runner, "timing_noise", noted)
     report = json.loads(run(*args).stdout)
+    # each drafted plan's bootstrap interval is timed as its runs are: 2 prompts once each, beside as many of
+    # autoregressive decoding (the arithmetic: tests/test_bootstrap.py)
+    assert {tuple(p["chain"]) for p in report["plans"] if len(p["chain"]) > 1 and p["bootstrap_speedup_lo"] is not None} <= {
+        c for c, *_ in timing
+    }
+    assert all(runs == 2 and batch == 1 for _, runs, batch in timing), timing
     assert report["interval_history"] == len(past)
     # how often the intervals held over every validation stored for the target here, this one included
     with sqlite3.connect(isolated_db) as conn:

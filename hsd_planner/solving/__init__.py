@@ -8,7 +8,17 @@ the CLI, validation's demo and the benchmarks import it.
 """
 
 from .batch import solve_batch_schedule
-from .intervals import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened, widest
+from .intervals import (
+    MIN_RESIDUALS,
+    Bootstrap,
+    bootstrap_predictions,
+    bootstrap_profiles,
+    predicted_intervals,
+    timed,
+    timing_noise,
+    widened,
+    widest,
+)
 from .report import THIN_PROMPTS, SolveReport
 from .runner import solve_and_store
 
@@ -22,6 +32,8 @@ __all__ = [
     "predicted_intervals",
     "solve_and_store",
     "solve_batch_schedule",
+    "timed",
+    "timing_noise",
     "widened",
     "widest",
 ]

@@ -28,6 +28,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from hsd_runtime.terms.shape import TreeShape
 
 from ..choices import AcceptanceModel
@@ -42,6 +44,8 @@ __all__ = [
     "bootstrap_predictions",
     "bootstrap_profiles",
     "predicted_intervals",
+    "timed",
+    "timing_noise",
     "widened",
     "widest",
 ]
@@ -164,6 +168,41 @@ def widened(band: tuple[float, float], speedup: float, scores: Sequence[float]) 
         return speedup * math.exp(s * (above if s >= 0 else below))
 
     return min(band[0], moved(low)), max(band[1], moved(high))
+
+
+def timing_noise(profile: Profile, plan: Plan, runs: int, batch_size: int = 1) -> float:
+    """The sigma of log(measured speed-up) that timing alone adds to a validation that runs
+    ``plan`` ``runs`` times and autoregressive decoding as often, beside them: each run's ms per
+    token moved by the machine as far as one pass of the target moved while it was profiled (its
+    curve's :attr:`~hsd_planner.plan.LatencyCurve.spread`), independently from run to run, so
+    sigma * sqrt(2 / runs) for the ratio of the two means. A plan whose drafting varies little
+    over the profiled prompts has a bootstrap interval narrower than the runs' own timing
+    (a lookup that finds nothing to copy: the same passes as autoregressive decoding).
+
+    >>> from hsd_planner.plan import LatencyCurve, ModelProfile
+    >>> curve = LatencyCurve(points={64: {1: 80.0, 4: 120.0}}, spread=0.05)
+    >>> t = Profile(target="t", models=[ModelProfile(name="t", latency={1: curve})], acceptance=[])
+    >>> round(timing_noise(t, Plan(("ngram", "t"), (4,), Prediction(0.0, 0.0, 0.0)), runs=8), 4)
+    0.025
+    """
+    curve = profile.model(plan.chain[-1]).latency.get(batch_size)
+    return curve.spread * math.sqrt(2.0 / runs) if curve is not None and runs > 0 else 0.0
+
+
+def timed(speedups: Sequence[float], sigma: float, seed: int = 0) -> list[float]:
+    """``speedups`` (one per bootstrap profile) each moved by exp(sigma z), z a standard normal
+    drawn per profile from its own seeded stream: the bootstrap's predictions as runs timed with
+    :func:`timing_noise` ``sigma`` would measure them.
+
+    >>> timed([2.0, 2.0], 0.0)
+    [2.0, 2.0]
+    >>> [round(x, 3) for x in timed([2.0, 2.0], 0.1)]
+    [2.453, 1.549]
+    """
+    if sigma <= 0.0:
+        return list(speedups)
+    z = np.random.default_rng(seed + 3).standard_normal(len(speedups))
+    return [s * math.exp(sigma * float(x)) for s, x in zip(speedups, z)]
 
 
 def _predictable(profile: Profile, plan: Plan) -> bool:

@@ -58,7 +58,7 @@ from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, widened
+from ..solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, timed, timing_noise, widened
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
@@ -141,13 +141,13 @@ def run_validation(
         db, profile, source, drift=True, sample=len(encoded), plans=[e.plan for group in entries.values() for e in group]
     )
     scores = speedup_scores(db, solve.target, solve.hardware_id)  # the misses of the validations stored before this one
+    units = {b: _units(len(encoded), b, repeats) for b in sizes}
     intervals = {
-        (b, e.key): comparison.intervals(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, scores)
+        (b, e.key): comparison.intervals(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, scores, len(units[b]))
         for b, group in entries.items()
         for e in group
     }
     calibration = _calibration(profile, loader, [e.plan for group in entries.values() for e in group], int(statistics.median(contexts)))
-    units = {b: _units(len(encoded), b, repeats) for b in sizes}
     if total is not None:
         total(sum(len(entries[b]) * len(units[b]) for b in sizes))
     runs = _measure(built, entries, units, encoded, solve, max_new_tokens, calibration, progress or (lambda _n: None))
@@ -393,12 +393,14 @@ class _Comparison:
         """The median over the prompts' contexts, from the profile as measured."""
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
-    def intervals(self, boot: Bootstrap, plan: Plan, batch: int, scores: Sequence[float]) -> _Bands:
+    def intervals(self, boot: Bootstrap, plan: Plan, batch: int, scores: Sequence[float], runs: int) -> _Bands:
         """Over the bootstrap profiles ``boot`` (each pooling as many resampled profiled prompts as
         this validation runs; costs averaged over the prompts' contexts), one prediction each:
 
-        - the 90% interval of the predicted speed-up, widened by the misses ``scores`` of past
-          validations (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction, this
+        - the 90% interval of the predicted speed-up as ``runs`` runs of the plan and as many of
+          autoregressive decoding will time it (:func:`~hsd_planner.solving.timing_noise`),
+          widened by the misses ``scores`` of past validations
+          (:func:`~hsd_planner.solving.widened`) around ``plan``'s prediction, this
           validation's, and the bootstrap's own before that;
         - at batch size 1, the 90% interval of the tokens per target round: where held-out sets
           drawn like the profiled prompts would put it;
@@ -411,7 +413,7 @@ class _Comparison:
         found = bootstrap_predictions(boot.profiles, plan, self.acceptance, self.contexts, self.max_new_tokens, batch)
         if found is None:
             return _Bands()
-        band = boot.interval([p.speedup for p in found])
+        band = boot.interval(timed([p.speedup for p in found], timing_noise(self.profile, plan, runs, batch)))
         return _Bands(
             widened(band, plan.prediction.speedup, scores),
             band,
