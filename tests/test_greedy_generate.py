@@ -6,7 +6,7 @@ new tokens, on 8 prompts of different kinds (the built-in categories and HumanEv
 SmolLM2-135M with early exits, the n-gram drafter, trees, an int8 copy, depth 3 and a drafter that
 ends its drafts on its confidence (``pmin=``) (all 8 prompts);
 Qwen2.5-Coder 0.5B -> 1.5B chains (one with ``pmin=``) and trees, an int8 copy of the 0.5B as a
-drafter, depth 3 (5 of them). Runs where an end-of-sequence
+drafter, depth 3 (two HumanEval problems and the short prompt). Runs where an end-of-sequence
 token falls inside a round and where the length limit cuts a round are both required to occur.
 """
 
@@ -106,12 +106,13 @@ def test_smollm2_hierarchies_equal_transformers_generate(loader):
 
 @needs_qwen
 def test_qwen_hierarchies_equal_transformers_generate(qwen_loader):
-    # One prompt per shape: the 1.5B's own decoding is the costly part (five prompts, 64 tokens each).
+    # The 1.5B's own decoding is the costly part, so the shapes share two HumanEval problems (the
+    # coder's own kind, 64 tokens each) and the short prompt: three references for six runs.
     cases = [
-        (["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [4], [0, 7]),
+        (["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [4], [5, 7]),
         (["qwen2.5-coder-0.5b:pmin=0.5", "qwen2.5-coder-1.5b"], [6], [7]),
-        (["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [TreeShape((2, 2, 1))], [5]),
-        (["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-1.5b"], [3, 4], [2]),
+        (["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [TreeShape((2, 2, 1))], [6]),
+        (["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-1.5b"], [3, 4], [5]),
         (["ngram", "qwen2.5-coder-0.5b:quant=int8", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], [3, 2, 4], [6]),
     ]
     by_eos, by_length = _compare(qwen_loader, cases)

@@ -23,23 +23,6 @@ def loader():
     return ModelLoader(device="cpu", dtype="fp32")
 
 
-@pytest.mark.parametrize(
-    "chain, widths",
-    [
-        (["ngram", "smollm2-135m:layers=4", "smollm2-135m"], [4, 2]),
-        (["smollm2-135m:layers=8", "smollm2-135m"], [3]),
-        (["smollm2-135m:layers=8", "smollm2-135m"], [TreeShape((3, 2, 1))]),
-        (["smollm2-135m:layers=4", "smollm2-135m:layers=16", "smollm2-135m"], [TreeShape((2, 2)), 3]),
-    ],
-)
-def test_smollm2_greedy_hierarchy_equals_target_greedy(loader, chain, widths):
-    hierarchy, tokenizer = build_hierarchy(chain, widths, loader)
-    target, _ = build_hierarchy(chain[-1:], [], loader)
-    for text in PROMPTS:
-        ids = encode_prompt(tokenizer, text)
-        assert hierarchy.generate(ids, 40).tokens == target.generate(ids, 40).tokens
-
-
 def test_smollm2_autoregressive_equals_transformers_generate(loader):
     model = loader.load("smollm2-135m")
     hierarchy, tokenizer = build_hierarchy(["smollm2-135m"], [], loader)
