@@ -1,7 +1,8 @@
 """How sure a prediction is: the 90% interval of a plan's predicted speed-up over bootstrap
 profiles (the profiled prompts resampled, and with ``drift`` each model's latency moved as far as
-its own samples moved while it was profiled), widened by how far this machine's past validations
-of the same target measured from their predictions.
+its own samples moved while it was profiled; for a validation, each also timed as its runs will
+be, :func:`timing_noise`), widened by how far this machine's past validations of the same target
+measured from their predictions.
 
 Over few prompts a percentile interval is too narrow (a resample's spread is the plug-in one, and
 its tails the normal's), so every interval here reaches out to the percentiles
