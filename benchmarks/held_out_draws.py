@@ -48,17 +48,7 @@ from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
 from hsd_planner.plan import SOLVE_DEFAULTS, Plan, Prediction, predict, predict_over, solve, widths_from_json
 from hsd_planner.prompts import load_prompts, split
-from hsd_planner.solving import (
-    MIN_RESIDUALS,
-    Bootstrap,
-    bootstrap_predictions,
-    bootstrap_profiles,
-    predicted_intervals,
-    timed,
-    timing_noise,
-    widened,
-    widest,
-)
+from hsd_planner.solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened, widest
 from hsd_planner.stats import miss_score, pooled_profiles, resample_profiles
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile, prompt_acceptance
@@ -135,7 +125,7 @@ def _drafted(plans: list[dict]) -> list[tuple[dict, Plan]]:
 def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128, widen: bool = False) -> dict:
     """``reports``' plans predicted again from the newest profile of their target and ``workload``
     in ``db_url``: the speed-up and its bootstrap interval (no past validations; timed as the
-    plan's runs were, :func:`timing_noise`), per plan above
+    plan's runs were, :meth:`Bootstrap.timed_interval`), per plan above
     autoregressive decoding, beside the measured speed-up, for generations of ``new`` tokens (the
     reports' own length); summed as :func:`summarize` sums. With ``widen``, each interval is also
     widened by the misses of the reports before it (by validation id) against these predictions and
@@ -157,7 +147,7 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
             speedup = predict_over(profile, plan.chain, plan.widths, r["acceptance"], contexts, new).speedup  # as validate predicts it
             found = bootstrap_predictions(boot.profiles, plan, r["acceptance"], contexts, new)
             runs = p.get("text_runs") or m  # the plan's runs (greedy reports count them), else one per prompt
-            band = boot.interval(timed([b.speedup for b in found], timing_noise(profile, plan, runs))) if found else None
+            band = boot.timed_interval(found, profile, plan, runs) if found else None
             lo, hi = widened(band, speedup, scores if widen else ()) if band else (None, None)
             measured = p["measured_speedup"]
             plans.append(

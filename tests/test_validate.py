@@ -256,11 +256,10 @@ def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
 def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolated_db, monkeypatch):
     from alembic.command import downgrade, upgrade
 
-    from hsd_planner.solving import MIN_RESIDUALS, timing_noise, widened
+    from hsd_planner.solving import MIN_RESIDUALS, intervals, timing_noise, widened
     from hsd_planner.stats import miss_score
     from hsd_planner.store.db import alembic_config
     from hsd_planner.store.validations import speedup_scores
-    from hsd_planner.validation import runner
 
     args = ("validate", "--candidates", "all", "--prompts", prompts, "--max-prompts", 2, "--max-new-tokens", 6, "--device", "cpu", "--json")
     first = json.loads(run(*args).stdout)
@@ -284,7 +283,7 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
         timing.append((plan.chain, runs, batch_size))
         return timing_noise(profile, plan, runs, batch_size)
 
-    monkeypatch.setattr(runner, "timing_noise", noted)
+    monkeypatch.setattr(intervals, "timing_noise", noted)
     report = json.loads(run(*args).stdout)
     # each drafted plan's bootstrap interval is timed as its runs are: 2 prompts once each, beside as many of
     # autoregressive decoding (the arithmetic: tests/test_bootstrap.py)

@@ -73,6 +73,14 @@ class Bootstrap:
         """
         return interval(values, drawn_from=self.prompts, sample=self.sample)
 
+    def timed_interval(
+        self, found: Sequence[Prediction], profile: Profile, plan: Plan, runs: int, batch_size: int = 1
+    ) -> tuple[float, float]:
+        """The 90% interval of the speed-ups ``found`` (``plan`` predicted on each profile) as a
+        validation's ``runs`` runs of it, and as many of autoregressive decoding, will time them
+        (:func:`timing_noise` from ``profile``, the one ``plan`` was predicted on)."""
+        return self.interval(timed([p.speedup for p in found], timing_noise(profile, plan, runs, batch_size)))
+
 
 def bootstrap_profiles(
     db: Engine,
@@ -202,7 +210,7 @@ def timed(speedups: Sequence[float], sigma: float, seed: int = 0) -> list[float]
     """
     if sigma <= 0.0:
         return list(speedups)
-    z = np.random.default_rng(seed + 3).standard_normal(len(speedups))
+    z = np.random.default_rng(seed + 3).standard_normal(len(speedups))  # apart from the resample's streams (seed to seed + 2)
     return [s * math.exp(sigma * float(x)) for s, x in zip(speedups, z)]
 
 

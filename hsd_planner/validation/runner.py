@@ -58,7 +58,7 @@ from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, timed, timing_noise, widened
+from ..solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, widened
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
@@ -413,7 +413,7 @@ class _Comparison:
         found = bootstrap_predictions(boot.profiles, plan, self.acceptance, self.contexts, self.max_new_tokens, batch)
         if found is None:
             return _Bands()
-        band = boot.interval(timed([p.speedup for p in found], timing_noise(self.profile, plan, runs, batch)))
+        band = boot.timed_interval(found, self.profile, plan, runs, batch)
         return _Bands(
             widened(band, plan.prediction.speedup, scores),
             band,
