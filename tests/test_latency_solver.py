@@ -332,3 +332,18 @@ def test_a_draft_model_that_stops_on_its_confidence_pays_the_passes_it_drafts():
         for w in itertools.product(range(1, 4), repeat=len(chain) - 1)
     )
     assert best.prediction.ms_per_token == pytest.approx(brute[0], rel=1e-9) and (best.chain, best.widths) == brute[1:]
+
+
+def test_level_zeros_two_token_pass_after_a_whole_acceptance_is_priced_and_simulated():
+    # a drafter whose two-token pass costs 1.3x its one-token pass, as a small GGUF model's does on llama.cpp
+    c0, ct = affine(10.0, 3.0), affine(60.0, 2.0)
+    single = [Level(c0), Level(ct, RunLengths.iid(0.9))]
+    q = 0.9**3  # the target accepts all 3 drafted tokens
+    by_hand = (3 * c0(1) + q * (c0(2) - c0(1)) + ct(4)) / sum(0.9**g for g in range(4))
+    assert hierarchy_latency(single, [3]).ms_per_token == pytest.approx(by_hand)
+    assert hierarchy_latency([dataclasses.replace(single[0], lookup=True), single[1]], [3]).ms_per_token < by_hand
+    middle = [Level(c0), Level(affine(25.0, 1.0), RunLengths.iid(0.8)), Level(ct, RunLengths.iid(0.7))]
+    for levels, widths in ((single, [3]), (middle, [3, 4])):
+        predicted = hierarchy_latency(levels, widths)
+        ms, _ = simulate(levels, widths, rounds=40_000, seed=1)
+        assert ms == pytest.approx(predicted.ms_per_token, rel=0.01), widths

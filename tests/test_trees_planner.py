@@ -67,7 +67,8 @@ def test_tree_costs_and_latency_by_hand():
     assert draft_cost(c0, False, shape) == pytest.approx(c0(1) + c0(3))
     levels = [Level(c0), Level(c1, siblings=SiblingCurve([0.5, 0.7, 0.8]))]
     p = hierarchy_latency(levels, [shape])
-    assert p.ms_per_token == pytest.approx((4.0 + c1(10)) / 2.36)
+    # after a round that took the whole depth (0.8 * 0.7), level 0 feeds two tokens: c0(2), not c0(1)
+    assert p.ms_per_token == pytest.approx((4.0 + 0.56 * (c0(2) - c0(1)) + c1(10)) / 2.36)
     assert p.mean_accepted_length == pytest.approx(2.36)
 
 

@@ -4,7 +4,8 @@ It shares nothing with :mod:`hsd_planner.plan.latency` but the inputs (and level
 it draws accepted run lengths round by round - or, over a draft tree, accepts depth after depth
 with probability A(b_l) until one fails - and plays exact-size semantics out (a middle level
 repeats rounds until it holds T_k tokens, then hands up exactly T_k), adding up the cost of every
-pass and of every proposal beside its passes.
+pass and of every proposal beside its passes, and level 0's two-token pass after each round that
+level 1 accepted whole.
 """
 
 from __future__ import annotations
@@ -55,17 +56,27 @@ def simulate(
     rng = random.Random(seed)
     k_top = len(levels) - 1
 
+    whole = [False]  # level 1 accepted level 0's last proposal whole: its next pass feeds two tokens
+
     def verify(k: int) -> tuple[float, int]:
         """Cost of level k's pass over the batch of level k-1, and the tokens that round yields."""
         below = widths[k - 1]
         if isinstance(below, TreeShape):
-            return levels[k].cost(below.nodes + 1), _draw_tree_tokens(levels[k].sibling_curve(), below, rng)
-        return levels[k].cost(below + 1), _draw_tokens(levels[k].run_lengths(), below, rng)
+            ms, tokens = levels[k].cost(below.nodes + 1), _draw_tree_tokens(levels[k].sibling_curve(), below, rng)
+            depth = below.depth
+        else:
+            ms, tokens = levels[k].cost(below + 1), _draw_tokens(levels[k].run_lengths(), below, rng)
+            depth = below
+        if k == 1:
+            whole[0] = tokens == depth + 1
+        return ms, tokens
 
     def deliver(k: int) -> float:
         """Time for level k < K to hand up its T_k tokens (its proposal's own cost included)."""
         if k == 0:
-            return levels[0].proposal + draft_cost(levels[0].cost, levels[0].lookup, widths[0])
+            first = levels[0]
+            extra = first.cost(2) - first.cost(1) if whole[0] and not first.lookup else 0.0
+            return first.proposal + draft_cost(first.cost, first.lookup, widths[0]) + extra
         held, time = 0, levels[k].proposal
         while held < wanted[k]:
             below = deliver(k - 1)  # the batch is drafted before it is verified

@@ -1,7 +1,8 @@
 """The exact hierarchy solver: a shortest path with monotone edge maps in a DAG.
 
-Nodes: a source, one node (j, T) per non-target candidate j and width T in 1..t_max, one node
-(j, b) per non-lookup candidate j and draft-tree shape b of :func:`tree_shapes`, and the target.
+Nodes: a source, one node (j, T) per non-target candidate j and width T in 1..t_max as level 0,
+one node (j, T, middle) per candidate j and width T as a middle level, one node (j, b) per
+non-lookup candidate j and draft-tree shape b of :func:`tree_shapes`, and the target.
 A label D(v) is the expected time for the level at v to deliver its batch; each edge maps it as
 D(v) = g (D(u) + w):
 
@@ -16,6 +17,11 @@ D(v) = g (D(u) + w):
   tokens (``max_new_tokens``) g = m(L) / L instead: its expected target rounds, the last one cut
   short, per token (at batch size b, the expected rounds of the slowest of b sequences);
 - source -> target: plain autoregressive decoding, c_K(1).
+
+An edge out of level 0's node of a model j into verifier i adds q (c_j(2) - c_j(1)), q the
+probability that i accepts the whole batch (1 - (1 - q)^b at batch size b): the two-token pass that
+follows such a round (:func:`~.latency.catch_up`). It is why level 0's node and a middle level's
+node of the same (j, T) are apart: the same batch costs them differently a round.
 
 Every map is increasing in D, and the graph is acyclic, so keeping the k smallest labels per node
 in one pass in topological order gives the exact top-k hierarchies: O(N^2 (t_max + S) t_max)
@@ -38,7 +44,7 @@ from hsd_runtime.terms.shape import TreeShape, Width
 from ..errors import SolverError
 from ..limits import MAX_BRANCHING
 from .config import SOLVE_DEFAULTS, SolveConfig
-from .latency import CostCurve, Prediction, draft_cost, pass_cost
+from .latency import CostCurve, Level, Prediction, catch_up, draft_cost, pass_cost
 from .lockstep import expected_max_rounds, max_rounds_table
 from .plans import Plan
 from .rounds import RoundLaw, RunLengths, SiblingCurve
@@ -46,6 +52,7 @@ from .rounds import RoundLaw, RunLengths, SiblingCurve
 __all__ = ["MAX_BRANCHING", "Candidate", "Solution", "solve_graph", "tree_shapes"]
 
 SOURCE, TARGET = "source", "target"
+MIDDLE = "middle"  # the third field of a middle level's node
 
 
 @dataclass(frozen=True)
@@ -223,22 +230,44 @@ def _graph(
         for b, law, runs in _batches(lo, hi.name, acceptance, curves, widths, shapes):
             w = _drafting(lo, b, runs) + lo.proposal + pass_cost(hi.cost, b, runs, lo.n_min)
             rounds = law.rounds(t_max) if batch_size == 1 else max_rounds_table(law, t_max, batch_size)
-            for t in widths:
-                graph.add_edge((lo.name, b), (hi.name, t), w=w, g=rounds[t])
+            for u in _nodes(lo, b):
+                extra = _catch_up(lo, law, batch_size) if _first(u) else 0.0
+                for t in widths:
+                    graph.add_edge(u, (hi.name, t, MIDDLE), w=w + extra, g=rounds[t])
     for c in order:
         for b, law, runs in _batches(c, target.name, acceptance, curves, widths, shapes):
             g = 1.0 / law.mean if horizon is None else _target_rounds(law, horizon, batch_size) / horizon
             # one sequence's tokens per target round, as the latency model reports it
             tokens = 1.0 / g if horizon is not None and batch_size == 1 else law.mean
-            graph.add_edge(
-                (c.name, b), TARGET, w=_drafting(c, b, runs) + c.proposal + pass_cost(target.cost, b, runs, c.n_min), g=g, tokens=tokens
-            )
+            w = _drafting(c, b, runs) + c.proposal + pass_cost(target.cost, b, runs, c.n_min)
+            for u in _nodes(c, b):
+                extra = _catch_up(c, law, batch_size) if _first(u) else 0.0
+                graph.add_edge(u, TARGET, w=w + extra, g=g, tokens=tokens)
     # a tree only ever enters from the source; its node exists when some verifier can take it
     for c in order:
         for shape in shapes:
             if (c.name, shape) in graph:
                 graph.add_edge(SOURCE, (c.name, shape), w=draft_cost(c.cost, c.lookup, shape), g=1.0)
     return graph
+
+
+def _nodes(c: Candidate, width: Width) -> list[tuple]:
+    """The nodes of ``c`` handing up ``width``: as level 0 ``(name, width)``, and for a chain also
+    as a middle level ``(name, width, MIDDLE)`` (a tree is only ever level 0's). The two differ in
+    what a round costs beside its passes (:func:`_catch_up`)."""
+    if isinstance(width, TreeShape):
+        return [(c.name, width)]
+    return [(c.name, width), (c.name, width, MIDDLE)]
+
+
+def _first(node: tuple) -> bool:
+    """Whether ``node`` is level 0's."""
+    return len(node) == 2
+
+
+def _catch_up(c: Candidate, law: RoundLaw, batch_size: int) -> float:
+    """Level 0's two-token pass after a round whose proposal was accepted whole (:func:`~.latency.catch_up`)."""
+    return catch_up(Level(c.cost, lookup=c.lookup), law, batch_size)
 
 
 def _drafting(drafter: Candidate, width: Width, runs: RunLengths | None) -> float:
@@ -288,8 +317,8 @@ def _keep(found: list, k: int, by_depth: bool) -> list:
 
 
 def _plan(path: tuple, target: Candidate, ms: float, graph: nx.DiGraph) -> Plan:
-    chain = tuple(name for name, _ in path) + (target.name,)
-    widths = tuple(t for _, t in path)
+    chain = tuple(v[0] for v in path) + (target.name,)
+    widths = tuple(v[1] for v in path)
     tokens = graph.edges[path[-1], TARGET]["tokens"] if path else 1.0
     return Plan(chain, widths, Prediction(ms, tokens, target.cost(1) / ms))
 
@@ -299,7 +328,7 @@ def _singles(order: Sequence[Candidate], target: Candidate, graph: nx.DiGraph) -
     chain widths and, where it has a sibling curve against the target, its tree shapes too (the
     best this drafter alone can do)."""
     out = []
-    batches = [u for u in graph.predecessors(TARGET) if u != SOURCE]  # per drafter: widths, then trees
+    batches = [u for u in graph.predecessors(TARGET) if u != SOURCE and _first(u)]  # per drafter: widths, then trees
     for c in order:
         mine = [u for u in batches if u[0] == c.name]
         if not mine:
