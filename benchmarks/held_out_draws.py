@@ -15,6 +15,7 @@ the summary.
     python -m benchmarks.held_out_draws write --prompts humaneval --draws 3 --size 4 --out /tmp/draws
     python -m benchmarks.held_out_draws summary OUT/validate-draw-*.json
     python -m benchmarks.held_out_draws repredict --db OUT/more.db OUT/validate-draw-*.json
+    python -m benchmarks.held_out_draws repredict --widen --db QA/draws.db --workload qa:profile --history HE.json QA/validate-draw-*.json
     python -m benchmarks.held_out_draws spread --db OUT/more.db --held-out-db HELD.db --held-out-workload heldout:profile
     python -m benchmarks.held_out_draws pool --db OUT/draws.db --group 2 OUT/validate-draw-*.json
 
@@ -22,7 +23,10 @@ the summary.
 interval ``validate`` would give it before any validation is stored (the bootstrap alone), from
 the newest profile of the target and workload in ``--db``: what a profile of other or more prompts
 would have claimed for the same runs. With ``--widen``, each interval is widened by the reports
-before it, as ``validate`` would have widened it had those predictions been stored.
+before it, as ``validate`` would have widened it had those predictions been stored; with
+``--history`` also by the misses of an earlier replay (its answer's ``scores``): another
+workload's draws of the same target, validated before on the same machine, which one database
+holding both would count, as ``validate`` counts every stored validation of the target.
 
 ``spread`` asks the same of acceptance alone, without a run: how often the bootstrap's interval
 for m new prompts holds random sets of m profiled prompts and of m held-out prompts profiled on
@@ -40,6 +44,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +53,7 @@ from benchmarks.bench_llamacpp import hsd_plan
 from benchmarks.common import machine
 from hsd_planner.plan import SOLVE_DEFAULTS, Plan, Prediction, predict, predict_over, solve, widths_from_json
 from hsd_planner.prompts import load_prompts, split
-from hsd_planner.solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, predicted_intervals, widened, widest
+from hsd_planner.solving import Bootstrap, bootstrap_predictions, bootstrap_profiles, past_plans, predicted_intervals, widened, widest
 from hsd_planner.stats import miss_score, pooled_profiles, resample_profiles
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile, prompt_acceptance
@@ -122,7 +127,14 @@ def _drafted(plans: list[dict]) -> list[tuple[dict, Plan]]:
     return [(p, Plan(tuple(p["chain"]), tuple(widths_from_json(p["widths"])), _UNKNOWN)) for p in plans if p["kind"] != "autoregressive"]
 
 
-def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profile", new: int = 128, widen: bool = False) -> dict:
+def repredict(
+    db_url: str,
+    reports: list[dict],
+    workload: str = "humaneval:profile",
+    new: int = 128,
+    widen: bool = False,
+    history: Sequence[Sequence[float]] = (),
+) -> dict:
     """``reports``' plans predicted again from the newest profile of their target and ``workload``
     in ``db_url``: the speed-up and its bootstrap interval (no past validations; timed as the
     plan's runs were, :meth:`Bootstrap.timed_interval`), per plan above
@@ -130,10 +142,13 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
     reports' own length); summed as :func:`summarize` sums. With ``widen``, each interval is also
     widened by the misses of the reports before it (by validation id) against these predictions and
     their bootstrap intervals, as ``validate`` widens it by the validations stored before
-    (:func:`widened`)."""
+    (:func:`widened`), starting from the misses ``history`` (another workload's, validated before
+    these on the same machine: ``validate`` reads every stored validation of the target). The
+    answer's ``scores`` are all the misses, one list per validation, ``history`` first, to start a
+    later replay from."""
     db = open_db(db_url, create=False)
     out, loaded = [], {}
-    scores: list[float] = []
+    scores: list[list[float]] = [list(g) for g in history]
     for r in sorted(reports, key=lambda r: r["validation_id"]) if widen else reports:
         contexts, m = r["context_lens"], r["prompt_count"]
         drafted = _drafted(r["plans"])
@@ -161,13 +176,13 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
                     "speedup_error": speedup / measured - 1.0,
                 }
             )
-        history = len(scores) if widen and len(scores) >= MIN_RESIDUALS else 0
+        history = past_plans(scores) if widen else 0
         missed = (
             miss_score(p["measured_speedup"], p["predicted_speedup"], p["bootstrap_speedup_interval"])
             for p in plans
             if p["bootstrap_speedup_interval"]
         )
-        scores += [x for x in missed if x is not None]
+        scores.append([x for x in missed if x is not None])
         out.append(
             r
             | {
@@ -179,7 +194,7 @@ def repredict(db_url: str, reports: list[dict], workload: str = "humaneval:profi
                 "profiled_prompts": boot.prompts,
             }
         )
-    return summarize(out) | {"profiled_prompts": sorted({r["profiled_prompts"] for r in out})}
+    return summarize(out) | {"profiled_prompts": sorted({r["profiled_prompts"] for r in out}), "scores": scores}
 
 
 def _plan_key(plan: dict) -> tuple:
@@ -342,6 +357,7 @@ def main() -> None:
     q.add_argument("--workload", default="humaneval:profile")
     q.add_argument("--new", type=int, default=128, help="the reports' new tokens per generation")
     q.add_argument("--widen", action="store_true", help="widen each interval by the earlier reports' misses, as validate does")
+    q.add_argument("--history", type=Path, help="with --widen: start from the misses of an earlier repredict's answer (its scores)")
     q.add_argument("reports", nargs="+", type=Path)
     o = sub.add_parser("pool", help="the reports of one solve's plans on disjoint draws as one validation of all their prompts")
     o.add_argument("--db", required=True, help="the database whose newest profile predicts")
@@ -374,9 +390,9 @@ def main() -> None:
     r.add_argument("--out-dir", type=Path, default=Path("benchmarks/out/draws"))
     args = ap.parse_args()
     if args.cmd == "repredict":
-        print(
-            json.dumps(repredict(args.db, [json.loads(p.read_text()) for p in args.reports], args.workload, args.new, args.widen), indent=1)
-        )
+        history = json.loads(args.history.read_text())["scores"] if args.history else ()
+        reports = [json.loads(p.read_text()) for p in args.reports]
+        print(json.dumps(repredict(args.db, reports, args.workload, args.new, args.widen, history), indent=1))
         return
     if args.cmd == "pool":
         reports = sorted((json.loads(p.read_text()) for p in args.reports), key=lambda r: r["validation_id"])

@@ -256,7 +256,7 @@ def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
 def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolated_db, monkeypatch):
     from alembic.command import downgrade, upgrade
 
-    from hsd_planner.solving import MIN_RESIDUALS, intervals, timing_noise, widened
+    from hsd_planner.solving import MIN_RESIDUALS, intervals, past_plans, timing_noise, widened
     from hsd_planner.stats import miss_score
     from hsd_planner.store.db import alembic_config
     from hsd_planner.store.validations import speedup_scores
@@ -272,9 +272,12 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     target = first["target"]
     with sqlite3.connect(isolated_db) as conn:
         hardware = conn.execute("SELECT hardware_id FROM solves").fetchone()[0]
-    while len(speedup_scores(db, target, hardware)) < MIN_RESIDUALS:
+    while sum(map(len, speedup_scores(db, target, hardware))) < MIN_RESIDUALS:
         assert run(*args).exit_code == 0
     past = speedup_scores(db, target, hardware)
+    with sqlite3.connect(isolated_db) as conn:
+        stored = conn.execute("SELECT COUNT(DISTINCT validation_id) FROM validation_runs").fetchone()[0]
+    assert len(past) == stored  # one group of misses per validation: its plans ran on the same prompts
     # another machine's or target's are not read
     assert speedup_scores(db, target, hardware + 1) == [] and speedup_scores(db, "other", hardware) == []
     timing: list[tuple[tuple[str, ...], int, int]] = []
@@ -291,7 +294,7 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
         c for c, *_ in timing
     }
     assert all(runs == 2 and batch == 1 for _, runs, batch in timing), timing
-    assert report["interval_history"] == len(past)
+    assert report["interval_history"] == past_plans(past) == sum(map(len, past))
     # how often the intervals held over every validation stored for the target here, this one included
     with sqlite3.connect(isolated_db) as conn:
         held = conn.execute("SELECT COUNT(DISTINCT validation_id), COUNT(*), SUM(covered) FROM validation_runs WHERE covered IS NOT NULL")
@@ -308,10 +311,10 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
         miss_score(p["measured_speedup"], p["predicted_speedup"], (p["bootstrap_speedup_lo"], p["bootstrap_speedup_hi"])) for p in banded
     ]
     mine = [x for x in mine if x is not None]
-    assert speedup_scores(db, target, hardware)[len(past) :] == pytest.approx(mine)
+    assert speedup_scores(db, target, hardware)[len(past) :] == [pytest.approx(mine)]
     # a solve now prints its intervals widened by the same history
     solve = json.loads(run("solve", "--t-max", "4", "--json").stdout)
-    assert solve["interval_history"] == len(speedup_scores(db, target, hardware))
+    assert solve["interval_history"] == past_plans(speedup_scores(db, target, hardware))
     # a database from before the bootstrap's own interval was kept scores its runs against their stored interval
     cfg = alembic_config(f"sqlite:///{isolated_db}")
     downgrade(cfg, "0022_same_text")
@@ -321,7 +324,7 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
             "SELECT predicted_speedup_lo, predicted_speedup_hi, bootstrap_speedup_lo, bootstrap_speedup_hi FROM validation_runs"
         )
         assert all((lo, hi) == (blo, bhi) for lo, hi, blo, bhi in rows)
-    assert len(speedup_scores(db, target, hardware)) == len(past) + len(mine)
+    assert sum(map(len, speedup_scores(db, target, hardware))) == sum(map(len, past)) + len(mine)
     # the text says it too, over one validation more
     text = run(*args[:-1]).stdout
     assert f"over the {validations + 1} validations of this target stored on this machine" in text

@@ -14,10 +14,13 @@ whose curves changed shape, the latency model's own bias - shows in the validati
 Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its own bootstrap
 interval's half-width on the side it missed (:func:`~hsd_planner.stats.miss_score`: -1 and 1 are
 the interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on
-this machine, an interval is the union of the bootstrap's and the prediction moved by the 5th and
-95th percentile of those scores, each in units of this interval's own half-width (a normalised
-split-conformal interval: it holds the next measured speed-up as often as the past ones held
-theirs, as far as the next run is like them). A validation of many prompts, whose bootstrap
+this machine, an interval is the union of the bootstrap's and the prediction moved by the bounds
+of those scores that a split-conformal interval gives, each in units of this interval's own
+half-width (a normalised split-conformal interval: it holds the next measured speed-up as often as
+the past ones held theirs, as far as the next run is like them). A validation's plans ran on the
+same prompts and miss together, so the bounds count validations, not plans
+(:func:`~hsd_planner.stats.group_bounds`): below 39 past validations, the farthest past miss
+on each side. A validation of many prompts, whose bootstrap
 interval is narrow, is widened in proportion, not by the misses of past validations of a few
 prompts; a miss that does not shrink with the prompts (the latency model's own bias) shows as a
 larger score in validations of many.
@@ -35,7 +38,7 @@ from hsd_runtime.terms.shape import TreeShape
 
 from ..choices import AcceptanceModel
 from ..plan import Plan, Prediction, Profile, predict
-from ..stats import interval, resample_profiles
+from ..stats import group_bounds, interval, resample_profiles
 from ..store import Engine
 from ..store.profiles import ProfileSource, prompt_acceptance
 
@@ -44,6 +47,7 @@ __all__ = [
     "Bootstrap",
     "bootstrap_predictions",
     "bootstrap_profiles",
+    "past_plans",
     "predicted_intervals",
     "timed",
     "timing_noise",
@@ -136,11 +140,12 @@ def predicted_intervals(
     contexts: int | list[int],
     max_new_tokens: int | None = None,
     batch_size: int = 1,
-    scores: Sequence[float] = (),
+    scores: Sequence[Sequence[float]] = (),
 ) -> list[tuple[float, float] | None] | None:
     """Per plan, the 90% interval of its predicted speed-up over the bootstrap ``boot`` (see
     :func:`bootstrap_predictions`; None where that has none). The interval of a plan above
-    autoregressive decoding is :func:`widened` by ``scores``, the misses of past validations."""
+    autoregressive decoding is :func:`widened` by ``scores``, the misses of past validations (one
+    list per validation)."""
     if not boot.profiles:
         return None
     out: list[tuple[float, float] | None] = []
@@ -154,22 +159,22 @@ def predicted_intervals(
     return out
 
 
-def widened(band: tuple[float, float], speedup: float, scores: Sequence[float]) -> tuple[float, float]:
-    """``band`` joined with ``speedup`` moved by each of the 5th and 95th percentile of ``scores``
-    (past validations' :func:`~hsd_planner.stats.miss_score`), in units of ``band``'s own
-    half-width on that side of ``speedup``; ``band`` itself with fewer than :data:`MIN_RESIDUALS`
-    scores.
+def widened(band: tuple[float, float], speedup: float, scores: Sequence[Sequence[float]]) -> tuple[float, float]:
+    """``band`` joined with ``speedup`` moved by each of the bounds :func:`~hsd_planner.stats.group_bounds`
+    gives the misses ``scores`` (per past validation, its plans'
+    :func:`~hsd_planner.stats.miss_score`), in units of ``band``'s own half-width on that side of
+    ``speedup``; ``band`` itself with fewer than :data:`MIN_RESIDUALS` past plans.
 
-    >>> widened((1.9, 2.1), 2.0, [0.0] * 8 + [-3.0])
+    >>> widened((1.9, 2.1), 2.0, [[0.0] * 8 + [-3.0]])
     (1.9, 2.1)
-    >>> [round(x, 3) for x in widened((1.8, 2.2), 2.0, [-2.0] * 5 + [0.5] * 5)]  # twice the lower half-width below
+    >>> [round(x, 3) for x in widened((1.8, 2.2), 2.0, [[-2.0, 0.5]] * 5)]  # twice the lower half-width below
     [1.62, 2.2]
-    >>> [round(x, 3) for x in widened((1.9, 2.1), 2.0, [-2.0] * 5 + [0.5] * 5)]  # the same misses, a narrower band
+    >>> [round(x, 3) for x in widened((1.9, 2.1), 2.0, [[-2.0, 0.5]] * 5)]  # the same misses, a narrower band
     [1.805, 2.1]
     """
-    if len(scores) < MIN_RESIDUALS:
+    if past_plans(scores) < MIN_RESIDUALS:
         return band
-    low, high = interval(scores)
+    low, high = group_bounds(scores)
     # half-widths in log (none on a side where the band does not reach past the prediction)
     below, above = max(0.0, math.log(speedup / band[0])), max(0.0, math.log(band[1] / speedup))
 
@@ -177,6 +182,17 @@ def widened(band: tuple[float, float], speedup: float, scores: Sequence[float]) 
         return speedup * math.exp(s * (above if s >= 0 else below))
 
     return min(band[0], moved(low)), max(band[1], moved(high))
+
+
+def past_plans(scores: Sequence[Sequence[float]]) -> int:
+    """How many past plans ``scores`` (per validation) hold: what a report counts as its interval
+    history, 0 below :data:`MIN_RESIDUALS` (they widen nothing then).
+
+    >>> past_plans([[0.1, -0.2], [0.3]]), past_plans([[0.0] * 6, [0.0] * 6])
+    (0, 12)
+    """
+    n = sum(len(g) for g in scores)
+    return n if n >= MIN_RESIDUALS else 0
 
 
 def timing_noise(profile: Profile, plan: Plan, runs: int, batch_size: int = 1) -> float:

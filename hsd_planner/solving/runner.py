@@ -15,7 +15,7 @@ from ..store.profiles import load_profile
 from ..store.records import Ranking
 from ..store.solves import acceptance_sample, profiled_length, save_solve
 from ..store.validations import speedup_scores
-from .intervals import MIN_RESIDUALS, bootstrap_profiles, predicted_intervals
+from .intervals import bootstrap_profiles, past_plans, predicted_intervals
 from .report import SolveReport
 
 __all__ = ["solve_and_store"]
@@ -66,7 +66,7 @@ def solve_and_store(
         acceptance=config.acceptance,
         context_len=context_len,
         max_new_tokens=config.max_new_tokens,
-        interval_history=len(scores) if len(scores) >= MIN_RESIDUALS else 0,
+        interval_history=past_plans(scores),
         plans=stored,
         sample_prompts=sample[0] if sample else None,
         sample_positions=sample[1] if sample else None,

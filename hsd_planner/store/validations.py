@@ -104,13 +104,15 @@ def stored_validations(db: Engine) -> list[StoredValidation]:
     return [StoredValidation(vid, entry, solve_record(db, entry.solve_id), runs) for vid, entry, runs in out]
 
 
-def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[float]:
-    """The miss of every plan above autoregressive decoding that a stored validation ran for
-    ``target`` on the machine ``hardware_id`` (one prompt at a time), oldest first: log(measured /
-    predicted speed-up) in units of the half-width of the bootstrap's own interval on the side it
-    missed (:func:`~hsd_planner.stats.miss_score`). Runs stored without a predicted speed-up or an
-    interval are left out."""
+def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[list[float]]:
+    """The misses of the plans above autoregressive decoding that the stored validations ran for
+    ``target`` on the machine ``hardware_id`` (one prompt at a time), one list per validation,
+    oldest first: log(measured / predicted speed-up) in units of the half-width of the bootstrap's
+    own interval on the side it missed (:func:`~hsd_planner.stats.miss_score`). A validation's
+    plans ran on the same prompts, so its misses stay together. Runs stored without a predicted
+    speed-up or an interval are left out, and a validation with none of its own."""
     columns = (
+        ValidationRun.validation_id,
         ValidationRun.chain,
         ValidationRun.predicted_speedup,
         ValidationRun.measured_speedup,
@@ -120,14 +122,14 @@ def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[float]:
     q = _runs_of(target, hardware_id, *columns).where(ValidationRun.batch_size == 1).order_by(ValidationRun.id)
     with Session(db) as s:
         rows = s.execute(q).all()
-    out = []
-    for chain, predicted, measured, lo, hi in rows:
+    out: dict[int, list[float]] = {}  # validation id -> its misses (dicts keep the oldest first)
+    for validation, chain, predicted, measured, lo, hi in rows:
         if len(chain) < 2 or predicted is None or lo is None or hi is None or min(predicted, measured, lo) <= 0:
             continue  # autoregressive decoding, or a run stored without a prediction or an interval
         score = miss_score(measured, predicted, (lo, hi))
         if score is not None:
-            out.append(score)
-    return out
+            out.setdefault(validation, []).append(score)
+    return list(out.values())
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..solving import MIN_RESIDUALS, Bootstrap, bootstrap_predictions, bootstrap_profiles, widened
+from ..solving import Bootstrap, bootstrap_predictions, bootstrap_profiles, past_plans, widened
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
@@ -155,7 +155,7 @@ def run_validation(
     report = replace(
         _report(solve, prompts.name, contexts, results, calibration, skipped),
         contention=runs.whole,
-        interval_history=len(scores) if len(scores) >= MIN_RESIDUALS else 0,
+        interval_history=past_plans(scores),
         profiled_prompts=boot.prompts if boot.profiles else None,
     )
     # the other work seen rides in the stored calibration's JSON: both describe the machine's state during the runs
@@ -393,7 +393,7 @@ class _Comparison:
         """The median over the prompts' contexts, from the profile as measured."""
         return predict_over(self.profile, plan.chain, plan.widths, self.acceptance, self.contexts, self.max_new_tokens, batch)
 
-    def intervals(self, boot: Bootstrap, plan: Plan, batch: int, scores: Sequence[float], runs: int) -> _Bands:
+    def intervals(self, boot: Bootstrap, plan: Plan, batch: int, scores: Sequence[Sequence[float]], runs: int) -> _Bands:
         """Over the bootstrap profiles ``boot`` (each pooling as many resampled profiled prompts as
         this validation runs; costs averaged over the prompts' contexts), one prediction each:
 
