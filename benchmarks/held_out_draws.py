@@ -24,9 +24,10 @@ interval ``validate`` would give it before any validation is stored (the bootstr
 the newest profile of the target and workload in ``--db``: what a profile of other or more prompts
 would have claimed for the same runs. With ``--widen``, each interval is widened by the reports
 before it, as ``validate`` would have widened it had those predictions been stored; with
-``--history`` also by the misses of an earlier replay (its answer's ``scores``): another
-workload's draws of the same target, validated before on the same machine, which one database
-holding both would count, as ``validate`` counts every stored validation of the target.
+``--history``, the misses of an earlier replay (its answer's ``scores``: other workloads' draws
+of the same target, validated before on the same machine) widen it too until the reports before
+it hold 10 plans, as ``validate`` reads one database holding both (a workload's own validations
+once they hold 10 plans, every workload's before).
 
 ``spread`` asks the same of acceptance alone, without a run: how often the bootstrap's interval
 for m new prompts holds random sets of m profiled prompts and of m held-out prompts profiled on
@@ -142,13 +143,14 @@ def repredict(
     reports' own length); summed as :func:`summarize` sums. With ``widen``, each interval is also
     widened by the misses of the reports before it (by validation id) against these predictions and
     their bootstrap intervals, as ``validate`` widens it by the validations stored before
-    (:func:`widened`), starting from the misses ``history`` (another workload's, validated before
-    these on the same machine: ``validate`` reads every stored validation of the target). The
-    answer's ``scores`` are all the misses, one list per validation, ``history`` first, to start a
-    later replay from."""
+    (:func:`widened`); the misses ``history`` (other workloads', validated before these on the same
+    machine) join them until the reports before hold :data:`MIN_RESIDUALS` plans, as
+    :func:`~hsd_planner.solving.past_misses` reads them. The answer's ``scores`` are all the misses,
+    one list per validation, ``history`` first, to start a later replay from."""
     db = open_db(db_url, create=False)
     out, loaded = [], {}
-    scores: list[list[float]] = [list(g) for g in history]
+    before: list[list[float]] = [list(g) for g in history]
+    scores: list[list[float]] = []  # these reports' own misses
     for r in sorted(reports, key=lambda r: r["validation_id"]) if widen else reports:
         contexts, m = r["context_lens"], r["prompt_count"]
         drafted = _drafted(r["plans"])
@@ -157,13 +159,14 @@ def repredict(
             profile, source = load_profile(db, r["target"], workload, length=new)
             loaded[key] = profile, bootstrap_profiles(db, profile, source, drift=True, sample=m, plans=[plan for _, plan in drafted])
         profile, boot = loaded[key]
+        past = scores if past_plans(scores) else before + scores  # as past_misses reads a database holding both
         plans = []
         for p, plan in drafted:
             speedup = predict_over(profile, plan.chain, plan.widths, r["acceptance"], contexts, new).speedup  # as validate predicts it
             found = bootstrap_predictions(boot.profiles, plan, r["acceptance"], contexts, new)
             runs = p.get("text_runs") or m  # the plan's runs (greedy reports count them), else one per prompt
             band = boot.timed_interval(found, profile, plan, runs) if found else None
-            lo, hi = widened(band, speedup, scores if widen else ()) if band else (None, None)
+            lo, hi = widened(band, speedup, past if widen else ()) if band else (None, None)
             measured = p["measured_speedup"]
             plans.append(
                 p
@@ -176,7 +179,7 @@ def repredict(
                     "speedup_error": speedup / measured - 1.0,
                 }
             )
-        history = past_plans(scores) if widen else 0
+        history = past_plans(past) if widen else 0
         missed = (
             miss_score(p["measured_speedup"], p["predicted_speedup"], p["bootstrap_speedup_interval"])
             for p in plans
@@ -194,7 +197,7 @@ def repredict(
                 "profiled_prompts": boot.prompts,
             }
         )
-    return summarize(out) | {"profiled_prompts": sorted({r["profiled_prompts"] for r in out}), "scores": scores}
+    return summarize(out) | {"profiled_prompts": sorted({r["profiled_prompts"] for r in out}), "scores": before + scores}
 
 
 def _plan_key(plan: dict) -> tuple:
@@ -357,7 +360,7 @@ def main() -> None:
     q.add_argument("--workload", default="humaneval:profile")
     q.add_argument("--new", type=int, default=128, help="the reports' new tokens per generation")
     q.add_argument("--widen", action="store_true", help="widen each interval by the earlier reports' misses, as validate does")
-    q.add_argument("--history", type=Path, help="with --widen: start from the misses of an earlier repredict's answer (its scores)")
+    q.add_argument("--history", type=Path, help="with --widen: the misses of an earlier repredict's answer (its scores) before these")
     q.add_argument("reports", nargs="+", type=Path)
     o = sub.add_parser("pool", help="the reports of one solve's plans on disjoint draws as one validation of all their prompts")
     o.add_argument("--db", required=True, help="the database whose newest profile predicts")

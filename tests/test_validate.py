@@ -256,7 +256,7 @@ def test_a_plan_that_decodes_one_prompt_at_a_time_is_told_apart():
 def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolated_db, monkeypatch):
     from alembic.command import downgrade, upgrade
 
-    from hsd_planner.solving import MIN_RESIDUALS, intervals, past_plans, timing_noise, widened
+    from hsd_planner.solving import MIN_RESIDUALS, intervals, past_misses, past_plans, timing_noise, widened
     from hsd_planner.stats import miss_score
     from hsd_planner.store.db import alembic_config
     from hsd_planner.store.validations import speedup_scores
@@ -278,6 +278,9 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     with sqlite3.connect(isolated_db) as conn:
         stored = conn.execute("SELECT COUNT(DISTINCT validation_id) FROM validation_runs").fetchone()[0]
     assert len(past) == stored  # one group of misses per validation: its plans ran on the same prompts
+    with sqlite3.connect(isolated_db) as conn:
+        workload = conn.execute("SELECT workload_id FROM solves").fetchone()[0]
+    assert speedup_scores(db, target, hardware, workload) == past and speedup_scores(db, target, hardware, workload + 1) == []
     # another machine's or target's are not read
     assert speedup_scores(db, target, hardware + 1) == [] and speedup_scores(db, "other", hardware) == []
     timing: list[tuple[tuple[str, ...], int, int]] = []
@@ -312,6 +315,9 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     ]
     mine = [x for x in mine if x is not None]
     assert speedup_scores(db, target, hardware)[len(past) :] == [pytest.approx(mine)]
+    # a workload widens by its own validations once they hold MIN_RESIDUALS plans, by every workload's before
+    assert past_misses(db, target, hardware, workload) == speedup_scores(db, target, hardware, workload)
+    assert past_misses(db, target, hardware, workload + 1) == speedup_scores(db, target, hardware)
     # a solve now prints its intervals widened by the same history
     solve = json.loads(run("solve", "--t-max", "4", "--json").stdout)
     assert solve["interval_history"] == past_plans(speedup_scores(db, target, hardware))
@@ -328,6 +334,25 @@ def test_past_validations_widen_the_predicted_intervals(solved, prompts, isolate
     # the text says it too, over one validation more
     text = run(*args[:-1]).stdout
     assert f"over the {validations + 1} validations of this target stored on this machine" in text
+    # the first validation moved onto another workload's profile: each workload reads its own once
+    # they hold MIN_RESIDUALS plans (the rest here), every workload's before (the one moved)
+    every = speedup_scores(db, target, hardware)
+    with sqlite3.connect(isolated_db) as conn:
+        other = _copied(conn, "workloads", "id = ?", workload, content_hash="another prompt set")
+        first, solve_id = conn.execute("SELECT id, solve_id FROM validations ORDER BY id LIMIT 1").fetchone()
+        moved = _copied(conn, "solves", "id = ?", solve_id, workload_id=other)
+        conn.execute("UPDATE validations SET solve_id = ? WHERE id = ?", (moved, first))
+    assert speedup_scores(db, target, hardware, other) == every[:1] and past_plans(every[1:]) >= MIN_RESIDUALS
+    assert past_misses(db, target, hardware, workload) == every[1:]
+    assert past_misses(db, target, hardware, other) == every
+
+
+def _copied(conn: sqlite3.Connection, table: str, where: str, key: object, **changed: object) -> int:
+    """A copy of the row of ``table`` ``where`` picks, with ``changed`` columns; its new id."""
+    names = [r[1] for r in conn.execute(f"PRAGMA table_info({table})") if r[1] != "id"]
+    row = dict(zip(names, conn.execute(f"SELECT {', '.join(names)} FROM {table} WHERE {where}", (key,)).fetchone())) | changed
+    cursor = conn.execute(f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", tuple(row.values()))
+    return int(cursor.lastrowid)
 
 
 def test_a_solve_is_validated_on_its_own_profile_after_a_newer_one(solved, prompts, tiny_dirs):

@@ -14,7 +14,7 @@ whose curves changed shape, the latency model's own bias - shows in the validati
 Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its own bootstrap
 interval's half-width on the side it missed (:func:`~hsd_planner.stats.miss_score`: -1 and 1 are
 the interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on
-this machine, an interval is the union of the bootstrap's and the prediction moved by the bounds
+this machine (of the same workload once it has that many, :func:`past_misses`), an interval is the union of the bootstrap's and the prediction moved by the bounds
 of those scores that a split-conformal interval gives, each in units of this interval's own
 half-width (a normalised split-conformal interval: it holds the next measured speed-up as often as
 the past ones held theirs, as far as the next run is like them). A validation's plans ran on the
@@ -41,12 +41,14 @@ from ..plan import Plan, Prediction, Profile, predict
 from ..stats import group_bounds, interval, resample_profiles
 from ..store import Engine
 from ..store.profiles import ProfileSource, prompt_acceptance
+from ..store.validations import speedup_scores
 
 __all__ = [
     "MIN_RESIDUALS",
     "Bootstrap",
     "bootstrap_predictions",
     "bootstrap_profiles",
+    "past_misses",
     "past_plans",
     "predicted_intervals",
     "timed",
@@ -182,6 +184,18 @@ def widened(band: tuple[float, float], speedup: float, scores: Sequence[Sequence
         return speedup * math.exp(s * (above if s >= 0 else below))
 
     return min(band[0], moved(low)), max(band[1], moved(high))
+
+
+def past_misses(db: Engine, target: str, hardware_id: int, workload_id: int) -> list[list[float]]:
+    """The misses of past validations that widen an interval for a plan of ``target`` solved on
+    the profile of ``workload_id`` on the machine ``hardware_id``, one list per validation
+    (:func:`~hsd_planner.store.validations.speedup_scores`): the workload's own once they hold
+    :data:`MIN_RESIDUALS` plans, every workload's of the target on the machine before that. A
+    workload's validations are more alike than another workload's: its prompts draft alike, and
+    a miss of a workload whose intervals are narrow, carried over in units of another's wide ones,
+    widens them more than they need."""
+    own = speedup_scores(db, target, hardware_id, workload_id)
+    return own if sum(len(g) for g in own) >= MIN_RESIDUALS else speedup_scores(db, target, hardware_id)
 
 
 def past_plans(scores: Sequence[Sequence[float]]) -> int:

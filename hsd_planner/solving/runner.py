@@ -14,8 +14,7 @@ from ..store import Engine
 from ..store.profiles import load_profile
 from ..store.records import Ranking
 from ..store.solves import acceptance_sample, profiled_length, save_solve
-from ..store.validations import speedup_scores
-from .intervals import bootstrap_profiles, past_plans, predicted_intervals
+from .intervals import bootstrap_profiles, past_misses, past_plans, predicted_intervals
 from .report import SolveReport
 
 __all__ = ["solve_and_store"]
@@ -51,7 +50,7 @@ def solve_and_store(
     ranked = _ranked(solve(profile, config, contexts))
     plans = [plan for plan, _ in ranked]
     boot = bootstrap_profiles(db, profile, source, drift=True, plans=plans)
-    scores = speedup_scores(db, source.target, source.hardware_id)
+    scores = past_misses(db, source.target, source.hardware_id, source.workload_id)
     intervals = predicted_intervals(boot, plans, config.acceptance, contexts, config.max_new_tokens, scores=scores)
     stored = save_solve(db, source, config, context_len, _with_intervals(ranked, intervals))
     sample = acceptance_sample(db, source, plans[0].chain)

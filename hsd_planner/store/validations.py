@@ -104,10 +104,10 @@ def stored_validations(db: Engine) -> list[StoredValidation]:
     return [StoredValidation(vid, entry, solve_record(db, entry.solve_id), runs) for vid, entry, runs in out]
 
 
-def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[list[float]]:
+def speedup_scores(db: Engine, target: str, hardware_id: int, workload_id: int | None = None) -> list[list[float]]:
     """The misses of the plans above autoregressive decoding that the stored validations ran for
-    ``target`` on the machine ``hardware_id`` (one prompt at a time), one list per validation,
-    oldest first: log(measured / predicted speed-up) in units of the half-width of the bootstrap's
+    ``target`` on the machine ``hardware_id`` (one prompt at a time; with ``workload_id``, of
+    solves on that workload's profile only), one list per validation, oldest first: log(measured / predicted speed-up) in units of the half-width of the bootstrap's
     own interval on the side it missed (:func:`~hsd_planner.stats.miss_score`). A validation's
     plans ran on the same prompts, so its misses stay together. Runs stored without a predicted
     speed-up or an interval are left out, and a validation with none of its own."""
@@ -120,6 +120,8 @@ def speedup_scores(db: Engine, target: str, hardware_id: int) -> list[list[float
         ValidationRun.bootstrap_speedup_hi,
     )
     q = _runs_of(target, hardware_id, *columns).where(ValidationRun.batch_size == 1).order_by(ValidationRun.id)
+    if workload_id is not None:
+        q = q.where(Solve.workload_id == workload_id)
     with Session(db) as s:
         rows = s.execute(q).all()
     out: dict[int, list[float]] = {}  # validation id -> its misses (dicts keep the oldest first)

@@ -58,12 +58,12 @@ from ..profiling.contention import MIN_WINDOW_S, Load, combine
 from ..profiling.sources import check_source
 from ..profiling.timing import PassTimer
 from ..prompts import PromptSet, encode_prompt
-from ..solving import Bootstrap, bootstrap_predictions, bootstrap_profiles, past_plans, widened
+from ..solving import Bootstrap, bootstrap_predictions, bootstrap_profiles, past_misses, past_plans, widened
 from ..store import Engine
 from ..store.profiles import ProfileSource, load_solve_profile
 from ..store.records import RankedPlan, SolveRecord
 from ..store.schedule import load_batch_plans
-from ..store.validations import coverage_history, model_sources, speedup_scores
+from ..store.validations import coverage_history, model_sources
 from .calibration import Calibration
 from .report import PlanResult, ValidationReport
 from .results import level_results, plan_result, same_text, speedup_interval, store_validation
@@ -140,7 +140,7 @@ def run_validation(
     boot = bootstrap_profiles(
         db, profile, source, drift=True, sample=len(encoded), plans=[e.plan for group in entries.values() for e in group]
     )
-    scores = speedup_scores(db, solve.target, solve.hardware_id)  # the misses of the validations stored before this one
+    scores = past_misses(db, solve.target, solve.hardware_id, solve.workload_id)  # the misses of the validations stored before this one
     units = {b: _units(len(encoded), b, repeats) for b in sizes}
     intervals = {
         (b, e.key): comparison.intervals(boot, replace(e.plan, prediction=predicted[(b, e.key)]), b, scores, len(units[b]))
