@@ -14,8 +14,9 @@ whose curves changed shape, the latency model's own bias - shows in the validati
 Each gives, per plan, its miss r = log(measured / predicted speed-up) in units of its own bootstrap
 interval's half-width on the side it missed (:func:`~hsd_planner.stats.miss_score`: -1 and 1 are
 the interval's ends). Once at least :data:`MIN_RESIDUALS` plans were validated for the target on
-this machine (of the same workload once it has that many, :func:`past_misses`), an interval is the union of the bootstrap's and the prediction moved by the bounds
-of those scores that a split-conformal interval gives, each in units of this interval's own
+this machine (of the same workload once it has that many, :func:`past_misses`), an interval is
+the union of the bootstrap's and the prediction moved by the bounds of those scores that a
+split-conformal interval gives, each in units of this interval's own
 half-width (a normalised split-conformal interval: it holds the next measured speed-up as often as
 the past ones held theirs, as far as the next run is like them). A validation's plans ran on the
 same prompts and miss together, so the bounds count validations, not plans
@@ -174,7 +175,7 @@ def widened(band: tuple[float, float], speedup: float, scores: Sequence[Sequence
     >>> [round(x, 3) for x in widened((1.9, 2.1), 2.0, [[-2.0, 0.5]] * 5)]  # the same misses, a narrower band
     [1.805, 2.1]
     """
-    if past_plans(scores) < MIN_RESIDUALS:
+    if not past_plans(scores):
         return band
     low, high = group_bounds(scores)
     # half-widths in log (none on a side where the band does not reach past the prediction)
@@ -195,7 +196,7 @@ def past_misses(db: Engine, target: str, hardware_id: int, workload_id: int) -> 
     a miss of a workload whose intervals are narrow, carried over in units of another's wide ones,
     widens them more than they need."""
     own = speedup_scores(db, target, hardware_id, workload_id)
-    return own if sum(len(g) for g in own) >= MIN_RESIDUALS else speedup_scores(db, target, hardware_id)
+    return own if past_plans(own) else speedup_scores(db, target, hardware_id)
 
 
 def past_plans(scores: Sequence[Sequence[float]]) -> int:
