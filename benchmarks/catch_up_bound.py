@@ -26,13 +26,17 @@ import argparse
 import json
 
 from hsd_planner.choices import AcceptanceModel
+from hsd_planner.cli.loader import make_loader, resolve_dtype_choice
+from hsd_planner.generate import generate_text
 from hsd_planner.plan import SOLVE_DEFAULTS, predict, solve
 from hsd_planner.plan.config import DEFAULT_CONTEXT
 from hsd_planner.plan.planner import rounds_per_round
 from hsd_planner.plan.profile import Profile
 from hsd_planner.plan.rounds import RoundLaw
+from hsd_planner.prompts import load_prompts, split
 from hsd_planner.store import open_db
 from hsd_planner.store.profiles import load_profile
+from hsd_runtime import ModelLoader, SamplingConfig
 
 
 def bound(profile: Profile, chain: tuple[str, ...], widths: tuple[int, ...], acceptance: AcceptanceModel, context: int, new: int) -> dict:
@@ -56,7 +60,7 @@ def bound(profile: Profile, chain: tuple[str, ...], widths: tuple[int, ...], acc
         cost = profile.cost(chain[k], context)
         q = laws[k].accepted[-1]  # level k + 1 accepts level k's whole batch of T_k
         n = widths[k - 1] + 1  # the pass that verifies level k - 1's batch (a lookup's full proposal: an upper bound)
-        ms_round += q * (cost(n + 1) - cost(n)) * per_target(k + 1)
+        ms_round += q * _step(profile, chain[k], widths[k - 1], context) * per_target(k + 1)
         terms.append({"level": k, "model": chain[k], "q": round(q, 3), "c(n)": round(cost(n), 2), "c(n+1)": round(cost(n + 1), 2)})
         if k == 1 and not profile.model(chain[0]).lookup:  # level 0's third token after both whole acceptances
             c0, q0 = profile.cost(chain[0], context), laws[0].accepted[-1]
@@ -72,17 +76,18 @@ def bound(profile: Profile, chain: tuple[str, ...], widths: tuple[int, ...], acc
     }
 
 
-def measure(profile: Profile, chain: tuple[str, ...], widths: tuple[int, ...], workload: str, prompts: int, new: int, context: int) -> dict:
-    """Run the chain on ``prompts`` held-out prompts of ``workload``: the middle levels' catch-up
-    tokens per target round, and their cost (priced by the profile's curves) as a share of the
-    measured decode time."""
-    from hsd_planner.cli.loader import make_loader, resolve_dtype_choice
-    from hsd_planner.generate import generate_text
-    from hsd_planner.prompts import load_prompts, split
-    from hsd_runtime import SamplingConfig
+def _step(profile: Profile, name: str, below: int, context: int) -> float:
+    """What one more token costs the pass of ``name`` that verifies a batch of ``below``: c(n + 1) - c(n), n = below + 1."""
+    cost = profile.cost(name, context)
+    return cost(below + 2) - cost(below + 1)
 
-    loader = make_loader("cpu", resolve_dtype_choice("auto", "cpu"), engine="torch", advise=False)
-    held = split(load_prompts(workload), "validate", prompts).prompts
+
+def measure(
+    profile: Profile, chain: tuple[str, ...], widths: tuple[int, ...], held: list[str], loader: ModelLoader, new: int, context: int
+) -> dict:
+    """Run the chain on the held-out prompts ``held``: the middle levels' catch-up tokens per
+    target round, and their cost (priced by the profile's curves) as a share of the measured
+    decode time."""
     extra = {k: 0 for k in range(1, len(chain) - 1)}
     rounds = decode_ms = extra_ms = 0.0
     for text in held:
@@ -95,8 +100,7 @@ def measure(profile: Profile, chain: tuple[str, ...], widths: tuple[int, ...], w
             # each pass feeds the one token the level above committed and the drafts from below; the rest is catch-up
             tokens = level.tokens_fed - level.forward_passes - below.proposed
             extra[k] += tokens
-            cost = profile.cost(chain[k], context)
-            extra_ms += tokens * (cost(widths[k - 1] + 2) - cost(widths[k - 1] + 1))
+            extra_ms += tokens * _step(profile, chain[k], widths[k - 1], context)
     return {
         "prompts": len(held),
         "target_rounds": rounds,
@@ -130,10 +134,12 @@ def main() -> None:
     ]
     if args.measure:
         workload = (args.workload or source.workload).split(":")[0]  # the set the profile's split was taken from
+        held = split(load_prompts(workload), "validate", args.measure).prompts
+        loader = make_loader(
+            "cpu", resolve_dtype_choice("auto", "cpu"), engine="torch", advise=False
+        )  # one for every plan: each model loads once
         for row in out[: args.plans]:
-            row["measured"] = measure(
-                profile, tuple(row["chain"]), tuple(row["widths"]), workload, args.measure, args.max_new_tokens, context
-            )
+            row["measured"] = measure(profile, tuple(row["chain"]), tuple(row["widths"]), held, loader, args.max_new_tokens, context)
     print(json.dumps(out, indent=1))
 
 
